@@ -1,0 +1,155 @@
+package envelope
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+)
+
+// OwnColumns are the outbox table's own columns, in table order. A
+// service's extra columns must not reuse these names.
+var OwnColumns = []string{
+	"sequence", "id", "topic", "payload", "headers", "ordering_key", "idempotency_key",
+	"created_at", "attempts", "last_error", "next_attempt_at", "lease_until", "leased_by",
+	"published_at", "dead_lettered_at",
+}
+
+// IsOwnColumn reports whether c is one of the outbox table's own columns.
+func IsOwnColumn(c string) bool {
+	for _, o := range OwnColumns {
+		if o == c {
+			return true
+		}
+	}
+	return false
+}
+
+// The PostgreSQL table. fillfactor leaves room on each page so that the
+// lease update (which touches only unindexed columns) stays a HOT update
+// and does not add index entries. The "to deliver" indexes are partial, so
+// they stay as small as the backlog however much published history the
+// table keeps.
+const postgresDDL = `CREATE TABLE IF NOT EXISTS {table} (
+    sequence         BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id               UUID NOT NULL,
+    topic            VARCHAR(255) NOT NULL,
+    payload          JSONB NOT NULL,
+    headers          JSONB NOT NULL DEFAULT '{}',
+    ordering_key     VARCHAR(255),
+    idempotency_key  VARCHAR(255),
+    created_at       TIMESTAMPTZ NOT NULL DEFAULT now(),
+    attempts         INTEGER NOT NULL DEFAULT 0,
+    last_error       TEXT,
+    next_attempt_at  TIMESTAMPTZ,
+    lease_until      TIMESTAMPTZ,
+    leased_by        VARCHAR(255),
+    published_at     TIMESTAMPTZ,
+    dead_lettered_at TIMESTAMPTZ,
+    CONSTRAINT {base}_id_key UNIQUE (id),
+    CONSTRAINT {base}_idempotency_key_key UNIQUE (idempotency_key)
+) WITH (fillfactor = 85);
+CREATE INDEX IF NOT EXISTS {base}_pending_idx ON {table} (sequence)
+    WHERE published_at IS NULL AND dead_lettered_at IS NULL;
+CREATE INDEX IF NOT EXISTS {base}_pending_key_idx ON {table} (ordering_key, sequence)
+    WHERE published_at IS NULL AND ordering_key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS {base}_published_idx ON {table} (published_at)
+    WHERE published_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS {base}_dead_lettered_idx ON {table} (dead_lettered_at)
+    WHERE dead_lettered_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS {base}_topic_idx ON {table} (topic, sequence);
+`
+
+// The SQLite table. Times are fixed-width UTC text (see Dialect.TimeArg);
+// AUTOINCREMENT keeps a sequence from ever being reused after cleanup.
+const sqliteDDL = `CREATE TABLE IF NOT EXISTS {table} (
+    sequence         INTEGER PRIMARY KEY AUTOINCREMENT,
+    id               TEXT NOT NULL UNIQUE,
+    topic            TEXT NOT NULL,
+    payload          TEXT NOT NULL,
+    headers          TEXT NOT NULL DEFAULT '{}',
+    ordering_key     TEXT,
+    idempotency_key  TEXT UNIQUE,
+    created_at       TEXT NOT NULL,
+    attempts         INTEGER NOT NULL DEFAULT 0,
+    last_error       TEXT,
+    next_attempt_at  TEXT,
+    lease_until      TEXT,
+    leased_by        TEXT,
+    published_at     TEXT,
+    dead_lettered_at TEXT
+);
+CREATE INDEX IF NOT EXISTS {base}_pending_idx ON {table} (sequence)
+    WHERE published_at IS NULL AND dead_lettered_at IS NULL;
+CREATE INDEX IF NOT EXISTS {base}_pending_key_idx ON {table} (ordering_key, sequence)
+    WHERE published_at IS NULL AND ordering_key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS {base}_published_idx ON {table} (published_at)
+    WHERE published_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS {base}_dead_lettered_idx ON {table} (dead_lettered_at)
+    WHERE dead_lettered_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS {base}_topic_idx ON {table} (topic, sequence);
+`
+
+// DDL returns the statements that create the outbox table and its indexes
+// for the dialect, each idempotent (IF NOT EXISTS). table "" means
+// DefaultTable.
+func DDL(d Dialect, table string) ([]string, error) {
+	if err := d.Validate(); err != nil {
+		return nil, err
+	}
+	t, err := ParseTable(d, table)
+	if err != nil {
+		return nil, err
+	}
+	src := sqliteDDL
+	if d == Postgres {
+		src = postgresDDL
+	}
+	src = strings.NewReplacer("{table}", t.Quoted, "{base}", t.Base).Replace(src)
+	var out []string
+	for _, s := range strings.Split(src, ";\n") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// DDLText returns DDL as one SQL script, for migration tools.
+func DDLText(d Dialect, table string) (string, error) {
+	stmts, err := DDL(d, table)
+	if err != nil {
+		return "", err
+	}
+	return strings.Join(stmts, ";\n\n") + ";\n", nil
+}
+
+// Migrate creates the outbox table and its indexes if they do not exist,
+// in one transaction. It is idempotent; table "" means DefaultTable.
+func Migrate(ctx context.Context, db *sql.DB, d Dialect, table string) error {
+	stmts, err := DDL(d, table)
+	if err != nil {
+		return err
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("herald/envelope: migrate: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if d == Postgres {
+		// Two services migrating at once would race on CREATE ... IF NOT
+		// EXISTS (a unique violation in pg_type); serialize them.
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('herald:migrate', 0))`); err != nil {
+			return fmt.Errorf("herald/envelope: migrate: %w", err)
+		}
+	}
+	for _, s := range stmts {
+		if _, err := tx.ExecContext(ctx, s); err != nil {
+			return fmt.Errorf("herald/envelope: migrate: %w\n%s", err, s)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("herald/envelope: migrate: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,420 @@
+package envelope
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"unicode/utf8"
+
+	"github.com/heraldgo/herald/jsonform"
+)
+
+// The envelope's own keys, in the order they are written. Extension keys
+// must not collide with them.
+var envelopeKeys = []string{"model", "operation", "pk", "changed", "before", "after", "occurred_at"}
+
+// IsEnvelopeKey reports whether k is one of the envelope's own keys.
+func IsEnvelopeKey(k string) bool { return slices.Contains(envelopeKeys, k) }
+
+// Validate checks the declaration on its own (the column names are checked
+// by Compile, where the model is known). Errors match ErrConfiguration and
+// name the option.
+func (o Options) Validate() error {
+	if o.Operations != nil && len(o.Operations) == 0 {
+		return Configurationf("Options.Operations", "empty list captures nothing; leave it nil for all operations or drop the declaration")
+	}
+	seen := map[Operation]bool{}
+	for i, op := range o.Operations {
+		if !op.valid() {
+			return Configurationf("Options.Operations["+itoa(int64(i))+"]", "unknown operation %q (want inserted, updated or deleted)", string(op))
+		}
+		if seen[op] {
+			return Configurationf("Options.Operations["+itoa(int64(i))+"]", "operation %q listed twice", string(op))
+		}
+		seen[op] = true
+	}
+	if o.Payload < After || o.Payload > BeforeAndAfter {
+		return Configurationf("Options.Payload", "unknown payload mode %d (want After, Keys or BeforeAndAfter)", int(o.Payload))
+	}
+	if o.Fields != nil && len(o.Exclude) > 0 {
+		return Configurationf("Options.Fields", "Fields and Exclude are mutually exclusive: list the columns to keep in Fields, or the ones to drop in Exclude")
+	}
+	if err := noDuplicates("Options.Fields", o.Fields); err != nil {
+		return err
+	}
+	if err := noDuplicates("Options.Exclude", o.Exclude); err != nil {
+		return err
+	}
+	if o.Topic != "" && o.TopicFunc != nil {
+		return Configurationf("Options.Topic", "Topic and TopicFunc are mutually exclusive")
+	}
+	if o.OrderingKey != "" && o.OrderingKeyFunc != nil {
+		return Configurationf("Options.OrderingKey", "OrderingKey and OrderingKeyFunc are mutually exclusive")
+	}
+	if o.Unordered && (o.OrderingKey != "" || o.OrderingKeyFunc != nil) {
+		return Configurationf("Options.Unordered", "Unordered contradicts OrderingKey/OrderingKeyFunc")
+	}
+	if o.Extend != nil && o.ExtendMany != nil {
+		return Configurationf("Options.Extend", "Extend and ExtendMany are mutually exclusive")
+	}
+	if _, err := ParseTemplate("Options.Topic", orDefault(o.Topic, DefaultTopic)); err != nil {
+		return err
+	}
+	if _, err := ParseTemplate("Options.OrderingKey", orDefault(o.OrderingKey, DefaultOrderingKey)); err != nil {
+		return err
+	}
+	return nil
+}
+
+func noDuplicates(option string, names []string) error {
+	seen := make(map[string]bool, len(names))
+	for _, n := range names {
+		if n == "" {
+			return Configurationf(option, "empty column name")
+		}
+		if seen[n] {
+			return Configurationf(option, "column %q listed twice", n)
+		}
+		seen[n] = true
+	}
+	return nil
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// ModelInfo describes a captured model to Compile; the ORM integration
+// fills it from its schema.
+type ModelInfo struct {
+	Name             string   // Go type name: "Loan"
+	Table            string   // "loans"
+	Columns          []string // every column, in table order
+	PrimaryKey       []string // primary-key columns, in order
+	Sensitive        []string // columns left out unless named in Fields
+	DefaultNamespace string   // used when Options.Namespace is ""
+}
+
+// Spec is a model's capture declaration compiled against its schema: what
+// capture code consults for every write.
+type Spec struct {
+	Options   Options
+	Model     ModelInfo
+	Namespace string
+	Label     string // the envelope's "model": library.Loan
+
+	columns []string // payload columns, in table order
+	topic   *Template
+	key     *Template
+	ops     map[Operation]bool
+}
+
+// Compile validates o against the model and returns its Spec. Errors match
+// ErrConfiguration and name the model and the option.
+func Compile(m ModelInfo, o Options) (*Spec, error) {
+	if err := o.Validate(); err != nil {
+		if e, ok := err.(*Error); ok {
+			e.Where = m.Name + " " + e.Where
+		}
+		return nil, err
+	}
+	if m.Name == "" || m.Table == "" || len(m.PrimaryKey) == 0 {
+		return nil, Configurationf(m.Name, "model needs a name, a table and a primary key to be captured")
+	}
+	cols := make(map[string]bool, len(m.Columns))
+	for _, c := range m.Columns {
+		cols[c] = true
+	}
+	check := func(option string, names []string) error {
+		for _, n := range names {
+			if !cols[n] {
+				return Configurationf(m.Name+" Options."+option, "no column %q in table %s (columns: %v)", n, m.Table, m.Columns)
+			}
+		}
+		return nil
+	}
+	if err := check("Fields", o.Fields); err != nil {
+		return nil, err
+	}
+	if err := check("Exclude", o.Exclude); err != nil {
+		return nil, err
+	}
+	s := &Spec{Options: o, Model: m, Namespace: orDefault(o.Namespace, m.DefaultNamespace)}
+	s.Label = Label(s.Namespace, m.Name)
+	switch {
+	case o.Fields != nil:
+		for _, c := range m.Columns { // table order, whatever order Fields has
+			if slices.Contains(o.Fields, c) {
+				s.columns = append(s.columns, c)
+			}
+		}
+	default:
+		for _, c := range m.Columns {
+			if !slices.Contains(o.Exclude, c) && !slices.Contains(m.Sensitive, c) {
+				s.columns = append(s.columns, c)
+			}
+		}
+	}
+	s.topic, _ = ParseTemplate("Options.Topic", orDefault(o.Topic, DefaultTopic))
+	s.key, _ = ParseTemplate("Options.OrderingKey", orDefault(o.OrderingKey, DefaultOrderingKey))
+	s.ops = map[Operation]bool{}
+	for _, op := range o.Operations {
+		s.ops[op] = true
+	}
+	if o.Operations == nil {
+		for _, op := range AllOperations {
+			s.ops[op] = true
+		}
+	}
+	return s, nil
+}
+
+// Captures reports whether the spec captures op.
+func (s *Spec) Captures(op Operation) bool { return s.ops[op] }
+
+// Columns returns the columns an event holds, in table order.
+func (s *Spec) Columns() []string { return s.columns }
+
+// NeedsBefore reports whether events of op need the row as it was.
+func (s *Spec) NeedsBefore(op Operation) bool {
+	switch op {
+	case Deleted:
+		return s.Options.Payload != Keys
+	case Updated:
+		return s.Options.Payload == BeforeAndAfter
+	}
+	return false
+}
+
+// NeedsAfter reports whether events of op need the row as the write left it.
+func (s *Spec) NeedsAfter(op Operation) bool {
+	return op != Deleted && s.Options.Payload != Keys
+}
+
+func (s *Spec) vars(c *Change) TemplateVars {
+	v := TemplateVars{Namespace: s.Namespace, Model: s.Model.Name, Table: s.Model.Table, Operation: c.Operation}
+	if m, ok := c.PK.(map[string]any); ok {
+		for _, k := range s.Model.PrimaryKey {
+			v.PK = append(v.PK, m[k])
+		}
+	} else {
+		v.PK = []any{c.PK}
+	}
+	return v
+}
+
+// Topic returns the change's topic.
+func (s *Spec) Topic(c *Change) (string, error) {
+	if s.Options.TopicFunc != nil {
+		t := s.Options.TopicFunc(*c)
+		if t == "" || utf8.RuneCountInString(t) > MaxTopicLength {
+			return "", Validationf(s.Label+" TopicFunc", "returned topic %q: want 1 to %d characters", truncate(t, 80), MaxTopicLength)
+		}
+		return t, nil
+	}
+	t := s.topic.Render(s.vars(c))
+	if t == "" || utf8.RuneCountInString(t) > MaxTopicLength {
+		return "", Validationf(s.Label+" Topic", "template %q gives topic %q: want 1 to %d characters", s.topic.src, truncate(t, 80), MaxTopicLength)
+	}
+	return t, nil
+}
+
+// OrderingKey returns the change's ordering key, "" when unordered.
+func (s *Spec) OrderingKey(c *Change) (string, error) {
+	switch {
+	case s.Options.Unordered:
+		return "", nil
+	case s.Options.OrderingKeyFunc != nil:
+		k := s.Options.OrderingKeyFunc(*c)
+		if utf8.RuneCountInString(k) > MaxKeyLength {
+			return "", Validationf(s.Label+" OrderingKeyFunc", "returned a key of %d characters, longer than %d", utf8.RuneCountInString(k), MaxKeyLength)
+		}
+		return k, nil
+	}
+	return LimitKey(s.key.Render(s.vars(c))), nil
+}
+
+// Messages turns one statement's changes of this model into outbox
+// messages, in order: topic, ordering key, the envelope as payload, and what
+// Extend or ExtendMany add. It runs inside the write's transaction.
+func (s *Spec) Messages(ctx context.Context, cs []Change) ([]Message, error) {
+	exts, err := s.extensions(ctx, cs)
+	if err != nil {
+		return nil, err
+	}
+	ms := make([]Message, len(cs))
+	for i := range cs {
+		c := &cs[i]
+		var ext *Extension
+		if exts != nil {
+			ext = exts[i]
+		}
+		m := &ms[i]
+		if m.Topic, err = s.Topic(c); err != nil {
+			return nil, err
+		}
+		if m.OrderingKey, err = s.OrderingKey(c); err != nil {
+			return nil, err
+		}
+		p, err := s.AppendEnvelope(nil, c, ext)
+		if err != nil {
+			return nil, err
+		}
+		m.Payload = trustedJSON(p)
+		if ext != nil {
+			m.Headers, m.Extra = ext.Headers, ext.Extra
+		}
+	}
+	return ms, nil
+}
+
+func (s *Spec) extensions(ctx context.Context, cs []Change) ([]*Extension, error) {
+	switch {
+	case s.Options.Extend != nil:
+		exts := make([]*Extension, len(cs))
+		for i := range cs {
+			e, err := s.Options.Extend(ctx, cs[i])
+			if err != nil {
+				return nil, wrapValidation(s.Label+" Extend", "failed", err)
+			}
+			exts[i] = e
+		}
+		return exts, nil
+	case s.Options.ExtendMany != nil:
+		exts, err := s.Options.ExtendMany(ctx, cs)
+		if err != nil {
+			return nil, wrapValidation(s.Label+" ExtendMany", "failed", err)
+		}
+		if len(exts) != len(cs) {
+			return nil, Validationf(s.Label+" ExtendMany", "returned %d extensions for %d changes: want one (or nil) per change", len(exts), len(cs))
+		}
+		return exts, nil
+	}
+	return nil, nil
+}
+
+// AppendEnvelope appends the change's envelope JSON to dst: model,
+// operation, pk, changed, then before/after as the payload mode says, then
+// occurred_at, then the extension's keys (sorted).
+func (s *Spec) AppendEnvelope(dst []byte, c *Change, ext *Extension) ([]byte, error) {
+	var err error
+	dst = append(dst, `{"model":`...)
+	dst = jsonform.AppendString(dst, s.Label)
+	dst = append(dst, `,"operation":`...)
+	dst = jsonform.AppendString(dst, string(c.Operation))
+	dst = append(dst, `,"pk":`...)
+	if m, ok := c.PK.(map[string]any); ok && len(s.Model.PrimaryKey) > 1 {
+		dst = append(dst, '{')
+		for i, k := range s.Model.PrimaryKey {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = jsonform.AppendString(dst, k)
+			dst = append(dst, ':')
+			if dst, err = jsonform.Append(dst, k, m[k], jsonform.Field); err != nil {
+				return nil, wrapValidation(s.Label, "primary key has no JSON form", err)
+			}
+		}
+		dst = append(dst, '}')
+	} else if dst, err = jsonform.Append(dst, "pk", c.PK, jsonform.Field); err != nil {
+		return nil, wrapValidation(s.Label, "primary key has no JSON form", err)
+	}
+	dst = append(dst, `,"changed":`...)
+	if c.Changed == nil || c.Operation != Updated {
+		dst = append(dst, "null"...)
+	} else {
+		dst = append(dst, '[')
+		for i, col := range c.Changed {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = jsonform.AppendString(dst, col)
+		}
+		dst = append(dst, ']')
+	}
+	before, after := false, false
+	switch s.Options.Payload {
+	case After:
+		before, after = c.Operation == Deleted, c.Operation != Deleted
+	case BeforeAndAfter:
+		before, after = true, true
+	}
+	if before {
+		dst = append(dst, `,"before":`...)
+		if dst, err = s.appendRow(dst, "before", c.Before, c.Operation == Inserted); err != nil {
+			return nil, err
+		}
+	}
+	if after {
+		dst = append(dst, `,"after":`...)
+		if dst, err = s.appendRow(dst, "after", c.After, c.Operation == Deleted); err != nil {
+			return nil, err
+		}
+	}
+	dst = append(dst, `,"occurred_at":`...)
+	dst = jsonform.AppendString(dst, c.OccurredAt.UTC().Format(timeFormatJSON))
+	if ext != nil && len(ext.Payload) > 0 {
+		keys := make([]string, 0, len(ext.Payload))
+		for k := range ext.Payload {
+			if IsEnvelopeKey(k) {
+				return nil, Validationf(s.Label+" Extension.Payload", "key %q is the envelope's own (model, operation, pk, changed, before, after, occurred_at)", k)
+			}
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			dst = append(dst, ',')
+			dst = jsonform.AppendString(dst, k)
+			dst = append(dst, ':')
+			if dst, err = jsonform.Append(dst, k, ext.Payload[k], jsonform.Strict); err != nil {
+				return nil, wrapValidation(s.Label+" Extension.Payload", "value has no JSON form", err)
+			}
+		}
+	}
+	return append(dst, '}'), nil
+}
+
+const timeFormatJSON = "2006-01-02T15:04:05.999999999Z07:00"
+
+func (s *Spec) appendRow(dst []byte, name string, row map[string]any, absent bool) ([]byte, error) {
+	if absent || row == nil {
+		return append(dst, "null"...), nil
+	}
+	dst = append(dst, '{')
+	first := true
+	for _, col := range s.columns {
+		v, ok := row[col]
+		if !ok {
+			continue
+		}
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		dst = jsonform.AppendString(dst, col)
+		dst = append(dst, ':')
+		var err error
+		if dst, err = jsonform.Append(dst, col, v, jsonform.Field); err != nil {
+			return nil, wrapValidation(s.Label+" "+name, "column value has no JSON form", err)
+		}
+	}
+	return append(dst, '}'), nil
+}
+
+// trustedJSON is a payload the envelope builder made: already valid JSON,
+// so the Writer stores it without encoding it again.
+type trustedJSON []byte
+
+// MarshalJSON returns the JSON itself.
+func (j trustedJSON) MarshalJSON() ([]byte, error) { return j, nil }
+
+func truncate(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n]) + "…"
+}

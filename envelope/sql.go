@@ -1,0 +1,129 @@
+package envelope
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Querier runs statements: *sql.DB, *sql.Tx and *sql.Conn all are one.
+type Querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+// Table is a validated outbox table name.
+type Table struct {
+	Name   string // as given ("herald_outbox", "events.outbox")
+	Quoted string // quoted for SQL: "events"."outbox"
+	Base   string // the part used to name indexes: events_outbox
+}
+
+// ParseTable validates name: an identifier, or on PostgreSQL
+// schema.identifier; "" means DefaultTable. Errors match ErrConfiguration.
+func ParseTable(d Dialect, name string) (Table, error) {
+	if name == "" {
+		name = DefaultTable
+	}
+	parts := strings.Split(name, ".")
+	if len(parts) > 2 || (len(parts) == 2 && d != Postgres) {
+		return Table{}, Configurationf("Table", "%q: want an identifier (letters, digits, _), or schema.table on PostgreSQL", name)
+	}
+	q := make([]string, len(parts))
+	for i, p := range parts {
+		if !identRE.MatchString(p) {
+			return Table{}, Configurationf("Table", "%q: %q is not an identifier (letters, digits and _, not starting with a digit, at most 63)", name, p)
+		}
+		q[i] = `"` + p + `"`
+	}
+	return Table{Name: name, Quoted: strings.Join(q, "."), Base: strings.Join(parts, "_")}, nil
+}
+
+// IsIdentifier reports whether s is a plain SQL identifier herald will
+// quote and use as a column name.
+func IsIdentifier(s string) bool { return identRE.MatchString(s) }
+
+// QuoteIdent quotes a validated identifier.
+func QuoteIdent(s string) string { return `"` + s + `"` }
+
+// Placeholder returns the n-th (1-based) bind placeholder of the dialect.
+func (d Dialect) Placeholder(n int) string {
+	if d == Postgres {
+		return "$" + strconv.Itoa(n)
+	}
+	return "?"
+}
+
+// MaxBindParams is the most bind parameters one statement may carry.
+func (d Dialect) MaxBindParams() int {
+	if d == Postgres {
+		return 65535
+	}
+	return 32766
+}
+
+// sqliteTimeFormat is how SQLite stores times: fixed width, UTC, so text
+// comparison is time comparison, whichever driver reads it.
+const sqliteTimeFormat = "2006-01-02T15:04:05.000000Z"
+
+// TimeArg returns t as a bind argument for the dialect. On SQLite times are
+// stored as fixed-width UTC text so that they compare correctly as text.
+func (d Dialect) TimeArg(t time.Time) any {
+	if d == SQLite {
+		return t.UTC().Format(sqliteTimeFormat)
+	}
+	return t
+}
+
+// NullTime is a nullable time column value that scans from either dialect's
+// storage (time.Time on PostgreSQL, text on SQLite).
+type NullTime struct {
+	Time  time.Time
+	Valid bool
+}
+
+// Scan implements sql.Scanner.
+func (n *NullTime) Scan(v any) error {
+	switch x := v.(type) {
+	case nil:
+		*n = NullTime{}
+		return nil
+	case time.Time:
+		*n = NullTime{Time: x, Valid: true}
+		return nil
+	case string:
+		return n.parse(x)
+	case []byte:
+		return n.parse(string(x))
+	}
+	return fmt.Errorf("herald/envelope: cannot scan %T into a time", v)
+}
+
+func (n *NullTime) parse(s string) error {
+	for _, layout := range []string{sqliteTimeFormat, time.RFC3339Nano, "2006-01-02 15:04:05.999999999-07:00", "2006-01-02 15:04:05.999999999"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			*n = NullTime{Time: t, Valid: true}
+			return nil
+		}
+	}
+	return fmt.Errorf("herald/envelope: cannot parse time %q", s)
+}
+
+// Ptr returns the time, or nil when NULL.
+func (n NullTime) Ptr() *time.Time {
+	if !n.Valid {
+		return nil
+	}
+	t := n.Time
+	return &t
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func quote(s string) string { return strconv.Quote(s) }

@@ -1,0 +1,529 @@
+package envelope
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/heraldgo/herald/jsonform"
+)
+
+// Writer inserts events into the outbox table. It is safe for concurrent
+// use; one Writer serves a whole service.
+type Writer struct {
+	d     Dialect
+	t     Table
+	now   func() time.Time
+	newID func() (uuid.UUID, error)
+}
+
+// NewWriter returns a Writer for the table ("" = DefaultTable) in dialect d.
+func NewWriter(d Dialect, table string) (*Writer, error) {
+	if err := d.Validate(); err != nil {
+		return nil, err
+	}
+	t, err := ParseTable(d, table)
+	if err != nil {
+		return nil, err
+	}
+	return &Writer{d: d, t: t, now: time.Now, newID: uuid.NewV7}, nil
+}
+
+// Dialect returns the writer's dialect.
+func (w *Writer) Dialect() Dialect { return w.d }
+
+// Table returns the writer's table.
+func (w *Writer) Table() Table { return w.t }
+
+// WriteResult is what a Write did.
+type WriteResult struct {
+	// Events has one event per message, in message order. For an
+	// idempotency key that was already stored (or repeats within the call)
+	// it is the stored event, unchanged.
+	Events []*Event
+	// Topics are the distinct topics of the events this call inserted (not
+	// those found under an existing idempotency key): what to signal a
+	// wakeup with after commit.
+	Topics []string
+}
+
+// Write validates every message, then inserts them: one multi-row INSERT
+// per run of consecutive messages of the same shape (same extra columns,
+// with or without an idempotency key), split to stay under the dialect's
+// bind-parameter limit, then one SELECT for idempotency keys that were
+// already stored. On PostgreSQL it first takes a transaction-scoped
+// advisory lock on each distinct ordering key, in key order, so writers of
+// one key are serialized and their sequence order is their commit order,
+// while writers of different keys never wait on each other.
+//
+// q is the caller's transaction (*sql.Tx) to commit the events with the
+// caller's writes; given a *sql.DB or *sql.Conn, Write runs its statements
+// in a transaction of its own and the events commit before it returns.
+// Nothing is written when a message is rejected (ErrValidation).
+func (w *Writer) Write(ctx context.Context, q Querier, ms []Message) (*WriteResult, error) {
+	return w.write(ctx, q, ms, true)
+}
+
+// WriteCaptured is Write for events of captured row changes: it skips the
+// advisory key locks, because the write already holds the locks of the
+// rows the keys name, which orders their events just as well.
+func (w *Writer) WriteCaptured(ctx context.Context, q Querier, ms []Message) (*WriteResult, error) {
+	return w.write(ctx, q, ms, false)
+}
+
+// row is one validated message, ready to bind.
+type row struct {
+	id      uuid.UUID
+	topic   string
+	payload string
+	headers string
+	hdrs    map[string]string
+	okey    string
+	ikey    string
+	at      time.Time // DeliverAt
+	extra   map[string]any
+	shape   string // sorted extra column names, and whether an idempotency key is set
+	dupOf   int    // index of an earlier message with the same idempotency key, or -1
+}
+
+func (w *Writer) write(ctx context.Context, q Querier, ms []Message, lockKeys bool) (*WriteResult, error) {
+	if len(ms) == 0 {
+		return &WriteResult{}, nil
+	}
+	now := w.now().UTC().Truncate(time.Microsecond)
+	rows := make([]row, len(ms))
+	firstKey := map[string]int{}
+	for i := range ms {
+		if err := w.prepare(&rows[i], &ms[i], i, len(ms)); err != nil {
+			return nil, err
+		}
+		rows[i].dupOf = -1
+		if k := rows[i].ikey; k != "" {
+			if j, ok := firstKey[k]; ok {
+				rows[i].dupOf = j
+			} else {
+				firstKey[k] = i
+			}
+		}
+	}
+
+	var keys []string
+	if lockKeys && w.d == Postgres {
+		for i := range rows {
+			if rows[i].okey != "" && rows[i].dupOf < 0 {
+				keys = append(keys, rows[i].okey)
+			}
+		}
+		slices.Sort(keys)
+		keys = slices.Compact(keys)
+	}
+
+	// Statements: the key locks, one INSERT per chunk of each run, and the
+	// SELECT of stored idempotency keys. More than one needs a transaction.
+	if b, ok := q.(interface {
+		BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
+	}); ok && (len(keys) > 0 || len(firstKey) > 0 || w.statements(rows) > 1) {
+		tx, err := b.BeginTx(ctx, nil)
+		if err != nil {
+			return nil, fmt.Errorf("herald/envelope: begin: %w", err)
+		}
+		res, err := w.run(ctx, tx, rows, keys, now)
+		if err != nil {
+			_ = tx.Rollback()
+			return nil, err
+		}
+		if err := tx.Commit(); err != nil {
+			return nil, fmt.Errorf("herald/envelope: commit: %w", err)
+		}
+		return res, nil
+	}
+	return w.run(ctx, q, rows, keys, now)
+}
+
+func (w *Writer) prepare(r *row, m *Message, i, n int) error {
+	where := func(field string) string {
+		if n == 1 {
+			return "Message." + field
+		}
+		return "Message[" + itoa(int64(i)) + "]." + field
+	}
+	switch l := utf8.RuneCountInString(m.Topic); {
+	case l == 0:
+		return Validationf(where("Topic"), "empty topic")
+	case l > MaxTopicLength:
+		return Validationf(where("Topic"), "%d characters, longer than %d", l, MaxTopicLength)
+	}
+	if l := utf8.RuneCountInString(m.IdempotencyKey); l > MaxKeyLength {
+		return Validationf(where("IdempotencyKey"), "%d characters, longer than %d", l, MaxKeyLength)
+	}
+	if l := utf8.RuneCountInString(m.OrderingKey); l > MaxKeyLength {
+		return Validationf(where("OrderingKey"), "%d characters, longer than %d", l, MaxKeyLength)
+	}
+	switch p := m.Payload.(type) {
+	case trustedJSON:
+		r.payload = string(p)
+	default:
+		b, err := jsonform.MarshalPath("payload", m.Payload, jsonform.Strict)
+		if err != nil {
+			return wrapValidation(where("Payload"), "has no JSON form", err)
+		}
+		r.payload = string(b)
+	}
+	hb := []byte("{")
+	if len(m.Headers) > 0 {
+		names := make([]string, 0, len(m.Headers))
+		for k := range m.Headers {
+			if k == "" {
+				return Validationf(where("Headers"), "empty header name")
+			}
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		for j, k := range names {
+			if j > 0 {
+				hb = append(hb, ',')
+			}
+			hb = jsonform.AppendString(hb, k)
+			hb = append(hb, ':')
+			hb = jsonform.AppendString(hb, m.Headers[k])
+		}
+	}
+	r.headers = string(append(hb, '}'))
+	var shape strings.Builder
+	if m.IdempotencyKey != "" {
+		shape.WriteString("!")
+	}
+	if len(m.Extra) > 0 {
+		cols := make([]string, 0, len(m.Extra))
+		for c := range m.Extra {
+			switch {
+			case IsOwnColumn(c):
+				return Validationf(where("Extra"), "column %q is one of the outbox table's own columns; Extra fills only your extra columns", c)
+			case !IsIdentifier(c):
+				return Validationf(where("Extra"), "column %q is not an identifier", c)
+			}
+			cols = append(cols, c)
+		}
+		sort.Strings(cols)
+		for _, c := range cols {
+			shape.WriteString(c)
+			shape.WriteByte(',')
+		}
+	}
+	id, err := w.newID()
+	if err != nil {
+		return fmt.Errorf("herald/envelope: new event id: %w", err)
+	}
+	*r = row{id: id, topic: m.Topic, payload: r.payload, headers: r.headers, hdrs: m.Headers,
+		okey: m.OrderingKey, ikey: m.IdempotencyKey, at: m.DeliverAt, extra: m.Extra, shape: shape.String()}
+	return nil
+}
+
+// ownInsertColumns are the columns every INSERT binds, before extras.
+var ownInsertColumns = []string{"id", "topic", "payload", "headers", "ordering_key", "idempotency_key", "created_at", "next_attempt_at"}
+
+type run struct {
+	start, end int // rows[start:end], duplicates of earlier keys skipped when binding
+	extras     []string
+	idem       bool
+}
+
+func (w *Writer) runs(rows []row) []run {
+	var out []run
+	for i := 0; i < len(rows); {
+		j := i + 1
+		for j < len(rows) && rows[j].shape == rows[i].shape {
+			j++
+		}
+		r := run{start: i, end: j, idem: rows[i].ikey != ""}
+		for c := range rows[i].extra {
+			r.extras = append(r.extras, c)
+		}
+		sort.Strings(r.extras)
+		out = append(out, r)
+		i = j
+	}
+	return out
+}
+
+func (w *Writer) chunkRows(r run) int {
+	per := len(ownInsertColumns) + len(r.extras)
+	return w.d.MaxBindParams() / per
+}
+
+func (w *Writer) statements(rows []row) int {
+	n := 0
+	for _, r := range w.runs(rows) {
+		c := w.chunkRows(r)
+		n += (r.end - r.start + c - 1) / c
+	}
+	return n
+}
+
+func (w *Writer) run(ctx context.Context, q Querier, rows []row, keys []string, now time.Time) (*WriteResult, error) {
+	if len(keys) > 0 {
+		if err := w.lockKeys(ctx, q, keys); err != nil {
+			return nil, err
+		}
+	}
+	seq := make(map[uuid.UUID]int64, len(rows))
+	for _, r := range w.runs(rows) {
+		chunk := w.chunkRows(r)
+		var batch []int
+		for i := r.start; i < r.end; i++ {
+			if rows[i].dupOf >= 0 {
+				continue
+			}
+			batch = append(batch, i)
+			if len(batch) == chunk {
+				if err := w.insert(ctx, q, rows, batch, r, now, seq); err != nil {
+					return nil, err
+				}
+				batch = batch[:0]
+			}
+		}
+		if len(batch) > 0 {
+			if err := w.insert(ctx, q, rows, batch, r, now, seq); err != nil {
+				return nil, err
+			}
+		}
+	}
+	res := &WriteResult{Events: make([]*Event, len(rows))}
+	var stored []string // idempotency keys whose event was already there
+	for i := range rows {
+		r := &rows[i]
+		s, ok := seq[r.id]
+		if !ok {
+			if r.dupOf < 0 {
+				stored = append(stored, r.ikey)
+			}
+			continue
+		}
+		var next *time.Time
+		if !r.at.IsZero() {
+			t := r.at
+			next = &t
+		}
+		res.Events[i] = &Event{Sequence: s, ID: r.id, Topic: r.topic, Payload: json.RawMessage(r.payload),
+			Headers: maps.Clone(r.hdrs), OrderingKey: r.okey, IdempotencyKey: r.ikey, CreatedAt: now, NextAttemptAt: next, Extra: maps.Clone(r.extra)}
+		if !slices.Contains(res.Topics, r.topic) {
+			res.Topics = append(res.Topics, r.topic)
+		}
+	}
+	byKey := map[string]*Event{}
+	if len(stored) > 0 {
+		found, err := w.selectByIdempotencyKey(ctx, q, stored)
+		if err != nil {
+			return nil, err
+		}
+		byKey = found
+	}
+	for i := range rows {
+		if res.Events[i] != nil {
+			byKey[rows[i].ikey] = res.Events[i]
+			continue
+		}
+	}
+	for i := range rows {
+		if res.Events[i] != nil {
+			continue
+		}
+		e, ok := byKey[rows[i].ikey]
+		if !ok {
+			// ON CONFLICT skipped the row, yet the key's event is not
+			// visible: it was committed after this transaction's snapshot
+			// (REPEATABLE READ / SERIALIZABLE).
+			return nil, fmt.Errorf("herald/envelope: idempotency key %q is taken by an event this transaction cannot see (committed after its snapshot); retry the transaction", rows[i].ikey)
+		}
+		res.Events[i] = e
+	}
+	return res, nil
+}
+
+func (w *Writer) lockKeys(ctx context.Context, q Querier, keys []string) error {
+	// One statement for all keys; the subquery fixes the order in which the
+	// locks are taken (sorted), so two writers of overlapping key sets
+	// cannot deadlock on each other.
+	var b strings.Builder
+	b.WriteString(`SELECT pg_advisory_xact_lock(hashtextextended(k, 7281)) FROM (SELECT DISTINCT k FROM (VALUES `)
+	args := make([]any, len(keys))
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("(" + w.d.Placeholder(i+1) + "::text)")
+		args[i] = k
+	}
+	b.WriteString(`) AS v(k) ORDER BY k) AS s`)
+	rows, err := q.QueryContext(ctx, b.String(), args...)
+	if err != nil {
+		return fmt.Errorf("herald/envelope: lock ordering keys: %w", err)
+	}
+	for rows.Next() {
+	}
+	if err := rows.Err(); err != nil {
+		_ = rows.Close()
+		return fmt.Errorf("herald/envelope: lock ordering keys: %w", err)
+	}
+	return rows.Close()
+}
+
+func (w *Writer) insert(ctx context.Context, q Querier, rows []row, batch []int, r run, now time.Time, seq map[uuid.UUID]int64) error {
+	var b strings.Builder
+	b.Grow(64 + len(batch)*(len(ownInsertColumns)+len(r.extras))*5)
+	b.WriteString("INSERT INTO ")
+	b.WriteString(w.t.Quoted)
+	b.WriteString(" (id, topic, payload, headers, ordering_key, idempotency_key, created_at, next_attempt_at")
+	for _, c := range r.extras {
+		b.WriteString(", ")
+		b.WriteString(QuoteIdent(c))
+	}
+	b.WriteString(") VALUES ")
+	per := len(ownInsertColumns) + len(r.extras)
+	args := make([]any, 0, len(batch)*per)
+	created := w.d.TimeArg(now)
+	n := 0
+	for bi, i := range batch {
+		if bi > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('(')
+		for c := 0; c < per; c++ {
+			if c > 0 {
+				b.WriteByte(',')
+			}
+			n++
+			b.WriteString(w.d.Placeholder(n))
+		}
+		b.WriteByte(')')
+		row := &rows[i]
+		var next any
+		if !row.at.IsZero() {
+			next = w.d.TimeArg(row.at)
+		}
+		args = append(args, row.id.String(), row.topic, row.payload, row.headers, nullString(row.okey), nullString(row.ikey), created, next)
+		for _, c := range r.extras {
+			args = append(args, row.extra[c])
+		}
+	}
+	if r.idem {
+		b.WriteString(" ON CONFLICT (idempotency_key) DO NOTHING")
+	}
+	b.WriteString(" RETURNING sequence, id")
+	res, err := q.QueryContext(ctx, b.String(), args...)
+	if err != nil {
+		return fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err)
+	}
+	defer res.Close()
+	for res.Next() {
+		var s int64
+		var id uuid.UUID
+		if err := res.Scan(&s, &id); err != nil {
+			return fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err)
+		}
+		seq[id] = s
+	}
+	if err := res.Err(); err != nil {
+		return fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err)
+	}
+	return nil
+}
+
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func (w *Writer) selectByIdempotencyKey(ctx context.Context, q Querier, keys []string) (map[string]*Event, error) {
+	var b strings.Builder
+	b.WriteString("SELECT ")
+	b.WriteString(EventColumns)
+	b.WriteString(" FROM ")
+	b.WriteString(w.t.Quoted)
+	b.WriteString(" WHERE idempotency_key IN (")
+	args := make([]any, len(keys))
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(w.d.Placeholder(i + 1))
+		args[i] = k
+	}
+	b.WriteByte(')')
+	rows, err := q.QueryContext(ctx, b.String(), args...)
+	if err != nil {
+		return nil, fmt.Errorf("herald/envelope: select stored idempotency keys: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[string]*Event, len(keys))
+	for rows.Next() {
+		e, err := ScanEvent(rows, nil)
+		if err != nil {
+			return nil, err
+		}
+		out[e.IdempotencyKey] = e
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("herald/envelope: select stored idempotency keys: %w", err)
+	}
+	return out, nil
+}
+
+// EventColumns lists the outbox columns ScanEvent reads, in its order.
+const EventColumns = "sequence, id, topic, payload, headers, ordering_key, idempotency_key, created_at, attempts, last_error, next_attempt_at, lease_until, leased_by, published_at, dead_lettered_at"
+
+// Scanner is *sql.Rows or *sql.Row.
+type Scanner interface{ Scan(dest ...any) error }
+
+// ScanEvent scans one row selected as EventColumns followed by the extra
+// columns named in extra (loaded into Event.Extra).
+func ScanEvent(s Scanner, extra []string) (*Event, error) {
+	var (
+		e                                       Event
+		payload, headers                        []byte
+		okey, ikey, lastErr, leasedBy           sql.NullString
+		created, next, lease, published, killed NullTime
+	)
+	dest := []any{&e.Sequence, &e.ID, &e.Topic, &payload, &headers, &okey, &ikey, &created, &e.Attempts,
+		&lastErr, &next, &lease, &leasedBy, &published, &killed}
+	var xv []any
+	if len(extra) > 0 {
+		xv = make([]any, len(extra))
+		for i := range xv {
+			dest = append(dest, &xv[i])
+		}
+	}
+	if err := s.Scan(dest...); err != nil {
+		return nil, fmt.Errorf("herald/envelope: scan event: %w", err)
+	}
+	e.Payload = json.RawMessage(payload)
+	if len(headers) > 0 && string(headers) != "{}" {
+		if err := json.Unmarshal(headers, &e.Headers); err != nil {
+			return nil, fmt.Errorf("herald/envelope: event %d: headers: %w", e.Sequence, err)
+		}
+	}
+	e.OrderingKey, e.IdempotencyKey, e.LastError, e.LeasedBy = okey.String, ikey.String, lastErr.String, leasedBy.String
+	e.CreatedAt = created.Time
+	e.NextAttemptAt, e.LeaseUntil, e.PublishedAt, e.DeadLetteredAt = next.Ptr(), lease.Ptr(), published.Ptr(), killed.Ptr()
+	if len(extra) > 0 {
+		e.Extra = make(map[string]any, len(extra))
+		for i, c := range extra {
+			if b, ok := xv[i].([]byte); ok { // drivers may reuse the buffer
+				xv[i] = slices.Clone(b)
+			}
+			e.Extra[c] = xv[i]
+		}
+	}
+	return &e, nil
+}

@@ -1,0 +1,226 @@
+// Package testkit gives herald's tests real servers: a fresh PostgreSQL
+// schema per test, SQLite files in t.TempDir(), Redis and RabbitMQ URLs, an
+// in-process Kafka cluster, and a goroutine-leak check for TestMain.
+//
+// A test that needs a server that is unreachable fails with a message that
+// says how to start it; `go test -short` skips such tests instead.
+package testkit
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"go.uber.org/goleak"
+)
+
+// Environment variables that point tests at servers.
+const (
+	EnvPostgres = "HERALD_POSTGRES_DSN"
+	EnvRedis    = "HERALD_REDIS_URL"
+	EnvAMQP     = "HERALD_AMQP_URL"
+	EnvKafka    = "HERALD_KAFKA_BROKERS"
+)
+
+// Defaults, the servers' local addresses on the project's machines.
+const (
+	DefaultPostgresDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	DefaultRedisURL    = "redis://127.0.0.1:6379/0"
+	DefaultAMQPURL     = "amqp://guest:guest@127.0.0.1:5672/"
+)
+
+// Main runs the tests and then fails the binary if goroutines leaked.
+func Main(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// database/sql closes its opener goroutine asynchronously after Close.
+		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),
+		// pgx's background reader of a connection being closed.
+		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgconn/internal/bgreader.(*BGReader).bgRead"),
+	)
+}
+
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func needServer(t testing.TB, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("needs %s; skipped with -short", what)
+	}
+}
+
+// PostgresDSN returns the DSN of the test server (HERALD_POSTGRES_DSN).
+func PostgresDSN() string { return env(EnvPostgres, DefaultPostgresDSN) }
+
+// Postgres creates a schema of the test's own and returns a DSN whose
+// search_path is that schema, and a *sql.DB (pgx) open on it. The schema is
+// dropped and the DB closed when the test ends.
+func Postgres(t testing.TB) (*sql.DB, string) {
+	t.Helper()
+	needServer(t, "PostgreSQL")
+	base := PostgresDSN()
+	admin, err := sql.Open("pgx", base)
+	if err != nil {
+		t.Fatalf("testkit: %s=%q: %v", EnvPostgres, base, err)
+	}
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := admin.PingContext(ctx); err != nil {
+		t.Fatalf("testkit: PostgreSQL at %s is unreachable: %v\n"+
+			"start it with `pg_ctlcluster --skip-systemctl-redirect 15 main start` (or run .ci/run), "+
+			"point %s at another server, or skip server tests with `go test -short`", redact(base), err, EnvPostgres)
+	}
+	schema := "herald_t_" + randomHex(6)
+	if _, err := admin.ExecContext(ctx, `CREATE SCHEMA `+schema); err != nil {
+		t.Fatalf("testkit: create schema: %v", err)
+	}
+	t.Cleanup(func() {
+		a, err := sql.Open("pgx", base)
+		if err != nil {
+			return
+		}
+		defer a.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = a.ExecContext(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE`)
+	})
+	dsn := withParam(base, "search_path", schema)
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatalf("testkit: open %s: %v", redact(dsn), err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db, dsn
+}
+
+func withParam(dsn, k, v string) string {
+	u, err := url.Parse(dsn)
+	if err != nil || u.Scheme == "" {
+		return dsn + " " + k + "=" + v // key=value form
+	}
+	q := u.Query()
+	q.Set(k, v)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func redact(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil || u.User == nil {
+		return dsn
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxx")
+	}
+	return u.String()
+}
+
+// SQLitePath returns the path of a new SQLite database file in t.TempDir().
+func SQLitePath(t testing.TB) string {
+	t.Helper()
+	return filepath.Join(t.TempDir(), "herald.db")
+}
+
+// MattnDSN is the DSN for github.com/mattn/go-sqlite3 (gorm.io/driver/sqlite):
+// WAL, synchronous=NORMAL, foreign keys on, a busy timeout.
+func MattnDSN(path string) string {
+	return "file:" + path + "?_foreign_keys=1&_busy_timeout=10000&_journal_mode=WAL&_synchronous=NORMAL"
+}
+
+// ModerncDSN is the same DSN for modernc.org/sqlite and glebarez/go-sqlite.
+func ModerncDSN(path string) string {
+	return "file:" + path + "?_pragma=foreign_keys(1)&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)"
+}
+
+// RedisURL returns HERALD_REDIS_URL after checking the server answers.
+func RedisURL(t testing.TB) string {
+	t.Helper()
+	needServer(t, "Redis")
+	u := env(EnvRedis, DefaultRedisURL)
+	reachable(t, "Redis", u, "6379", EnvRedis,
+		`redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no`)
+	return u
+}
+
+// AMQPURL returns HERALD_AMQP_URL after checking the server answers.
+func AMQPURL(t testing.TB) string {
+	t.Helper()
+	needServer(t, "RabbitMQ")
+	u := env(EnvAMQP, DefaultAMQPURL)
+	reachable(t, "RabbitMQ", u, "5672", EnvAMQP, "rabbitmq-server -detached")
+	return u
+}
+
+func reachable(t testing.TB, what, rawURL, port, envName, start string) {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatalf("testkit: %s=%q: %v", envName, rawURL, err)
+	}
+	host := u.Host
+	if !strings.Contains(host, ":") {
+		host += ":" + port
+	}
+	c, err := net.DialTimeout("tcp", host, 5*time.Second)
+	if err != nil {
+		t.Fatalf("testkit: %s at %s is unreachable: %v\nstart it with `%s` (or run .ci/run), point %s at another server, or skip server tests with `go test -short`",
+			what, host, err, start, envName)
+	}
+	_ = c.Close()
+}
+
+// Kafka returns broker addresses: HERALD_KAFKA_BROKERS when set, else an
+// in-process kfake cluster closed when the test ends.
+func Kafka(t testing.TB, opts ...kfake.Opt) []string {
+	t.Helper()
+	if v := os.Getenv(EnvKafka); v != "" {
+		needServer(t, "Kafka")
+		return strings.Split(v, ",")
+	}
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)...)
+	if err != nil {
+		t.Fatalf("testkit: start kfake cluster: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c.ListenAddrs()
+}
+
+// Name returns a random name with the prefix, for topics, streams, queues.
+func Name(prefix string) string { return prefix + randomHex(6) }
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("testkit: %v", err))
+	}
+	return hex.EncodeToString(b)
+}
+
+// Eventually calls cond until it returns true or the deadline passes, then
+// fails the test with msg. It polls; it never sleeps a fixed time to wait.
+func Eventually(t testing.TB, within time.Duration, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("testkit: not within %s: "+msg, append([]any{within}, args...)...)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

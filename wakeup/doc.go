@@ -1,0 +1,11 @@
+// Package wakeup carries "events were committed for these topics" from the
+// code that writes outbox events to the relays that deliver them, so an idle
+// relay can wait long between polls and still start delivering at once.
+//
+// A Wakeup is a hint, never the source of truth: relays keep polling the
+// table, so a signal that is lost (a crash after commit, a broker restart, a
+// transaction the capture could not see) costs latency, never an event.
+//
+// Guarantee: a writer signals only after its transaction committed, once per
+// topic per transaction, and never for a rollback.
+package wakeup
