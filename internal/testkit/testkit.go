@@ -47,6 +47,10 @@ func Main(m *testing.M) {
 		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),
 		// pgx's background reader of a connection being closed.
 		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgconn/internal/bgreader.(*BGReader).bgRead"),
+		// gorm's prepared-statement cache (PrepareStmt) starts a TTL sweeper
+		// per cache that it never stops (gorm/internal/lru: "done channel is
+		// never closed").
+		goleak.IgnoreAnyFunction("gorm.io/gorm/internal/lru.NewLRU[...].func1"),
 	)
 }
 

@@ -1,0 +1,96 @@
+package gormcapture
+
+import (
+	"fmt"
+	"strconv"
+
+	"gorm.io/gorm"
+
+	"github.com/heraldgo/herald/envelope"
+)
+
+// Enqueue writes one event through db: in db's transaction when db is one
+// (the event commits or rolls back with it), otherwise in a transaction of
+// its own that commits before Enqueue returns. See EnqueueMany.
+func Enqueue(db *gorm.DB, m envelope.Message) (*envelope.Event, error) {
+	es, err := EnqueueMany(db, []envelope.Message{m})
+	if err != nil {
+		return nil, err
+	}
+	return es[0], nil
+}
+
+// EnqueueMany writes events through db, in message order, and returns
+// them in that order; for an idempotency key already stored (or repeated
+// in ms) the stored event comes back unchanged and nothing new is written
+// for it.
+//
+// In a transaction (db.Transaction, db.Begin) the events are written in a
+// savepoint of it, so a failure leaves the caller's transaction usable and
+// without them; they commit with the caller's writes. Outside one they are
+// written in a transaction of their own. The configured Wakeup is
+// signalled with the topics of the events actually inserted, once, after
+// the outermost commit, and never after a rollback (a wakeup.TxSignaler is
+// signalled inside the transaction instead). A rejected message
+// (envelope.ErrValidation) writes nothing.
+//
+// The plugin must be installed on db (db.Use(gormcapture.New(...))): it
+// knows the outbox table and the dialect.
+func EnqueueMany(db *gorm.DB, ms []envelope.Message) ([]*envelope.Event, error) {
+	if db == nil || db.Statement == nil {
+		return nil, envelope.Validationf("gormcapture.EnqueueMany", "nil *gorm.DB")
+	}
+	if db.Error != nil {
+		return nil, db.Error
+	}
+	p, ok := db.Config.Plugins[Name].(*Plugin)
+	if !ok || p.writer == nil {
+		return nil, envelope.Configurationf("gormcapture.EnqueueMany", "the capture plugin is not installed on this *gorm.DB: call db.Use(gormcapture.New(gormcapture.Config{...})) after gorm.Open")
+	}
+	if len(ms) == 0 {
+		return nil, nil
+	}
+	st := db.Statement
+	ctx := st.Context
+	cp := p.wrap(st.ConnPool)
+
+	if raw := rawTx(cp); raw != nil {
+		name := "herald_sp" + strconv.FormatUint(p.spSeq.Add(1), 10)
+		if _, err := raw.ExecContext(ctx, "SAVEPOINT "+name); err != nil {
+			return nil, fmt.Errorf("herald/gormcapture: savepoint: %w", err)
+		}
+		res, err := p.writer.Write(ctx, querier{cp}, ms)
+		if err == nil {
+			err = p.signal(ctx, cp, res.Topics)
+		}
+		if err != nil {
+			if _, rerr := raw.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+name); rerr != nil {
+				return nil, fmt.Errorf("%w (and rolling back to the savepoint failed: %v)", err, rerr)
+			}
+			_, _ = raw.ExecContext(ctx, "RELEASE SAVEPOINT "+name)
+			return nil, err
+		}
+		if _, err := raw.ExecContext(ctx, "RELEASE SAVEPOINT "+name); err != nil {
+			return nil, fmt.Errorf("herald/gormcapture: release savepoint: %w", err)
+		}
+		return res.Events, nil
+	}
+
+	tx, err := beginOn(ctx, cp)
+	if err != nil {
+		return nil, fmt.Errorf("herald/gormcapture: begin: %w", err)
+	}
+	tc := tx.(gorm.TxCommitter)
+	res, err := p.writer.Write(ctx, querier{tx}, ms)
+	if err == nil {
+		err = p.signal(ctx, tx, res.Topics)
+	}
+	if err != nil {
+		_ = tc.Rollback()
+		return nil, err
+	}
+	if err := tc.Commit(); err != nil {
+		return nil, fmt.Errorf("herald/gormcapture: commit: %w", err)
+	}
+	return res.Events, nil
+}

@@ -1,0 +1,73 @@
+package gormcapture
+
+import (
+	"slices"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/schema"
+
+	"github.com/heraldgo/herald/envelope"
+)
+
+// batch is one statement's changes of one model: what Spec.Messages (and
+// so ExtendMany) is called with.
+type batch struct {
+	spec    *envelope.Spec
+	changes []envelope.Change
+}
+
+// emit turns the changes into messages and writes them with one
+// multi-row INSERT (split only at the bind-parameter limit) in the
+// write's transaction, then records their topics for the wakeup.
+func (p *Plugin) emit(db *gorm.DB, batches ...batch) error {
+	st := db.Statement
+	ctx := st.Context
+	var ms []envelope.Message
+	for _, b := range batches {
+		if len(b.changes) == 0 {
+			continue
+		}
+		slices.SortStableFunc(b.changes, func(x, y envelope.Change) int { return comparePK(x.PK, y.PK) })
+		m, err := b.spec.Messages(ctx, b.changes)
+		if err != nil {
+			return err
+		}
+		ms = append(ms, m...)
+	}
+	if len(ms) == 0 {
+		return nil
+	}
+	res, err := p.writer.WriteCaptured(ctx, querier{st.ConnPool}, ms)
+	if err != nil {
+		return err
+	}
+	return p.signal(ctx, st.ConnPool, res.Topics)
+}
+
+// change builds one change of a row.
+func change(spec *envelope.Spec, table string, op envelope.Operation, pk any, before, after image, changed []string, at time.Time) envelope.Change {
+	c := envelope.Change{Model: spec.Label, Table: table, Operation: op, PK: pk, OccurredAt: at}
+	if before != nil {
+		c.Before = map[string]any(before)
+	}
+	if after != nil {
+		c.After = map[string]any(after)
+	}
+	if op == envelope.Updated {
+		c.Changed = changed
+	}
+	return c
+}
+
+// payloadColumns are the columns a snapshot of op reads: the primary key
+// plus, when the mode keeps rows, the spec's payload columns.
+func payloadColumns(sch *schema.Schema, spec *envelope.Spec, rows bool) []string {
+	cols := slices.Clone(sch.PrimaryFieldDBNames)
+	if rows && spec != nil {
+		cols = union(cols, spec.Columns()...)
+	}
+	return cols
+}
+
+func now() time.Time { return time.Now().UTC() }

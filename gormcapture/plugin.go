@@ -1,0 +1,371 @@
+package gormcapture
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/schema"
+
+	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/wakeup"
+)
+
+// Name is the plugin's name in gorm's plugin registry.
+const Name = "herald:capture"
+
+// Captured is implemented by a model that declares change capture. It may
+// be declared on an embedded base struct: every model built on that base
+// is captured, each under its own name.
+type Captured interface {
+	ChangeCapture() envelope.Options
+}
+
+// Config configures the plugin. The zero value is usable.
+type Config struct {
+	// Table is the outbox table; "" = envelope.DefaultTable.
+	Table string
+
+	// Namespace is the {namespace} (and the model label's prefix) of
+	// captured models whose Options set none; "" = no namespace.
+	Namespace string
+
+	// Models lists models known up front: captured ones (declaring
+	// Captured or registered with Capture) are validated when the plugin
+	// is installed, and every listed model's constraint tags
+	// (constraint:OnDelete:CASCADE / SET NULL) tell the plugin which rows a
+	// delete makes the database delete or update, so those rows are
+	// captured too. A model that declares Captured is captured even when
+	// not listed; list it anyway so a bad declaration fails at db.Use and
+	// deletes that reach it through the database are seen. nil = none.
+	Models []any
+
+	// Wakeup, when set, is signalled with the topics of the events a
+	// transaction wrote, once after it commits (never after a rollback);
+	// a wakeup.TxSignaler (PostgreSQL NOTIFY) is signalled inside the
+	// transaction instead. nil = no signals; relays poll.
+	Wakeup wakeup.Wakeup
+
+	// Logger receives warnings: a failed wakeup signal, a write in a
+	// transaction the plugin cannot see commit. nil = no logging.
+	Logger *slog.Logger
+}
+
+// Plugin is the gorm.Plugin that captures writes: install it with db.Use
+// right after gorm.Open, before dbresolver and before deriving sessions.
+type Plugin struct {
+	cfg Config
+
+	mu       sync.Mutex
+	dialect  envelope.Dialect
+	writer   *envelope.Writer
+	namer    schema.Namer
+	explicit map[reflect.Type]envelope.Options // from Capture
+	known    []any                             // Config.Models and Capture models
+	inits    map[any]bool                      // callback managers already set up
+
+	models   sync.Map // reflect.Type -> *model
+	cascades sync.Map // table name -> []*cascadeEdge
+	pools    sync.Map // *sql.DB -> *pool
+	parsed   sync.Map // schema cache for models parsed outside a statement
+
+	spSeq         atomic.Uint64
+	foreignWarned atomic.Bool
+}
+
+var _ gorm.Plugin = (*Plugin)(nil)
+
+// New returns the capture plugin for cfg. Configuration errors (a bad
+// table name, a bad declaration) are reported by db.Use.
+func New(cfg Config) *Plugin {
+	p := &Plugin{cfg: cfg, explicit: map[reflect.Type]envelope.Options{}, inits: map[any]bool{}}
+	p.known = append(p.known, cfg.Models...)
+	return p
+}
+
+// Name implements gorm.Plugin.
+func (p *Plugin) Name() string { return Name }
+
+func (p *Plugin) logger() *slog.Logger {
+	if p.cfg.Logger != nil {
+		return p.cfg.Logger
+	}
+	return discard
+}
+
+var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// Initialize implements gorm.Plugin. It may run more than once (dbresolver
+// re-runs the Initialize of installed plugins on each source it opens) and
+// is idempotent: it wraps the connection pool once and registers the
+// callbacks once per callback manager. It keeps no reference to db.
+func (p *Plugin) Initialize(db *gorm.DB) error {
+	d, err := dialectOf(db)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	first := p.writer == nil
+	if first {
+		w, err := envelope.NewWriter(d, p.cfg.Table)
+		if err != nil {
+			p.mu.Unlock()
+			return err
+		}
+		p.writer, p.dialect = w, d
+	} else if p.dialect != d {
+		p.mu.Unlock()
+		return envelope.Configurationf("gormcapture", "plugin already installed on a %s database, now on %s: use one plugin per dialect", p.dialect, d)
+	}
+	p.namer = db.NamingStrategy
+	known := slices.Clone(p.known)
+	p.mu.Unlock()
+
+	if first {
+		for _, m := range known {
+			if err := p.register(db, m); err != nil {
+				return err
+			}
+		}
+	}
+
+	switch c := db.ConnPool.(type) {
+	case *gorm.PreparedStmtDB:
+		c.ConnPool = p.wrapPlain(c.ConnPool)
+	default:
+		db.ConnPool = p.wrapPlain(db.ConnPool)
+	}
+	if db.Statement != nil {
+		db.Statement.ConnPool = db.ConnPool
+	}
+
+	cb := db.Callback()
+	p.mu.Lock()
+	done := p.inits[cb]
+	p.inits[cb] = true
+	p.mu.Unlock()
+	if done {
+		return nil
+	}
+	return p.registerCallbacks(db)
+}
+
+func dialectOf(db *gorm.DB) (envelope.Dialect, error) {
+	if db.Dialector == nil {
+		return "", envelope.Configurationf("gormcapture", "gorm.DB has no dialector")
+	}
+	switch n := db.Dialector.Name(); n {
+	case "postgres", "pgx":
+		return envelope.Postgres, nil
+	case "sqlite", "sqlite3":
+		return envelope.SQLite, nil
+	default:
+		return "", &envelope.Error{Kind: envelope.ErrUnsupported, Where: "gormcapture", Msg: fmt.Sprintf("dialect %q is not supported (want postgres or sqlite)", n)}
+	}
+}
+
+func (p *Plugin) registerCallbacks(db *gorm.DB) error {
+	cb := db.Callback()
+	enableTx := func(db *gorm.DB) bool { return !db.SkipDefaultTransaction }
+	origCreate := cb.Create().Get("gorm:create")
+	origUpdate := cb.Update().Get("gorm:update")
+	origDelete := cb.Delete().Get("gorm:delete")
+	if origCreate == nil || origUpdate == nil || origDelete == nil {
+		return &envelope.Error{Kind: envelope.ErrUnsupported, Where: "gormcapture", Msg: "the dialector did not register gorm's default create/update/delete callbacks"}
+	}
+	steps := []func() error{
+		// Re-wrap a pool swapped in by dbresolver (its Before("*") runs
+		// first) or a *sql.Conn from db.Connection before GORM begins its
+		// default transaction on it.
+		func() error {
+			return cb.Create().Match(enableTx).Before("gorm:begin_transaction").Register("herald:rewrap", p.rewrap)
+		},
+		func() error {
+			return cb.Update().Match(enableTx).Before("gorm:begin_transaction").Register("herald:rewrap", p.rewrap)
+		},
+		func() error {
+			return cb.Delete().Match(enableTx).Before("gorm:begin_transaction").Register("herald:rewrap", p.rewrap)
+		},
+		// Open the write's scope (own transaction or savepoint) before any
+		// of the chain's SQL. Anchored on callbacks that always exist:
+		// gorm:begin_transaction is absent under SkipDefaultTransaction.
+		func() error {
+			return cb.Create().Before("gorm:before_create").Register("herald:begin", p.begin(envelope.Inserted))
+		},
+		func() error {
+			return cb.Update().Before("gorm:setup_reflect_value").Register("herald:begin", p.begin(envelope.Updated))
+		},
+		func() error {
+			return cb.Delete().Before("gorm:before_delete").Register("herald:begin", p.begin(envelope.Deleted))
+		},
+		func() error { return cb.Create().Replace("gorm:create", p.create(origCreate)) },
+		func() error { return cb.Update().Replace("gorm:update", p.update(origUpdate)) },
+		func() error { return cb.Delete().Replace("gorm:delete", p.delete(origDelete)) },
+		// Close the scope last, after the model's after-hooks.
+		func() error { return cb.Create().After("*").Register("herald:end", p.end) },
+		func() error { return cb.Update().After("*").Register("herald:end", p.end) },
+		func() error { return cb.Delete().After("*").Register("herald:end", p.end) },
+		func() error { return cb.Raw().After("gorm:raw").Register("herald:savepoint", p.rawSavepoint) },
+	}
+	for _, s := range steps {
+		if err := s(); err != nil {
+			return fmt.Errorf("herald/gormcapture: register callbacks: %w", err)
+		}
+	}
+	return nil
+}
+
+// rewrap wraps a statement's pool that the plugin does not own yet.
+func (p *Plugin) rewrap(db *gorm.DB) {
+	if db.Error == nil {
+		db.Statement.ConnPool = p.wrap(db.Statement.ConnPool)
+	}
+}
+
+// Capture registers model for capture with opts, without touching the
+// model type; it takes precedence over the model's own ChangeCapture.
+// Called after db.Use it validates at once; before, db.Use reports errors.
+func (p *Plugin) Capture(model any, opts envelope.Options) error {
+	t, err := modelType(model)
+	if err != nil {
+		return err
+	}
+	if err := opts.Validate(); err != nil {
+		var e *envelope.Error
+		if errors.As(err, &e) {
+			e.Where = t.Name() + " " + e.Where
+		}
+		return err
+	}
+	p.mu.Lock()
+	p.explicit[t] = opts
+	p.known = append(p.known, model)
+	namer := p.namer
+	p.mu.Unlock()
+	p.models.Delete(t)
+	p.cascades.Clear()
+	if namer == nil {
+		return nil
+	}
+	sch, err := schema.Parse(model, &p.parsed, namer)
+	if err != nil {
+		return envelope.Configurationf(t.Name(), "cannot parse model: %v", err)
+	}
+	m := p.buildModel(sch)
+	if m.err != nil {
+		return m.err
+	}
+	return nil
+}
+
+func modelType(model any) (reflect.Type, error) {
+	t := reflect.TypeOf(model)
+	for t != nil && (t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+		t = t.Elem()
+	}
+	if t == nil || t.Kind() != reflect.Struct {
+		return nil, envelope.Configurationf("gormcapture", "model %T is not a struct", model)
+	}
+	return t, nil
+}
+
+// register validates one known model when the plugin is installed.
+func (p *Plugin) register(db *gorm.DB, model any) error {
+	t, err := modelType(model)
+	if err != nil {
+		return err
+	}
+	stmt := &gorm.Statement{DB: db}
+	if err := stmt.Parse(model); err != nil {
+		return envelope.Configurationf(t.Name(), "cannot parse model: %v", err)
+	}
+	m := p.modelFor(stmt.Schema)
+	return m.err
+}
+
+// model is what the plugin knows about one model type.
+type model struct {
+	spec  *envelope.Spec // nil: not captured
+	err   error          // a bad declaration, reported on every write
+	label string
+}
+
+// modelFor returns the plugin's view of a schema's model, building it the
+// first time the type is seen.
+func (p *Plugin) modelFor(sch *schema.Schema) *model {
+	if v, ok := p.models.Load(sch.ModelType); ok {
+		return v.(*model)
+	}
+	return p.buildModel(sch)
+}
+
+func (p *Plugin) buildModel(sch *schema.Schema) *model {
+	p.mu.Lock()
+	opts, explicit := p.explicit[sch.ModelType]
+	p.mu.Unlock()
+	if !explicit {
+		if c, ok := reflect.New(sch.ModelType).Interface().(Captured); ok {
+			opts, explicit = c.ChangeCapture(), true
+		}
+	}
+	m := &model{}
+	if explicit {
+		m.spec, m.err = p.compile(sch, opts)
+		if m.spec != nil {
+			m.label = m.spec.Label
+		}
+	}
+	v, loaded := p.models.LoadOrStore(sch.ModelType, m)
+	if !loaded && m.spec != nil {
+		// A captured model seen for the first time may be reached by a
+		// database cascade: recompute the cascade plans.
+		p.cascades.Clear()
+	}
+	return v.(*model)
+}
+
+func (p *Plugin) compile(sch *schema.Schema, opts envelope.Options) (*envelope.Spec, error) {
+	info := envelope.ModelInfo{
+		Name:             sch.Name,
+		Table:            sch.Table,
+		Columns:          slices.Clone(sch.DBNames),
+		PrimaryKey:       slices.Clone(sch.PrimaryFieldDBNames),
+		DefaultNamespace: p.cfg.Namespace,
+	}
+	for _, f := range sch.Fields {
+		if f.DBName != "" && isSensitive(f) {
+			info.Sensitive = append(info.Sensitive, f.DBName)
+		}
+	}
+	p.mu.Lock()
+	w := p.writer
+	p.mu.Unlock()
+	if w != nil && strings.EqualFold(unqualified(sch.Table), unqualified(w.Table().Name)) {
+		return nil, envelope.Configurationf(sch.Name, "table %s is the outbox table: the outbox cannot capture its own events", sch.Table)
+	}
+	return envelope.Compile(info, opts)
+}
+
+func unqualified(t string) string {
+	if i := strings.LastIndexByte(t, '.'); i >= 0 {
+		return t[i+1:]
+	}
+	return t
+}
+
+// isSensitive reports a `herald:"sensitive"` tag.
+func isSensitive(f *schema.Field) bool {
+	for _, s := range strings.Split(f.Tag.Get("herald"), ",") {
+		if strings.TrimSpace(s) == "sensitive" {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,318 @@
+package gormcapture
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"fmt"
+	"reflect"
+	"strings"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+	"gorm.io/gorm/schema"
+
+	"github.com/heraldgo/herald/envelope"
+)
+
+// image is one row as the database returned it: column name -> value,
+// each value of its model field's Go type (what GORM would put in the
+// struct), or nil for NULL.
+type image map[string]any
+
+// scanner reads rows whose columns are named by the query into images,
+// typing each value by the schema's field of that column.
+type scanner struct {
+	sch    *schema.Schema
+	cols   []string
+	fields []*schema.Field // nil: not a field (a flag column)
+	dests  []any
+	tmp    reflect.Value // a model value, for fields with a serializer
+}
+
+func newScanner(sch *schema.Schema, cols []string) *scanner {
+	s := &scanner{sch: sch, cols: cols, fields: make([]*schema.Field, len(cols)), dests: make([]any, len(cols))}
+	for i, c := range cols {
+		f := sch.LookUpField(c)
+		if f != nil && f.DBName == c && f.Readable {
+			s.fields[i] = f
+			if f.Serializer != nil && !s.tmp.IsValid() {
+				s.tmp = reflect.New(sch.ModelType).Elem()
+			}
+		}
+	}
+	return s
+}
+
+// scan reads every row. flag, when >= 0, is the index of a boolean
+// column (PostgreSQL's "(xmax = 0)") returned in flags.
+func (s *scanner) scan(ctx context.Context, rows *sql.Rows, flag int) (imgs []image, flags []bool, err error) {
+	defer func() {
+		if cerr := rows.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	var fv bool
+	for rows.Next() {
+		for i, f := range s.fields {
+			switch {
+			case i == flag:
+				fv = false
+				s.dests[i] = &fv
+			case f == nil:
+				s.dests[i] = new(any)
+			case f.Serializer != nil:
+				s.dests[i] = f.NewValuePool.Get()
+			default:
+				// A pointer to a pointer of the field's type: NULL scans as
+				// nil whatever the type, as gorm's own scan does.
+				s.dests[i] = reflect.New(reflect.PointerTo(f.FieldType)).Interface()
+			}
+		}
+		if err := rows.Scan(s.dests...); err != nil {
+			return nil, nil, err
+		}
+		img := make(image, len(s.cols))
+		for i, f := range s.fields {
+			switch {
+			case i == flag:
+				flags = append(flags, fv)
+				continue
+			case f == nil:
+				img[s.cols[i]] = *(s.dests[i].(*any))
+			case f.Serializer != nil:
+				if err := f.Set(ctx, s.tmp, s.dests[i]); err != nil {
+					return nil, nil, err
+				}
+				f.NewValuePool.Put(s.dests[i])
+				v, zero := f.ValueOf(ctx, s.tmp)
+				if zero && reflect.ValueOf(v).Kind() == reflect.Pointer {
+					v = nil
+				}
+				img[s.cols[i]] = v
+			default:
+				p := reflect.ValueOf(s.dests[i]).Elem()
+				if p.IsNil() {
+					img[s.cols[i]] = nil
+				} else {
+					img[s.cols[i]] = p.Elem().Interface()
+				}
+			}
+		}
+		imgs = append(imgs, img)
+	}
+	return imgs, flags, rows.Err()
+}
+
+// keyOf is a row's identity over cols, as text: equal for equal values
+// read from the database with the same field types.
+func keyOf(img image, cols []string) string {
+	if len(cols) == 1 {
+		return envelope.KeyText(img[cols[0]])
+	}
+	var b strings.Builder
+	for i, c := range cols {
+		if i > 0 {
+			b.WriteByte(0)
+		}
+		b.WriteString(envelope.KeyText(img[c]))
+	}
+	return b.String()
+}
+
+// pkOf returns a row's primary key in the envelope's form: the value, or
+// a map for a composite key.
+func pkOf(img image, pk []string) any {
+	if len(pk) == 1 {
+		return img[pk[0]]
+	}
+	m := make(map[string]any, len(pk))
+	for _, c := range pk {
+		m[c] = img[c]
+	}
+	return m
+}
+
+// comparePK orders primary-key values: numbers numerically, anything else
+// by its key text.
+func comparePK(a, b any) int {
+	if x, ok := asInt(a); ok {
+		if y, ok := asInt(b); ok {
+			return cmp.Compare(x, y)
+		}
+	}
+	if am, ok := a.(map[string]any); ok {
+		if bm, ok := b.(map[string]any); ok {
+			keys := make([]string, 0, len(am))
+			for k := range am {
+				keys = append(keys, k)
+			}
+			for _, k := range sortedKeys(keys) {
+				if c := comparePK(am[k], bm[k]); c != 0 {
+					return c
+				}
+			}
+			return 0
+		}
+	}
+	return strings.Compare(envelope.KeyText(a), envelope.KeyText(b))
+}
+
+func sortedKeys(ks []string) []string {
+	for i := 1; i < len(ks); i++ {
+		for j := i; j > 0 && ks[j] < ks[j-1]; j-- {
+			ks[j], ks[j-1] = ks[j-1], ks[j]
+		}
+	}
+	return ks
+}
+
+func asInt(v any) (int64, bool) {
+	switch x := v.(type) {
+	case int:
+		return int64(x), true
+	case int8:
+		return int64(x), true
+	case int16:
+		return int64(x), true
+	case int32:
+		return int64(x), true
+	case int64:
+		return x, true
+	case uint:
+		return int64(x), true
+	case uint8:
+		return int64(x), true
+	case uint16:
+		return int64(x), true
+	case uint32:
+		return int64(x), true
+	case uint64:
+		return int64(x), true
+	}
+	return 0, false
+}
+
+// union appends the names of b missing from a.
+func union(a []string, b ...string) []string {
+next:
+	for _, s := range b {
+		for _, have := range a {
+			if have == s {
+				continue next
+			}
+		}
+		a = append(a, s)
+	}
+	return a
+}
+
+// quotedColumns writes cols as a select/returning list qualified by the
+// statement's table.
+func quotedColumns(st *gorm.Statement, cols []string, qualify bool) string {
+	var b strings.Builder
+	for i, c := range cols {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		col := clause.Column{Name: c}
+		if qualify {
+			col.Table = clause.CurrentTable
+		}
+		st.QuoteTo(&b, col)
+	}
+	return b.String()
+}
+
+// selectWhere builds SELECT cols FROM <the statement's table> WHERE <the
+// statement's final WHERE> [ORDER BY pk] [FOR UPDATE]: the rows a write
+// with that WHERE is about to touch, locked on PostgreSQL so the write
+// and its snapshot see the same rows.
+func (p *Plugin) selectWhere(db *gorm.DB, cols []string, lock bool) (string, []any) {
+	src := db.Statement
+	sel := &gorm.Statement{
+		DB:        db,
+		Table:     src.Table,
+		TableExpr: src.TableExpr,
+		Schema:    src.Schema,
+		Context:   src.Context,
+		Clauses:   map[string]clause.Clause{},
+	}
+	if w, ok := src.Clauses["WHERE"]; ok {
+		sel.Clauses["WHERE"] = w
+	}
+	sc := make([]clause.Column, len(cols))
+	for i, c := range cols {
+		sc[i] = clause.Column{Table: clause.CurrentTable, Name: c}
+	}
+	sel.AddClause(clause.Select{Columns: sc})
+	sel.AddClause(clause.From{})
+	if src.Schema != nil && len(src.Schema.PrimaryFieldDBNames) > 0 {
+		// A fixed lock order: two bulk writes over overlapping rows lock
+		// them in the same order and cannot deadlock on each other.
+		ob := clause.OrderBy{}
+		for _, c := range src.Schema.PrimaryFieldDBNames {
+			ob.Columns = append(ob.Columns, clause.OrderByColumn{Column: clause.Column{Table: clause.CurrentTable, Name: c}})
+		}
+		sel.AddClause(ob)
+	}
+	if lock && p.dialect == envelope.Postgres {
+		sel.AddClause(clause.Locking{Strength: clause.LockingStrengthUpdate})
+	}
+	sel.Build("SELECT", "FROM", "WHERE", "ORDER BY", "FOR")
+	return sel.SQL.String(), sel.Vars
+}
+
+// selectByKeys reads the rows of t whose keyCols equal one of keys, in
+// chunks under the bind-parameter limit, locked on PostgreSQL when lock.
+func (p *Plugin) selectByKeys(ctx context.Context, db *gorm.DB, q gorm.ConnPool, t target, cols, keyCols []string, keys [][]any, lock bool) ([]image, error) {
+	sch, table := t.sch, t.table
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	per := 30000 / max(1, len(keyCols))
+	var out []image
+	for start := 0; start < len(keys); start += per {
+		chunk := keys[start:min(len(keys), start+per)]
+		st := &gorm.Statement{DB: db, Table: table, TableExpr: t.expr, Schema: sch, Context: ctx, Clauses: map[string]clause.Clause{}}
+		sc := make([]clause.Column, len(cols))
+		for i, c := range cols {
+			sc[i] = clause.Column{Table: clause.CurrentTable, Name: c}
+		}
+		var in clause.Expression
+		if len(keyCols) == 1 {
+			vals := make([]any, len(chunk))
+			for i, k := range chunk {
+				vals[i] = k[0]
+			}
+			in = clause.IN{Column: clause.Column{Table: clause.CurrentTable, Name: keyCols[0]}, Values: vals}
+		} else {
+			kc := make([]clause.Column, len(keyCols))
+			for i, c := range keyCols {
+				kc[i] = clause.Column{Table: clause.CurrentTable, Name: c}
+			}
+			vals := make([]any, len(chunk))
+			for i, k := range chunk {
+				vals[i] = k
+			}
+			in = clause.IN{Column: kc, Values: vals}
+		}
+		st.AddClause(clause.Select{Columns: sc})
+		st.AddClause(clause.From{})
+		st.AddClause(clause.Where{Exprs: []clause.Expression{in}})
+		if lock && p.dialect == envelope.Postgres {
+			st.AddClause(clause.Locking{Strength: clause.LockingStrengthUpdate})
+		}
+		st.Build("SELECT", "FROM", "WHERE", "FOR")
+		rows, err := q.QueryContext(ctx, st.SQL.String(), st.Vars...)
+		if err != nil {
+			return nil, fmt.Errorf("herald/gormcapture: read %s rows: %w", table, err)
+		}
+		imgs, _, err := newScanner(sch, cols).scan(ctx, rows, -1)
+		if err != nil {
+			return nil, fmt.Errorf("herald/gormcapture: read %s rows: %w", table, err)
+		}
+		out = append(out, imgs...)
+	}
+	return out, nil
+}

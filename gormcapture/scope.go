@@ -1,0 +1,251 @@
+package gormcapture
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strconv"
+
+	"gorm.io/gorm"
+
+	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/wakeup"
+)
+
+// A captured write must commit or roll back together with its events:
+//
+//   - outside a transaction (SkipDefaultTransaction, in the config or a
+//     session) herald:begin opens one on the statement's pool and
+//     herald:end commits it, or rolls it back when the chain failed;
+//   - in GORM's own default transaction nothing is needed: GORM rolls it
+//     back when a callback added an error;
+//   - in the caller's transaction the first captured write of the chain
+//     takes a savepoint (issued on the statement's ConnPool, errors
+//     checked) and herald:end releases it, or rolls back to it when the
+//     chain failed, so an event that fails after its row was written
+//     undoes that row even if the caller catches the error and goes on,
+//     and a PostgreSQL transaction stays usable.
+//
+// Nested statements (association saves, the deletes of
+// Select(clause.Associations)) inherit the outer statement's
+// Statement.Context, which carries the writeCtx: they share its scope and
+// take no savepoint of their own.
+
+type writeKey struct{}
+
+// writeCtx is the scope of one top-level write and the statements nested
+// in it.
+type writeCtx struct {
+	owner   *gorm.Statement
+	prevCtx context.Context
+	raw     gorm.ConnPool // the transaction the write runs in, unprepared
+
+	needSavepoint bool   // in the caller's transaction: a savepoint before the first write
+	savepoint     string // taken
+	failed        bool   // a nested capture failed: fail the whole write
+
+	ownTx    gorm.ConnPool // a transaction the plugin opened
+	prevPool gorm.ConnPool
+}
+
+func writeCtxOf(st *gorm.Statement) *writeCtx {
+	if st.Context == nil {
+		return nil
+	}
+	wc, _ := st.Context.Value(writeKey{}).(*writeCtx)
+	return wc
+}
+
+// begin is herald:begin, before the chain's hooks and SQL.
+func (p *Plugin) begin(op envelope.Operation) func(*gorm.DB) {
+	return func(db *gorm.DB) {
+		if db.Error != nil || db.DryRun {
+			return
+		}
+		st := db.Statement
+		if st.Schema == nil {
+			return
+		}
+		st.ConnPool = p.wrap(st.ConnPool)
+		if !p.relevant(db, op) {
+			return
+		}
+		raw := rawTx(st.ConnPool)
+		if parent := writeCtxOf(st); parent != nil && raw != nil && parent.raw == raw {
+			return // nested in a captured write: its scope covers this one
+		}
+		wc := &writeCtx{owner: st, prevCtx: st.Context}
+		if raw != nil {
+			wc.raw = raw
+			if _, started := db.InstanceGet("gorm:started_transaction"); !started {
+				wc.needSavepoint = !inBatches(raw)
+			}
+		} else {
+			tx, err := beginOn(st.Context, st.ConnPool)
+			if err != nil {
+				_ = db.AddError(fmt.Errorf("herald/gormcapture: begin: %w", err))
+				return
+			}
+			wc.prevPool, wc.ownTx = st.ConnPool, tx
+			st.ConnPool = tx
+			wc.raw = rawTx(tx)
+		}
+		st.Context = context.WithValue(st.Context, writeKey{}, wc)
+	}
+}
+
+func inBatches(raw gorm.ConnPool) bool {
+	t, ok := raw.(*txConn)
+	return ok && t.inBatches()
+}
+
+// beginOn begins a transaction on a (wrapped) pool.
+func beginOn(ctx context.Context, cp gorm.ConnPool) (gorm.ConnPool, error) {
+	switch b := cp.(type) {
+	case gorm.ConnPoolBeginner:
+		return b.BeginTx(ctx, nil)
+	case gorm.TxBeginner:
+		tx, err := b.BeginTx(ctx, nil)
+		if err != nil {
+			return nil, err
+		}
+		return tx, nil
+	}
+	return nil, gorm.ErrInvalidTransaction
+}
+
+// relevant reports whether a write of op on the statement's model needs a
+// capture scope; a bad declaration fails the write.
+func (p *Plugin) relevant(db *gorm.DB, op envelope.Operation) bool {
+	m := p.modelFor(db.Statement.Schema)
+	if m.err != nil {
+		_ = db.AddError(m.err)
+		return false
+	}
+	if s := m.spec; s != nil {
+		switch op {
+		case envelope.Inserted:
+			if s.Captures(envelope.Inserted) || s.Captures(envelope.Updated) {
+				return true
+			}
+		case envelope.Updated:
+			if s.Captures(envelope.Updated) {
+				return true
+			}
+		case envelope.Deleted:
+			if s.Captures(envelope.Deleted) || s.Captures(envelope.Updated) {
+				return true
+			}
+		}
+	}
+	return op == envelope.Deleted && len(p.cascadesFor(db, db.Statement.Table)) > 0
+}
+
+// ensureSavepoint takes the write's savepoint if it needs one and has
+// none yet; called right before the first statement of a capture.
+func (p *Plugin) ensureSavepoint(ctx context.Context, wc *writeCtx) error {
+	if wc == nil || !wc.needSavepoint || wc.savepoint != "" {
+		return nil
+	}
+	name := "herald_sp" + strconv.FormatUint(p.spSeq.Add(1), 10)
+	if _, err := wc.raw.ExecContext(ctx, "SAVEPOINT "+name); err != nil {
+		return fmt.Errorf("herald/gormcapture: savepoint: %w", err)
+	}
+	wc.savepoint = name
+	return nil
+}
+
+// end is herald:end, the chain's last callback: it closes the scope the
+// write opened and restores the statement.
+func (p *Plugin) end(db *gorm.DB) {
+	st := db.Statement
+	wc := writeCtxOf(st)
+	if wc == nil || wc.owner != st {
+		return
+	}
+	st.Context = wc.prevCtx
+	ctx := context.WithoutCancel(wc.prevCtx)
+	if wc.failed && db.Error == nil {
+		_ = db.AddError(fmt.Errorf("herald/gormcapture: a nested write's capture failed; the write was undone"))
+	}
+	switch {
+	case wc.savepoint != "":
+		if db.Error != nil {
+			if _, err := wc.raw.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+wc.savepoint); err != nil {
+				_ = db.AddError(fmt.Errorf("herald/gormcapture: rollback to savepoint: %w", err))
+				return
+			}
+		}
+		if _, err := wc.raw.ExecContext(ctx, "RELEASE SAVEPOINT "+wc.savepoint); err != nil {
+			_ = db.AddError(fmt.Errorf("herald/gormcapture: release savepoint: %w", err))
+		}
+	case wc.ownTx != nil:
+		tc := wc.ownTx.(gorm.TxCommitter)
+		if db.Error != nil {
+			_ = tc.Rollback()
+		} else if err := tc.Commit(); err != nil {
+			_ = db.AddError(fmt.Errorf("herald/gormcapture: commit: %w", err))
+		}
+		st.ConnPool = wc.prevPool
+	}
+}
+
+// fail marks the write's scope failed, so the outer write fails too even
+// if a hook swallowed the nested error.
+func fail(db *gorm.DB, err error) {
+	_ = db.AddError(err)
+	if wc := writeCtxOf(db.Statement); wc != nil {
+		wc.failed = true
+	}
+}
+
+// signal records the topics of events just written: a TxSignaler is
+// signalled inside the transaction (once per topic per transaction);
+// otherwise the topics wait for the commit of the plugin's transaction,
+// or are signalled at once after an autocommit write. A transaction begun
+// on a pool the plugin does not own cannot be seen to commit: its topics
+// are left to the relays' polling, with a warning logged once.
+func (p *Plugin) signal(ctx context.Context, cp gorm.ConnPool, topics []string) error {
+	w := p.cfg.Wakeup
+	if w == nil || len(topics) == 0 {
+		return nil
+	}
+	t, inTx := scopeOf(cp)
+	if ts, ok := w.(wakeup.TxSignaler); ok && inTx {
+		fresh := topics
+		if t != nil {
+			fresh = t.fresh(topics)
+		}
+		if len(fresh) == 0 {
+			return nil
+		}
+		if err := ts.SignalTx(ctx, cp, fresh); err != nil {
+			return fmt.Errorf("herald/gormcapture: wakeup in transaction: %w", err)
+		}
+		return nil
+	}
+	switch {
+	case t != nil:
+		t.add(topics)
+	case !inTx:
+		p.signalNow(topics)
+	default:
+		if p.foreignWarned.CompareAndSwap(false, true) {
+			p.logger().Warn("herald/gormcapture: events written in a transaction begun on a pool the plugin does not wrap; "+
+				"their wakeup is left to the relays' polling (install the plugin with db.Use before dbresolver and before deriving sessions, "+
+				"and do not begin transactions inside db.Connection)", "topics", topics)
+		}
+	}
+	return nil
+}
+
+// querier adapts a gorm.ConnPool to envelope.Querier.
+type querier struct{ gorm.ConnPool }
+
+func (q querier) ExecContext(ctx context.Context, s string, args ...any) (sql.Result, error) {
+	return q.ConnPool.ExecContext(ctx, s, args...)
+}
+
+func (q querier) QueryContext(ctx context.Context, s string, args ...any) (*sql.Rows, error) {
+	return q.ConnPool.QueryContext(ctx, s, args...)
+}

@@ -1,0 +1,371 @@
+package gormcapture
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/heraldgo/herald/envelope"
+)
+
+// Updates and deletes run GORM's own gorm:update / gorm:delete with the
+// statement's pool swapped for a capturePool. GORM has built the final
+// SQL (its WHERE complete with primary-key conditions, soft-delete
+// conditions and the like) by the time it calls ExecContext, so the pool
+// sees exactly the statement that will run, and:
+//
+//   - BeforeAndAfter: first reads the rows it will touch with the same
+//     WHERE, ORDER BY the key, FOR UPDATE on PostgreSQL (one statement);
+//   - a real DELETE whose rows the database cascades to: first locks the
+//     parent keys, then reads the rows the cascade will delete or null,
+//     level by level (one statement per constraint and level);
+//   - runs the statement with a RETURNING of what the events hold, reading
+//     the rows itself, and hands GORM the true row count, so RETURNING
+//     never overwrites the caller's model and RowsAffected stays right.
+//
+// A statement of N rows thus costs a constant number of statements: the
+// optional lock-select, the write, and the event INSERT(s), split only at
+// the bind-parameter limit.
+
+type capturePool struct {
+	gorm.ConnPool
+	p    *Plugin
+	db   *gorm.DB
+	spec *envelope.Spec // nil: the model is not captured (a delete that cascades)
+	at   time.Time
+
+	hit           bool
+	err           error
+	userReturning bool
+	update        bool // an UPDATE (the update chain, or a soft delete)
+	changed       []string
+	before, after []image
+	cascaded      []batch
+}
+
+func (p *Plugin) update(orig func(*gorm.DB)) func(*gorm.DB) {
+	return func(db *gorm.DB) {
+		if db.Error != nil {
+			return
+		}
+		st := db.Statement
+		if st.Schema == nil || db.DryRun {
+			orig(db)
+			return
+		}
+		m := p.modelFor(st.Schema)
+		if m.spec == nil || !m.spec.Captures(envelope.Updated) {
+			orig(db)
+			return
+		}
+		p.intercept(db, orig, m.spec)
+	}
+}
+
+func (p *Plugin) delete(orig func(*gorm.DB)) func(*gorm.DB) {
+	return func(db *gorm.DB) {
+		if db.Error != nil {
+			return
+		}
+		st := db.Statement
+		if st.Schema == nil || db.DryRun {
+			orig(db)
+			return
+		}
+		m := p.modelFor(st.Schema)
+		spec := m.spec
+		if spec != nil && !spec.Captures(envelope.Deleted) && !spec.Captures(envelope.Updated) {
+			spec = nil
+		}
+		if spec == nil && len(p.cascadesFor(db, st.Table)) == 0 {
+			orig(db)
+			return
+		}
+		p.intercept(db, orig, spec)
+	}
+}
+
+func (p *Plugin) intercept(db *gorm.DB, orig func(*gorm.DB), spec *envelope.Spec) {
+	st := db.Statement
+	c := &capturePool{ConnPool: st.ConnPool, p: p, db: db, spec: spec, at: now()}
+	st.ConnPool = c
+	orig(db)
+	st.ConnPool = c.ConnPool
+	if c.err != nil {
+		fail(db, c.err)
+		return
+	}
+	if db.Error != nil || !c.hit {
+		return
+	}
+	if err := c.finish(); err != nil {
+		fail(db, err)
+	}
+}
+
+func (c *capturePool) isStatement(q string) bool {
+	return !c.hit && q == c.db.Statement.SQL.String()
+}
+
+// ExecContext runs the statement GORM built with a RETURNING the pool
+// reads itself; any other statement passes through.
+func (c *capturePool) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	if !c.isStatement(q) {
+		return c.ConnPool.ExecContext(ctx, q, args...)
+	}
+	c.hit = true
+	n, err := c.run(ctx, q, args)
+	if err != nil {
+		c.err = err
+		return nil, err
+	}
+	return driver.RowsAffected(n), nil
+}
+
+// QueryContext: the caller asked for RETURNING (clause.Returning), so GORM
+// reads the rows into the caller's value; the pool reads the rows first
+// (locked) and, for an update, reads them again by key afterwards.
+func (c *capturePool) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	if !c.isStatement(q) {
+		return c.ConnPool.QueryContext(ctx, q, args...)
+	}
+	c.hit, c.userReturning = true, true
+	if err := c.prepare(ctx, q); err != nil {
+		c.err = err
+		return nil, err
+	}
+	st := c.db.Statement
+	if c.update && c.spec != nil {
+		cols := payloadColumns(st.Schema, c.spec, c.spec.NeedsBefore(envelope.Updated))
+		if err := c.readBefore(ctx, cols); err != nil {
+			c.err = err
+			return nil, err
+		}
+	} else if !c.update && c.spec != nil && c.spec.Captures(envelope.Deleted) {
+		cols := payloadColumns(st.Schema, c.spec, c.spec.NeedsBefore(envelope.Deleted))
+		if err := c.readBefore(ctx, cols); err != nil {
+			c.err = err
+			return nil, err
+		}
+	}
+	return c.ConnPool.QueryContext(ctx, q, args...)
+}
+
+// prepare takes the write's savepoint and, for a real DELETE, reads what
+// the database will cascade to.
+func (c *capturePool) prepare(ctx context.Context, q string) error {
+	st := c.db.Statement
+	if err := c.p.ensureSavepoint(ctx, writeCtxOf(st)); err != nil {
+		return err
+	}
+	c.update = len(q) >= 6 && strings.EqualFold(q[:6], "UPDATE")
+	if c.update {
+		c.changed = changedColumns(st)
+		if c.spec != nil && !c.spec.Captures(envelope.Updated) {
+			c.spec = nil
+		}
+		return nil
+	}
+	if c.spec != nil && !c.spec.Captures(envelope.Deleted) {
+		c.spec = nil
+	}
+	edges := c.p.cascadesFor(c.db, st.Table)
+	if len(edges) == 0 {
+		return nil
+	}
+	cols := slices.Clone(st.Schema.PrimaryFieldDBNames)
+	for _, e := range edges {
+		cols = union(cols, e.ref...)
+	}
+	q2, vars := c.p.selectWhere(c.db, cols, true)
+	rows, err := c.ConnPool.QueryContext(ctx, q2, vars...)
+	if err != nil {
+		return fmt.Errorf("herald/gormcapture: lock %s rows: %w", st.Table, err)
+	}
+	parents, _, err := newScanner(st.Schema, cols).scan(ctx, rows, -1)
+	if err != nil {
+		return fmt.Errorf("herald/gormcapture: lock %s rows: %w", st.Table, err)
+	}
+	c.cascaded, err = c.p.readCascade(ctx, c.db, c.ConnPool, st.Table, parents, c.at)
+	return err
+}
+
+func (c *capturePool) readBefore(ctx context.Context, cols []string) error {
+	q, vars := c.p.selectWhere(c.db, cols, true)
+	rows, err := c.ConnPool.QueryContext(ctx, q, vars...)
+	if err != nil {
+		return fmt.Errorf("herald/gormcapture: read rows before the write: %w", err)
+	}
+	c.before, _, err = newScanner(c.db.Statement.Schema, cols).scan(ctx, rows, -1)
+	if err != nil {
+		return fmt.Errorf("herald/gormcapture: read rows before the write: %w", err)
+	}
+	return nil
+}
+
+func (c *capturePool) run(ctx context.Context, q string, args []any) (int64, error) {
+	if err := c.prepare(ctx, q); err != nil {
+		return 0, err
+	}
+	st := c.db.Statement
+	var cols []string
+	switch {
+	case c.spec == nil:
+		res, err := c.ConnPool.ExecContext(ctx, q, args...)
+		if err != nil {
+			return 0, err
+		}
+		return res.RowsAffected()
+	case c.update:
+		if c.spec.NeedsBefore(envelope.Updated) {
+			if err := c.readBefore(ctx, payloadColumns(st.Schema, c.spec, true)); err != nil {
+				return 0, err
+			}
+		}
+		cols = payloadColumns(st.Schema, c.spec, c.spec.NeedsAfter(envelope.Updated))
+	default:
+		cols = payloadColumns(st.Schema, c.spec, c.spec.NeedsBefore(envelope.Deleted))
+	}
+	rows, err := c.ConnPool.QueryContext(ctx, q+" RETURNING "+quotedColumns(st, cols, true), args...)
+	if err != nil {
+		return 0, err
+	}
+	imgs, _, err := newScanner(st.Schema, cols).scan(ctx, rows, -1)
+	if err != nil {
+		return 0, err
+	}
+	if c.update {
+		c.after = imgs
+	} else {
+		c.before = imgs
+	}
+	return int64(len(imgs)), nil
+}
+
+// finish builds the statement's changes and writes their events.
+func (c *capturePool) finish() error {
+	st := c.db.Statement
+	ctx := st.Context
+	spec := c.spec
+	var cs []envelope.Change
+	if spec != nil {
+		pk := st.Schema.PrimaryFieldDBNames
+		if c.update {
+			if c.userReturning {
+				// The rows GORM read went to the caller; read them again.
+				keys := make([][]any, len(c.before))
+				for i, b := range c.before {
+					keys[i] = make([]any, len(pk))
+					for j, k := range pk {
+						keys[i][j] = b[k]
+					}
+				}
+				cols := payloadColumns(st.Schema, spec, spec.NeedsAfter(envelope.Updated))
+				var err error
+				c.after, err = c.p.selectByKeys(ctx, c.db, st.ConnPool, target{st.Table, st.TableExpr, st.Schema}, cols, pk, keys, false)
+				if err != nil {
+					return err
+				}
+			}
+			var beforeBy map[string]image
+			if spec.NeedsBefore(envelope.Updated) {
+				beforeBy = make(map[string]image, len(c.before))
+				for _, b := range c.before {
+					beforeBy[keyOf(b, pk)] = b
+				}
+				if setsKey(c.changed, pk) && len(c.before) == 1 && len(c.after) == 1 {
+					beforeBy[keyOf(c.after[0], pk)] = c.before[0]
+				}
+			}
+			cs = make([]envelope.Change, 0, len(c.after))
+			for _, a := range c.after {
+				var before, after image
+				if beforeBy != nil {
+					before = beforeBy[keyOf(a, pk)]
+					if before == nil {
+						return &envelope.Error{Kind: envelope.ErrUnsupported, Where: spec.Label + " update",
+							Msg: "an update that moves rows to other primary keys cannot pair their before and after images; set the key of one row at a time"}
+					}
+				}
+				if spec.NeedsAfter(envelope.Updated) {
+					after = a
+				}
+				cs = append(cs, change(spec, st.Table, envelope.Updated, pkOf(a, pk), before, after, c.changed, c.at))
+			}
+		} else {
+			cs = make([]envelope.Change, 0, len(c.before))
+			for _, b := range c.before {
+				var before image
+				if spec.NeedsBefore(envelope.Deleted) {
+					before = b
+				}
+				cs = append(cs, change(spec, st.Table, envelope.Deleted, pkOf(b, pk), before, nil, nil, c.at))
+			}
+		}
+	}
+	batches := append([]batch{{spec, cs}}, c.cascaded...)
+	if spec == nil {
+		batches = c.cascaded
+	}
+	return c.p.emit(c.db, batches...)
+}
+
+func setsKey(changed, pk []string) bool {
+	for _, c := range changed {
+		if slices.Contains(pk, c) {
+			return true
+		}
+	}
+	return false
+}
+
+// changedColumns names the columns an UPDATE sets that the caller chose:
+// its SET less what GORM adds itself (autoUpdateTime, unless the caller
+// named the column; an optimistic-lock version).
+func changedColumns(st *gorm.Statement) []string {
+	set, _ := st.Clauses["SET"].Expression.(clause.Set)
+	sch := st.Schema
+	explicit := map[string]bool{}
+	name := func(k string) string {
+		if f := sch.LookUpField(k); f != nil && f.DBName != "" {
+			return f.DBName
+		}
+		return k
+	}
+	switch d := st.Dest.(type) {
+	case map[string]any:
+		for k := range d {
+			explicit[name(k)] = true
+		}
+	case *map[string]any:
+		for k := range *d {
+			explicit[name(k)] = true
+		}
+	}
+	for _, s := range st.Selects {
+		if s != "*" {
+			explicit[name(s)] = true
+		}
+	}
+	out := make([]string, 0, len(set))
+	for _, a := range set {
+		n := a.Column.Name
+		if f := sch.LookUpField(n); f != nil {
+			if f.DBName != "" {
+				n = f.DBName
+			}
+			if (f.AutoUpdateTime > 0 && !explicit[n]) || isVersionField(f) {
+				continue
+			}
+		}
+		out = union(out, n)
+	}
+	return out
+}
