@@ -259,7 +259,7 @@ func upsertChanged(st *gorm.Statement, oc clause.OnConflict) []string {
 		}
 		out = union(out, name)
 	}
-	return out
+	return inTableOrder(st.Schema, out)
 }
 
 // fillBack copies what GORM would have scanned from its own RETURNING into

@@ -11,6 +11,7 @@ import (
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
+	"gorm.io/gorm/schema"
 
 	"github.com/heraldgo/herald/envelope"
 )
@@ -367,5 +368,19 @@ func changedColumns(st *gorm.Statement) []string {
 		}
 		out = union(out, n)
 	}
-	return out
+	return inTableOrder(sch, out)
+}
+
+// inTableOrder sorts column names by their position in the table
+// (unknown names last, as given), so "changed" does not depend on how the
+// caller listed them.
+func inTableOrder(sch *schema.Schema, cols []string) []string {
+	pos := func(c string) int {
+		if i := slices.Index(sch.DBNames, c); i >= 0 {
+			return i
+		}
+		return len(sch.DBNames)
+	}
+	slices.SortStableFunc(cols, func(a, b string) int { return pos(a) - pos(b) })
+	return cols
 }
