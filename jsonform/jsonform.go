@@ -1,0 +1,356 @@
+package jsonform
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// Mode says how values without a JSON number form are treated.
+type Mode int
+
+const (
+	// Strict is for enqueued payloads and headers: NaN and ±Inf are errors,
+	// like every other value without a JSON form. Any Mode value other than
+	// Field acts as Strict.
+	Strict Mode = iota
+	// Field is for captured database column values: a column may hold NaN
+	// or ±Inf, so they become the strings "NaN", "Infinity" and "-Infinity".
+	Field
+)
+
+// String returns "strict" or "field".
+func (m Mode) String() string {
+	if m == Field {
+		return "field"
+	}
+	if m == Strict {
+		return "strict"
+	}
+	return "Mode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// ErrUnsupported is matched with errors.Is for every value that has no JSON
+// form. It is always wrapped by an [*Error] saying where and what.
+var ErrUnsupported = errors.New("herald/jsonform: value has no JSON form")
+
+// MaxDepth is how deeply values may nest (pointers, interfaces, maps,
+// slices, arrays and structs each count one level). A deeper value, which
+// is what a pointer or map cycle looks like, is rejected with an [*Error].
+const MaxDepth = 1000
+
+// Error says where a value without a JSON form was met and what it was.
+// It unwraps to [ErrUnsupported]; when a method of the value failed
+// (MarshalJSON, MarshalText, Value), errors.Is and errors.As also see that
+// method's error, which is kept in Err.
+type Error struct {
+	// Path is where the value sits: object keys as ".key", list indices as
+	// "[3]", keys of maps that encode as pair lists as "[key JSON]", under
+	// the path given to MarshalPath or Append ("payload.items[3].price").
+	// It is empty for the root of Marshal.
+	Path string
+	// Type is the Go type of the value at Path ("complex128", "chan int").
+	Type string
+	// Reason says why the value has no JSON form ("unsupported type
+	// complex128", "NaN is not a JSON number").
+	Reason string
+	// Err is the error returned by the value's own method (MarshalJSON,
+	// MarshalText, Value), or nil.
+	Err error
+
+	// segs holds the path, innermost segment first, while the error travels
+	// up through the containers; finish turns it into Path. Building the
+	// path only on the way out keeps the success path free of allocations.
+	segs []segment
+}
+
+// Error returns "herald/jsonform: <path>: <reason>". A path longer than
+// 256 bytes (a cycle's) is shortened in the middle with "…"; Path keeps it
+// whole.
+func (e *Error) Error() string {
+	if e.Path == "" {
+		return "herald/jsonform: " + e.Reason
+	}
+	return "herald/jsonform: " + shortPath(e.Path) + ": " + e.Reason
+}
+
+func shortPath(p string) string {
+	const head, tail = 128, 96
+	if len(p) <= 256 {
+		return p
+	}
+	i, j := head, len(p)-tail
+	for i > 0 && !utf8.RuneStart(p[i]) {
+		i--
+	}
+	for j < len(p) && !utf8.RuneStart(p[j]) {
+		j++
+	}
+	return p[:i] + "…" + p[j:]
+}
+
+// Unwrap returns ErrUnsupported.
+func (e *Error) Unwrap() error { return ErrUnsupported }
+
+// Is reports whether the error of the value's failing method matches
+// target, so that errors.Is sees through to it as well as to ErrUnsupported.
+func (e *Error) Is(target error) bool {
+	return e.Err != nil && errors.Is(e.Err, target)
+}
+
+// As finds the first error in Err's chain that matches target.
+func (e *Error) As(target any) bool {
+	return e.Err != nil && errors.As(e.Err, target)
+}
+
+type segKind uint8
+
+const (
+	segKey     segKind = iota // .key
+	segIndex                  // [3]
+	segBracket                // [key JSON]
+)
+
+type segment struct {
+	kind  segKind
+	index int
+	key   string
+}
+
+func (e *Error) atKey(key string) *Error {
+	e.segs = append(e.segs, segment{kind: segKey, key: key})
+	return e
+}
+
+func (e *Error) atIndex(i int) *Error {
+	e.segs = append(e.segs, segment{kind: segIndex, index: i})
+	return e
+}
+
+func (e *Error) atBracket(key string) *Error {
+	e.segs = append(e.segs, segment{kind: segBracket, key: key})
+	return e
+}
+
+// finish builds Path from root and the segments gathered on the way up.
+func (e *Error) finish(root string) {
+	var b strings.Builder
+	b.WriteString(root)
+	for i := len(e.segs) - 1; i >= 0; i-- {
+		s := e.segs[i]
+		switch s.kind {
+		case segKey:
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(s.key)
+		case segIndex:
+			b.WriteByte('[')
+			b.WriteString(strconv.Itoa(s.index))
+			b.WriteByte(']')
+		case segBracket:
+			b.WriteByte('[')
+			b.WriteString(s.key)
+			b.WriteByte(']')
+		}
+	}
+	e.Path = b.String()
+	e.segs = nil
+}
+
+func newError(t reflect.Type, reason string) *Error {
+	return &Error{Type: typeName(t), Reason: reason}
+}
+
+func unsupported(t reflect.Type) *Error {
+	return newError(t, "unsupported type "+typeName(t))
+}
+
+func typeName(t reflect.Type) string {
+	if t == nil {
+		return "nil"
+	}
+	return t.String()
+}
+
+// Marshal returns the JSON form of v. Errors name paths from the root ("",
+// "items[3].price").
+func Marshal(v any, mode Mode) ([]byte, error) {
+	return Append(nil, "", v, mode)
+}
+
+// MarshalPath returns the JSON form of v; errors name paths under path
+// ("payload" gives "payload.items[3].price").
+func MarshalPath(path string, v any, mode Mode) ([]byte, error) {
+	return Append(nil, path, v, mode)
+}
+
+// Append appends the JSON form of v to dst and returns the extended slice.
+// Errors name paths under path. On error it returns dst as it was (its
+// spare capacity may have been written to). Append allocates only where a
+// value's own methods, map key sorting beyond 32 keys, or reflection over
+// maps and big numbers require it; common column values (strings, numbers,
+// times, uuids, decimals that fit 18 digits, []byte, map[string]any, []any)
+// are appended without allocating.
+func Append(dst []byte, path string, v any, mode Mode) ([]byte, error) {
+	n := len(dst)
+	out, err := appendAny(state{mode: mode}, dst, v)
+	if err != nil {
+		err.finish(path)
+		return dst[:n], err
+	}
+	return out, nil
+}
+
+// Valid reports whether raw is valid JSON (json.Valid).
+func Valid(raw []byte) bool { return json.Valid(raw) }
+
+// state travels down the value by copy: the mode and how deep we are.
+type state struct {
+	mode  Mode
+	depth int
+}
+
+// enter returns the state one level deeper, or an error naming t once the
+// value nests beyond MaxDepth.
+func (st state) enter(t reflect.Type) (state, *Error) {
+	st.depth++
+	if st.depth > MaxDepth {
+		return st, newError(t, "too deep or cyclic: nesting exceeds "+strconv.Itoa(MaxDepth)+" levels")
+	}
+	return st, nil
+}
+
+var (
+	float32Type      = reflect.TypeFor[float32]()
+	float64Type      = reflect.TypeFor[float64]()
+	mapStringAnyType = reflect.TypeFor[map[string]any]()
+	sliceAnyType     = reflect.TypeFor[[]any]()
+	timeType         = reflect.TypeFor[time.Time]()
+	rawMessageType   = reflect.TypeFor[json.RawMessage]()
+)
+
+// appendAny is the entry for a dynamic value. The common column types are
+// switched on directly, without reflection; everything else goes through
+// the per-type encoders.
+func appendAny(st state, dst []byte, x any) ([]byte, *Error) {
+	switch x := x.(type) {
+	case nil:
+		return append(dst, "null"...), nil
+	case string:
+		return appendString(dst, x), nil
+	case bool:
+		return strconv.AppendBool(dst, x), nil
+	case int:
+		return strconv.AppendInt(dst, int64(x), 10), nil
+	case int8:
+		return strconv.AppendInt(dst, int64(x), 10), nil
+	case int16:
+		return strconv.AppendInt(dst, int64(x), 10), nil
+	case int32:
+		return strconv.AppendInt(dst, int64(x), 10), nil
+	case int64:
+		return strconv.AppendInt(dst, x, 10), nil
+	case uint:
+		return strconv.AppendUint(dst, uint64(x), 10), nil
+	case uint8:
+		return strconv.AppendUint(dst, uint64(x), 10), nil
+	case uint16:
+		return strconv.AppendUint(dst, uint64(x), 10), nil
+	case uint32:
+		return strconv.AppendUint(dst, uint64(x), 10), nil
+	case uint64:
+		return strconv.AppendUint(dst, x, 10), nil
+	case float64:
+		return appendFloat(st, dst, x, 64, float64Type)
+	case float32:
+		return appendFloat(st, dst, float64(x), 32, float32Type)
+	case []byte:
+		if x == nil {
+			return append(dst, "null"...), nil
+		}
+		return appendBase64(dst, x), nil
+	case time.Time:
+		return appendTime(dst, x)
+	case uuid.UUID:
+		return appendUUID(dst, x), nil
+	case json.RawMessage:
+		return appendRawMessage(dst, x)
+	case map[string]any:
+		return appendMapStringAny(st, dst, x)
+	case []any:
+		return appendSliceAny(st, dst, x)
+	}
+	v := reflect.ValueOf(x)
+	return typeEncoder(v.Type())(st, dst, v)
+}
+
+func appendBase64(dst, b []byte) []byte {
+	dst = append(dst, '"')
+	dst = base64.StdEncoding.AppendEncode(dst, b)
+	return append(dst, '"')
+}
+
+// mapEntryAny is one key and value of a map[string]any, gathered to sort.
+type mapEntryAny struct {
+	key string
+	val any
+}
+
+func appendMapStringAny(st state, dst []byte, m map[string]any) ([]byte, *Error) {
+	if m == nil {
+		return append(dst, "null"...), nil
+	}
+	st, err := st.enter(mapStringAnyType)
+	if err != nil {
+		return dst, err
+	}
+	// A row rarely has more than 32 columns: the entries then stay on the
+	// stack.
+	var buf [32]mapEntryAny
+	entries := buf[:0]
+	for k, v := range m {
+		entries = append(entries, mapEntryAny{k, v})
+	}
+	slices.SortFunc(entries, func(a, b mapEntryAny) int { return strings.Compare(a.key, b.key) })
+	dst = append(dst, '{')
+	for i := range entries {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendString(dst, entries[i].key)
+		dst = append(dst, ':')
+		if dst, err = appendAny(st, dst, entries[i].val); err != nil {
+			return dst, err.atKey(entries[i].key)
+		}
+	}
+	return append(dst, '}'), nil
+}
+
+func appendSliceAny(st state, dst []byte, s []any) ([]byte, *Error) {
+	if s == nil {
+		return append(dst, "null"...), nil
+	}
+	st, err := st.enter(sliceAnyType)
+	if err != nil {
+		return dst, err
+	}
+	dst = append(dst, '[')
+	for i, x := range s {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		if dst, err = appendAny(st, dst, x); err != nil {
+			return dst, err.atIndex(i)
+		}
+	}
+	return append(dst, ']'), nil
+}
