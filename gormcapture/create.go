@@ -287,8 +287,11 @@ func (p *Plugin) fillBack(ctx context.Context, st *gorm.Statement, imgs []image,
 		}
 		return
 	case *[]map[string]any:
-		for i := 0; i < len(*d) && i < len(imgs); i++ {
-			copyMap((*d)[i], imgs[i], fill)
+		// gorm.Scan appends the returned rows to a *[]map as new maps.
+		for _, img := range imgs {
+			m := make(map[string]any, len(fill))
+			copyMap(m, img, fill)
+			*d = append(*d, m)
 		}
 		return
 	}
