@@ -2,6 +2,7 @@ package envelope
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sort"
 	"unicode/utf8"
@@ -116,7 +117,8 @@ type Spec struct {
 // ErrConfiguration and name the model and the option.
 func Compile(m ModelInfo, o Options) (*Spec, error) {
 	if err := o.Validate(); err != nil {
-		if e, ok := err.(*Error); ok {
+		var e *Error
+		if errors.As(err, &e) {
 			e.Where = m.Name + " " + e.Where
 		}
 		return nil, err

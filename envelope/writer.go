@@ -368,13 +368,13 @@ func (w *Writer) lockKeys(ctx context.Context, q Querier, keys []string) error {
 	if err != nil {
 		return fmt.Errorf("herald/envelope: lock ordering keys: %w", err)
 	}
+	defer rows.Close()
 	for rows.Next() {
 	}
 	if err := rows.Err(); err != nil {
-		_ = rows.Close()
 		return fmt.Errorf("herald/envelope: lock ordering keys: %w", err)
 	}
-	return rows.Close()
+	return nil
 }
 
 func (w *Writer) insert(ctx context.Context, q Querier, rows []row, batch []int, r run, now time.Time, seq map[uuid.UUID]int64) error {
@@ -397,7 +397,7 @@ func (w *Writer) insert(ctx context.Context, q Querier, rows []row, batch []int,
 			b.WriteByte(',')
 		}
 		b.WriteByte('(')
-		for c := 0; c < per; c++ {
+		for c := range per {
 			if c > 0 {
 				b.WriteByte(',')
 			}
