@@ -1,0 +1,258 @@
+package relay
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/wakeup"
+)
+
+// Defaults of Config: what a zero field means.
+const (
+	DefaultBatchSize                 = 100
+	MaxBatchSize                     = 10000
+	DefaultMaxAttempts               = 5
+	DefaultRetryBase                 = time.Second
+	DefaultRetryMax                  = 5 * time.Minute
+	DefaultLease                     = 60 * time.Second
+	DefaultDeliveryTimeout           = 30 * time.Second
+	DefaultConcurrency               = 10
+	DefaultMinPollInterval           = 250 * time.Millisecond
+	DefaultMaxPollInterval           = 5 * time.Second
+	DefaultMaxPollIntervalWithWakeup = time.Minute
+	DefaultPollMultiplier            = 1.5
+	DefaultCleanupBatchSize          = 1000
+)
+
+// Config configures a Relay. The zero value of every field means its
+// default; New rejects incoherent values with an envelope.ErrConfiguration
+// error naming the field.
+type Config struct {
+	// Table is the outbox table; "" = envelope.DefaultTable (herald_outbox).
+	// On PostgreSQL it may be schema-qualified ("events.outbox").
+	Table string
+
+	// Dialect of the database; "" = detected from db's driver (pgx stdlib,
+	// lib/pq, mattn/go-sqlite3, modernc.org/sqlite, glebarez/go-sqlite), or
+	// by asking the database when the driver is wrapped.
+	Dialect envelope.Dialect
+
+	// BatchSize is how many events one poll leases, 1..MaxBatchSize;
+	// 0 = DefaultBatchSize.
+	BatchSize int
+
+	// MaxAttempts is how many failed deliveries dead-letter an event;
+	// 0 = DefaultMaxAttempts.
+	MaxAttempts int
+
+	// RetryBase is the wait after the first failure; it doubles with each
+	// further one, up to RetryMax, with ±10% jitter. 0 = DefaultRetryBase.
+	RetryBase time.Duration
+	// RetryMax caps the wait between attempts; 0 = DefaultRetryMax. It must
+	// not be below RetryBase.
+	RetryMax time.Duration
+
+	// Lease is how long a leased batch is this relay's before another relay
+	// may take it; the relay renews it three times per Lease while the
+	// batch is out. 0 = DefaultLease.
+	Lease time.Duration
+
+	// DeliveryTimeout bounds one Deliver call (or one DeliverBatch call).
+	// It must be shorter than Lease. 0 = DefaultDeliveryTimeout, or Lease/2
+	// when that is shorter.
+	DeliveryTimeout time.Duration
+
+	// Concurrency is how many events of a batch a plain Delivery gets at
+	// once (a BatchDelivery gets the whole batch); 0 = DefaultConcurrency.
+	Concurrency int
+
+	// Topics limits the relay to events of these topics: names, or prefix
+	// patterns ending in '*' ("billing.*", the prefix taken literally).
+	// nil = every topic. They apply to leasing, Backlog, the cleanups,
+	// RetryDeadLettered and wakeups, so relays of different topics, each
+	// with its own settings, share one table.
+	Topics []string
+	// ExcludeTopics leaves events of these topics (same patterns) to other
+	// relays. A pattern that excludes a whole entry of Topics is an error.
+	ExcludeTopics []string
+
+	// Wakeup cuts the wait between polls short when a writer signals one of
+	// the relay's topics; nil = none (poll only). The relay listens on it
+	// but does not close it.
+	Wakeup wakeup.Wakeup
+
+	// MinPollInterval is the wait after the first poll that did not fill a
+	// batch; 0 = DefaultMinPollInterval.
+	MinPollInterval time.Duration
+	// MaxPollInterval caps the wait between polls; 0 = DefaultMaxPollInterval,
+	// or DefaultMaxPollIntervalWithWakeup when Wakeup is set (the wakeup
+	// brings new events at once; polling only catches what it misses).
+	MaxPollInterval time.Duration
+	// PollMultiplier grows the wait after each poll that did not fill a
+	// batch; a full batch polls again at once and resets the wait to
+	// MinPollInterval. 0 = DefaultPollMultiplier; must be >= 1.
+	PollMultiplier float64
+
+	// Name identifies the relay in leased_by and logs; "" = host:pid:random.
+	// Relays sharing a table must have distinct names.
+	Name string
+
+	// Logger receives WARN for each failed delivery and ERROR for each
+	// dead letter; nil = slog.Default().
+	Logger *slog.Logger
+
+	// Observer is told of each delivered, failed and dead-lettered event;
+	// nil = none.
+	Observer Observer
+
+	// ExtraColumns names extra outbox columns (a service's own, such as
+	// tenant) to load into Event.Extra; nil = none.
+	ExtraColumns []string
+
+	// CleanupBatchSize is how many rows each DELETE of CleanupPublished and
+	// CleanupDeadLettered removes; 0 = DefaultCleanupBatchSize.
+	CleanupBatchSize int
+}
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.RetryBase == 0 {
+		c.RetryBase = DefaultRetryBase
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = max(DefaultRetryMax, c.RetryBase)
+	}
+	if c.Lease == 0 {
+		c.Lease = DefaultLease
+	}
+	if c.DeliveryTimeout == 0 {
+		c.DeliveryTimeout = min(DefaultDeliveryTimeout, c.Lease/2)
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.MinPollInterval == 0 {
+		c.MinPollInterval = DefaultMinPollInterval
+	}
+	if c.MaxPollInterval == 0 {
+		c.MaxPollInterval = DefaultMaxPollInterval
+		if c.Wakeup != nil {
+			c.MaxPollInterval = DefaultMaxPollIntervalWithWakeup
+		}
+		c.MaxPollInterval = max(c.MaxPollInterval, c.MinPollInterval)
+	}
+	if c.PollMultiplier == 0 {
+		c.PollMultiplier = DefaultPollMultiplier
+	}
+	if c.Name == "" {
+		c.Name = defaultName()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.CleanupBatchSize == 0 {
+		c.CleanupBatchSize = DefaultCleanupBatchSize
+	}
+	return c
+}
+
+func defaultName() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	return fmt.Sprintf("%s:%d:%s", host, os.Getpid(), randomHex(4))
+}
+
+// filter is the compiled Topics / ExcludeTopics of a relay.
+type filter struct {
+	include []envelope.TopicPattern // nil = every topic
+	exclude []envelope.TopicPattern
+}
+
+// Match reports whether the relay handles topic.
+func (f filter) Match(topic string) bool {
+	if f.include != nil && !envelope.MatchAny(f.include, topic) {
+		return false
+	}
+	return !envelope.MatchAny(f.exclude, topic)
+}
+
+func cfgErr(field, format string, args ...any) error {
+	return envelope.Configurationf("relay.Config."+field, format, args...)
+}
+
+// validate checks a config that already has its defaults.
+func (c Config) validate() (filter, error) {
+	var f filter
+	switch {
+	case c.BatchSize < 1 || c.BatchSize > MaxBatchSize:
+		return f, cfgErr("BatchSize", "%d is outside 1..%d", c.BatchSize, MaxBatchSize)
+	case c.MaxAttempts < 1:
+		return f, cfgErr("MaxAttempts", "%d: want at least 1 (0 means %d)", c.MaxAttempts, DefaultMaxAttempts)
+	case c.RetryBase < 0:
+		return f, cfgErr("RetryBase", "negative (%s)", c.RetryBase)
+	case c.RetryMax < c.RetryBase:
+		return f, cfgErr("RetryMax", "%s is below RetryBase %s", c.RetryMax, c.RetryBase)
+	case c.Lease < 0:
+		return f, cfgErr("Lease", "negative (%s)", c.Lease)
+	case c.DeliveryTimeout < 0:
+		return f, cfgErr("DeliveryTimeout", "negative (%s)", c.DeliveryTimeout)
+	case c.DeliveryTimeout >= c.Lease:
+		return f, cfgErr("DeliveryTimeout", "%s is not shorter than Lease %s: a lease that expires mid-delivery lets another relay deliver the event again; shorten DeliveryTimeout or lengthen Lease", c.DeliveryTimeout, c.Lease)
+	case c.Concurrency < 1:
+		return f, cfgErr("Concurrency", "%d: want at least 1 (0 means %d)", c.Concurrency, DefaultConcurrency)
+	case c.MinPollInterval < 0:
+		return f, cfgErr("MinPollInterval", "negative (%s)", c.MinPollInterval)
+	case c.MaxPollInterval < c.MinPollInterval:
+		return f, cfgErr("MaxPollInterval", "%s is below MinPollInterval %s", c.MaxPollInterval, c.MinPollInterval)
+	case c.PollMultiplier < 1 || math.IsInf(c.PollMultiplier, 0) || math.IsNaN(c.PollMultiplier):
+		return f, cfgErr("PollMultiplier", "%v: want a finite number >= 1 (0 means %v)", c.PollMultiplier, DefaultPollMultiplier)
+	case len(c.Name) > 255:
+		return f, cfgErr("Name", "longer than 255 characters")
+	case c.CleanupBatchSize < 1:
+		return f, cfgErr("CleanupBatchSize", "%d: want at least 1 (0 means %d)", c.CleanupBatchSize, DefaultCleanupBatchSize)
+	}
+	var err error
+	if c.Topics != nil {
+		if len(c.Topics) == 0 {
+			return f, cfgErr("Topics", "empty list matches nothing; leave it nil for every topic")
+		}
+		if f.include, err = envelope.ParseTopicPatterns("relay.Config.Topics", c.Topics); err != nil {
+			return f, err
+		}
+	}
+	if f.exclude, err = envelope.ParseTopicPatterns("relay.Config.ExcludeTopics", c.ExcludeTopics); err != nil {
+		return f, err
+	}
+	for i, in := range f.include {
+		for j, ex := range f.exclude {
+			if ex == in || (ex.Prefix && strings.HasPrefix(in.Text, ex.Text)) {
+				return f, cfgErr("ExcludeTopics", "%q (ExcludeTopics[%d]) excludes all of %q (Topics[%d]): a topic cannot be both included and excluded", ex, j, in, i)
+			}
+		}
+	}
+	for i, col := range c.ExtraColumns {
+		switch {
+		case !envelope.IsIdentifier(col):
+			return f, cfgErr(fmt.Sprintf("ExtraColumns[%d]", i), "%q is not an identifier", col)
+		case envelope.IsOwnColumn(col):
+			return f, cfgErr(fmt.Sprintf("ExtraColumns[%d]", i), "%q is one of the outbox table's own columns, loaded anyway", col)
+		case slices.Contains(c.ExtraColumns[:i], col):
+			return f, cfgErr(fmt.Sprintf("ExtraColumns[%d]", i), "%q listed twice", col)
+		}
+	}
+	return f, nil
+}

@@ -1,0 +1,62 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/heraldgo/herald/wakeup"
+)
+
+// listen listens on the wakeup until ctx ends and pokes the loop when a
+// signal names one of the relay's topics. When the wakeup cannot listen it
+// tries again with back-off (1s doubling to 1m) and the loop meanwhile
+// polls at least every MaxPollInterval-without-wakeup; a closed wakeup is
+// given up.
+func (r *Relay) listen(ctx context.Context) {
+	backoff := time.Second
+	for ctx.Err() == nil {
+		r.setListening(true)
+		err := r.cfg.Wakeup.Listen(ctx, func(topics []string) {
+			for _, t := range topics {
+				if r.filter.Match(t) {
+					r.wake()
+					return
+				}
+			}
+		})
+		r.setListening(false)
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, wakeup.ErrClosed) {
+			r.log.WarnContext(ctx, "herald/relay: wakeup closed; polling only", slog.String("relay", r.cfg.Name))
+			return
+		}
+		if err != nil {
+			r.log.WarnContext(ctx, "herald/relay: wakeup cannot listen; polling meanwhile",
+				slog.String("relay", r.cfg.Name), slog.Duration("retry_in", backoff), slog.Any("error", err))
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, time.Minute)
+	}
+}
+
+func (r *Relay) setListening(v bool) { r.listeningFlag.Store(v) }
+
+func (r *Relay) listening() bool { return r.listeningFlag.Load() }
+
+// wake asks the loop to poll now, without blocking.
+func (r *Relay) wake() {
+	select {
+	case r.poke <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,190 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/wakeup"
+)
+
+// Filter selects dead-lettered events for RetryDeadLettered. Its fields
+// narrow the relay's own Topics / ExcludeTopics; the zero Filter selects
+// every dead event the relay handles.
+type Filter struct {
+	// Topics are names or prefix patterns ending in '*', as in
+	// Config.Topics; nil = any topic.
+	Topics []string
+	// IDs are event ids; nil = any event.
+	IDs []uuid.UUID
+}
+
+// RetryDeadLettered makes the dead-lettered events that match f (and the
+// relay's topics) due again, with their attempts reset to zero, in batches
+// of CleanupBatchSize. They are delivered in sequence order before the
+// events of their keys that waited behind them. It returns how many
+// events it revived, pokes this relay's loop, and signals the Wakeup with
+// their topics so other relays hear of them. A bad pattern in f is an
+// envelope.ErrValidation error.
+func (r *Relay) RetryDeadLettered(ctx context.Context, f Filter) (int64, error) {
+	var where []string
+	_, fargs, _ := sqlBuilder{d: r.dialect}.filterCondition(r.filter, 2) // same args as the template's
+	args := append([]any{r.cfg.CleanupBatchSize}, fargs...)
+	next := 2 + len(fargs)
+	b := sqlBuilder{d: r.dialect, t: r.table}
+	if f.Topics != nil {
+		ps, err := envelope.ParseTopicPatterns("relay.Filter.Topics", f.Topics)
+		if err != nil {
+			var e *envelope.Error
+			if errors.As(err, &e) {
+				e.Kind = envelope.ErrValidation
+			}
+			return 0, err
+		}
+		if len(ps) == 0 {
+			return 0, nil // matches nothing
+		}
+		s, a, n := b.topicCondition(ps, next)
+		where, args, next = append(where, "AND "+s), append(args, a...), n
+	}
+	if f.IDs != nil {
+		if len(f.IDs) == 0 {
+			return 0, nil
+		}
+		var ids strings.Builder
+		if r.dialect == envelope.Postgres {
+			ids.WriteByte('{')
+			for i, id := range f.IDs {
+				if i > 0 {
+					ids.WriteByte(',')
+				}
+				ids.WriteString(id.String())
+			}
+			ids.WriteByte('}')
+			where = append(where, "AND e.id = ANY($"+strconv.Itoa(next)+"::uuid[])")
+		} else {
+			ids.WriteByte('[')
+			for i, id := range f.IDs {
+				if i > 0 {
+					ids.WriteByte(',')
+				}
+				ids.WriteString(`"` + id.String() + `"`)
+			}
+			ids.WriteByte(']')
+			where = append(where, "AND e.id IN (SELECT value FROM json_each($"+strconv.Itoa(next)+"))")
+		}
+		args = append(args, ids.String())
+	}
+	q := b.render(r.sql.retry, "", strings.Join(where, " "))
+	var total int64
+	var topics wakeup.Topics
+	for {
+		n, err := r.retryBatch(ctx, q, args, &topics)
+		total += n
+		if err != nil {
+			return total, err
+		}
+		if n < int64(r.cfg.CleanupBatchSize) {
+			break
+		}
+	}
+	if total > 0 {
+		r.wake()
+		if r.cfg.Wakeup != nil {
+			_ = r.cfg.Wakeup.Signal(ctx, topics.List()) // a hint: relays poll anyway
+		}
+	}
+	return total, nil
+}
+
+func (r *Relay) retryBatch(ctx context.Context, q string, args []any, topics *wakeup.Topics) (int64, error) {
+	rows, err := r.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return 0, fmt.Errorf("herald/relay: retry dead-lettered: %w", err)
+	}
+	defer rows.Close()
+	var n int64
+	for rows.Next() {
+		var t string
+		if err := rows.Scan(&t); err != nil {
+			return n, fmt.Errorf("herald/relay: retry dead-lettered: %w", err)
+		}
+		topics.Add(t)
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return n, fmt.Errorf("herald/relay: retry dead-lettered: %w", err)
+	}
+	return n, nil
+}
+
+// CleanupPublished deletes the relay's published events that were
+// published before now − olderThan, in batches of CleanupBatchSize (one
+// short statement each), and returns how many it deleted. The relay never
+// runs it by itself; schedule it. It stops between batches when ctx ends.
+func (r *Relay) CleanupPublished(ctx context.Context, olderThan time.Duration) (int64, error) {
+	return r.cleanup(ctx, r.sql.cleanupPublished, olderThan, "cleanup published")
+}
+
+// CleanupDeadLettered deletes the relay's dead-lettered events that died
+// before now − olderThan, like CleanupPublished. Deleting a dead event
+// releases the events of its ordering key that waited behind it.
+func (r *Relay) CleanupDeadLettered(ctx context.Context, olderThan time.Duration) (int64, error) {
+	return r.cleanup(ctx, r.sql.cleanupDeadLettered, olderThan, "cleanup dead-lettered")
+}
+
+func (r *Relay) cleanup(ctx context.Context, q string, olderThan time.Duration, what string) (int64, error) {
+	if olderThan < 0 {
+		return 0, envelope.Validationf("olderThan", "negative (%s)", olderThan)
+	}
+	cutoff := r.dialect.TimeArg(r.now().Add(-olderThan))
+	args := append([]any{cutoff, r.cfg.CleanupBatchSize}, r.fargs...)
+	var total int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, fmt.Errorf("herald/relay: %s: %w", what, context.Cause(ctx))
+		}
+		res, err := r.db.ExecContext(ctx, q, args...)
+		if err != nil {
+			return total, fmt.Errorf("herald/relay: %s: %w", what, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return total, fmt.Errorf("herald/relay: %s: %w", what, err)
+		}
+		total += n
+		if n < int64(r.cfg.CleanupBatchSize) {
+			return total, nil
+		}
+	}
+}
+
+// Backlog is the state of a relay's share of the outbox, for health
+// checks and metrics.
+type Backlog struct {
+	Pending          int64         // events still to deliver (due, waiting to retry, leased)
+	OldestPendingAge time.Duration // age of the oldest pending event by the relay's clock; 0 when none
+	DeadLettered     int64         // events out of attempts
+}
+
+// Backlog counts the relay's pending and dead-lettered events (within its
+// Topics / ExcludeTopics) in one statement.
+func (r *Relay) Backlog(ctx context.Context) (Backlog, error) {
+	var (
+		b      Backlog
+		oldest envelope.NullTime
+	)
+	if err := r.db.QueryRowContext(ctx, r.sql.backlog, r.fargs...).Scan(&b.Pending, &oldest, &b.DeadLettered); err != nil {
+		return Backlog{}, fmt.Errorf("herald/relay: backlog: %w", err)
+	}
+	if oldest.Valid {
+		b.OldestPendingAge = max(0, r.now().Sub(oldest.Time))
+	}
+	return b, nil
+}

@@ -1,0 +1,345 @@
+package relay
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/heraldgo/herald/delivery"
+	"github.com/heraldgo/herald/envelope"
+)
+
+// Relay leases outbox events, delivers them and marks them, at least once
+// and in order per ordering key. One Relay runs one poll loop; run several
+// (in one process or many) to share a table. A Relay is safe for
+// concurrent use.
+type Relay struct {
+	db      *sql.DB
+	d       delivery.Delivery
+	batch   delivery.BatchDelivery // d as a BatchDelivery, or nil
+	cfg     Config
+	dialect envelope.Dialect
+	table   envelope.Table
+	filter  filter
+	sql     statements
+	fargs   []any // the topic filter's arguments
+	extra   []string
+	log     *slog.Logger
+
+	// maxPollNoWakeup caps the wait while the wakeup cannot listen: the
+	// MaxPollInterval the relay would have without one.
+	maxPollNoWakeup time.Duration
+
+	now    func() time.Time // the relay's clock: leases and backoff
+	jitter func() float64   // uniform in [0, 1)
+
+	// poke asks the loop to poll now (a wakeup, RetryDeadLettered).
+	poke          chan struct{}
+	listeningFlag atomic.Bool
+	polls         atomic.Int64 // polls started, for tests and benchmarks
+
+	mu      sync.Mutex
+	run     *run          // the current run; nil when not running
+	stopped chan struct{} // closed when the last run ended
+}
+
+// run is one Start…Stop of a relay.
+type run struct {
+	stop    context.CancelCauseFunc // graceful: ends the waits, the batch in hand finishes
+	kill    context.CancelCauseFunc // forced: cancels deliveries and queries
+	soft    context.Context
+	done    chan struct{}
+	waiting chan struct{} // closed when the loop waits between polls (tests)
+}
+
+// errStopped is the cause of a graceful stop.
+var errStopped = errors.New("herald/relay: stopped")
+
+// New returns a relay that delivers the events of cfg.Table in db through
+// d. It validates cfg (errors match envelope.ErrConfiguration and name the
+// field), detects the dialect when cfg.Dialect is empty, and checks that
+// the table exists with every column the relay reads (within 30 s).
+func New(db *sql.DB, d delivery.Delivery, cfg Config) (*Relay, error) {
+	if db == nil {
+		return nil, cfgErr("db", "nil *sql.DB")
+	}
+	if d == nil {
+		return nil, cfgErr("delivery", "nil Delivery")
+	}
+	explicitMax := cfg.MaxPollInterval != 0
+	cfg = cfg.withDefaults()
+	f, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dialect := cfg.Dialect
+	if dialect == "" {
+		if dialect, err = detectDialect(ctx, db); err != nil {
+			return nil, err
+		}
+	} else if err := dialect.Validate(); err != nil {
+		return nil, err
+	}
+	t, err := envelope.ParseTable(dialect, cfg.Table)
+	if err != nil {
+		return nil, err
+	}
+	cols := envelope.EventColumns
+	for _, c := range cfg.ExtraColumns {
+		if dialect == envelope.SQLite {
+			// SQLite reads a double-quoted name that is no column as a
+			// string literal; a grave-quoted one is always an identifier,
+			// so a missing column is an error, not the column's name.
+			cols += ", `" + c + "`"
+		} else {
+			cols += ", " + envelope.QuoteIdent(c)
+		}
+	}
+	b := sqlBuilder{d: dialect, t: t, columns: cols}
+	st, fargs := b.build(f)
+	r := &Relay{
+		db: db, d: d, cfg: cfg, dialect: dialect, table: t, filter: f, sql: st, fargs: fargs,
+		extra: cfg.ExtraColumns, log: cfg.Logger, now: time.Now, jitter: mrand.Float64,
+		poke: make(chan struct{}, 1), stopped: make(chan struct{}),
+		maxPollNoWakeup: cfg.MaxPollInterval,
+	}
+	if cfg.Wakeup != nil && !explicitMax {
+		r.maxPollNoWakeup = max(DefaultMaxPollInterval, cfg.MinPollInterval)
+	}
+	close(r.stopped)
+	if bd, ok := d.(delivery.BatchDelivery); ok {
+		r.batch = bd
+	}
+	if err := r.checkTable(ctx); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *Relay) checkTable(ctx context.Context) error {
+	rows, err := r.db.QueryContext(ctx, r.sql.checkTable)
+	if err == nil {
+		err = rows.Close()
+	}
+	if err != nil {
+		return &envelope.Error{Kind: envelope.ErrConfiguration, Where: "relay.Config.Table",
+			Msg: fmt.Sprintf("outbox table %s is missing or lacks a column the relay reads (%s%s); create it with envelope.Migrate(ctx, db, %q, %q) or the statements of envelope.DDL",
+				r.table.Name, envelope.EventColumns, extraList(r.extra), r.dialect, r.table.Name),
+			Err: err}
+	}
+	return nil
+}
+
+func extraList(cols []string) string {
+	if len(cols) == 0 {
+		return ""
+	}
+	return ", " + strings.Join(cols, ", ")
+}
+
+// Name returns the relay's name, as written to leased_by.
+func (r *Relay) Name() string { return r.cfg.Name }
+
+// Dialect returns the dialect the relay speaks.
+func (r *Relay) Dialect() envelope.Dialect { return r.dialect }
+
+// Start pings the database and starts the relay's poll loop (and its
+// wakeup listener) in the background. ctx bounds the start only: the relay
+// runs until Stop (use Run to tie it to a context); its values are passed
+// on to deliveries. Start on a running relay does nothing; Start after
+// Stop starts it again.
+func (r *Relay) Start(ctx context.Context) error {
+	if err := r.db.PingContext(ctx); err != nil {
+		return fmt.Errorf("herald/relay: start %s: ping database: %w", r.cfg.Name, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if prev := r.run; prev != nil {
+		if prev.soft.Err() == nil {
+			return nil // running
+		}
+		// Still finishing a stop: wait for it, then start anew.
+		r.mu.Unlock()
+		select {
+		case <-prev.done:
+		case <-ctx.Done():
+			r.mu.Lock()
+			return fmt.Errorf("herald/relay: start %s: the previous run is still stopping: %w", r.cfg.Name, context.Cause(ctx))
+		}
+		r.mu.Lock()
+		if r.run != nil {
+			return nil // someone else started it meanwhile
+		}
+	}
+	base := context.WithoutCancel(ctx)
+	soft, stop := context.WithCancelCause(base)
+	hard, kill := context.WithCancelCause(base)
+	ru := &run{stop: stop, kill: kill, soft: soft, done: make(chan struct{}), waiting: make(chan struct{})}
+	r.run = ru
+	r.stopped = ru.done
+	var wg sync.WaitGroup
+	wg.Go(func() { r.loop(soft, hard, ru) })
+	if r.cfg.Wakeup != nil {
+		wg.Go(func() { r.listen(soft) })
+	}
+	go func() {
+		wg.Wait()
+		kill(errStopped)
+		stop(errStopped)
+		r.mu.Lock()
+		if r.run == ru {
+			r.run = nil
+		}
+		r.mu.Unlock()
+		close(ru.done)
+	}()
+	r.log.DebugContext(ctx, "herald/relay: started", slog.String("relay", r.cfg.Name), slog.String("table", r.table.Name))
+	return nil
+}
+
+// Stop stops the relay: no new poll starts, and the batch in hand is
+// delivered and marked. If ctx ends first, Stop cancels the deliveries
+// still running (their events are released for another relay, not counted
+// as failures), returns ctx's error, and the marks are written in the
+// background; Stopped tells when that is done. Stop on a relay that is not
+// running does nothing.
+func (r *Relay) Stop(ctx context.Context) error {
+	r.mu.Lock()
+	ru := r.run
+	r.mu.Unlock()
+	if ru == nil {
+		return nil
+	}
+	ru.stop(errStopped)
+	select {
+	case <-ru.done:
+		r.log.DebugContext(ctx, "herald/relay: stopped", slog.String("relay", r.cfg.Name))
+		return nil
+	case <-ctx.Done():
+		cause := context.Cause(ctx)
+		ru.kill(fmt.Errorf("herald/relay: stop deadline: %w", cause))
+		return fmt.Errorf("herald/relay: stop %s: gave up waiting for the batch in hand (its deliveries are cancelled and its marks written in the background): %w", r.cfg.Name, cause)
+	}
+}
+
+// Stopped returns a channel closed once the relay is not running: at once
+// before Start, and when the current run has ended (the batch in hand
+// marked) after Stop.
+func (r *Relay) Stopped() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stopped
+}
+
+// Run starts the relay, waits for ctx to end, then stops it gracefully
+// (bounded by the Lease). It returns nil after a stop caused by ctx.
+func (r *Relay) Run(ctx context.Context) error {
+	if err := r.Start(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-r.Stopped():
+		return nil
+	}
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease)
+	defer cancel()
+	return r.Stop(stopCtx)
+}
+
+// loop polls until soft ends: at once after a full batch, else after a
+// wait that grows from MinPollInterval by PollMultiplier up to
+// MaxPollInterval, cut short by a wakeup or by the next retry this relay
+// scheduled falling due.
+func (r *Relay) loop(soft, hard context.Context, ru *run) {
+	p := newPacer(r.cfg.MinPollInterval, r.cfg.MaxPollInterval, r.cfg.PollMultiplier)
+	var due time.Time // the earliest next attempt this relay scheduled
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	waitingClosed := false
+	for soft.Err() == nil {
+		start := r.now()
+		if !due.IsZero() && !start.Before(due) {
+			due = time.Time{}
+		}
+		r.polls.Add(1)
+		res, err := r.poll(hard)
+		if err != nil {
+			if hard.Err() != nil {
+				return // forced stop: not an error
+			}
+			r.log.WarnContext(hard, "herald/relay: poll failed; retrying", slog.String("relay", r.cfg.Name), slog.Any("error", err))
+		}
+		if !res.nextDue.IsZero() && (due.IsZero() || res.nextDue.Before(due)) {
+			due = res.nextDue
+		}
+		var wait time.Duration
+		if err == nil && res.leased == r.cfg.BatchSize {
+			p.full()
+			continue
+		}
+		wait = p.next()
+		if r.cfg.Wakeup != nil && !r.listening() {
+			wait = min(wait, r.maxPollNoWakeup)
+		}
+		if !due.IsZero() {
+			wait = max(0, min(wait, due.Sub(r.now())))
+		}
+		if !waitingClosed {
+			close(ru.waiting)
+			waitingClosed = true
+		}
+		timer.Reset(wait)
+		select {
+		case <-soft.Done():
+			return
+		case <-timer.C:
+		case <-r.poke:
+			if !timer.Stop() {
+				<-timer.C
+			}
+		}
+	}
+}
+
+// pacer is the adaptive poll interval: a full batch resets it to min and
+// polls at once; any other poll waits the current interval, which then
+// grows by mult up to max.
+type pacer struct {
+	min, max, cur time.Duration
+	mult          float64
+}
+
+func newPacer(lo, hi time.Duration, mult float64) *pacer {
+	return &pacer{min: lo, max: hi, cur: lo, mult: mult}
+}
+
+func (p *pacer) full() { p.cur = p.min }
+
+func (p *pacer) next() time.Duration {
+	w := p.cur
+	n := time.Duration(float64(p.cur) * p.mult)
+	if n > p.max || n < p.cur { // capped, or overflowed
+		n = p.max
+	}
+	p.cur = n
+	return w
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

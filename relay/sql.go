@@ -1,0 +1,297 @@
+package relay
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/heraldgo/herald/envelope"
+)
+
+// The relay's SQL. Placeholders are written $n and rendered as ?n on
+// SQLite (numbered, so an argument may be used twice); {table} is the
+// quoted table, {columns} the event columns (envelope.EventColumns plus
+// Config.ExtraColumns), {filter} the relay's topic filter over alias e.
+// Every value is bound; identifiers come from envelope.ParseTable and
+// envelope.IsIdentifier.
+//
+// Times are bound, never taken from the database's clock: lease expiry and
+// backoff are by the relay's clock, and on SQLite times are fixed-width UTC
+// text (envelope.Dialect.TimeArg) that compare correctly as text.
+
+// leaseBatchPostgres leases the next batch in one statement.
+//
+// The candidates are events not published, not dead, due, and not under a
+// live lease, in sequence order. The lease_until predicate matters: the
+// UPDATE commits at once and frees its row locks, so SKIP LOCKED alone
+// would let a second relay lease rows the first is still delivering.
+//
+// Per-key order. An event with an ordering key qualifies only when no
+// earlier event of its key is unpublished — pending, leased, failed and
+// waiting, or dead (dead events keep published_at NULL). That one predicate
+// also gives "at most one event per key per batch": of a key's unpublished
+// events only the first can qualify. Why this holds with SKIP LOCKED and
+// several relays under READ COMMITTED (relays A and B, events e1 < e2 of
+// key k):
+//
+//   - A has leased e1 (committed or not) and is delivering it. B scans:
+//     e1 is skipped (locked) or filtered out (lease_until in the future),
+//     and e2 is filtered out because B's snapshot sees e1 unpublished. A
+//     lease never publishes, so no snapshot can see e1 published before A
+//     marks it.
+//   - A marks e1 published and commits after B's statement took its
+//     snapshot. B still sees e1 unpublished and skips e2: conservative; e2
+//     goes in a later poll.
+//   - A leases e2 (after publishing e1) while B's statement runs. If A's
+//     lease is uncommitted, B skips e2 (locked). If it committed after B's
+//     snapshot, B's FOR UPDATE finds the row updated, locks the newest
+//     version and re-checks the WHERE clause on it (EvalPlanQual): its
+//     lease_until is live, so e2 is dropped.
+//   - e1 failed (next_attempt_at ahead) or is dead: it is unpublished, so
+//     e2 waits; only key k waits — other keys and unordered events pass.
+//   - e1 is not in B's snapshot but e2 is: impossible, because writers of
+//     one key are serialized (the row's lock for captured changes, an
+//     advisory lock for enqueued ones), so a key's sequence order is its
+//     commit order and e2 visible implies e1 visible.
+//   - Nothing ever sets published_at back to NULL, so a stale snapshot can
+//     only wrongly hold e2 back, never wrongly release it.
+//
+// The NOT EXISTS probe is one index lookup in the partial
+// {base}_pending_key_idx (ordering_key, sequence WHERE published_at IS
+// NULL); the lease's SET touches only unindexed columns, so on pages with
+// free space (fillfactor) it is a HOT update that adds no index entries.
+const leaseBatchPostgres = `UPDATE {table} SET lease_until = $1, leased_by = $2
+WHERE sequence IN (
+    SELECT e.sequence FROM {table} e
+    WHERE e.published_at IS NULL AND e.dead_lettered_at IS NULL
+      AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= $3)
+      AND (e.lease_until IS NULL OR e.lease_until < $3)
+      AND (e.ordering_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM {table} p
+            WHERE p.ordering_key = e.ordering_key AND p.published_at IS NULL AND p.sequence < e.sequence))
+      {filter}
+    ORDER BY e.sequence
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED)
+RETURNING {columns}`
+
+// leaseBatchSQLite is leaseBatchPostgres for SQLite: one UPDATE …
+// RETURNING, atomic because SQLite has one writer at a time and the
+// statement takes the write lock before it reads. RETURNING order is not
+// defined; the relay sorts the batch by sequence.
+const leaseBatchSQLite = `UPDATE {table} SET lease_until = $1, leased_by = $2
+WHERE sequence IN (
+    SELECT e.sequence FROM {table} e
+    WHERE e.published_at IS NULL AND e.dead_lettered_at IS NULL
+      AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= $3)
+      AND (e.lease_until IS NULL OR e.lease_until < $3)
+      AND (e.ordering_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM {table} p
+            WHERE p.ordering_key = e.ordering_key AND p.published_at IS NULL AND p.sequence < e.sequence))
+      {filter}
+    ORDER BY e.sequence
+    LIMIT $4)
+RETURNING {columns}`
+
+// markPublishedPostgres marks the delivered events of a batch published,
+// in one statement. The leased_by guard keeps a relay whose lease expired
+// and was taken over from touching the new holder's row; the event is then
+// marked by the relay that holds it.
+const markPublishedPostgres = `UPDATE {table} SET published_at = $1
+WHERE sequence = ANY($2::bigint[]) AND leased_by = $3 AND published_at IS NULL`
+
+const markPublishedSQLite = `UPDATE {table} SET published_at = $1
+WHERE sequence IN (SELECT value FROM json_each($2)) AND leased_by = $3 AND published_at IS NULL`
+
+// markFailedPostgres records the failed deliveries of a batch in one
+// statement; the values per event (attempts, error, next attempt, dead)
+// come as one JSON array. A failure is recorded only while this relay
+// still holds the event (leased_by) and it is not published: an event
+// another relay published meanwhile stays published.
+const markFailedPostgres = `UPDATE {table} AS t SET attempts = v.attempts, last_error = v.error,
+    next_attempt_at = v.next_attempt_at, dead_lettered_at = v.dead_lettered_at, lease_until = NULL
+FROM jsonb_to_recordset($1::jsonb) AS v(sequence bigint, attempts integer, error text,
+    next_attempt_at timestamptz, dead_lettered_at timestamptz)
+WHERE t.sequence = v.sequence AND t.leased_by = $2 AND t.published_at IS NULL
+RETURNING t.sequence`
+
+const markFailedSQLite = `UPDATE {table} AS t SET attempts = v.attempts, last_error = v.error,
+    next_attempt_at = v.next_attempt_at, dead_lettered_at = v.dead_lettered_at, lease_until = NULL
+FROM (SELECT json_extract(value, '$.sequence') AS seq, json_extract(value, '$.attempts') AS attempts,
+        json_extract(value, '$.error') AS error, json_extract(value, '$.next_attempt_at') AS next_attempt_at,
+        json_extract(value, '$.dead_lettered_at') AS dead_lettered_at
+      FROM json_each($1)) AS v
+WHERE t.sequence = v.seq AND t.leased_by = $2 AND t.published_at IS NULL
+RETURNING sequence`
+
+// renewLeasePostgres extends (or, with NULL, releases) the lease of the
+// events of a batch still out. A HOT update, like the lease.
+const renewLeasePostgres = `UPDATE {table} SET lease_until = $1
+WHERE sequence = ANY($2::bigint[]) AND leased_by = $3 AND published_at IS NULL`
+
+const renewLeaseSQLite = `UPDATE {table} SET lease_until = $1
+WHERE sequence IN (SELECT value FROM json_each($2)) AND leased_by = $3 AND published_at IS NULL`
+
+// backlogSQL counts the pending events and finds the oldest one through
+// {base}_pending_idx, and counts the dead ones through
+// {base}_dead_lettered_idx; published history is never scanned.
+const backlogSQL = `SELECT p.n, p.oldest, d.n FROM
+    (SELECT count(*) AS n, min(e.created_at) AS oldest FROM {table} e
+     WHERE e.published_at IS NULL AND e.dead_lettered_at IS NULL {filter}) AS p,
+    (SELECT count(*) AS n FROM {table} e
+     WHERE e.dead_lettered_at IS NOT NULL {filter}) AS d`
+
+// cleanupPublishedPostgres deletes one batch of published events older
+// than $1; the caller repeats it until a batch comes back short, so no
+// statement holds many locks for long. SKIP LOCKED lets two cleaners share
+// the work.
+const cleanupPublishedPostgres = `DELETE FROM {table} WHERE sequence IN (
+    SELECT e.sequence FROM {table} e
+    WHERE e.published_at IS NOT NULL AND e.published_at < $1 {filter}
+    LIMIT $2 FOR UPDATE SKIP LOCKED)`
+
+const cleanupPublishedSQLite = `DELETE FROM {table} WHERE sequence IN (
+    SELECT e.sequence FROM {table} e
+    WHERE e.published_at IS NOT NULL AND e.published_at < $1 {filter}
+    LIMIT $2)`
+
+// cleanupDeadLetteredPostgres deletes one batch of dead events older than
+// $1. Deleting a dead event releases the events of its key behind it.
+const cleanupDeadLetteredPostgres = `DELETE FROM {table} WHERE sequence IN (
+    SELECT e.sequence FROM {table} e
+    WHERE e.dead_lettered_at IS NOT NULL AND e.dead_lettered_at < $1 {filter}
+    LIMIT $2 FOR UPDATE SKIP LOCKED)`
+
+const cleanupDeadLetteredSQLite = `DELETE FROM {table} WHERE sequence IN (
+    SELECT e.sequence FROM {table} e
+    WHERE e.dead_lettered_at IS NOT NULL AND e.dead_lettered_at < $1 {filter}
+    LIMIT $2)`
+
+// retryDeadLetteredPostgres makes one batch of dead events due again with
+// their attempts reset; {where} adds the caller's Filter. last_error is
+// kept for the record.
+const retryDeadLetteredPostgres = `UPDATE {table} SET dead_lettered_at = NULL, attempts = 0,
+    next_attempt_at = NULL, lease_until = NULL, leased_by = NULL
+WHERE sequence IN (
+    SELECT e.sequence FROM {table} e
+    WHERE e.dead_lettered_at IS NOT NULL {filter} {where}
+    ORDER BY e.sequence LIMIT $1 FOR UPDATE SKIP LOCKED)
+RETURNING topic`
+
+const retryDeadLetteredSQLite = `UPDATE {table} SET dead_lettered_at = NULL, attempts = 0,
+    next_attempt_at = NULL, lease_until = NULL, leased_by = NULL
+WHERE sequence IN (
+    SELECT e.sequence FROM {table} e
+    WHERE e.dead_lettered_at IS NOT NULL {filter} {where}
+    ORDER BY e.sequence LIMIT $1)
+RETURNING topic`
+
+// checkTableSQL selects every column the relay reads, and no row: it fails
+// when the table or one of the columns is missing.
+const checkTableSQL = `SELECT {columns} FROM {table} WHERE 1 = 0`
+
+var placeholderRE = regexp.MustCompile(`\$(\d+)`)
+
+// statements is the relay's SQL rendered for its dialect, table, columns
+// and topic filter.
+type statements struct {
+	lease, markPublished, markFailed, renew, backlog string
+	cleanupPublished, cleanupDeadLettered, retry     string
+	checkTable                                       string
+}
+
+// sqlBuilder renders statement templates.
+type sqlBuilder struct {
+	d       envelope.Dialect
+	t       envelope.Table
+	columns string
+}
+
+func (b sqlBuilder) pick(pg, lite string) string {
+	if b.d == envelope.Postgres {
+		return pg
+	}
+	return lite
+}
+
+// render fills a template; filter is the topic filter fragment (already
+// numbered) and where an extra condition.
+func (b sqlBuilder) render(tmpl, filter, where string) string {
+	s := strings.NewReplacer("{table}", b.t.Quoted, "{columns}", b.columns, "{filter}", filter, "{where}", where).Replace(tmpl)
+	if b.d == envelope.SQLite {
+		s = placeholderRE.ReplaceAllString(s, "?$1")
+	}
+	return s
+}
+
+// topicCondition renders "(e.topic = $n OR e.topic LIKE $m ESCAPE '\' …)"
+// for patterns, numbering placeholders from next, and returns the
+// fragment, its arguments and the next free number. On SQLite a prefix is
+// compared with substr, because SQLite's LIKE ignores ASCII case.
+func (b sqlBuilder) topicCondition(ps []envelope.TopicPattern, next int) (string, []any, int) {
+	var sb strings.Builder
+	var args []any
+	sb.WriteByte('(')
+	for i, p := range ps {
+		if i > 0 {
+			sb.WriteString(" OR ")
+		}
+		switch {
+		case !p.Prefix:
+			sb.WriteString("e.topic = $" + strconv.Itoa(next))
+			args = append(args, p.Text)
+			next++
+		case p.Text == "":
+			sb.WriteString("TRUE")
+		case b.d == envelope.Postgres:
+			sb.WriteString("e.topic LIKE $" + strconv.Itoa(next) + ` ESCAPE '\'`)
+			args = append(args, p.LikePattern())
+			next++
+		default:
+			sb.WriteString("substr(e.topic, 1, $" + strconv.Itoa(next) + ") = $" + strconv.Itoa(next+1))
+			args = append(args, utf8.RuneCountInString(p.Text), p.Text)
+			next += 2
+		}
+	}
+	sb.WriteByte(')')
+	return sb.String(), args, next
+}
+
+// filterCondition renders the relay's Topics and ExcludeTopics as
+// "AND … AND NOT …" ("" for every topic), numbering from next.
+func (b sqlBuilder) filterCondition(f filter, next int) (string, []any, int) {
+	var parts []string
+	var args []any
+	if f.include != nil {
+		s, a, n := b.topicCondition(f.include, next)
+		parts, args, next = append(parts, "AND "+s), append(args, a...), n
+	}
+	if len(f.exclude) > 0 {
+		s, a, n := b.topicCondition(f.exclude, next)
+		parts, args, next = append(parts, "AND NOT "+s), append(args, a...), n
+	}
+	return strings.Join(parts, " "), args, next
+}
+
+func (b sqlBuilder) build(f filter) (statements, []any) {
+	var st statements
+	// Statements whose fixed arguments are $1..$4 take the filter from $5,
+	// the others from $3; the filter's arguments are appended to theirs.
+	f5, fargs, _ := b.filterCondition(f, 5)
+	f3, _, _ := b.filterCondition(f, 3)
+	f2, _, _ := b.filterCondition(f, 2)
+	f1, _, _ := b.filterCondition(f, 1)
+	st.lease = b.render(b.pick(leaseBatchPostgres, leaseBatchSQLite), f5, "")
+	st.markPublished = b.render(b.pick(markPublishedPostgres, markPublishedSQLite), "", "")
+	st.markFailed = b.render(b.pick(markFailedPostgres, markFailedSQLite), "", "")
+	st.renew = b.render(b.pick(renewLeasePostgres, renewLeaseSQLite), "", "")
+	st.backlog = b.render(backlogSQL, f1, "")
+	st.cleanupPublished = b.render(b.pick(cleanupPublishedPostgres, cleanupPublishedSQLite), f3, "")
+	st.cleanupDeadLettered = b.render(b.pick(cleanupDeadLetteredPostgres, cleanupDeadLetteredSQLite), f3, "")
+	// retry's {where} is added per call (see Relay.RetryDeadLettered); keep
+	// the template with the filter from $2 in place.
+	st.retry = strings.NewReplacer("{filter}", f2).Replace(b.pick(retryDeadLetteredPostgres, retryDeadLetteredSQLite))
+	st.checkTable = b.render(checkTableSQL, "", "")
+	return st, fargs
+}
