@@ -1,0 +1,158 @@
+package gormcapture_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"gorm.io/gorm"
+
+	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/gormcapture"
+)
+
+type Counter struct {
+	ID      int64
+	Name    string
+	Version int64
+}
+
+// A bulk update of N rows in BeforeAndAfter mode runs a constant number
+// of statements: the lock-select, the update with RETURNING, and the event
+// INSERT (split only at the bind-parameter limit).
+func TestStatementCountBulkUpdate(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		db, log := countingDB(t, d)
+		must(t, db.AutoMigrate(&Counter{}))
+		p := gormcapture.New(gormcapture.Config{})
+		must(t, db.Use(p))
+		must(t, p.Capture(&Counter{}, envelope.Options{Payload: envelope.BeforeAndAfter}))
+		for _, n := range []int{1, 10, 1000, 3000} {
+			must(t, db.Exec(`DELETE FROM counters`).Error)
+			rows := make([]Counter, n)
+			must(t, db.CreateInBatches(&rows, 1000).Error)
+			var tx *gorm.DB
+			stmts := log.record(func() {
+				tx = db.Model(&Counter{}).Where("version >= ?", 0).Updates(map[string]any{"name": "x", "version": gorm.Expr("version + 1")})
+			})
+			must(t, tx.Error)
+			if tx.RowsAffected != int64(n) {
+				t.Errorf("n=%d: RowsAffected = %d", n, tx.RowsAffected)
+			}
+			want := []string{"SELECT FOR UPDATE", "UPDATE counters", "INSERT herald_outbox"}
+			if d == envelope.SQLite {
+				want[0] = "SELECT" // SQLite's single writer needs no row locks
+			}
+			if got := kinds(stmts); !slices.Equal(got, want) {
+				t.Errorf("n=%d: statements %q, want %q\n%s", n, got, want, short(stmts))
+			}
+		}
+	})
+}
+
+// Nested statements (association saves) share the outer write's
+// savepoint; CreateInBatches in a transaction relies on the savepoint GORM
+// takes around its batches and takes none per batch.
+func TestNoStackedSavepoints(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		db, log := countingDB(t, d)
+		must(t, db.SetupJoinTable(&Author{}, "Languages", &AuthorLanguage{}))
+		must(t, db.AutoMigrate(assocModels...))
+		p := gormcapture.New(gormcapture.Config{Models: assocModels})
+		must(t, db.Use(p))
+		for _, m := range assocModels {
+			must(t, p.Capture(m, envelope.Options{}))
+		}
+		savepoints := func(stmts []string) (n int) {
+			for _, s := range stmts {
+				if strings.HasPrefix(s, "SAVEPOINT") {
+					n++
+				}
+			}
+			return n
+		}
+		stmts := log.record(func() {
+			must(t, db.Transaction(func(tx *gorm.DB) error {
+				return tx.Create(&Author{Name: "a", Books: []Book{{Title: "b", Chapters: []Chapter{{Title: "c"}}}}, Languages: []Language{{Code: "en"}}}).Error
+			}))
+		})
+		if n := savepoints(stmts); n != 1 {
+			t.Errorf("create with associations in a transaction: %d savepoints, want 1\n%s", n, short(stmts))
+		}
+		stmts = log.record(func() {
+			must(t, db.Transaction(func(tx *gorm.DB) error {
+				docs := make([]Doc, 10)
+				return tx.CreateInBatches(&docs, 3).Error
+			}))
+		})
+		if n := savepoints(stmts); n != 1 { // GORM's own, around the 4 batches
+			t.Errorf("CreateInBatches in a transaction: %d savepoints, want 1 (GORM's)\n%s", n, short(stmts))
+		}
+		stmts = log.record(func() {
+			docs := make([]Doc, 10)
+			must(t, db.CreateInBatches(&docs, 3).Error)
+		})
+		if n := savepoints(stmts); n != 0 {
+			t.Errorf("CreateInBatches: %d savepoints, want 0\n%s", n, short(stmts))
+		}
+		// A create in GORM's default transaction needs none.
+		stmts = log.record(func() { must(t, db.Create(&Doc{Title: "x"}).Error) })
+		if n := savepoints(stmts); n != 0 {
+			t.Errorf("Create: %d savepoints, want 0", n)
+		}
+	})
+}
+
+// After-commit table rows 21-23 for captured writes: CreateInBatches
+// signals once after its transaction; a failing batch rolls every batch
+// back and signals nothing; gorm.G's Create signals once.
+func TestAfterCommitCapturedBatches(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		e := newEnv(t, d, nil, gormcapture.Config{}, &Tag{})
+		must(t, e.plugin.Capture(&Tag{}, envelope.Options{}))
+		tags := make([]Tag, 10)
+		for i := range tags {
+			tags[i] = Tag{Code: fmt.Sprint("t", i), Label: "x"}
+		}
+		must(t, e.db.CreateInBatches(&tags, 3).Error)
+		if got := e.wake.take(); !slices.Equal(got, []string{"tag.inserted"}) {
+			t.Errorf("CreateInBatches: fires %q", got)
+		}
+		bad := make([]Tag, 10)
+		for i := range bad {
+			bad[i] = Tag{Code: fmt.Sprint("u", i), Label: "x"}
+		}
+		bad[9].Code = "t0" // the 4th batch fails on the primary key
+		if err := e.db.CreateInBatches(&bad, 3).Error; err == nil {
+			t.Fatal("want the 4th batch to fail")
+		}
+		if got := e.wake.take(); len(got) != 0 {
+			t.Errorf("failed CreateInBatches: fires %q", got)
+		}
+		must(t, gorm.G[Tag](e.db).Create(t.Context(), &Tag{Code: "g", Label: "x"}))
+		if got := e.wake.take(); !slices.Equal(got, []string{"tag.inserted"}) {
+			t.Errorf("G.Create: fires %q", got)
+		}
+		if n := e.count(t); n != 11 {
+			t.Errorf("%d events, want 11", n)
+		}
+		var rows int64
+		must(t, e.db.Model(&Tag{}).Count(&rows).Error)
+		if rows != 11 {
+			t.Errorf("%d rows, want 11", rows)
+		}
+		// In a transaction that rolls back, nothing.
+		_ = e.db.Transaction(func(tx *gorm.DB) error {
+			must(t, tx.Create(&Tag{Code: "r", Label: "x"}).Error)
+			return errors.New("rollback")
+		})
+		if got := e.wake.take(); len(got) != 0 {
+			t.Errorf("rolled back: fires %q", got)
+		}
+	})
+}
