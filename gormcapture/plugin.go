@@ -245,23 +245,23 @@ func (p *Plugin) Capture(model any, opts envelope.Options) error {
 		return err
 	}
 	p.mu.Lock()
+	namer := p.namer
+	p.mu.Unlock()
+	if namer != nil {
+		sch, err := schema.Parse(model, &p.parsed, namer)
+		if err != nil {
+			return envelope.Configurationf(t.Name(), "cannot parse model: %v", err)
+		}
+		if _, err := p.compile(sch, opts); err != nil {
+			return err
+		}
+	}
+	p.mu.Lock()
 	p.explicit[t] = opts
 	p.known = append(p.known, model)
-	namer := p.namer
 	p.mu.Unlock()
 	p.models.Delete(t)
 	p.cascades.Clear()
-	if namer == nil {
-		return nil
-	}
-	sch, err := schema.Parse(model, &p.parsed, namer)
-	if err != nil {
-		return envelope.Configurationf(t.Name(), "cannot parse model: %v", err)
-	}
-	m := p.buildModel(sch)
-	if m.err != nil {
-		return m.err
-	}
 	return nil
 }
 
