@@ -61,8 +61,14 @@ import (
 // {base}_pending_key_idx (ordering_key, sequence WHERE published_at IS
 // NULL); the lease's SET touches only unindexed columns, so on pages with
 // free space (fillfactor) it is a HOT update that adds no index entries.
+//
+// "sequence = ANY(ARRAY(subquery))" is "sequence IN (subquery)" written so
+// that the candidates are an InitPlan run once and the UPDATE finds its
+// rows through the primary key: with IN, the planner may hash-join the
+// candidates against a sequential scan of the whole table (published
+// history included), as EXPLAIN shows on a table of 100k rows.
 const leaseBatchPostgres = `UPDATE {table} SET lease_until = $1, leased_by = $2
-WHERE sequence IN (
+WHERE sequence = ANY(ARRAY(
     SELECT e.sequence FROM {table} e
     WHERE e.published_at IS NULL AND e.dead_lettered_at IS NULL
       AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= $3)
@@ -73,7 +79,7 @@ WHERE sequence IN (
       {filter}
     ORDER BY e.sequence
     LIMIT $4
-    FOR UPDATE SKIP LOCKED)
+    FOR UPDATE SKIP LOCKED))
 RETURNING {columns}`
 
 // leaseBatchSQLite is leaseBatchPostgres for SQLite: one UPDATE …
@@ -145,11 +151,11 @@ const backlogSQL = `SELECT p.n, p.oldest, d.n FROM
 // cleanupPublishedPostgres deletes one batch of published events older
 // than $1; the caller repeats it until a batch comes back short, so no
 // statement holds many locks for long. SKIP LOCKED lets two cleaners share
-// the work.
-const cleanupPublishedPostgres = `DELETE FROM {table} WHERE sequence IN (
+// the work; ANY(ARRAY(…)) as in leaseBatchPostgres.
+const cleanupPublishedPostgres = `DELETE FROM {table} WHERE sequence = ANY(ARRAY(
     SELECT e.sequence FROM {table} e
     WHERE e.published_at IS NOT NULL AND e.published_at < $1 {filter}
-    LIMIT $2 FOR UPDATE SKIP LOCKED)`
+    LIMIT $2 FOR UPDATE SKIP LOCKED))`
 
 const cleanupPublishedSQLite = `DELETE FROM {table} WHERE sequence IN (
     SELECT e.sequence FROM {table} e
@@ -158,10 +164,10 @@ const cleanupPublishedSQLite = `DELETE FROM {table} WHERE sequence IN (
 
 // cleanupDeadLetteredPostgres deletes one batch of dead events older than
 // $1. Deleting a dead event releases the events of its key behind it.
-const cleanupDeadLetteredPostgres = `DELETE FROM {table} WHERE sequence IN (
+const cleanupDeadLetteredPostgres = `DELETE FROM {table} WHERE sequence = ANY(ARRAY(
     SELECT e.sequence FROM {table} e
     WHERE e.dead_lettered_at IS NOT NULL AND e.dead_lettered_at < $1 {filter}
-    LIMIT $2 FOR UPDATE SKIP LOCKED)`
+    LIMIT $2 FOR UPDATE SKIP LOCKED))`
 
 const cleanupDeadLetteredSQLite = `DELETE FROM {table} WHERE sequence IN (
     SELECT e.sequence FROM {table} e
@@ -173,10 +179,10 @@ const cleanupDeadLetteredSQLite = `DELETE FROM {table} WHERE sequence IN (
 // kept for the record.
 const retryDeadLetteredPostgres = `UPDATE {table} SET dead_lettered_at = NULL, attempts = 0,
     next_attempt_at = NULL, lease_until = NULL, leased_by = NULL
-WHERE sequence IN (
+WHERE sequence = ANY(ARRAY(
     SELECT e.sequence FROM {table} e
     WHERE e.dead_lettered_at IS NOT NULL {filter} {where}
-    ORDER BY e.sequence LIMIT $1 FOR UPDATE SKIP LOCKED)
+    ORDER BY e.sequence LIMIT $1 FOR UPDATE SKIP LOCKED))
 RETURNING topic`
 
 const retryDeadLetteredSQLite = `UPDATE {table} SET dead_lettered_at = NULL, attempts = 0,
