@@ -79,8 +79,35 @@ func (c *countingConn) QueryContext(ctx context.Context, q string, args []driver
 }
 
 func (c *countingConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
-	c.log.add("PREPARE " + q)
-	return c.Conn.(driver.ConnPrepareContext).PrepareContext(ctx, q)
+	s, err := c.Conn.(driver.ConnPrepareContext).PrepareContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return &countingStmt{Stmt: s, q: q, log: c.log}, nil
+}
+
+// countingStmt logs each execution of a prepared statement.
+type countingStmt struct {
+	driver.Stmt
+	q   string
+	log *stmtLog
+}
+
+func (s *countingStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	s.log.add(s.q)
+	return s.Stmt.(driver.StmtExecContext).ExecContext(ctx, args)
+}
+
+func (s *countingStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	s.log.add(s.q)
+	return s.Stmt.(driver.StmtQueryContext).QueryContext(ctx, args)
+}
+
+func (s *countingStmt) CheckNamedValue(nv *driver.NamedValue) error {
+	if ch, ok := s.Stmt.(driver.NamedValueChecker); ok {
+		return ch.CheckNamedValue(nv)
+	}
+	return driver.ErrSkip
 }
 
 func (c *countingConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {

@@ -94,6 +94,9 @@ func (p *Plugin) insert(db *gorm.DB, spec *envelope.Spec) error {
 			}
 		}
 	}
+	if !upsert && len(values.Values) == 1 {
+		return p.insertSingle(db, spec, values, fill, at)
+	}
 	ret := union(slices.Clone(pk), fill...)
 	if (wantIns && spec.NeedsAfter(envelope.Inserted)) || (wantUpd && spec.NeedsAfter(envelope.Updated)) {
 		ret = union(ret, spec.Columns()...)
@@ -141,22 +144,13 @@ func (p *Plugin) insert(db *gorm.DB, spec *envelope.Spec) error {
 
 	flag := -1
 	cols := ret
-	var build []string
-	for _, c := range st.BuildClauses {
-		if c != "RETURNING" {
-			build = append(build, c)
-		}
-	}
-	st.Build(build...)
-	st.SQL.WriteString(" RETURNING ")
-	st.SQL.WriteString(quotedColumns(st, ret, false))
+	p.build(st, ret, doUpdate && p.dialect == envelope.Postgres)
 	if doUpdate && p.dialect == envelope.Postgres {
-		st.SQL.WriteString(",(xmax = 0)")
 		flag = len(ret)
 		cols = append(slices.Clone(ret), "")
 	}
 
-	rows, err := st.ConnPool.QueryContext(ctx, st.SQL.String(), st.Vars...)
+	rows, err := p.query(ctx, st.ConnPool, st.SQL.String(), st.Vars)
 	if err != nil {
 		return err
 	}

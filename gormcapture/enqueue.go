@@ -59,7 +59,7 @@ func EnqueueMany(db *gorm.DB, ms []envelope.Message) ([]*envelope.Event, error) 
 		if _, err := raw.ExecContext(ctx, "SAVEPOINT "+name); err != nil {
 			return nil, fmt.Errorf("herald/gormcapture: savepoint: %w", err)
 		}
-		res, err := p.writer.Write(ctx, querier{cp}, ms)
+		res, err := p.writer.Write(ctx, querier{cp, p}, ms)
 		if err == nil {
 			err = p.signal(ctx, cp, res.Topics)
 		}
@@ -81,7 +81,7 @@ func EnqueueMany(db *gorm.DB, ms []envelope.Message) ([]*envelope.Event, error) 
 		return nil, fmt.Errorf("herald/gormcapture: begin: %w", err)
 	}
 	tc := tx.(gorm.TxCommitter)
-	res, err := p.writer.Write(ctx, querier{tx}, ms)
+	res, err := p.writer.Write(ctx, querier{tx, p}, ms)
 	if err == nil {
 		err = p.signal(ctx, tx, res.Topics)
 	}

@@ -38,7 +38,7 @@ func (p *Plugin) emit(db *gorm.DB, batches ...batch) error {
 	if len(ms) == 0 {
 		return nil
 	}
-	res, err := p.writer.WriteCaptured(ctx, querier{st.ConnPool}, ms)
+	res, err := p.writer.WriteCaptured(ctx, querier{st.ConnPool, p}, ms)
 	if err != nil {
 		return err
 	}

@@ -75,6 +75,8 @@ type Plugin struct {
 	cascades sync.Map // table name -> []*cascadeEdge
 	pools    sync.Map // *sql.DB -> *pool
 	parsed   sync.Map // schema cache for models parsed outside a statement
+	stmts    sync.Map // stmtKey -> *sql.Stmt (SQLite)
+	nstmts   atomic.Int64
 
 	spSeq         atomic.Uint64
 	foreignWarned atomic.Bool

@@ -239,13 +239,17 @@ func (p *Plugin) signal(ctx context.Context, cp gorm.ConnPool, topics []string) 
 	return nil
 }
 
-// querier adapts a gorm.ConnPool to envelope.Querier.
-type querier struct{ gorm.ConnPool }
+// querier adapts a gorm.ConnPool to envelope.Querier, running small
+// INSERTs prepared on SQLite (see Plugin.query).
+type querier struct {
+	gorm.ConnPool
+	p *Plugin
+}
 
 func (q querier) ExecContext(ctx context.Context, s string, args ...any) (sql.Result, error) {
 	return q.ConnPool.ExecContext(ctx, s, args...)
 }
 
 func (q querier) QueryContext(ctx context.Context, s string, args ...any) (*sql.Rows, error) {
-	return q.ConnPool.QueryContext(ctx, s, args...)
+	return q.p.query(ctx, q.ConnPool, s, args)
 }

@@ -1,6 +1,7 @@
 package gormcapture_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -153,6 +154,47 @@ func TestAfterCommitCapturedBatches(t *testing.T) {
 		})
 		if got := e.wake.take(); len(got) != 0 {
 			t.Errorf("rolled back: fires %q", got)
+		}
+	})
+}
+
+// A single-row Create on PostgreSQL writes its row and its event in one
+// statement (a data-modifying CTE) when no Go callback needs the new key;
+// otherwise, and on SQLite, in two.
+func TestStatementCountSingleCreate(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		db, log := countingDB(t, d)
+		must(t, db.AutoMigrate(&Counter{}, &Tag{}))
+		p := gormcapture.New(gormcapture.Config{})
+		must(t, db.Use(p))
+		must(t, p.Capture(&Counter{}, envelope.Options{}))
+		must(t, p.Capture(&Tag{}, envelope.Options{Extend: func(context.Context, envelope.Change) (*envelope.Extension, error) { return nil, nil }}))
+		var stmts []string
+		for range 2 { // the second run uses prepared statements on SQLite
+			stmts = log.record(func() { must(t, db.Create(&Counter{Name: "a"}).Error) })
+		}
+		want := []string{"WITH"}
+		if d == envelope.SQLite {
+			want = []string{"INSERT counters", "INSERT herald_outbox"}
+		}
+		if got := kinds(stmts); !slices.Equal(got, want) {
+			t.Errorf("Create: %q, want %q\n%s", got, want, short(stmts))
+		}
+		stmts = log.record(func() {
+			must(t, db.Transaction(func(tx *gorm.DB) error { return tx.Create(&Counter{Name: "b"}).Error }))
+		})
+		if d == envelope.Postgres && !slices.Equal(kinds(stmts), []string{"WITH"}) {
+			t.Errorf("Create in a transaction: %q, want one statement and no savepoint", kinds(stmts))
+		}
+		stmts = log.record(func() { must(t, db.Create(&Tag{Code: "x", Label: "y"}).Error) })
+		if got := kinds(stmts); !slices.Equal(got, []string{"INSERT tags", "INSERT herald_outbox"}) {
+			t.Errorf("Create with Extend: %q", got)
+		}
+		var n int64
+		must(t, db.Table("herald_outbox").Count(&n).Error)
+		if n != 4 {
+			t.Errorf("%d events, want 4", n)
 		}
 	})
 }
