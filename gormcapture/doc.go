@@ -1,0 +1,111 @@
+// Package gormcapture is herald's GORM plugin: it captures every GORM write
+// to a captured model and writes one outbox event per affected row in the
+// same transaction, and it lets a service enqueue its own events
+// (Enqueue, EnqueueMany) with wakeups sent after the commit.
+//
+// Guarantee: a row written through GORM to a captured model commits if and
+// only if its event commits — a capture that fails undoes its write, inside
+// the caller's transaction too.
+//
+// # Usage
+//
+//	type Loan struct {
+//		ID       int64
+//		Status   string
+//		Fee      decimal.Decimal `gorm:"type:numeric(10,2)"`
+//		ReaderID int64
+//		Secret   string `herald:"sensitive"` // left out of events unless named in Fields
+//	}
+//
+//	func (Loan) ChangeCapture() envelope.Options {
+//		return envelope.Options{Payload: envelope.BeforeAndAfter}
+//	}
+//
+//	db, _ := gorm.Open(postgres.Open(dsn))
+//	_ = envelope.Migrate(ctx, sqlDB, envelope.Postgres, "") // the outbox table
+//	err := db.Use(gormcapture.New(gormcapture.Config{
+//		Namespace: "library",                 // topics library.loan.updated, label library.Loan
+//		Models:    []any{&Reader{}, &Loan{}}, // validated now; their constraint tags reveal DB cascades
+//		Wakeup:    w,                         // optional
+//	}))
+//
+// A model declares capture with ChangeCapture (on itself or on an embedded
+// base struct: one declaration covers every model built on it, each under
+// its own name), or is registered without touching it with
+// Plugin.Capture. Declarations are checked when the plugin is installed
+// (and by Capture): an unknown column in Fields or Exclude, an unknown
+// template name, or a model whose table is the outbox is an
+// envelope.ErrConfiguration naming the model and the option.
+//
+// # What is captured
+//
+// Create, Save, FirstOrCreate, CreateInBatches and CreateBatchSize, maps
+// and slices of maps; Update, Updates (struct or map, with Select/Omit),
+// UpdateColumn(s), with any Where; Delete by key or conditions; soft deletes
+// (gorm.DeletedAt: an "updated" event with changed ["deleted_at"]);
+// Unscoped().Delete; Select(clause.Associations).Delete; the rows the
+// database itself deletes or nulls through ON DELETE CASCADE / SET NULL
+// constraints declared in the models' constraint tags (read, locked, before
+// the delete, recursively); upserts with clause.OnConflict (a conflicting
+// row as "updated", an inserted one as "inserted", a skipped one not at
+// all); rows of a many-to-many join model given to db.SetupJoinTable
+// (Association Append, Replace, Delete, Clear); and the generic API
+// (gorm.G[T]). "changed" lists the columns the caller set, not those GORM
+// adds itself (autoUpdateTime, an optimistic-lock version), in table order.
+//
+// Snapshots are set-based: a statement of N rows costs the statement, one
+// locking SELECT when the mode needs the rows as they were
+// (BeforeAndAfter, or a delete the database cascades), and one multi-row
+// event INSERT — never a query per row. A single-row Create on PostgreSQL
+// writes its row and its event in one statement. What the caller sees is
+// what GORM shows without the plugin: RowsAffected, generated keys and
+// defaults filled in, and a struct or slice never overwritten by the
+// plugin's RETURNING.
+//
+// # Transactions
+//
+// A write outside a transaction runs in one with its events: GORM's
+// default transaction, or one the plugin opens under SkipDefaultTransaction
+// (config or session). A write inside the caller's transaction runs in a
+// savepoint, so an event that fails after its row was written undoes the
+// row even if the caller catches the error and goes on, and a PostgreSQL
+// transaction stays usable. Statements nested in a captured write
+// (association saves, CreateInBatches batches) share its scope instead of
+// taking a savepoint each. With SkipDefaultTransaction, GORM itself does
+// not make associations or CreateInBatches atomic; each captured statement
+// still commits with its own events.
+//
+// Wakeups fire after the outermost commit, once per topic, never after a
+// rollback; a wakeup.TxSignaler (PostgreSQL NOTIFY) is signalled inside the
+// transaction instead.
+//
+// # Not captured, and setup rules
+//
+//   - Hand-written SQL — db.Exec, db.Raw, and anything run on the *sql.DB —
+//     is not captured. Write captured models through GORM's write methods.
+//   - Database cascades are known only from the constraint tags of models
+//     the plugin knows (Config.Models, Capture, captured models already
+//     seen); constraints added by hand-written migrations are not followed.
+//     ON DELETE SET DEFAULT is not followed.
+//   - Call db.Use(gormcapture.New(...)) right after gorm.Open, before
+//     registering dbresolver (so its sources are wrapped too) and before
+//     deriving sessions. A transaction begun on a pool the plugin does not
+//     wrap — inside db.Connection, on a session derived before db.Use, or
+//     dbresolver registered first with Clauses(dbresolver.Write) before
+//     Begin/Transaction — still gets its events (they are written in it), but
+//     its commit cannot be seen: its wakeup is left to the relays' polling
+//     and a warning is logged once.
+//   - An upsert with ON CONFLICT ... DO UPDATE needs its conflict columns
+//     (clause.OnConflict.Columns) on SQLite and in BeforeAndAfter mode; an
+//     UPDATE that moves rows to new primary keys in BeforeAndAfter mode is
+//     supported for one row at a time. Both are envelope.ErrUnsupported
+//     otherwise.
+//   - On SQLite, a captured write that reads before it writes (BeforeAndAfter,
+//     upserts, cascades) upgrades its transaction from reader to writer; under
+//     concurrent writers use _txlock=immediate in the DSN so the upgrade waits
+//     instead of failing with SQLITE_BUSY.
+//   - Create(slice of maps) without a pointer fails in plain GORM with a scan
+//     error; captured, it succeeds and fills in the generated keys.
+//   - PostgreSQL and SQLite only; any other dialector is
+//     envelope.ErrUnsupported at db.Use.
+package gormcapture
