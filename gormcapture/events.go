@@ -1,6 +1,7 @@
 package gormcapture
 
 import (
+	"reflect"
 	"slices"
 	"time"
 
@@ -38,7 +39,11 @@ func (p *Plugin) emit(db *gorm.DB, batches ...batch) error {
 	if len(ms) == 0 {
 		return nil
 	}
-	res, err := p.writer.WriteCaptured(ctx, querier{st.ConnPool, p}, ms)
+	write := p.writer.WriteCaptured
+	if len(ms) > 1 && p.bindsArrays(st.ConnPool) {
+		write = p.writer.WriteCapturedArrays
+	}
+	res, err := write(ctx, querier{st.ConnPool, p}, ms)
 	if err != nil {
 		return err
 	}
@@ -71,3 +76,26 @@ func payloadColumns(sch *schema.Schema, spec *envelope.Spec, rows bool) []string
 }
 
 func now() time.Time { return time.Now().UTC() }
+
+// bindsArrays reports whether statements on cp go to PostgreSQL through
+// pgx's database/sql driver, which binds Go slices as arrays, so that many
+// events can be written with one unnest INSERT.
+func (p *Plugin) bindsArrays(cp gorm.ConnPool) bool {
+	if p.dialect != envelope.Postgres {
+		return false
+	}
+	t, _ := scopeOf(cp)
+	if t == nil {
+		return false
+	}
+	db, err := t.GetDBConn()
+	if err != nil || db == nil {
+		return false
+	}
+	if v, ok := p.arrays.Load(db); ok {
+		return v.(bool)
+	}
+	ok := reflect.TypeOf(db.Driver()).String() == "*stdlib.Driver" // github.com/jackc/pgx/v5/stdlib
+	p.arrays.Store(db, ok)
+	return ok
+}

@@ -77,6 +77,7 @@ type Plugin struct {
 	parsed   sync.Map // schema cache for models parsed outside a statement
 	stmts    sync.Map // stmtKey -> *sql.Stmt (SQLite)
 	nstmts   atomic.Int64
+	arrays   sync.Map // *sql.DB -> bool: binds Go slices as arrays (pgx)
 
 	spSeq         atomic.Uint64
 	foreignWarned atomic.Bool

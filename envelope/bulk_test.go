@@ -1,0 +1,88 @@
+package envelope_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/heraldgo/herald/envelope"
+)
+
+// WriteCapturedArrays writes exactly what WriteCaptured writes, in the
+// same order, on both dialects.
+func TestWriteCapturedArrays(t *testing.T) {
+	t.Parallel()
+	eachDB(t, func(t *testing.T, db *sql.DB, d envelope.Dialect, w *envelope.Writer) {
+		ctx := context.Background()
+		at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+		ms := make([]envelope.Message, 300)
+		for i := range ms {
+			ms[i] = envelope.Message{Topic: fmt.Sprint("t", i%3), Payload: map[string]any{"i": i}}
+			if i%2 == 0 {
+				ms[i].OrderingKey = fmt.Sprint("k", i)
+			}
+			if i%5 == 0 {
+				ms[i].Headers = map[string]string{"h": fmt.Sprint(i)}
+			}
+			if i%7 == 0 {
+				ms[i].DeliverAt = at
+			}
+		}
+		read := func() []envelope.Event {
+			rows, err := db.QueryContext(ctx, `SELECT `+envelope.EventColumns+` FROM herald_outbox ORDER BY sequence`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rows.Close()
+			var out []envelope.Event
+			for rows.Next() {
+				e, err := envelope.ScanEvent(rows, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				e.Sequence, e.ID, e.CreatedAt = 0, [16]byte{}, time.Time{}
+				out = append(out, *e)
+			}
+			return out
+		}
+		write := func(f func(context.Context, envelope.Querier, []envelope.Message) (*envelope.WriteResult, error)) []envelope.Event {
+			if _, err := db.ExecContext(ctx, `DELETE FROM herald_outbox`); err != nil {
+				t.Fatal(err)
+			}
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := f(ctx, tx, ms)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			for i := 1; i < len(res.Events); i++ {
+				if res.Events[i].Sequence <= res.Events[i-1].Sequence || res.Events[i].Topic != ms[i].Topic {
+					t.Fatalf("event %d: %+v after %+v", i, res.Events[i], res.Events[i-1])
+				}
+			}
+			if len(res.Topics) != 3 {
+				t.Errorf("topics %v", res.Topics)
+			}
+			return read()
+		}
+		want := write(w.WriteCaptured)
+		got := write(w.WriteCapturedArrays)
+		if len(got) != len(ms) || !reflect.DeepEqual(got, want) {
+			t.Errorf("WriteCapturedArrays wrote\n%+v\nWriteCaptured\n%+v", got[:3], want[:3])
+		}
+		// A rejected message writes nothing.
+		_, err := w.WriteCapturedArrays(ctx, db, []envelope.Message{{Topic: "a", Payload: 1}, {Topic: ""}})
+		if !errors.Is(err, envelope.ErrValidation) {
+			t.Errorf("empty topic: %v", err)
+		}
+	})
+}
