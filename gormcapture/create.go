@@ -127,6 +127,9 @@ func (p *Plugin) insert(db *gorm.DB, spec *envelope.Spec) error {
 			return &envelope.Error{Kind: envelope.ErrUnsupported, Where: spec.Label + " upsert",
 				Msg: "an ON CONFLICT ... DO UPDATE without conflict columns (OnConstraint, or none) cannot be captured here: name the conflict columns in clause.OnConflict.Columns"}
 		}
+		if err := p.writeLock(ctx, st, st.ConnPool); err != nil {
+			return err
+		}
 		keys := conflictKeys(values, conflictCols)
 		cols := union(slices.Clone(conflictCols), pk...)
 		if wantUpd && spec.NeedsBefore(envelope.Updated) {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/wakeup"
@@ -43,6 +44,7 @@ type writeCtx struct {
 	needSavepoint bool   // in the caller's transaction: a savepoint before the first write
 	savepoint     string // taken
 	failed        bool   // a nested capture failed: fail the whole write
+	writeLocked   bool   // SQLite: the transaction already holds the write lock
 
 	ownTx    gorm.ConnPool // a transaction the plugin opened
 	prevPool gorm.ConnPool
@@ -152,6 +154,32 @@ func (p *Plugin) ensureSavepoint(ctx context.Context, wc *writeCtx) error {
 		return fmt.Errorf("herald/gormcapture: savepoint: %w", err)
 	}
 	wc.savepoint = name
+	return nil
+}
+
+// writeLock makes a SQLite transaction a writer before a capture reads
+// the rows it is about to write (an upsert's conflicting keys, before
+// images, cascaded rows), as BEGIN IMMEDIATE would: a no-op UPDATE takes
+// the database's write lock, waiting for it under the busy timeout, so no
+// other writer can change those rows between the read and the write. In a
+// deferred transaction that write would instead fail with SQLITE_BUSY
+// when another writer committed after the read. Once per write.
+func (p *Plugin) writeLock(ctx context.Context, st *gorm.Statement, cp gorm.ConnPool) error {
+	if p.dialect != envelope.SQLite || st.Schema == nil || len(st.Schema.PrimaryFieldDBNames) == 0 {
+		return nil
+	}
+	wc := writeCtxOf(st)
+	if wc != nil && wc.writeLocked {
+		return nil
+	}
+	col := quotedColumns(st, st.Schema.PrimaryFieldDBNames[:1], false)
+	q := "UPDATE " + st.Quote(clause.Table{Name: clause.CurrentTable}) + " SET " + col + "=" + col + " WHERE 0"
+	if _, err := cp.ExecContext(ctx, q); err != nil {
+		return fmt.Errorf("herald/gormcapture: take the write lock: %w", err)
+	}
+	if wc != nil {
+		wc.writeLocked = true
+	}
 	return nil
 }
 

@@ -172,12 +172,21 @@ func (c *capturePool) prepare(ctx context.Context, q string) error {
 		if c.spec != nil && !c.spec.Captures(envelope.Updated) {
 			c.spec = nil
 		}
+		if c.spec != nil && (c.spec.NeedsBefore(envelope.Updated) || c.userReturning) {
+			return c.p.writeLock(ctx, st, c.ConnPool)
+		}
 		return nil
 	}
 	if c.spec != nil && !c.spec.Captures(envelope.Deleted) {
 		c.spec = nil
 	}
 	edges := c.p.cascadesFor(c.db, st.Table)
+	if len(edges) == 0 && !(c.userReturning && c.spec != nil) {
+		return nil
+	}
+	if err := c.p.writeLock(ctx, st, c.ConnPool); err != nil {
+		return err
+	}
 	if len(edges) == 0 {
 		return nil
 	}
