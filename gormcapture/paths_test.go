@@ -480,3 +480,59 @@ func TestFailedCaptureUndoesWrite(t *testing.T) {
 		})
 	}
 }
+
+// Select and Omit: an omitted column takes its database default, which the
+// event reads back; "changed" follows the columns actually set.
+func TestSelectOmit(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		e := assocEnv(t, d, envelope.BeforeAndAfter, nil)
+		a := Article{Title: "t", Views: 3}
+		must(t, e.db.Omit("views").Create(&a).Error)
+		must(t, e.db.Model(&a).Omit("title").Updates(Article{Title: "no", Views: 9}).Error)
+		must(t, e.db.Model(&a).Select("title").Updates(map[string]any{"title": "yes", "views": 1}).Error)
+		evs := e.events(t)
+		wantLines(t, evs, "lib.article.inserted 1", "lib.article.updated 1 [views]", "lib.article.updated 1 [title]")
+		if after := evs[0].Payload["after"].(map[string]any); after["views"] != float64(7) || after["title"] != "t" {
+			t.Errorf("insert after = %v, want the default views 7", after)
+		}
+		var got Article
+		must(t, e.db.First(&got, a.ID).Error)
+		if got.Title != "yes" || got.Views != 9 {
+			t.Errorf("row = %+v", got)
+		}
+	})
+}
+
+// Edge cases reported as ErrUnsupported, with the write undone.
+func TestUnsupported(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		e := newEnv(t, d, nil, gormcapture.Config{}, &Tag{})
+		must(t, e.plugin.Capture(&Tag{}, envelope.Options{Payload: envelope.BeforeAndAfter}))
+		must(t, e.db.Create(&[]Tag{{Code: "a", Label: "A"}, {Code: "b", Label: "B"}}).Error)
+		// Moving one row to a new key pairs its images.
+		must(t, e.db.Model(&Tag{Code: "a"}).Update("code", "z").Error)
+		// Moving several cannot be paired.
+		err := e.db.Model(&Tag{}).Where("code IN ?", []string{"b", "z"}).Update("code", gorm.Expr("code || 'x'")).Error
+		if !errors.Is(err, envelope.ErrUnsupported) {
+			t.Errorf("multi-row key move: %v, want ErrUnsupported", err)
+		}
+		// An upsert that updates without conflict columns cannot read the
+		// conflicting rows first.
+		err = e.db.Clauses(clause.OnConflict{OnConstraint: "tags_pkey", DoUpdates: clause.AssignmentColumns([]string{"label"})}).
+			Create(&[]Tag{{Code: "b", Label: "x"}, {Code: "c", Label: "y"}}).Error
+		if !errors.Is(err, envelope.ErrUnsupported) {
+			t.Errorf("upsert without conflict columns: %v, want ErrUnsupported", err)
+		}
+		var tags []Tag
+		must(t, e.db.Order("code").Find(&tags).Error)
+		if fmt.Sprint(tags) != "[{b B} {z A}]" {
+			t.Errorf("tags = %v", tags)
+		}
+		evs := e.events(t)
+		if len(evs) != 3 || evs[2].Payload["pk"] != "z" || evs[2].Payload["before"].(map[string]any)["code"] != "a" {
+			t.Errorf("events: %s", dump(evs))
+		}
+	})
+}

@@ -201,3 +201,45 @@ func TestStatementCountSingleCreate(t *testing.T) {
 		}
 	})
 }
+
+// After-commit rows 13-17 for captured writes.
+func TestAfterCommitCapturedWrites(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		e := newEnv(t, d, nil, gormcapture.Config{}, &Tag{})
+		must(t, e.plugin.Capture(&Tag{}, envelope.Options{}))
+		check := func(name string, want ...string) {
+			t.Helper()
+			if got := e.wake.take(); !slices.Equal(got, want) {
+				t.Errorf("%s: fires %q, want %q", name, got, want)
+			}
+		}
+		tag := Tag{Code: "a", Label: "A"}
+		must(t, e.db.Create(&tag).Error)
+		check("13 Create", "tag.inserted")
+		must(t, e.db.Model(&tag).Update("label", "B").Error)
+		must(t, e.db.Delete(&tag).Error)
+		check("14 Update then Delete", "tag.updated", "tag.deleted")
+		must(t, e.db.Create(&Tag{Code: "dup", Label: "x"}).Error)
+		e.wake.take()
+		if err := e.db.Create(&Tag{Code: "dup", Label: "y"}).Error; err == nil {
+			t.Fatal("want a primary-key violation")
+		}
+		check("15 failing Create")
+		must(t, e.db.Session(&gorm.Session{SkipDefaultTransaction: true}).Create(&Tag{Code: "s", Label: "x"}).Error)
+		check("16 SkipDefaultTransaction", "tag.inserted")
+		must(t, e.db.Transaction(func(tx *gorm.DB) error {
+			must(t, tx.Session(&gorm.Session{NewDB: true}).Create(&Tag{Code: "n", Label: "x"}).Error)
+			must(t, tx.Model(&Tag{Code: "n"}).Update("label", "y").Error)
+			_ = tx.Transaction(func(tx2 *gorm.DB) error {
+				must(t, tx2.Delete(&Tag{Code: "s"}).Error)
+				return errors.New("inner")
+			})
+			return nil
+		}))
+		check("17 caller transaction", "tag.inserted tag.updated")
+		if n := e.count(t); n != 7 {
+			t.Errorf("%d events, want 7", n)
+		}
+	})
+}
