@@ -23,8 +23,9 @@ import (
 )
 
 // Customer declares its capture itself: both images, a header from
-// Extend, and a policy that rejects some rows (the failing write must be
-// undone with its events).
+// Extend taken from the write's context (db.WithContext), and a policy
+// that rejects some rows (the failing write must be undone with its
+// events).
 type Customer struct {
 	ID    int64
 	Name  string
@@ -37,11 +38,15 @@ var errRejected = errors.New("customer rejected by policy")
 func (Customer) ChangeCapture() envelope.Options {
 	return envelope.Options{
 		Payload: envelope.BeforeAndAfter,
-		Extend: func(_ context.Context, c envelope.Change) (*envelope.Extension, error) {
+		Extend: func(ctx context.Context, c envelope.Change) (*envelope.Extension, error) {
 			if c.After != nil && c.After["name"] == "reject" {
 				return nil, errRejected
 			}
-			return &envelope.Extension{Headers: map[string]string{"tenant": "acme"}}, nil
+			tenant, _ := ctx.Value(tenantKey{}).(string)
+			if tenant == "" {
+				tenant = "none"
+			}
+			return &envelope.Extension{Headers: map[string]string{"tenant": tenant}}, nil
 		},
 	}
 }
@@ -75,13 +80,17 @@ type want struct {
 	Payload any // normalized JSON
 }
 
-type plan struct{ events []want }
+type plan struct {
+	events []want
+	tenant string // the tenant header Customer events carry
+}
 
 func (p *plan) add(topic, key string, headers map[string]string, payload map[string]any) {
 	p.events = append(p.events, want{Topic: topic, Key: key, Headers: headers, Payload: normalize(payload)})
 }
 
-var acme = map[string]string{"tenant": "acme"}
+// tenantKey is a context key a service might set per request.
+type tenantKey struct{}
 
 func custRow(c Customer) map[string]any {
 	return map[string]any{"id": c.ID, "name": c.Name, "tier": c.Tier} // email is sensitive: left out
@@ -102,7 +111,7 @@ func (p *plan) customer(op envelope.Operation, before, after *Customer, changed 
 	if after != nil {
 		env["after"] = custRow(*after)
 	}
-	p.add("shop.customer."+string(op), fmt.Sprintf("shop.Customer:%d", c.ID), acme, env)
+	p.add("shop.customer."+string(op), fmt.Sprintf("shop.Customer:%d", c.ID), map[string]string{"tenant": p.tenant}, env)
 }
 
 func orderRow(o Order, deleted bool) map[string]any {
@@ -245,10 +254,12 @@ func testRoundTrip(t *testing.T, d envelope.Dialect, gcfg func(*gorm.Config)) {
 		capture:   map[any]envelope.Options{&Order{}: orderCapture},
 		gormCfg:   gcfg,
 	})
-	db := s.db
+	// Writes run on the request's context, as a service's do; its values
+	// reach Extend.
+	db := s.db.WithContext(context.WithValue(context.Background(), tenantKey{}, "acme"))
 	sk := newSink()
 	r := startRelay(t, s.gormSQL, sk.delivery("relay", nil), relay.Config{Wakeup: s.wake})
-	var p plan
+	p := plan{tenant: "acme"}
 
 	// A single create in GORM's own transaction.
 	ann := Customer{Name: "Ann", Email: "ann@example.org", Tier: "basic"}
@@ -276,17 +287,20 @@ func testRoundTrip(t *testing.T, d envelope.Dialect, gcfg func(*gorm.Config)) {
 	p.customer(envelope.Updated, &before, &ann, "tier")
 	p.add("shop.audit", "audit:customers", map[string]string{"by": "test"}, map[string]any{"action": "upgrade", "customer": ann.ID})
 
-	// A bulk update with Where: one event per matching row.
-	res := db.Model(&Customer{}).Where("tier = ?", "basic").Update("tier", "silver")
+	// A bulk update with Where: one event per matching row (on a db
+	// without the request's context).
+	res := s.db.Model(&Customer{}).Where("tier = ?", "basic").Update("tier", "silver")
 	must(t, "bulk update", res.Error)
 	if res.RowsAffected != 2 {
 		t.Errorf("bulk update RowsAffected = %d, want 2", res.RowsAffected)
 	}
+	p.tenant = "none"
 	for _, c := range []*Customer{&bob, &cid} {
 		b := *c
 		c.Tier = "silver"
 		p.customer(envelope.Updated, &b, c, "tier")
 	}
+	p.tenant = "acme"
 
 	// A transaction that returns an error: nothing of it is delivered.
 	err := db.Transaction(func(tx *gorm.DB) error {
@@ -420,6 +434,7 @@ func testRoundTrip(t *testing.T, d envelope.Dialect, gcfg func(*gorm.Config)) {
 	}
 	checkAllDelivered(t, s.gormSQL, uniq)
 	checkKeyOrder(t, uniq)
+	checkNoRegression(t, sk.deliveries())
 	p.check(t, uniq)
 }
 
@@ -707,6 +722,7 @@ func testRelayRestart(t *testing.T, d envelope.Dialect, forced bool) {
 	}
 	checkAllDelivered(t, pool, uniq)
 	checkKeyOrder(t, uniq)
+	checkNoRegression(t, sk.deliveries())
 	if want := items + 2*int(written.Load()); len(uniq) != want {
 		t.Errorf("%d distinct events delivered, want %d (%d creates, %d committed transactions of 2 events)", len(uniq), want, items, written.Load())
 	}

@@ -194,6 +194,70 @@ func waitDrained(t *testing.T, r *relay.Relay, within time.Duration) {
 	}
 }
 
+// logCounter is a slog.Handler that counts a relay's WARN and ERROR
+// records by level and message, for the soak's summary.
+type logCounter struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func newLogCounter() *logCounter { return &logCounter{counts: map[string]int{}} }
+
+func (h *logCounter) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+
+func (h *logCounter) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.counts[r.Level.String()+" "+r.Message]++
+	h.mu.Unlock()
+	return nil
+}
+
+func (h *logCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *logCounter) WithGroup(string) slog.Handler      { return h }
+
+// snapshot returns the counts, leaving out messages that contain any of
+// skip.
+func (h *logCounter) snapshot(skip ...string) map[string]int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string]int{}
+next:
+	for m, n := range h.counts {
+		for _, s := range skip {
+			if strings.Contains(m, s) {
+				continue next
+			}
+		}
+		out[m] = n
+	}
+	return out
+}
+
+// checkNoRegression fails if, per ordering key, any delivery (duplicates
+// included) came after a delivery of a later event of the key: a receiver
+// would see the key's events go back in time.
+func checkNoRegression(t *testing.T, all []got) {
+	t.Helper()
+	high := map[string]got{}
+	bad := 0
+	for _, g := range all {
+		if g.OrderingKey == "" {
+			continue
+		}
+		if h, ok := high[g.OrderingKey]; ok && g.Sequence < h.Sequence {
+			if bad++; bad <= 10 {
+				t.Errorf("ordering key %q: event seq %d delivered again by %s after seq %d was delivered (by %s)",
+					g.OrderingKey, g.Sequence, g.Relay, h.Sequence, h.Relay)
+			}
+			continue
+		}
+		high[g.OrderingKey] = g
+	}
+	if bad > 10 {
+		t.Errorf("... %d redeliveries behind a later event of their key in all", bad)
+	}
+}
+
 // got is one delivery as the sink recorded it (a copy: a delivery must not
 // keep the event).
 type got struct {

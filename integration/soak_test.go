@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -163,7 +164,9 @@ func (w *soakWorker) run(n int) {
 	var pending []change
 	spUndone := false
 	rollbackAll := w.rng.Float64() < 0.15
-	err := w.db.Transaction(func(tx *gorm.DB) error {
+	// On a request-like context, as a service writes.
+	ctx := context.WithValue(context.Background(), tenantKey{}, token)
+	err := w.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		pending = pending[:0]
 		switch k := w.rng.IntN(10); {
 		case k < 2:
@@ -401,10 +404,11 @@ func testSoak(t *testing.T, d envelope.Dialect, gcfg func(*gorm.Config)) {
 		return nil
 	}
 	var relays []*relay.Relay
+	logs := newLogCounter()
 	for i := range size.relays {
 		name := fmt.Sprintf("relay-%d", i)
 		relays = append(relays, startRelay(t, s.openPool(t), sk.delivery(name, fail), relay.Config{
-			Name: name, Wakeup: s.wake, BatchSize: 16, MaxAttempts: 1000,
+			Name: name, Wakeup: s.wake, BatchSize: 16, MaxAttempts: 1000, Logger: slog.New(logs),
 			RetryBase: 5 * time.Millisecond, RetryMax: 50 * time.Millisecond,
 			MinPollInterval: 5 * time.Millisecond, MaxPollInterval: 100 * time.Millisecond,
 		}))
@@ -424,6 +428,8 @@ func testSoak(t *testing.T, d envelope.Dialect, gcfg func(*gorm.Config)) {
 	}
 	wg.Wait()
 	wrote := time.Since(start)
+	left, err := relays[0].Backlog(context.Background())
+	must(t, "backlog", err)
 	waitDrained(t, relays[0], size.drain)
 
 	uniq, dups := sk.unique()
@@ -431,12 +437,13 @@ func testSoak(t *testing.T, d envelope.Dialect, gcfg func(*gorm.Config)) {
 	for _, g := range uniq {
 		perRelay[g.Relay]++
 	}
-	t.Logf("%s size on %s (%s): %d transactions %v, errors %v; %d events, %d deliveries (%d duplicates), %d attempts, %d injected failures; per relay %v; writes %s, total %s",
-		name, d, t.Name(), size.workers*size.txs, led.outcomes, led.errs, len(uniq), len(uniq)+dups, dups, attempts.Load(), injected.Load(), perRelay,
-		wrote.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	t.Logf("%s size on %s (%s): %d transactions %v, errors %v; %d events, %d deliveries (%d duplicates), %d attempts, %d injected failures; per relay %v; relay logs besides injected failures %v; writes %s (%d events left to deliver), total %s",
+		name, d, t.Name(), size.workers*size.txs, led.outcomes, led.errs, len(uniq), len(uniq)+dups, dups, attempts.Load(), injected.Load(), perRelay, logs.snapshot("delivery failed; will retry"),
+		wrote.Round(time.Millisecond), left.Pending, time.Since(start).Round(time.Millisecond))
 
 	checkAllDelivered(t, s.gormSQL, uniq)
 	checkKeyOrder(t, uniq)
+	checkNoRegression(t, sk.deliveries())
 	checkSoak(t, s, led, uniq)
 }
 
