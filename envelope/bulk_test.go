@@ -47,6 +47,9 @@ func TestWriteCapturedArrays(t *testing.T) {
 				e.Sequence, e.ID, e.CreatedAt = 0, [16]byte{}, time.Time{}
 				out = append(out, *e)
 			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
 			return out
 		}
 		write := func(f func(context.Context, envelope.Querier, []envelope.Message) (*envelope.WriteResult, error)) []envelope.Event {

@@ -187,7 +187,7 @@ func (p *Plugin) readCascade(ctx context.Context, db *gorm.DB, q gorm.ConnPool, 
 					continue
 				}
 				for _, r := range rows {
-					after := image(maps.Clone(r))
+					after := maps.Clone(r)
 					for _, f := range e.fk {
 						after[f] = nil
 					}

@@ -38,7 +38,7 @@ func (p *Plugin) create(orig func(*gorm.DB)) func(*gorm.DB) {
 			return
 		}
 		_, upsert := st.Clauses["ON CONFLICT"]
-		if !m.spec.Captures(envelope.Inserted) && !(upsert && m.spec.Captures(envelope.Updated)) {
+		if !m.spec.Captures(envelope.Inserted) && (!upsert || !m.spec.Captures(envelope.Updated)) {
 			orig(db)
 			return
 		}
@@ -63,7 +63,7 @@ func (p *Plugin) insert(db *gorm.DB, spec *envelope.Spec) error {
 	st.AddClauseIfNotExists(clause.Insert{})
 	st.AddClause(callbacks.ConvertToCreateValues(st))
 	if db.Error != nil {
-		return nil // GORM's own error (an empty slice, invalid data), already added
+		return nil //nolint:nilerr // GORM's own error (an empty slice, invalid data) is already on db
 	}
 	values, _ := st.Clauses["VALUES"].Expression.(clause.Values)
 	oc, upsert := clause.OnConflict{}, false

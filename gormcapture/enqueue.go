@@ -43,7 +43,7 @@ func EnqueueMany(db *gorm.DB, ms []envelope.Message) ([]*envelope.Event, error) 
 	if db.Error != nil {
 		return nil, db.Error
 	}
-	p, ok := db.Config.Plugins[Name].(*Plugin)
+	p, ok := db.Plugins[Name].(*Plugin)
 	if !ok || p.writer == nil {
 		return nil, envelope.Configurationf("gormcapture.EnqueueMany", "the capture plugin is not installed on this *gorm.DB: call db.Use(gormcapture.New(gormcapture.Config{...})) after gorm.Open")
 	}
@@ -65,7 +65,7 @@ func EnqueueMany(db *gorm.DB, ms []envelope.Message) ([]*envelope.Event, error) 
 		}
 		if err != nil {
 			if _, rerr := raw.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+name); rerr != nil {
-				return nil, fmt.Errorf("%w (and rolling back to the savepoint failed: %v)", err, rerr)
+				return nil, fmt.Errorf("%w (and rolling back to the savepoint failed: %w)", err, rerr)
 			}
 			_, _ = raw.ExecContext(ctx, "RELEASE SAVEPOINT "+name)
 			return nil, err

@@ -466,7 +466,12 @@ func (s *txSignaler) SignalTx(ctx context.Context, q envelope.Querier, topics []
 	if err != nil {
 		return err
 	}
-	_ = rows.Close()
+	defer rows.Close()
+	for rows.Next() {
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ts := slices.Clone(topics)

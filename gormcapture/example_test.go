@@ -69,6 +69,9 @@ func printEvents(db *gorm.DB) {
 		b, _ := json.Marshal(env) // keys sorted
 		fmt.Println(topic, key.String, string(b))
 	}
+	if err := rows.Err(); err != nil {
+		panic(err)
+	}
 }
 
 func ExampleNew() {

@@ -3,7 +3,6 @@ package gormcapture
 import (
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"reflect"
 	"slices"
@@ -103,7 +102,7 @@ func (p *Plugin) logger() *slog.Logger {
 	return discard
 }
 
-var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+var discard = slog.New(slog.DiscardHandler)
 
 // Initialize implements gorm.Plugin. It may run more than once (dbresolver
 // re-runs the Initialize of installed plugins on each source it opens) and
@@ -164,7 +163,7 @@ func dialectOf(db *gorm.DB) (envelope.Dialect, error) {
 	if db.Dialector == nil {
 		return "", envelope.Configurationf("gormcapture", "gorm.DB has no dialector")
 	}
-	switch n := db.Dialector.Name(); n {
+	switch n := db.Name(); n {
 	case "postgres", "pgx":
 		return envelope.Postgres, nil
 	case "sqlite", "sqlite3":

@@ -365,7 +365,7 @@ func rawTx(cp gorm.ConnPool) gorm.ConnPool {
 		case *capturePool:
 			cp = c.ConnPool
 		default:
-			if _, ok := cp.(gorm.TxCommitter); ok && cp != nil {
+			if _, ok := cp.(gorm.TxCommitter); ok {
 				return cp
 			}
 			return nil

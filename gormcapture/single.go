@@ -311,11 +311,14 @@ func sameJSONForm(f *schema.Field) bool {
 // a statement costs about as much as running it, small INSERTs (a single
 // row, an event) run as statements prepared once per connection.
 func (p *Plugin) query(ctx context.Context, cp gorm.ConnPool, q string, args []any) (*sql.Rows, error) {
-	if s := p.prepared(ctx, cp, q, len(args)); s != nil {
+	// A statement of the transaction, closed by its Commit or Rollback.
+	if s := p.prepared(ctx, cp, q, len(args)); s != nil { //nolint:sqlclosecheck // closed with the transaction
 		return s.QueryContext(ctx, args...)
 	}
 	return cp.QueryContext(ctx, q, args...)
 }
+
+func closeStmt(s *sql.Stmt) { _ = s.Close() }
 
 type stmtKey struct {
 	db *sql.DB
@@ -356,7 +359,7 @@ func (p *Plugin) prepared(ctx context.Context, cp gorm.ConnPool, q string, nargs
 		}
 		var loaded bool
 		if v, loaded = p.stmts.LoadOrStore(key, s); loaded {
-			_ = s.Close()
+			closeStmt(s) // another goroutine prepared it first
 		} else {
 			p.nstmts.Add(1)
 		}

@@ -181,7 +181,7 @@ func (c *capturePool) prepare(ctx context.Context, q string) error {
 		c.spec = nil
 	}
 	edges := c.p.cascadesFor(c.db, st.Table)
-	if len(edges) == 0 && !(c.userReturning && c.spec != nil) {
+	if len(edges) == 0 && (!c.userReturning || c.spec == nil) {
 		return nil
 	}
 	if err := c.p.writeLock(ctx, st, c.ConnPool); err != nil {

@@ -206,7 +206,6 @@ type r = Row
 
 var (
 	ann  = r{"name": "Ann", "email": "ann@example.org"}
-	bob  = r{"name": "Bob", "email": "bob@example.org"}
 	loan = func(status string, days int64, readerID any) Row {
 		return r{"status": status, "days": days, "returned": false, "reader_id": readerID, "note": nil}
 	}
