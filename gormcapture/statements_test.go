@@ -202,11 +202,21 @@ func TestStatementCountSingleCreate(t *testing.T) {
 	})
 }
 
-// After-commit rows 13-17 for captured writes.
+// After-commit rows 13-17 for captured writes, with and without
+// PrepareStmt.
 func TestAfterCommitCapturedWrites(t *testing.T) {
 	t.Parallel()
+	for _, prepare := range []bool{false, true} {
+		t.Run(fmt.Sprint("PrepareStmt=", prepare), func(t *testing.T) {
+			t.Parallel()
+			testAfterCommitCapturedWrites(t, &gorm.Config{PrepareStmt: prepare})
+		})
+	}
+}
+
+func testAfterCommitCapturedWrites(t *testing.T, cfg *gorm.Config) {
 	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
-		e := newEnv(t, d, nil, gormcapture.Config{}, &Tag{})
+		e := newEnv(t, d, cfg, gormcapture.Config{}, &Tag{})
 		must(t, e.plugin.Capture(&Tag{}, envelope.Options{}))
 		check := func(name string, want ...string) {
 			t.Helper()
