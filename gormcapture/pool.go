@@ -230,12 +230,10 @@ func (t *txConn) inBatches() bool {
 }
 
 func isSavepointSQL(q string) bool {
-	if len(q) < 7 {
-		return false
-	}
-	switch q[0] {
-	case 'S', 's', 'R', 'r':
-		return true
+	for _, p := range [...]string{"SAVEPOINT ", "ROLLBACK TO ", "RELEASE "} {
+		if len(q) >= len(p) && strings.EqualFold(q[:len(p)], p) {
+			return true
+		}
 	}
 	return false
 }
