@@ -55,9 +55,10 @@
 //
 // Snapshots are set-based: a statement of N rows costs the statement, one
 // locking SELECT when the mode needs the rows as they were
-// (BeforeAndAfter, or a delete the database cascades), and one multi-row
-// event INSERT — never a query per row. A single-row Create on PostgreSQL
-// writes its row and its event in one statement. What the caller sees is
+// (BeforeAndAfter, or a delete the database cascades; on PostgreSQL an
+// update reads them in a FOR UPDATE subquery of the UPDATE itself), and
+// one multi-row event INSERT — never a query per row. A single-row Create
+// on PostgreSQL writes its row and its event in one statement. What the caller sees is
 // what GORM shows without the plugin: RowsAffected, generated keys and
 // defaults filled in, and a struct or slice never overwritten by the
 // plugin's RETURNING.

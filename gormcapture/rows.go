@@ -28,6 +28,11 @@ type scanner struct {
 	fields []*schema.Field // nil: not a field (a flag column)
 	dests  []any
 	tmp    reflect.Value // a model value, for fields with a serializer
+
+	// split > 0: columns [0, split) of each row are a second image,
+	// collected in firsts (an UPDATE's before image beside its after).
+	split  int
+	firsts []image
 }
 
 func newScanner(sch *schema.Schema, cols []string) *scanner {
@@ -72,14 +77,23 @@ func (s *scanner) scan(ctx context.Context, rows *sql.Rows, flag int) (imgs []im
 		if err := rows.Scan(s.dests...); err != nil {
 			return nil, nil, err
 		}
-		img := make(image, len(s.cols))
+		img := make(image, len(s.cols)-s.split)
+		var first image
+		if s.split > 0 {
+			first = make(image, s.split)
+			s.firsts = append(s.firsts, first)
+		}
 		for i, f := range s.fields {
+			dst := img
+			if i < s.split {
+				dst = first
+			}
 			switch {
 			case i == flag:
 				flags = append(flags, fv)
 				continue
 			case f == nil:
-				img[s.cols[i]] = *(s.dests[i].(*any))
+				dst[s.cols[i]] = *(s.dests[i].(*any))
 			case f.Serializer != nil:
 				if err := f.Set(ctx, s.tmp, s.dests[i]); err != nil {
 					return nil, nil, err
@@ -89,13 +103,13 @@ func (s *scanner) scan(ctx context.Context, rows *sql.Rows, flag int) (imgs []im
 				if zero && reflect.ValueOf(v).Kind() == reflect.Pointer {
 					v = nil
 				}
-				img[s.cols[i]] = v
+				dst[s.cols[i]] = v
 			default:
 				p := reflect.ValueOf(s.dests[i]).Elem()
 				if p.IsNil() {
-					img[s.cols[i]] = nil
+					dst[s.cols[i]] = nil
 				} else {
-					img[s.cols[i]] = p.Elem().Interface()
+					dst[s.cols[i]] = p.Elem().Interface()
 				}
 			}
 		}

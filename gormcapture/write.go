@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,8 +23,10 @@ import (
 // conditions and the like) by the time it calls ExecContext, so the pool
 // sees exactly the statement that will run, and:
 //
-//   - BeforeAndAfter: first reads the rows it will touch with the same
-//     WHERE, ORDER BY the key, FOR UPDATE on PostgreSQL (one statement);
+//   - BeforeAndAfter: reads the rows it will touch as they were, with the
+//     same WHERE, ORDER BY the key: on PostgreSQL in a FOR UPDATE subquery
+//     of the UPDATE itself (updateWithBefore), on SQLite with a SELECT
+//     after taking the write lock;
 //   - a real DELETE whose rows the database cascades to: first locks the
 //     parent keys, then reads the rows the cascade will delete or null,
 //     level by level (one statement per constraint and level);
@@ -234,12 +237,15 @@ func (c *capturePool) run(ctx context.Context, q string, args []any) (int64, err
 		}
 		return res.RowsAffected()
 	case c.update:
+		cols = payloadColumns(st.Schema, c.spec, c.spec.NeedsAfter(envelope.Updated))
 		if c.spec.NeedsBefore(envelope.Updated) {
+			if n, ok, err := c.updateWithBefore(ctx, payloadColumns(st.Schema, c.spec, true), cols); ok || err != nil {
+				return n, err
+			}
 			if err := c.readBefore(ctx, payloadColumns(st.Schema, c.spec, true)); err != nil {
 				return 0, err
 			}
 		}
-		cols = payloadColumns(st.Schema, c.spec, c.spec.NeedsAfter(envelope.Updated))
 	default:
 		cols = payloadColumns(st.Schema, c.spec, c.spec.NeedsBefore(envelope.Deleted))
 	}
@@ -257,6 +263,88 @@ func (c *capturePool) run(ctx context.Context, q string, args []any) (int64, err
 		c.before = imgs
 	}
 	return int64(len(imgs)), nil
+}
+
+// updateWithBefore runs the UPDATE and reads the rows as they were in one
+// statement on PostgreSQL, instead of a locking SELECT and then the
+// UPDATE:
+//
+//	UPDATE t SET … FROM (SELECT id AS herald_b0, … FROM t WHERE <the WHERE> ORDER BY id FOR UPDATE) AS herald_old
+//	WHERE t.id = herald_old.herald_b0 RETURNING herald_old.herald_b0, …, t.id, …
+//
+// The subquery locks the rows (in key order, like the SELECT it replaces)
+// and yields them as they were; the join updates exactly those rows. ok is
+// false where this does not apply (SQLite, an UPDATE … FROM).
+func (c *capturePool) updateWithBefore(ctx context.Context, before, after []string) (n int64, ok bool, err error) {
+	st := c.db.Statement
+	if c.p.dialect != envelope.Postgres {
+		return 0, false, nil
+	}
+	if _, from := st.Clauses["FROM"]; from {
+		return 0, false, nil
+	}
+	if _, set := st.Clauses["SET"]; !set {
+		return 0, false, nil
+	}
+	pk := st.Schema.PrimaryFieldDBNames
+	alias := func(i int) string { return "herald_b" + strconv.Itoa(i) }
+	u := &gorm.Statement{DB: c.db, Table: st.Table, TableExpr: st.TableExpr, Schema: st.Schema, Context: ctx, Clauses: map[string]clause.Clause{}}
+	for _, name := range []string{"UPDATE", "SET", "WHERE"} {
+		if cl, ok := st.Clauses[name]; ok {
+			u.Clauses[name] = cl
+		}
+	}
+	u.Build("UPDATE", "SET")
+	u.WriteString(" FROM (SELECT ")
+	for i, col := range before {
+		if i > 0 {
+			u.WriteByte(',')
+		}
+		u.WriteQuoted(clause.Column{Table: clause.CurrentTable, Name: col})
+		u.WriteString(" AS ")
+		u.WriteQuoted(alias(i))
+	}
+	u.WriteString(" FROM ")
+	u.WriteQuoted(clause.Table{Name: clause.CurrentTable})
+	if _, where := u.Clauses["WHERE"]; where {
+		u.WriteByte(' ')
+		u.Build("WHERE")
+	}
+	u.WriteString(" ORDER BY ")
+	for i, k := range pk {
+		if i > 0 {
+			u.WriteByte(',')
+		}
+		u.WriteQuoted(clause.Column{Table: clause.CurrentTable, Name: k})
+	}
+	u.WriteString(` FOR UPDATE) AS "herald_old" WHERE `)
+	for i, k := range pk {
+		if i > 0 {
+			u.WriteString(" AND ")
+		}
+		u.WriteQuoted(clause.Column{Table: clause.CurrentTable, Name: k})
+		u.WriteString(` = "herald_old".`)
+		u.WriteQuoted(alias(slices.Index(before, k)))
+	}
+	u.WriteString(" RETURNING ")
+	for i := range before {
+		u.WriteString(`"herald_old".`)
+		u.WriteQuoted(alias(i))
+		u.WriteByte(',')
+	}
+	u.WriteString(quotedColumns(st, after, true))
+	rows, err := c.ConnPool.QueryContext(ctx, u.SQL.String(), u.Vars...)
+	if err != nil {
+		return 0, true, err
+	}
+	sc := newScanner(st.Schema, append(slices.Clone(before), after...))
+	sc.split = len(before)
+	c.after, _, err = sc.scan(ctx, rows, -1)
+	if err != nil {
+		return 0, true, err
+	}
+	c.before = sc.firsts
+	return int64(len(c.after)), true, nil
 }
 
 // finish builds the statement's changes and writes their events.
