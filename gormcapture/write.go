@@ -298,7 +298,7 @@ func (c *capturePool) updateWithBefore(ctx context.Context, before, after []stri
 	u.WriteString(" FROM (SELECT ")
 	for i, col := range before {
 		if i > 0 {
-			u.WriteByte(',')
+			_ = u.WriteByte(',')
 		}
 		u.WriteQuoted(clause.Column{Table: clause.CurrentTable, Name: col})
 		u.WriteString(" AS ")
@@ -307,13 +307,13 @@ func (c *capturePool) updateWithBefore(ctx context.Context, before, after []stri
 	u.WriteString(" FROM ")
 	u.WriteQuoted(clause.Table{Name: clause.CurrentTable})
 	if _, where := u.Clauses["WHERE"]; where {
-		u.WriteByte(' ')
+		_ = u.WriteByte(' ')
 		u.Build("WHERE")
 	}
 	u.WriteString(" ORDER BY ")
 	for i, k := range pk {
 		if i > 0 {
-			u.WriteByte(',')
+			_ = u.WriteByte(',')
 		}
 		u.WriteQuoted(clause.Column{Table: clause.CurrentTable, Name: k})
 	}
@@ -330,7 +330,7 @@ func (c *capturePool) updateWithBefore(ctx context.Context, before, after []stri
 	for i := range before {
 		u.WriteString(`"herald_old".`)
 		u.WriteQuoted(alias(i))
-		u.WriteByte(',')
+		_ = u.WriteByte(',')
 	}
 	u.WriteString(quotedColumns(st, after, true))
 	rows, err := c.ConnPool.QueryContext(ctx, u.SQL.String(), u.Vars...)
