@@ -295,44 +295,44 @@ func (c *capturePool) updateWithBefore(ctx context.Context, before, after []stri
 		}
 	}
 	u.Build("UPDATE", "SET")
-	u.WriteString(" FROM (SELECT ")
+	_, _ = u.WriteString(" FROM (SELECT ")
 	for i, col := range before {
 		if i > 0 {
 			_ = u.WriteByte(',')
 		}
 		u.WriteQuoted(clause.Column{Table: clause.CurrentTable, Name: col})
-		u.WriteString(" AS ")
+		_, _ = u.WriteString(" AS ")
 		u.WriteQuoted(alias(i))
 	}
-	u.WriteString(" FROM ")
+	_, _ = u.WriteString(" FROM ")
 	u.WriteQuoted(clause.Table{Name: clause.CurrentTable})
 	if _, where := u.Clauses["WHERE"]; where {
 		_ = u.WriteByte(' ')
 		u.Build("WHERE")
 	}
-	u.WriteString(" ORDER BY ")
+	_, _ = u.WriteString(" ORDER BY ")
 	for i, k := range pk {
 		if i > 0 {
 			_ = u.WriteByte(',')
 		}
 		u.WriteQuoted(clause.Column{Table: clause.CurrentTable, Name: k})
 	}
-	u.WriteString(` FOR UPDATE) AS "herald_old" WHERE `)
+	_, _ = u.WriteString(` FOR UPDATE) AS "herald_old" WHERE `)
 	for i, k := range pk {
 		if i > 0 {
-			u.WriteString(" AND ")
+			_, _ = u.WriteString(" AND ")
 		}
 		u.WriteQuoted(clause.Column{Table: clause.CurrentTable, Name: k})
-		u.WriteString(` = "herald_old".`)
+		_, _ = u.WriteString(` = "herald_old".`)
 		u.WriteQuoted(alias(slices.Index(before, k)))
 	}
-	u.WriteString(" RETURNING ")
+	_, _ = u.WriteString(" RETURNING ")
 	for i := range before {
-		u.WriteString(`"herald_old".`)
+		_, _ = u.WriteString(`"herald_old".`)
 		u.WriteQuoted(alias(i))
 		_ = u.WriteByte(',')
 	}
-	u.WriteString(quotedColumns(st, after, true))
+	_, _ = u.WriteString(quotedColumns(st, after, true))
 	rows, err := c.ConnPool.QueryContext(ctx, u.SQL.String(), u.Vars...)
 	if err != nil {
 		return 0, true, err
