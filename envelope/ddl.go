@@ -25,11 +25,21 @@ func IsOwnColumn(c string) bool {
 	return false
 }
 
-// The PostgreSQL table. fillfactor leaves room on each page so that the
-// lease update (which touches only unindexed columns) stays a HOT update
-// and does not add index entries. The "to deliver" indexes are partial, so
-// they stay as small as the backlog however much published history the
-// table keeps.
+// The PostgreSQL table. Every event is written three times: inserted,
+// leased, marked. The lease sets only lease_until and leased_by, which no
+// index covers, so it can be a HOT update — a new row version on the same
+// page and no new index entries — provided the page has room for it.
+// fillfactor 50 keeps half of each page free at insert, room for every row
+// on a page to be leased once in place, whatever the rows' size (large
+// payloads are TOASTed, and a lease does not copy them). Measured with
+// integration/cmd/relaybench (BENCHMARKS.md): at fillfactor 85 only ~8% of
+// leases were HOT and lease+mark wrote ~14 WAL records per event; at 50
+// every lease is HOT and it writes ~7. The mark sets published_at, which
+// the partial indexes' predicates name, so it is never HOT: it adds entries
+// only to the indexes whose predicate the published row satisfies — the
+// "to deliver" indexes and the topic index are partial on published_at IS
+// NULL, so they stay as small as the backlog however much published
+// history the table keeps, and the mark adds nothing to them.
 const postgresDDL = `CREATE TABLE IF NOT EXISTS {table} (
     sequence         BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     id               UUID NOT NULL,
@@ -48,7 +58,7 @@ const postgresDDL = `CREATE TABLE IF NOT EXISTS {table} (
     dead_lettered_at TIMESTAMPTZ,
     CONSTRAINT {base}_id_key UNIQUE (id),
     CONSTRAINT {base}_idempotency_key_key UNIQUE (idempotency_key)
-) WITH (fillfactor = 85);
+) WITH (fillfactor = 50);
 CREATE INDEX IF NOT EXISTS {base}_pending_idx ON {table} (sequence)
     WHERE published_at IS NULL AND dead_lettered_at IS NULL;
 CREATE INDEX IF NOT EXISTS {base}_pending_key_idx ON {table} (ordering_key, sequence)
@@ -57,7 +67,8 @@ CREATE INDEX IF NOT EXISTS {base}_published_idx ON {table} (published_at)
     WHERE published_at IS NOT NULL;
 CREATE INDEX IF NOT EXISTS {base}_dead_lettered_idx ON {table} (dead_lettered_at)
     WHERE dead_lettered_at IS NOT NULL;
-CREATE INDEX IF NOT EXISTS {base}_topic_idx ON {table} (topic, sequence);
+CREATE INDEX IF NOT EXISTS {base}_topic_idx ON {table} (topic, sequence)
+    WHERE published_at IS NULL;
 `
 
 // The SQLite table. Times are fixed-width UTC text (see Dialect.TimeArg);
@@ -87,7 +98,8 @@ CREATE INDEX IF NOT EXISTS {base}_published_idx ON {table} (published_at)
     WHERE published_at IS NOT NULL;
 CREATE INDEX IF NOT EXISTS {base}_dead_lettered_idx ON {table} (dead_lettered_at)
     WHERE dead_lettered_at IS NOT NULL;
-CREATE INDEX IF NOT EXISTS {base}_topic_idx ON {table} (topic, sequence);
+CREATE INDEX IF NOT EXISTS {base}_topic_idx ON {table} (topic, sequence)
+    WHERE published_at IS NULL;
 `
 
 // DDL returns the statements that create the outbox table and its indexes

@@ -95,8 +95,10 @@ type Config struct {
 	// brings new events at once; polling only catches what it misses).
 	MaxPollInterval time.Duration
 	// PollMultiplier grows the wait after each poll that did not fill a
-	// batch; a full batch polls again at once and resets the wait to
-	// MinPollInterval. 0 = DefaultPollMultiplier; must be >= 1.
+	// batch; a full batch — or one that delivered events with an ordering
+	// key, whose next events are due at once — polls again at once and
+	// resets the wait to MinPollInterval. 0 = DefaultPollMultiplier; must
+	// be >= 1.
 	PollMultiplier float64
 
 	// Name identifies the relay in leased_by and logs; "" = host:pid:random.

@@ -26,7 +26,9 @@
 //     that lost its lease cannot undo another's work, and are written even
 //     while the relay stops.
 //
-// A full batch polls again at once; otherwise the wait grows from
+// A full batch polls again at once, and so does one that delivered events
+// with an ordering key (their keys' next events just became due; a backlog
+// of few keys never fills a batch); otherwise the wait grows from
 // MinPollInterval by PollMultiplier up to MaxPollInterval, and a Wakeup
 // signal for one of the relay's topics cuts it short. Topics and
 // ExcludeTopics let relays of different topics, each with its own settings,

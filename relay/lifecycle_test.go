@@ -255,3 +255,21 @@ func TestPanickingDeliveryIsAFailure(t *testing.T) {
 		t.Fatalf("row: %+v", row)
 	}
 }
+
+func TestFewKeysDrainWithoutWaiting(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, e *env) {
+		var ms []envelope.Message
+		for i := range 30 {
+			ms = append(ms, msg("k", []string{"a", "b"}[i%2], i))
+		}
+		e.enqueue(t, ms...)
+		rec := &recorder{}
+		// Batches of at most two events (one per key) never fill a batch of
+		// 100; with polls an hour apart only the immediate re-poll after
+		// delivering ordered events can drain them.
+		r := e.newRelay(t, rec, Config{MinPollInterval: time.Hour, MaxPollInterval: time.Hour})
+		start(t, r)
+		testkit.Eventually(t, 30*time.Second, func() bool { return rec.count() == len(ms) }, "all %d delivered", len(ms))
+	})
+}

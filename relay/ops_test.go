@@ -207,6 +207,7 @@ func TestExtraColumnsAreLoaded(t *testing.T) {
 		r := e.newRelay(t, rec, Config{ExtraColumns: []string{"tenant"}})
 		pollOnce(t, r, rec)
 		got := rec.events()
+		slices.SortFunc(got, func(a, b *envelope.Event) int { return int(a.Sequence - b.Sequence) })
 		if len(got) != 2 {
 			t.Fatalf("%d delivered", len(got))
 		}

@@ -28,6 +28,7 @@ const minStatementTimeout = 5 * time.Second
 
 type pollResult struct {
 	leased  int       // events leased (and handled)
+	keyed   int       // events with an ordering key that were delivered
 	nextDue time.Time // the earliest next attempt of a failure recorded, or zero
 }
 
@@ -206,6 +207,9 @@ func (r *Relay) mark(runCtx context.Context, batch []*envelope.Event, errs []err
 		switch {
 		case err == nil:
 			delivered = append(delivered, e)
+			if e.OrderingKey != "" {
+				res.keyed++
+			}
 		case forced:
 			// Cancelled by a forced stop: not the event's fault.
 			released = append(released, e)

@@ -258,10 +258,10 @@ func (r *Relay) Run(ctx context.Context) error {
 	return r.Stop(stopCtx)
 }
 
-// loop polls until soft ends: at once after a full batch, else after a
-// wait that grows from MinPollInterval by PollMultiplier up to
-// MaxPollInterval, cut short by a wakeup or by the next retry this relay
-// scheduled falling due.
+// loop polls until soft ends: at once after a full batch (or one that
+// delivered ordered events), else after a wait that grows from
+// MinPollInterval by PollMultiplier up to MaxPollInterval, cut short by a
+// wakeup or by the next retry this relay scheduled falling due.
 func (r *Relay) loop(soft, hard context.Context, ru *run) {
 	p := newPacer(r.cfg.MinPollInterval, r.cfg.MaxPollInterval, r.cfg.PollMultiplier)
 	var due time.Time // the earliest next attempt this relay scheduled
@@ -286,7 +286,13 @@ func (r *Relay) loop(soft, hard context.Context, ru *run) {
 			due = res.nextDue
 		}
 		var wait time.Duration
-		if err == nil && res.leased == r.cfg.BatchSize {
+		// A full batch means more may be waiting: poll again at once. So
+		// may a batch that delivered events with an ordering key, however
+		// small: a batch holds one event per key, so the next event of each
+		// of those keys became due just now, and a backlog of few keys
+		// never fills a batch — waiting here would deliver one event per
+		// key per poll interval.
+		if err == nil && (res.leased == r.cfg.BatchSize || res.keyed > 0) {
 			p.full()
 			continue
 		}

@@ -82,9 +82,11 @@ func runManyRelays(t *testing.T, e *env, relays, events, keys int) {
 	ms = append([]envelope.Message{msg("stress.poison", "poison", 0)}, ms...)
 	ms = append(ms, msg("stress.poison", "poison", 1), msg("stress.poison", "poison", 2))
 	var written []*envelope.Event
+	enq := time.Now()
 	for chunk := 0; chunk < len(ms); chunk += 5000 {
 		written = append(written, e.enqueue(t, ms[chunk:min(chunk+5000, len(ms))]...)...)
 	}
+	t.Logf("enqueued %d events in %s", len(ms), time.Since(enq).Round(time.Millisecond))
 	f := &flaky{seen: map[uuid.UUID]int{}, wantUnord: int64(unordered), poisonHead: written[0].ID}
 	for i := range relays {
 		r := e.newRelay(t, f, Config{Name: fmt.Sprintf("relay-%d", i), BatchSize: 100, MaxAttempts: 1_000_000,

@@ -1,0 +1,318 @@
+// Command relaybench measures herald's relay on PostgreSQL, in one run on
+// one table: drain throughput of relays with a no-op delivery at several
+// batch sizes and relay counts, the same drain by a bare SQL
+// lease-and-mark loop (the limit for the design), the share of HOT
+// updates, and the statements an idle relay issues per hour with and
+// without a wakeup. It prints Markdown tables for BENCHMARKS.md.
+//
+//	go run ./integration/cmd/relaybench                     # defaults
+//	go run ./integration/cmd/relaybench -events 200000 -rounds 5
+//	go run ./integration/cmd/relaybench -ddl default,ff100,topic-partial -batch 1000 -relays 1 -modes bare,relay
+//	go run ./integration/cmd/relaybench -exec-modes cache_statement,exec -batch 1000 -relays 1
+//
+// HERALD_POSTGRES_DSN (default postgres://postgres@127.0.0.1:5432/test)
+// points it at a server; it works in a schema of its own, dropped at the
+// end.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"net/url"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/integration/relaybench"
+	"github.com/heraldgo/herald/relay"
+)
+
+// ddlVariants change the outbox table after envelope.Migrate, to try what
+// keeps lease-and-mark cheap. "default" is envelope's DDL as is:
+// fillfactor 50, the topic index partial on published_at IS NULL.
+var ddlVariants = map[string][]string{
+	"default": nil,
+	"ff100":   {`ALTER TABLE herald_outbox SET (fillfactor = 100)`},
+	"ff85":    {`ALTER TABLE herald_outbox SET (fillfactor = 85)`},
+	"ff70":    {`ALTER TABLE herald_outbox SET (fillfactor = 70)`},
+	// The topic index over every row, as first designed: a mark adds an
+	// entry to it.
+	"topic-full": topicFull,
+	// The first DDL: fillfactor 85, topic index over every row.
+	"ff85-topic-full": append([]string{`ALTER TABLE herald_outbox SET (fillfactor = 85)`}, topicFull...),
+	// Unique idempotency keys through a partial index: rows without a key
+	// (most) get no entry on insert or on any later non-HOT update. Needs
+	// the writer's ON CONFLICT to name the predicate; not adopted.
+	"idem-partial": {
+		`ALTER TABLE herald_outbox DROP CONSTRAINT herald_outbox_idempotency_key_key`,
+		`CREATE UNIQUE INDEX herald_outbox_idempotency_key_key ON herald_outbox (idempotency_key) WHERE idempotency_key IS NOT NULL`,
+	},
+}
+
+var topicFull = []string{
+	`DROP INDEX herald_outbox_topic_idx`,
+	`CREATE INDEX herald_outbox_topic_idx ON herald_outbox (topic, sequence)`,
+}
+
+func main() {
+	var (
+		dsn       = flag.String("dsn", envOr("HERALD_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL DSN")
+		events    = flag.Int("events", 100000, "events per drain")
+		rounds    = flag.Int("rounds", 3, "drains per configuration; the median is reported")
+		batches   = flag.String("batch", "100,1000", "batch sizes")
+		relays    = flag.String("relays", "1,2", "relay (worker) counts")
+		modes     = flag.String("modes", "bare,relay,relay-batch", "what drains: bare (SQL loop), relay (delivery.Func), relay-batch (a BatchDelivery)")
+		ddls      = flag.String("ddl", "default", "table variants: "+strings.Join(keys(ddlVariants), ","))
+		execModes = flag.String("exec-modes", "", "pgx default_query_exec_mode values to compare (\"\" = pgx's default, cache_statement)")
+		keyCount  = flag.Int("keys", 0, "spread events over this many ordering keys (0 = unordered)")
+		idle      = flag.Bool("idle", true, "measure idle statements per hour")
+		idleScale = flag.Float64("idle-scale", 100, "run the idle hour this many times faster (poll intervals divided by it)")
+		costs     = flag.Bool("cost", true, "report WAL and buffers per leased-and-marked event of each table variant (EXPLAIN)")
+		drains    = flag.Bool("drain", true, "measure drain throughput")
+	)
+	flag.Parse()
+	ctx := context.Background()
+	schema := "relaybench_" + randomHex(4)
+	admin, err := sql.Open("pgx", *dsn)
+	check(err)
+	defer admin.Close()
+	_, err = admin.ExecContext(ctx, `CREATE SCHEMA `+schema)
+	check(err)
+	defer func() { _, _ = admin.ExecContext(context.Background(), `DROP SCHEMA `+schema+` CASCADE`) }()
+	base := withParam(*dsn, "search_path", schema)
+
+	fmt.Printf("# relaybench %s\n\n", time.Now().UTC().Format(time.RFC3339))
+	fmt.Printf("machine: %d CPUs (%s), GOMAXPROCS %d, %s; %s\n", runtime.NumCPU(), cpuModel(), runtime.GOMAXPROCS(0), runtime.Version(), serverVersion(ctx, admin))
+	fmt.Printf("events per drain: %d (%s), median of %d drains, each on a freshly filled table\n\n", *events, orderedness(*keyCount), *rounds)
+
+	if *costs {
+		fmt.Println("cost of lease and mark per event, batch 1000, from EXPLAIN (ANALYZE, BUFFERS, WAL) of the third batch:")
+		fmt.Println()
+		fmt.Println("| table | lease WAL records | lease WAL bytes | lease buffers | mark WAL records | mark WAL bytes | mark buffers | lease+mark µs |")
+		fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|")
+		for _, ddl := range strings.Split(*ddls, ",") {
+			db, err := sql.Open("pgx", base)
+			check(err)
+			recreate(ctx, db, ddl)
+			check(relaybench.Fill(ctx, db, "herald_outbox", 10000, *keyCount))
+			l, m, err := relaybench.LeaseAndMarkCost(ctx, db, "herald_outbox", 1000)
+			check(err)
+			per := func(n int64) float64 { return float64(n) / 1000 }
+			fmt.Printf("| %s | %.1f | %.0f | %.1f | %.1f | %.0f | %.1f | %.1f |\n", ddl, per(l.WALRecords), per(l.WALBytes), per(l.Buffers),
+				per(m.WALRecords), per(m.WALBytes), per(m.Buffers), float64((l.Time+m.Time).Microseconds())/1000)
+			_ = db.Close()
+		}
+		fmt.Println()
+	}
+	if !*drains {
+		*ddls = ""
+	}
+
+	em := []string{""}
+	if *execModes != "" {
+		em = strings.Split(*execModes, ",")
+	}
+	fmt.Println("| table | exec mode | batch | workers | drain | events/s | vs bare | HOT updates |")
+	fmt.Println("|---|---|---:|---:|---|---:|---:|---:|")
+	for _, ddl := range strings.Split(*ddls, ",") {
+		if ddl == "" {
+			continue
+		}
+		for _, mode := range em {
+			d := base
+			if mode != "" {
+				d = withParam(base, "default_query_exec_mode", mode)
+			}
+			db, err := sql.Open("pgx", d)
+			check(err)
+			recreate(ctx, db, ddl)
+			for _, b := range ints(*batches) {
+				for _, w := range ints(*relays) {
+					var bare float64
+					for _, m := range strings.Split(*modes, ",") {
+						rates, hot := drain(ctx, db, m, *events, b, w, *rounds, *keyCount)
+						rate := median(rates)
+						vs := "—"
+						if m == "bare" {
+							bare = rate
+						} else if bare > 0 {
+							vs = fmt.Sprintf("%.2f", rate/bare)
+						}
+						fmt.Printf("| %s | %s | %d | %d | %s | %.0f | %s | %.0f%% |\n", ddl, orDefault(mode, "cache_statement"), b, w, m, rate, vs, 100*hot)
+					}
+				}
+			}
+			_ = db.Close()
+		}
+	}
+
+	if *idle {
+		hour := time.Duration(float64(time.Hour) / *idleScale)
+		fmt.Printf("\nidle relay, empty table, statements per hour (measured over %s with poll intervals divided by %.0f; model = the adaptive rule computed):\n\n", hour, *idleScale)
+		fmt.Println("| relay | MinPollInterval | MaxPollInterval | measured / h | model, first hour | model, steady / h |")
+		fmt.Println("|---|---:|---:|---:|---:|---:|")
+		for _, wake := range []bool{false, true} {
+			n, err := relaybench.IdleStatements(ctx, base, "herald_outbox", wake, *idleScale, hour)
+			check(err)
+			maxPoll, name := relay.DefaultMaxPollInterval, "no wakeup"
+			if wake {
+				maxPoll, name = relay.DefaultMaxPollIntervalWithWakeup, "with a wakeup"
+			}
+			first := relaybench.PollsIn(time.Hour, relay.DefaultMinPollInterval, maxPoll, relay.DefaultPollMultiplier)
+			steady := float64(time.Hour) / float64(maxPoll)
+			fmt.Printf("| %s | %s | %s | %d | %d | %.0f |\n", name, relay.DefaultMinPollInterval, maxPoll, n, first, steady)
+		}
+	}
+}
+
+// recreate creates the outbox table afresh in variant ddl.
+func recreate(ctx context.Context, db *sql.DB, ddl string) {
+	alter, ok := ddlVariants[ddl]
+	if !ok {
+		log.Fatalf("unknown -ddl %q (have %s)", ddl, strings.Join(keys(ddlVariants), ", "))
+	}
+	_, err := db.ExecContext(ctx, `DROP TABLE IF EXISTS herald_outbox`)
+	check(err)
+	check(envelope.Migrate(ctx, db, envelope.Postgres, ""))
+	for _, s := range alter {
+		_, err := db.ExecContext(ctx, s)
+		check(err)
+	}
+}
+
+// drain runs one configuration rounds times and returns the rates
+// (events/s) and the HOT share of the last round's updates.
+func drain(ctx context.Context, db *sql.DB, mode string, n, batch, workers, rounds, keys int) ([]float64, float64) {
+	var rates []float64
+	var hot float64
+	for range rounds {
+		check(relaybench.Reset(ctx, db, "herald_outbox"))
+		check(relaybench.Fill(ctx, db, "herald_outbox", n, keys))
+		_, err := db.ExecContext(ctx, `SELECT pg_stat_reset_single_table_counters('herald_outbox'::regclass)`)
+		check(err)
+		var elapsed time.Duration
+		switch mode {
+		case "bare":
+			elapsed, err = relaybench.DrainBare(ctx, db, "herald_outbox", n, batch, workers)
+		case "relay":
+			elapsed, err = relaybench.DrainRelays(ctx, db, "herald_outbox", n, batch, workers, false)
+		case "relay-batch":
+			elapsed, err = relaybench.DrainRelays(ctx, db, "herald_outbox", n, batch, workers, true)
+		default:
+			log.Fatalf("unknown mode %q", mode)
+		}
+		check(err)
+		rates = append(rates, float64(n)/elapsed.Seconds())
+		// The pool's backends flush their statistics when they end.
+		db.SetMaxIdleConns(0)
+		db.SetMaxIdleConns(2)
+		time.Sleep(1100 * time.Millisecond) // statistics are flushed at most once a second
+		hot, err = relaybench.HOTRatio(ctx, db, "herald_outbox")
+		check(err)
+	}
+	return rates, hot
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func ints(s string) []int {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		check(err)
+		out = append(out, n)
+	}
+	return out
+}
+
+func keys(m map[string][]string) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func orderedness(keys int) string {
+	if keys == 0 {
+		return "unordered"
+	}
+	return fmt.Sprintf("over %d ordering keys", keys)
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func withParam(dsn, k, v string) string {
+	u, err := url.Parse(dsn)
+	check(err)
+	q := u.Query()
+	q.Set(k, v)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return runtime.GOARCH
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	if out, err := exec.Command("uname", "-m").Output(); err == nil {
+		return strings.TrimSpace(string(out))
+	}
+	return runtime.GOARCH
+}
+
+func serverVersion(ctx context.Context, db *sql.DB) string {
+	var v string
+	if err := db.QueryRowContext(ctx, `SHOW server_version`).Scan(&v); err != nil {
+		return "PostgreSQL ?"
+	}
+	return "PostgreSQL " + v
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func check(err error) {
+	if err != nil && !errors.Is(err, context.Canceled) {
+		log.Fatal(err)
+	}
+}

@@ -1,0 +1,224 @@
+package relaybench
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/heraldgo/herald/delivery"
+	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/relay"
+)
+
+// payload is the body of every benchmark event: an envelope of a typical
+// captured row (~250 bytes).
+const payload = `{"model": "library.Loan", "operation": "updated", "pk": 7, "changed": ["status"], ` +
+	`"before": {"id": 7, "status": "lent", "fee": "0.00", "reader_id": 3}, ` +
+	`"after": {"id": 7, "status": "returned", "fee": "0.00", "reader_id": 3}, "occurred_at": "2026-10-06T12:00:00Z"}`
+
+// Reset empties the outbox table (creating it if needed) and restarts its
+// sequence, so every run starts from the same state.
+func Reset(ctx context.Context, db *sql.DB, table string) error {
+	if err := envelope.Migrate(ctx, db, envelope.Postgres, table); err != nil {
+		return err
+	}
+	t, err := envelope.ParseTable(envelope.Postgres, table)
+	if err != nil {
+		return err
+	}
+	_, err = db.ExecContext(ctx, `TRUNCATE `+t.Quoted+` RESTART IDENTITY`)
+	return err
+}
+
+// Fill inserts n events in one statement, then ANALYZEs the table. keys >
+// 0 spreads them over that many ordering keys (round robin); 0 leaves
+// them unordered.
+func Fill(ctx context.Context, db *sql.DB, table string, n, keys int) error {
+	t, err := envelope.ParseTable(envelope.Postgres, table)
+	if err != nil {
+		return err
+	}
+	key := "NULL"
+	if keys > 0 {
+		key = "'key-' || (i % " + strconv.Itoa(keys) + ")"
+	}
+	q := `INSERT INTO ` + t.Quoted + ` (id, topic, payload, headers, ordering_key, created_at)
+SELECT gen_random_uuid(), 'library.loan.updated', $1::jsonb, '{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}', ` + key + `, now()
+FROM generate_series(1, $2) AS s(i)`
+	if _, err := db.ExecContext(ctx, q, payload, n); err != nil {
+		return fmt.Errorf("fill: %w", err)
+	}
+	if _, err := db.ExecContext(ctx, `ANALYZE `+t.Quoted); err != nil {
+		return fmt.Errorf("analyze: %w", err)
+	}
+	return nil
+}
+
+// DrainRelays starts relays relays with a no-op delivery (a plain
+// delivery.Func, or a BatchDelivery when batch is true) on a table holding
+// n pending events and returns how long they took to deliver and mark all
+// of them.
+func DrainRelays(ctx context.Context, db *sql.DB, table string, n, batchSize, relays int, batch bool) (time.Duration, error) {
+	var marked atomic.Int64
+	done := make(chan struct{})
+	obs := relay.ObserverFuncs{OnDelivered: func(context.Context, relay.Delivered) {
+		if marked.Add(1) == int64(n) {
+			close(done)
+		}
+	}}
+	var d delivery.Delivery = delivery.Func(func(context.Context, *envelope.Event) error { return nil })
+	if batch {
+		d = noopBatch{}
+	}
+	var rs []*relay.Relay
+	for i := range relays {
+		r, err := relay.New(db, d, relay.Config{
+			Table: table, Dialect: envelope.Postgres, BatchSize: batchSize, Name: "bench-" + strconv.Itoa(i),
+			Observer: obs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+		if err != nil {
+			return 0, err
+		}
+		rs = append(rs, r)
+	}
+	start := time.Now()
+	for _, r := range rs {
+		if err := r.Start(ctx); err != nil {
+			return 0, err
+		}
+	}
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	elapsed := time.Since(start)
+	for _, r := range rs {
+		_ = r.Stop(context.Background())
+	}
+	return elapsed, err
+}
+
+type noopBatch struct{}
+
+func (noopBatch) Deliver(context.Context, *envelope.Event) error { return nil }
+func (noopBatch) DeliverBatch(context.Context, []*envelope.Event) []error {
+	return nil
+}
+func (noopBatch) Close() error { return nil }
+
+// The bare loop's statements: the relay's lease and mark, verbatim in
+// substance (same predicates, same columns returned, same guards), with
+// nothing around them.
+const (
+	bareLeaseSQL = `UPDATE {table} SET lease_until = $1, leased_by = $2
+WHERE sequence = ANY(ARRAY(
+    SELECT e.sequence FROM {table} e
+    WHERE e.published_at IS NULL AND e.dead_lettered_at IS NULL
+      AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= $3)
+      AND (e.lease_until IS NULL OR e.lease_until < $3)
+      AND (e.ordering_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM {table} p
+            WHERE p.ordering_key = e.ordering_key AND p.published_at IS NULL AND p.sequence < e.sequence))
+    ORDER BY e.sequence
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED))
+RETURNING ` + envelope.EventColumns
+	bareMarkSQL = `UPDATE {table} SET published_at = $1
+WHERE sequence = ANY($2::bigint[]) AND leased_by = $3 AND published_at IS NULL`
+)
+
+// DrainBare drains n pending events with workers goroutines each running
+// the bare lease-and-mark loop (lease a batch, read its rows, mark them
+// published) until a lease comes back empty, and returns how long it took.
+func DrainBare(ctx context.Context, db *sql.DB, table string, n, batchSize, workers int) (time.Duration, error) {
+	t, err := envelope.ParseTable(envelope.Postgres, table)
+	if err != nil {
+		return 0, err
+	}
+	lease := strings.ReplaceAll(bareLeaseSQL, "{table}", t.Quoted)
+	mark := strings.ReplaceAll(bareMarkSQL, "{table}", t.Quoted)
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, workers)
+	start := time.Now()
+	for w := range workers {
+		wg.Go(func() {
+			name := "bare-" + strconv.Itoa(w)
+			var seqs strings.Builder
+			cols := make([]any, 15)
+			raw := make([]sql.RawBytes, 14)
+			for {
+				now := time.Now()
+				rows, err := db.QueryContext(ctx, lease, now.Add(time.Minute), name, now, batchSize)
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				seqs.Reset()
+				seqs.WriteByte('{')
+				k := 0
+				for rows.Next() {
+					var s int64
+					cols[0] = &s
+					for i := range raw {
+						cols[i+1] = &raw[i]
+					}
+					if err := rows.Scan(cols...); err != nil {
+						errs[w] = err
+						_ = rows.Close()
+						return
+					}
+					if k > 0 {
+						seqs.WriteByte(',')
+					}
+					seqs.WriteString(strconv.FormatInt(s, 10))
+					k++
+				}
+				if err := rows.Err(); err != nil {
+					errs[w] = err
+					return
+				}
+				if k == 0 {
+					if total.Load() >= int64(n) {
+						return
+					}
+					continue // another worker's rows are still leased
+				}
+				seqs.WriteByte('}')
+				if _, err := db.ExecContext(ctx, mark, time.Now(), seqs.String(), name); err != nil {
+					errs[w] = err
+					return
+				}
+				total.Add(int64(k))
+			}
+		})
+	}
+	wg.Wait()
+	return time.Since(start), errors.Join(errs...)
+}
+
+// HOTRatio returns the share of the table's updates that were HOT (heap
+// only: no new index entries), from pg_stat_user_tables, after waiting
+// for the statistics to be flushed.
+func HOTRatio(ctx context.Context, db *sql.DB, table string) (float64, error) {
+	if _, err := db.ExecContext(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+		return 0, err
+	}
+	var upd, hot int64
+	err := db.QueryRowContext(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
+WHERE relid = to_regclass($1)`, table).Scan(&upd, &hot)
+	if err != nil || upd == 0 {
+		return 0, err
+	}
+	return float64(hot) / float64(upd), nil
+}
