@@ -90,13 +90,13 @@ func newStack(t *testing.T, d envelope.Dialect, o stackOptions) *stack {
 		_, s.dsn = testkit.Postgres(t)
 		dial = postgres.Open(s.dsn)
 	default:
-		// _txlock=immediate, as examples/quickstart does: the capture
-		// reads rows before it writes them (BeforeAndAfter, upserts,
-		// cascades), and a deferred SQLite transaction whose read is
-		// overtaken by another connection's write (a relay's lease or
-		// mark) fails at once with "database is locked" instead of
-		// waiting out the busy timeout.
-		s.dsn = testkit.MattnDSN(testkit.SQLitePath(t)) + "&_txlock=immediate"
+		// MattnDSN sets _txlock=immediate, as examples/quickstart does:
+		// the capture reads rows before it writes them (BeforeAndAfter,
+		// upserts, cascades), and a deferred SQLite transaction whose
+		// read is overtaken by another connection's write (a relay's
+		// lease or mark) fails at once with "database is locked" instead
+		// of waiting out the busy timeout.
+		s.dsn = testkit.MattnDSN(testkit.SQLitePath(t))
 		dial = sqlite.Open(s.dsn)
 	}
 	if s.db, err = gorm.Open(dial, cfg); err != nil {

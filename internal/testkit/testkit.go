@@ -142,14 +142,17 @@ func SQLitePath(t testing.TB) string {
 }
 
 // MattnDSN is the DSN for github.com/mattn/go-sqlite3 (gorm.io/driver/sqlite):
-// WAL, synchronous=NORMAL, foreign keys on, a busy timeout.
+// WAL, synchronous=NORMAL, foreign keys on, a busy timeout, and
+// transactions that begin IMMEDIATE — the setting herald recommends: a
+// deferred transaction that reads, then writes after another connection
+// committed, fails at once with "database is locked" instead of waiting.
 func MattnDSN(path string) string {
-	return "file:" + path + "?_foreign_keys=1&_busy_timeout=10000&_journal_mode=WAL&_synchronous=NORMAL"
+	return "file:" + path + "?_foreign_keys=1&_busy_timeout=10000&_journal_mode=WAL&_synchronous=NORMAL&_txlock=immediate"
 }
 
 // ModerncDSN is the same DSN for modernc.org/sqlite and glebarez/go-sqlite.
 func ModerncDSN(path string) string {
-	return "file:" + path + "?_pragma=foreign_keys(1)&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)"
+	return "file:" + path + "?_pragma=foreign_keys(1)&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
 }
 
 // RedisURL returns HERALD_REDIS_URL after checking the server answers.
