@@ -67,9 +67,10 @@ func (r *Relay) statementTimeout() time.Duration { return max(r.cfg.Lease, minSt
 // order.
 func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, error) {
 	now := r.now()
+	until := now.Add(r.cfg.Lease)
 	ctx, cancel := withTimeout(ctx, r.statementTimeout(), "lease query")
 	defer cancel()
-	args := append([]any{r.dialect.TimeArg(now.Add(r.cfg.Lease)), r.cfg.Name, r.dialect.TimeArg(now), r.cfg.BatchSize}, r.fargs...)
+	args := append([]any{r.dialect.TimeArg(until), r.cfg.Name, r.dialect.TimeArg(now), r.cfg.BatchSize}, r.fargs...)
 	rows, err := r.db.QueryContext(ctx, r.sql.lease, args...)
 	if err != nil {
 		return nil, stmtErr(ctx, "lease query", err)
@@ -77,7 +78,7 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, error) {
 	defer rows.Close()
 	batch := make([]*envelope.Event, 0, r.cfg.BatchSize)
 	for rows.Next() {
-		e, err := envelope.ScanEvent(rows, r.extra)
+		e, err := scanLeased(rows, r.extra, r.cfg.Name, until)
 		if err != nil {
 			return nil, err
 		}

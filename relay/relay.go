@@ -95,18 +95,18 @@ func New(db *sql.DB, d delivery.Delivery, cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	cols := envelope.EventColumns
+	var extra string
 	for _, c := range cfg.ExtraColumns {
 		if dialect == envelope.SQLite {
 			// SQLite reads a double-quoted name that is no column as a
 			// string literal; a grave-quoted one is always an identifier,
 			// so a missing column is an error, not the column's name.
-			cols += ", `" + c + "`"
+			extra += ", `" + c + "`"
 		} else {
-			cols += ", " + envelope.QuoteIdent(c)
+			extra += ", " + envelope.QuoteIdent(c)
 		}
 	}
-	b := sqlBuilder{d: dialect, t: t, columns: cols}
+	b := sqlBuilder{d: dialect, t: t, columns: leaseColumns + extra, allColumns: envelope.EventColumns + extra}
 	st, fargs := b.build(f)
 	r := &Relay{
 		db: db, d: d, cfg: cfg, dialect: dialect, table: t, filter: f, sql: st, fargs: fargs,
@@ -227,6 +227,11 @@ func (r *Relay) Stop(ctx context.Context) error {
 		r.log.DebugContext(ctx, "herald/relay: stopped", slog.String("relay", r.cfg.Name))
 		return nil
 	case <-ctx.Done():
+		select {
+		case <-ru.done: // finished just as ctx ended
+			return nil
+		default:
+		}
 		cause := context.Cause(ctx)
 		ru.kill(fmt.Errorf("herald/relay: stop deadline: %w", cause))
 		return fmt.Errorf("herald/relay: stop %s: gave up waiting for the batch in hand (its deliveries are cancelled and its marks written in the background): %w", r.cfg.Name, cause)

@@ -11,7 +11,7 @@ import (
 
 // The relay's SQL. Placeholders are written $n and rendered as ?n on
 // SQLite (numbered, so an argument may be used twice); {table} is the
-// quoted table, {columns} the event columns (envelope.EventColumns plus
+// quoted table, {columns} the columns a lease returns (leaseColumns plus
 // Config.ExtraColumns), {filter} the relay's topic filter over alias e.
 // Every value is bound; identifiers come from envelope.ParseTable and
 // envelope.IsIdentifier.
@@ -195,7 +195,7 @@ RETURNING topic`
 
 // checkTableSQL selects every column the relay reads, and no row: it fails
 // when the table or one of the columns is missing.
-const checkTableSQL = `SELECT {columns} FROM {table} WHERE 1 = 0`
+const checkTableSQL = `SELECT {all_columns} FROM {table} WHERE 1 = 0`
 
 var placeholderRE = regexp.MustCompile(`\$(\d+)`)
 
@@ -209,9 +209,10 @@ type statements struct {
 
 // sqlBuilder renders statement templates.
 type sqlBuilder struct {
-	d       envelope.Dialect
-	t       envelope.Table
-	columns string
+	d          envelope.Dialect
+	t          envelope.Table
+	columns    string // what the lease returns: leaseColumns and the extras
+	allColumns string // every column the relay relies on, for checkTableSQL
 }
 
 func (b sqlBuilder) pick(pg, lite string) string {
@@ -224,7 +225,8 @@ func (b sqlBuilder) pick(pg, lite string) string {
 // render fills a template; filter is the topic filter fragment (already
 // numbered) and where an extra condition.
 func (b sqlBuilder) render(tmpl, filter, where string) string {
-	s := strings.NewReplacer("{table}", b.t.Quoted, "{columns}", b.columns, "{filter}", filter, "{where}", where).Replace(tmpl)
+	s := strings.NewReplacer("{table}", b.t.Quoted, "{columns}", b.columns, "{all_columns}", b.allColumns,
+		"{filter}", filter, "{where}", where).Replace(tmpl)
 	if b.d == envelope.SQLite {
 		s = placeholderRE.ReplaceAllString(s, "?$1")
 	}
