@@ -19,6 +19,13 @@ func (r *Relay) listen(ctx context.Context) {
 	for ctx.Err() == nil {
 		r.setListening(true)
 		err := r.cfg.Wakeup.Listen(ctx, func(topics []string) {
+			if topics == nil {
+				// Subscribed (or re-subscribed): a signal sent since the
+				// last poll reached no one, so poll now rather than at
+				// the next interval, up to MaxPollInterval away.
+				r.wake()
+				return
+			}
 			for _, t := range topics {
 				if r.filter.Match(t) {
 					r.wake()

@@ -14,8 +14,16 @@ import (
 // distinct topics it wrote; it must not block for long and may drop a signal
 // (relays poll anyway). Listen calls fn with the topics of each signal it
 // receives until ctx ends, then returns nil; it returns an error only when
-// it cannot listen at all. fn must not block. Close releases what Signal and
-// Listen opened; Listen calls running at Close return.
+// it cannot listen at all. fn must not block.
+//
+// Once Listen is subscribed — and again after every re-subscription, such
+// as a reconnect — it calls fn once with nil topics: signals sent before
+// that moment reached no one, so the listener should poll. Without it an
+// event committed between a relay's last poll and its subscription would
+// wait for the relay's longest poll interval.
+//
+// Close releases what Signal and Listen opened; Listen calls running at
+// Close return.
 type Wakeup interface {
 	Signal(ctx context.Context, topics []string) error
 	Listen(ctx context.Context, fn func(topics []string)) error
@@ -95,6 +103,7 @@ func (w *InProcess) Listen(ctx context.Context, fn func(topics []string)) error 
 		delete(w.subs, l)
 		w.mu.Unlock()
 	}()
+	fn(nil) // subscribed: what was signalled before reached no one
 	for {
 		select {
 		case <-ctx.Done():

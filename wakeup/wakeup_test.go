@@ -73,6 +73,9 @@ func TestInProcessCoalesces(t *testing.T) {
 	ready := make(chan struct{})
 	go func() {
 		_ = w.Listen(ctx, func(topics []string) {
+			if topics == nil {
+				return // the subscription notice
+			}
 			slices.Sort(topics)
 			calls <- topics
 			if first {
@@ -108,6 +111,28 @@ func TestInProcessCoalesces(t *testing.T) {
 			t.Fatalf("signals not coalesced: extra call %v", extra)
 		}
 	default:
+	}
+}
+
+// TestListenSubscribed: Listen calls fn with nil topics once it is
+// subscribed, so a listener can poll for what was signalled before; a
+// signal sent after that notice is never lost.
+func TestListenSubscribed(t *testing.T) {
+	t.Parallel()
+	w := wakeup.NewInProcess()
+	defer w.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	calls := make(chan []string, 4)
+	go func() { _ = w.Listen(ctx, func(topics []string) { calls <- topics }) }()
+	if first := <-calls; first != nil {
+		t.Fatalf("first call %v, want the nil subscription notice", first)
+	}
+	if err := w.Signal(ctx, []string{"t"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-calls; !slices.Equal(got, []string{"t"}) {
+		t.Fatalf("signal after the notice: %v", got)
 	}
 }
 
