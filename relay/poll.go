@@ -3,6 +3,7 @@ package relay
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -227,13 +228,17 @@ func (r *Relay) mark(runCtx context.Context, batch []*envelope.Event, errs []err
 	}
 	var errOut []error
 	if len(delivered) > 0 {
-		res, err := r.db.ExecContext(ctx, r.sql.markPublished, r.dialect.TimeArg(now), r.seqArg(delivered), r.cfg.Name)
+		var marked sql.Result
+		err := retryMark(ctx, func() (err error) {
+			marked, err = r.db.ExecContext(ctx, r.sql.markPublished, r.dialect.TimeArg(now), r.seqArg(delivered), r.cfg.Name)
+			return err
+		})
 		if err != nil {
 			err = stmtErr(ctx, "mark published", err)
 			r.log.ErrorContext(ctx, "herald/relay: could not mark delivered events published; they will be delivered again when their lease expires",
 				slog.String("relay", r.cfg.Name), slog.Int("events", len(delivered)), slog.Any("error", err))
 			errOut = append(errOut, err)
-		} else if n, err := res.RowsAffected(); err == nil && n < int64(len(delivered)) {
+		} else if n, err := marked.RowsAffected(); err == nil && n < int64(len(delivered)) {
 			r.log.WarnContext(ctx, "herald/relay: some delivered events were no longer leased by this relay (lease expired and taken over); their new holder will deliver them again",
 				slog.String("relay", r.cfg.Name), slog.Int("delivered", len(delivered)), slog.Int64("marked", n))
 		}
@@ -244,7 +249,11 @@ func (r *Relay) mark(runCtx context.Context, batch []*envelope.Event, errs []err
 		}
 	}
 	if len(failures) > 0 {
-		recorded, err := r.markFailed(ctx, failures)
+		var recorded map[int64]bool
+		err := retryMark(ctx, func() (err error) {
+			recorded, err = r.markFailed(ctx, failures)
+			return err
+		})
 		if err != nil {
 			r.log.ErrorContext(ctx, "herald/relay: could not record failed deliveries; they will be tried again when their lease expires",
 				slog.String("relay", r.cfg.Name), slog.Int("events", len(failures)), slog.Any("error", err))
@@ -287,6 +296,34 @@ func (r *Relay) mark(runCtx context.Context, batch []*envelope.Event, errs []err
 		}
 	}
 	return res, errors.Join(errOut...)
+}
+
+// markRetries are the waits before the second and later tries of a mark
+// statement. Both marks are idempotent (they set absolute values, guarded by
+// leased_by and published_at IS NULL), so a statement that failed — SQLite
+// still busy after its timeout, a dropped connection — is simply run again:
+// an unmarked batch would stay leased until its lease expires, holding back
+// its ordering keys, and then be delivered a second time.
+var markRetries = []time.Duration{50 * time.Millisecond, 250 * time.Millisecond, time.Second}
+
+// retryMark runs mark until it succeeds, the retries are spent, or ctx
+// (the mark's own timeout) ends.
+func retryMark(ctx context.Context, mark func() error) error {
+	err := mark()
+	for _, wait := range markRetries {
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		err = mark()
+	}
+	return err
 }
 
 func (r *Relay) markFailed(ctx context.Context, failures []failure) (map[int64]bool, error) {
