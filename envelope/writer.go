@@ -416,7 +416,7 @@ func (w *Writer) insert(ctx context.Context, q Querier, rows []row, batch []int,
 		}
 	}
 	if r.idem {
-		b.WriteString(" ON CONFLICT (idempotency_key) DO NOTHING")
+		b.WriteString(" ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING")
 	}
 	b.WriteString(" RETURNING sequence, id")
 	res, err := q.QueryContext(ctx, b.String(), args...)
