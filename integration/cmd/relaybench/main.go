@@ -82,6 +82,7 @@ func main() {
 		idleScale = flag.Float64("idle-scale", 100, "run the idle hour this many times faster (poll intervals divided by it)")
 		costs     = flag.Bool("cost", true, "report WAL and buffers per leased-and-marked event of each table variant (EXPLAIN)")
 		drains    = flag.Bool("drain", true, "measure drain throughput")
+		params    = flag.String("set", "", "extra DSN parameters for the drains, k=v,k=v (e.g. synchronous_commit=off)")
 	)
 	flag.Parse()
 	ctx := context.Background()
@@ -93,6 +94,14 @@ func main() {
 	check(err)
 	defer func() { _, _ = admin.ExecContext(context.Background(), `DROP SCHEMA `+schema+` CASCADE`) }()
 	base := withParam(*dsn, "search_path", schema)
+	drainDSN := base
+	if *params != "" {
+		for _, kv := range strings.Split(*params, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			drainDSN = withParam(drainDSN, k, v)
+		}
+		fmt.Printf("drain DSN parameters: %s\n\n", *params)
+	}
 
 	fmt.Printf("# relaybench %s\n\n", time.Now().UTC().Format(time.RFC3339))
 	fmt.Printf("machine: %d CPUs (%s), GOMAXPROCS %d, %s; %s\n", runtime.NumCPU(), cpuModel(), runtime.GOMAXPROCS(0), runtime.Version(), serverVersion(ctx, admin))
@@ -132,7 +141,7 @@ func main() {
 			continue
 		}
 		for _, mode := range em {
-			d := base
+			d := drainDSN
 			if mode != "" {
 				d = withParam(base, "default_query_exec_mode", mode)
 			}
