@@ -26,7 +26,6 @@ func ev(topic string) *envelope.Event {
 
 // named records the topics it is given.
 type named struct {
-	name   string
 	mu     sync.Mutex
 	topics []string
 	closed int

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"sync"
@@ -104,7 +103,7 @@ func (e *env) newRelay(t testing.TB, d delivery.Delivery, cfg Config) *Relay {
 		cfg.RetryMax = 10 * time.Millisecond
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	r, err := New(e.db, d, cfg)
 	if err != nil {

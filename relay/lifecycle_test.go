@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -272,4 +273,38 @@ func TestFewKeysDrainWithoutWaiting(t *testing.T) {
 		start(t, r)
 		testkit.Eventually(t, 30*time.Second, func() bool { return rec.count() == len(ms) }, "all %d delivered", len(ms))
 	})
+}
+
+// brokenWakeup cannot listen.
+type brokenWakeup struct{ wakeup.Wakeup }
+
+func (brokenWakeup) Listen(context.Context, func([]string)) error {
+	return errors.New("connection refused")
+}
+
+func TestRelayPollsWhenItsWakeupCannotListen(t *testing.T) {
+	t.Parallel()
+	for _, w := range []wakeup.Wakeup{brokenWakeup{}, closedWakeup()} {
+		e := newEnv(t, envelope.SQLite)
+		logs := &logRecords{}
+		rec := &recorder{}
+		r := e.newRelay(t, rec, Config{Wakeup: w, Logger: slog.New(logs)})
+		start(t, r)
+		e.enqueue(t, msg("a", "", 1))
+		testkit.Eventually(t, 20*time.Second, func() bool { return rec.count() == 1 }, "delivered by polling")
+		testkit.Eventually(t, 20*time.Second, func() bool {
+			for _, l := range logs.atLeast(slog.LevelWarn) {
+				if strings.Contains(l.Message, "wakeup") {
+					return true
+				}
+			}
+			return false
+		}, "a WARN about the wakeup")
+	}
+}
+
+func closedWakeup() wakeup.Wakeup {
+	w := wakeup.NewInProcess()
+	_ = w.Close()
+	return w
 }

@@ -42,7 +42,7 @@ func withTimeout(ctx context.Context, d time.Duration, what string) (context.Con
 func stmtErr(ctx context.Context, what string, err error) error {
 	if ctx.Err() != nil {
 		if c := context.Cause(ctx); c != nil && !errors.Is(c, ctx.Err()) {
-			return fmt.Errorf("%w (%v)", c, err)
+			return fmt.Errorf("%w (%w)", c, err)
 		}
 	}
 	return fmt.Errorf("herald/relay: %s: %w", what, err)

@@ -128,10 +128,7 @@ func New(db *sql.DB, d delivery.Delivery, cfg Config) (*Relay, error) {
 }
 
 func (r *Relay) checkTable(ctx context.Context) error {
-	rows, err := r.db.QueryContext(ctx, r.sql.checkTable)
-	if err == nil {
-		err = rows.Close()
-	}
+	err := r.checkColumns(ctx)
 	if err != nil {
 		return &envelope.Error{Kind: envelope.ErrConfiguration, Where: "relay.Config.Table",
 			Msg: fmt.Sprintf("outbox table %s is missing or lacks a column the relay reads (%s%s); create it with envelope.Migrate(ctx, db, %q, %q) or the statements of envelope.DDL",
@@ -139,6 +136,19 @@ func (r *Relay) checkTable(ctx context.Context) error {
 			Err: err}
 	}
 	return nil
+}
+
+// checkColumns runs checkTableSQL: an error when the table or one of the
+// columns is missing.
+func (r *Relay) checkColumns(ctx context.Context) error {
+	rows, err := r.db.QueryContext(ctx, r.sql.checkTable)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+	}
+	return rows.Err()
 }
 
 func extraList(cols []string) string {

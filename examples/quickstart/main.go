@@ -91,7 +91,7 @@ func run(ctx context.Context) error {
 	// Kafka, Redis Streams, a webhook or RabbitMQ instead.
 	const want = 4
 	delivered := make(chan struct{}, want)
-	print := delivery.Func(func(ctx context.Context, e *envelope.Event) error {
+	printEvent := delivery.Func(func(ctx context.Context, e *envelope.Event) error {
 		out, err := json.MarshalIndent(struct {
 			Sequence    int64             `json:"sequence"`
 			Topic       string            `json:"topic"`
@@ -106,7 +106,7 @@ func run(ctx context.Context) error {
 		delivered <- struct{}{}
 		return nil
 	})
-	r, err := relay.New(sqlDB, print, relay.Config{
+	r, err := relay.New(sqlDB, printEvent, relay.Config{
 		Wakeup:      w,
 		Concurrency: 1, // print in sequence order; by default 10 events of a batch go at once
 		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),

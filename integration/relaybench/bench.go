@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -82,7 +81,7 @@ func DrainRelays(ctx context.Context, db *sql.DB, table string, n, batchSize, re
 	for i := range relays {
 		r, err := relay.New(db, d, relay.Config{
 			Table: table, Dialect: envelope.Postgres, BatchSize: batchSize, Name: "bench-" + strconv.Itoa(i),
-			Observer: obs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Observer: obs, Logger: slog.New(slog.DiscardHandler),
 		})
 		if err != nil {
 			return 0, err
@@ -155,36 +154,9 @@ func DrainBare(ctx context.Context, db *sql.DB, table string, n, batchSize, work
 		wg.Go(func() {
 			name := "bare-" + strconv.Itoa(w)
 			var seqs strings.Builder
-			cols := make([]any, 15)
-			raw := make([]sql.RawBytes, 14)
 			for {
-				now := time.Now()
-				rows, err := db.QueryContext(ctx, lease, now.Add(time.Minute), name, now, batchSize)
+				k, err := bareLease(ctx, db, lease, name, batchSize, &seqs)
 				if err != nil {
-					errs[w] = err
-					return
-				}
-				seqs.Reset()
-				seqs.WriteByte('{')
-				k := 0
-				for rows.Next() {
-					var s int64
-					cols[0] = &s
-					for i := range raw {
-						cols[i+1] = &raw[i]
-					}
-					if err := rows.Scan(cols...); err != nil {
-						errs[w] = err
-						_ = rows.Close()
-						return
-					}
-					if k > 0 {
-						seqs.WriteByte(',')
-					}
-					seqs.WriteString(strconv.FormatInt(s, 10))
-					k++
-				}
-				if err := rows.Err(); err != nil {
 					errs[w] = err
 					return
 				}
@@ -194,7 +166,6 @@ func DrainBare(ctx context.Context, db *sql.DB, table string, n, batchSize, work
 					}
 					continue // another worker's rows are still leased
 				}
-				seqs.WriteByte('}')
 				if _, err := db.ExecContext(ctx, mark, time.Now(), seqs.String(), name); err != nil {
 					errs[w] = err
 					return
@@ -205,6 +176,40 @@ func DrainBare(ctx context.Context, db *sql.DB, table string, n, batchSize, work
 	}
 	wg.Wait()
 	return time.Since(start), errors.Join(errs...)
+}
+
+// bareLease runs the lease statement, reads its rows (sequence scanned,
+// the other columns as raw bytes) and writes the leased sequences to seqs
+// as a bigint[] literal. It returns how many rows it leased.
+func bareLease(ctx context.Context, db *sql.DB, q, name string, batchSize int, seqs *strings.Builder) (int, error) {
+	now := time.Now()
+	rows, err := db.QueryContext(ctx, q, now.Add(time.Minute), name, now, batchSize)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	cols := make([]any, 15)
+	raw := make([]sql.RawBytes, 14)
+	seqs.Reset()
+	seqs.WriteByte('{')
+	k := 0
+	for rows.Next() {
+		var s int64
+		cols[0] = &s
+		for i := range raw {
+			cols[i+1] = &raw[i]
+		}
+		if err := rows.Scan(cols...); err != nil {
+			return 0, err
+		}
+		if k > 0 {
+			seqs.WriteByte(',')
+		}
+		seqs.WriteString(strconv.FormatInt(s, 10))
+		k++
+	}
+	seqs.WriteByte('}')
+	return k, rows.Err()
 }
 
 // HOTRatio returns the share of the table's updates that were HOT (heap

@@ -74,7 +74,7 @@ func explain(ctx context.Context, conn *sql.Conn, q string) (Cost, error) {
 		Execution float64 `json:"Execution Time"`
 	}
 	if err := json.Unmarshal([]byte(out), &plans); err != nil || len(plans) == 0 {
-		return Cost{}, fmt.Errorf("explain output: %v", err)
+		return Cost{}, fmt.Errorf("explain output: %w", err)
 	}
 	p := plans[0]
 	return Cost{WALRecords: p.Plan.WALRecords, WALBytes: p.Plan.WALBytes, Buffers: p.Plan.Hit + p.Plan.Read,

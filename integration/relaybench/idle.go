@@ -2,7 +2,6 @@ package relaybench
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -30,7 +29,7 @@ func IdleStatements(ctx context.Context, dsn, table string, withWakeup bool, sca
 	if err := Reset(ctx, db, table); err != nil {
 		return 0, err
 	}
-	cfg := relay.Config{Table: table, Dialect: envelope.Postgres, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	cfg := relay.Config{Table: table, Dialect: envelope.Postgres, Logger: slog.New(slog.DiscardHandler)}
 	maxPoll := relay.DefaultMaxPollInterval
 	if withWakeup {
 		w := wakeup.NewInProcess()
