@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/testkit"
@@ -226,6 +228,11 @@ func TestTopicsPartitionTheTable(t *testing.T) {
 			if b, err := r.Backlog(ctx); err != nil || b.Pending != 0 {
 				t.Fatalf("backlog after delivery: %+v %v", b, err)
 			}
+		}
+		// Retry with the relay's filter and the caller's binds its
+		// arguments in order (nothing is dead here).
+		if n, err := ra.RetryDeadLettered(ctx, Filter{Topics: []string{"a_b.*", "x"}, IDs: []uuid.UUID{uuid.New()}}); err != nil || n != 0 {
+			t.Fatalf("RetryDeadLettered with filters: %d %v", n, err)
 		}
 		// Cleanup deletes only the relay's own topics.
 		n, err := ra.CleanupPublished(ctx, 0)

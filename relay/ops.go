@@ -34,9 +34,10 @@ type Filter struct {
 // envelope.ErrValidation error.
 func (r *Relay) RetryDeadLettered(ctx context.Context, f Filter) (int64, error) {
 	var where []string
-	_, fargs, _ := sqlBuilder{d: r.dialect}.filterCondition(r.filter, 2) // same args as the template's
-	args := append([]any{r.cfg.CleanupBatchSize}, fargs...)
-	next := 2 + len(fargs)
+	// $1 is the batch size, the relay's filter follows from $2 (see
+	// statements.retry), the caller's Filter after it.
+	args := append([]any{r.cfg.CleanupBatchSize}, r.fargs...)
+	next := 2 + len(r.fargs)
 	b := sqlBuilder{d: r.dialect, t: r.table}
 	if f.Topics != nil {
 		ps, err := envelope.ParseTopicPatterns("relay.Filter.Topics", f.Topics)

@@ -120,6 +120,19 @@ func TestCleanupDeletesInBatches(t *testing.T) {
 				break
 			}
 		}
+		// A relay with its own topics retries its dead events, one per
+		// batch here; they fail again (MaxAttempts 1) and die again.
+		rt := e.newRelay(t, rec, Config{Topics: []string{"dead", "t"}, CleanupBatchSize: 1})
+		if n, err := rt.RetryDeadLettered(ctx, Filter{Topics: []string{"dead"}}); err != nil || n != 2 {
+			t.Fatalf("RetryDeadLettered by a topic-filtered relay = %d, %v; want 2", n, err)
+		}
+		for {
+			if res, err := r.poll(ctx); err != nil {
+				t.Fatal(err)
+			} else if res.leased == 0 {
+				break
+			}
+		}
 		if n, err := r.CleanupPublished(ctx, time.Hour); err != nil || n != 0 {
 			t.Fatalf("nothing is an hour old yet: %d %v", n, err)
 		}
