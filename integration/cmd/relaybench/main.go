@@ -7,7 +7,7 @@
 //
 //	go run ./integration/cmd/relaybench                     # defaults
 //	go run ./integration/cmd/relaybench -events 200000 -rounds 5
-//	go run ./integration/cmd/relaybench -ddl default,ff100,topic-partial -batch 1000 -relays 1 -modes bare,relay
+//	go run ./integration/cmd/relaybench -ddl default,first -batch 1000 -relays 1 -modes bare,relay
 //	go run ./integration/cmd/relaybench -exec-modes cache_statement,exec -batch 1000 -relays 1
 //
 // HERALD_POSTGRES_DSN (default postgres://postgres@127.0.0.1:5432/test)
@@ -42,30 +42,33 @@ import (
 
 // ddlVariants change the outbox table after envelope.Migrate, to try what
 // keeps lease-and-mark cheap. "default" is envelope's DDL as is:
-// fillfactor 50, the topic index partial on published_at IS NULL.
+// fillfactor 50, the topic index partial on published_at IS NULL, the
+// idempotency key's unique index partial, no index on id.
 var ddlVariants = map[string][]string{
 	"default": nil,
 	"ff100":   {`ALTER TABLE herald_outbox SET (fillfactor = 100)`},
 	"ff85":    {`ALTER TABLE herald_outbox SET (fillfactor = 85)`},
 	"ff70":    {`ALTER TABLE herald_outbox SET (fillfactor = 70)`},
-	// The topic index over every row, as first designed: a mark adds an
-	// entry to it.
+	// The topic index over every row: a mark adds an entry to it.
 	"topic-full": topicFull,
-	// The first DDL: fillfactor 85, topic index over every row.
-	"ff85-topic-full": append([]string{`ALTER TABLE herald_outbox SET (fillfactor = 85)`}, topicFull...),
-	// Unique idempotency keys through a partial index: rows without a key
-	// (most) get no entry on insert or on any later non-HOT update. Needs
-	// the writer's ON CONFLICT to name the predicate; not adopted.
-	"idem-partial": {
-		`ALTER TABLE herald_outbox DROP CONSTRAINT herald_outbox_idempotency_key_key`,
-		`CREATE UNIQUE INDEX herald_outbox_idempotency_key_key ON herald_outbox (idempotency_key) WHERE idempotency_key IS NOT NULL`,
-	},
+	// Unique constraints over every row on id and idempotency_key (NULLs
+	// included), as first designed.
+	"unique-full": uniqueFull,
+	// The first DDL: fillfactor 85, both of the above.
+	"first": append(append([]string{`ALTER TABLE herald_outbox SET (fillfactor = 85)`}, topicFull...), uniqueFull...),
 }
 
-var topicFull = []string{
-	`DROP INDEX herald_outbox_topic_idx`,
-	`CREATE INDEX herald_outbox_topic_idx ON herald_outbox (topic, sequence)`,
-}
+var (
+	topicFull = []string{
+		`DROP INDEX herald_outbox_topic_idx`,
+		`CREATE INDEX herald_outbox_topic_idx ON herald_outbox (topic, sequence)`,
+	}
+	uniqueFull = []string{
+		`DROP INDEX herald_outbox_idempotency_key_idx`,
+		`ALTER TABLE herald_outbox ADD CONSTRAINT herald_outbox_idempotency_key_key UNIQUE (idempotency_key)`,
+		`ALTER TABLE herald_outbox ADD CONSTRAINT herald_outbox_id_key UNIQUE (id)`,
+	}
+)
 
 func main() {
 	var (
