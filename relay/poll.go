@@ -99,58 +99,93 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, error) {
 // renews the lease three times per Lease until it returns. It returns one
 // error per event.
 func (r *Relay) deliver(ctx context.Context, batch []*envelope.Event) []error {
-	stopRenew := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() { r.renew(ctx, batch, stopRenew) })
-	var errs []error
-	if r.batch != nil {
-		dctx, cancel := context.WithTimeoutCause(ctx, r.cfg.DeliveryTimeout, &delivery.TimeoutError{Timeout: r.cfg.DeliveryTimeout})
-		errs = delivery.CallBatch(dctx, r.batch, batch)
-		if dctx.Err() != nil && ctx.Err() == nil {
-			for i, err := range errs {
-				if err != nil && errors.Is(err, context.DeadlineExceeded) {
-					errs[i] = &delivery.TimeoutError{Timeout: r.cfg.DeliveryTimeout, Err: err}
-				}
+	ren := r.startRenewal(ctx, batch)
+	defer ren.stop()
+	if r.batch == nil {
+		return delivery.Each(ctx, r.d, batch, r.cfg.Concurrency, r.cfg.DeliveryTimeout)
+	}
+	dctx, cancel := context.WithTimeoutCause(ctx, r.cfg.DeliveryTimeout, &delivery.TimeoutError{Timeout: r.cfg.DeliveryTimeout})
+	defer cancel()
+	errs := delivery.CallBatch(dctx, r.batch, batch)
+	if dctx.Err() != nil && ctx.Err() == nil {
+		for i, err := range errs {
+			if err != nil && errors.Is(err, context.DeadlineExceeded) {
+				errs[i] = &delivery.TimeoutError{Timeout: r.cfg.DeliveryTimeout, Err: err}
 			}
 		}
-		cancel()
-	} else {
-		errs = delivery.Each(ctx, r.d, batch, r.cfg.Concurrency, r.cfg.DeliveryTimeout)
 	}
-	close(stopRenew)
-	wg.Wait()
 	return errs
 }
 
-// renew extends the batch's lease every Lease/3 until stop is closed, so
+// renewal extends a batch's lease every Lease/3 while the batch is out, so
 // a batch that takes longer than one Lease is not taken by another relay.
-func (r *Relay) renew(ctx context.Context, batch []*envelope.Event, stop <-chan struct{}) {
-	t := time.NewTicker(r.cfg.Lease / 3)
-	defer t.Stop()
-	seqs := r.seqArg(batch)
-	for {
-		select {
-		case <-stop:
+// It is a timer, not a goroutine: most batches are marked long before the
+// first renewal is due, and then cost nothing (a goroutine started and
+// stopped per batch cost ~0.1 ms of thread hand-offs, measurable at
+// BatchSize 100).
+type renewal struct {
+	mu      sync.Mutex
+	stopped bool
+	timer   *time.Timer
+	running sync.WaitGroup // a renewal statement in flight
+}
+
+func (r *Relay) startRenewal(ctx context.Context, batch []*envelope.Event) *renewal {
+	ren := &renewal{}
+	every := r.cfg.Lease / 3
+	var seqs string // built on the first renewal only
+	ren.mu.Lock()
+	defer ren.mu.Unlock()
+	ren.timer = time.AfterFunc(every, func() {
+		ren.mu.Lock()
+		if ren.stopped {
+			ren.mu.Unlock()
 			return
-		case <-ctx.Done():
-			return
-		case <-t.C:
 		}
-		until := r.now().Add(r.cfg.Lease)
-		c, cancel := withTimeout(ctx, r.statementTimeout(), "lease renewal")
-		res, err := r.db.ExecContext(c, r.sql.renew, r.dialect.TimeArg(until), seqs, r.cfg.Name)
-		cancel()
-		if err != nil {
-			if ctx.Err() == nil {
-				r.log.WarnContext(ctx, "herald/relay: lease renewal failed; the batch may be delivered again by another relay if its lease runs out",
-					slog.String("relay", r.cfg.Name), slog.Int("events", len(batch)), slog.Any("error", stmtErr(c, "lease renewal", err)))
-			}
-			continue
+		ren.running.Add(1)
+		ren.mu.Unlock()
+		defer ren.running.Done()
+		if seqs == "" {
+			seqs = r.seqArg(batch)
 		}
-		if n, err := res.RowsAffected(); err == nil && n < int64(len(batch)) {
-			r.log.WarnContext(ctx, "herald/relay: lease lost for part of the batch (taken over by another relay after it expired)",
-				slog.String("relay", r.cfg.Name), slog.Int("events", len(batch)), slog.Int64("renewed", n))
+		r.renew(ctx, len(batch), seqs)
+		ren.mu.Lock()
+		if !ren.stopped {
+			ren.timer.Reset(every)
 		}
+		ren.mu.Unlock()
+	})
+	return ren
+}
+
+// stop ends the renewals and waits for one in flight.
+func (ren *renewal) stop() {
+	ren.mu.Lock()
+	ren.stopped = true
+	ren.timer.Stop()
+	ren.mu.Unlock()
+	ren.running.Wait()
+}
+
+// renew extends the lease of the n events in seqs by one Lease.
+func (r *Relay) renew(ctx context.Context, n int, seqs string) {
+	if ctx.Err() != nil {
+		return
+	}
+	until := r.now().Add(r.cfg.Lease)
+	c, cancel := withTimeout(ctx, r.statementTimeout(), "lease renewal")
+	defer cancel()
+	res, err := r.db.ExecContext(c, r.sql.renew, r.dialect.TimeArg(until), seqs, r.cfg.Name)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.WarnContext(ctx, "herald/relay: lease renewal failed; the batch may be delivered again by another relay if its lease runs out",
+				slog.String("relay", r.cfg.Name), slog.Int("events", n), slog.Any("error", stmtErr(c, "lease renewal", err)))
+		}
+		return
+	}
+	if m, err := res.RowsAffected(); err == nil && m < int64(n) {
+		r.log.WarnContext(ctx, "herald/relay: lease lost for part of the batch (taken over by another relay after it expired)",
+			slog.String("relay", r.cfg.Name), slog.Int("events", n), slog.Int64("renewed", m))
 	}
 }
 
