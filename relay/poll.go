@@ -78,8 +78,9 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, error) {
 	}
 	defer rows.Close()
 	batch := make([]*envelope.Event, 0, r.cfg.BatchSize)
+	sc := newLeaseScanner(r.extra, r.cfg.Name, until)
 	for rows.Next() {
-		e, err := scanLeased(rows, r.extra, r.cfg.Name, until)
+		e, err := sc.scan(rows)
 		if err != nil {
 			return nil, err
 		}

@@ -8,63 +8,85 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
+
 	"github.com/heraldgo/herald/envelope"
 )
 
 // leaseColumns are the columns the lease returns: envelope.EventColumns
 // without the four whose values the relay knows already (lease_until and
 // leased_by it just set; published_at and dead_lettered_at are NULL for
-// any event it can lease). scanLeased reads them; Config.ExtraColumns
+// any event it can lease). leaseScanner reads them; Config.ExtraColumns
 // follow.
 const leaseColumns = "sequence, id, topic, payload, headers, ordering_key, idempotency_key, created_at, attempts, last_error, next_attempt_at"
 
-// scanLeased scans one leased row: envelope.ScanEvent for leaseColumns,
-// with the headers object decoded by a fast path. It runs once per
-// delivered event, on the relay's critical path, where ScanEvent's
-// encoding/json decoding of the headers was half of the scan's cost.
-func scanLeased(rows *sql.Rows, extra []string, name string, leaseUntil time.Time) (*envelope.Event, error) {
-	var (
-		e                   envelope.Event
-		payload, headers    []byte
-		okey, ikey, lastErr sql.NullString
-		created, next       envelope.NullTime
-	)
-	dest := make([]any, 0, 11+len(extra))
-	dest = append(dest, &e.Sequence, &e.ID, &e.Topic, &payload, &headers, &okey, &ikey, &created, &e.Attempts, &lastErr, &next)
-	var xv []any
+// leaseScanner scans the rows of one lease. Its destinations are reused
+// from row to row, so a row costs only the allocations its Event keeps
+// (the event, its payload, strings and headers): it runs once per
+// delivered event, on the relay's critical path.
+type leaseScanner struct {
+	extra      []string
+	name       string
+	leaseUntil time.Time
+
+	seq                 int64
+	id                  uuid.UUID
+	topic               string
+	payload             []byte
+	headers             sql.RawBytes // parsed before the next row
+	okey, ikey, lastErr sql.NullString
+	created, next       envelope.NullTime
+	attempts            int
+	xv                  []any
+	dest                []any
+}
+
+func newLeaseScanner(extra []string, name string, leaseUntil time.Time) *leaseScanner {
+	s := &leaseScanner{extra: extra, name: name, leaseUntil: leaseUntil}
+	s.dest = []any{&s.seq, &s.id, &s.topic, &s.payload, &s.headers, &s.okey, &s.ikey, &s.created, &s.attempts, &s.lastErr, &s.next}
 	if len(extra) > 0 {
-		xv = make([]any, len(extra))
-		for i := range xv {
-			dest = append(dest, &xv[i])
+		s.xv = make([]any, len(extra))
+		for i := range s.xv {
+			s.dest = append(s.dest, &s.xv[i])
 		}
 	}
-	if err := rows.Scan(dest...); err != nil {
+	return s
+}
+
+// scan reads one row of leaseColumns (and the extras) into a new Event:
+// what envelope.ScanEvent does for EventColumns, with the headers object
+// decoded by a fast path (encoding/json was half of ScanEvent's cost).
+func (s *leaseScanner) scan(rows *sql.Rows) (*envelope.Event, error) {
+	s.payload = nil // database/sql copies into a nil slice: the event keeps it
+	if err := rows.Scan(s.dest...); err != nil {
 		return nil, fmt.Errorf("herald/relay: scan leased event: %w", err)
 	}
-	e.Payload = json.RawMessage(payload)
-	if len(headers) > 0 && string(headers) != "{}" {
-		h, err := decodeHeaders(headers)
+	lu := s.leaseUntil
+	e := &envelope.Event{
+		Sequence: s.seq, ID: s.id, Topic: s.topic, Payload: json.RawMessage(s.payload),
+		OrderingKey: s.okey.String, IdempotencyKey: s.ikey.String, CreatedAt: s.created.Time,
+		Attempts: s.attempts, LastError: s.lastErr.String, NextAttemptAt: s.next.Ptr(),
+		LeaseUntil: &lu, LeasedBy: s.name,
+	}
+	if len(s.headers) > 0 && string(s.headers) != "{}" {
+		h, err := decodeHeaders(s.headers)
 		if err != nil {
 			return nil, fmt.Errorf("herald/relay: event %d: headers: %w", e.Sequence, err)
 		}
 		e.Headers = h
 	}
-	e.OrderingKey, e.IdempotencyKey, e.LastError = okey.String, ikey.String, lastErr.String
-	e.CreatedAt = created.Time
-	e.NextAttemptAt = next.Ptr()
-	e.LeasedBy = name
-	lu := leaseUntil
-	e.LeaseUntil = &lu
-	if len(extra) > 0 {
-		e.Extra = make(map[string]any, len(extra))
-		for i, c := range extra {
-			if b, ok := xv[i].([]byte); ok { // drivers may reuse the buffer
-				xv[i] = slices.Clone(b)
+	if len(s.extra) > 0 {
+		e.Extra = make(map[string]any, len(s.extra))
+		for i, c := range s.extra {
+			v := s.xv[i]
+			if b, ok := v.([]byte); ok { // drivers may reuse the buffer
+				v = slices.Clone(b)
 			}
-			e.Extra[c] = xv[i]
+			e.Extra[c] = v
+			s.xv[i] = nil
 		}
 	}
-	return &e, nil
+	return e, nil
 }
 
 // decodeHeaders decodes a JSON object of strings. The common case — no
