@@ -34,8 +34,9 @@ func IsOwnColumn(c string) bool {
 // payloads are TOASTed, and a lease does not copy them). Measured with
 // integration/cmd/relaybench (BENCHMARKS.md): at fillfactor 85 only ~8% of
 // leases were HOT and lease+mark wrote ~14 WAL records per event; at 50
-// every lease is HOT and, with the partial indexes below, it writes ~5. The mark sets published_at, which
-// the partial indexes' predicates name, so it is never HOT: it adds entries
+// every lease is HOT and, with the partial indexes below, it writes ~5.
+// The mark sets published_at, which the partial indexes' predicates name,
+// so it is never HOT: it adds entries
 // only to the indexes whose predicate the published row satisfies — the
 // "to deliver" indexes and the topic index are partial on published_at IS
 // NULL, so they stay as small as the backlog however much published
