@@ -36,11 +36,11 @@ func IsOwnColumn(c string) bool {
 // leases were HOT and lease+mark wrote ~14 WAL records per event; at 50
 // every lease is HOT and, with the partial indexes below, it writes ~5.
 // The mark sets published_at, which the partial indexes' predicates name,
-// so it is never HOT: it adds entries
-// only to the indexes whose predicate the published row satisfies — the
-// "to deliver" indexes and the topic index are partial on published_at IS
-// NULL, so they stay as small as the backlog however much published
-// history the table keeps, and the mark adds nothing to them.
+// so it is never HOT: it adds entries only to the indexes whose predicate
+// the published row satisfies — the "to deliver" indexes and the topic
+// index are partial on published_at IS NULL, so they stay as small as the
+// backlog however much published history the table keeps, and the mark
+// adds nothing to them.
 //
 // Inserts are the capture's cost, paid inside the caller's transaction, so
 // an insert touches as few indexes as it can: the idempotency key's unique
