@@ -233,18 +233,7 @@ func countRows(t *testing.T, db *gorm.DB, model any, query string, args ...any) 
 // write's transaction itself) and PrepareStmt.
 func TestRoundTrip(t *testing.T) {
 	t.Parallel()
-	for _, gc := range []struct {
-		name string
-		cfg  func(*gorm.Config)
-	}{
-		{"gorm-defaults", nil},
-		{"skip-default-tx+prepare-stmt", func(c *gorm.Config) { c.SkipDefaultTransaction, c.PrepareStmt = true, true }},
-	} {
-		t.Run(gc.name, func(t *testing.T) {
-			t.Parallel()
-			eachDialect(t, func(t *testing.T, d envelope.Dialect) { testRoundTrip(t, d, gc.cfg) })
-		})
-	}
+	eachGORMConfig(t, testRoundTrip)
 }
 
 func testRoundTrip(t *testing.T, d envelope.Dialect, gcfg func(*gorm.Config)) {

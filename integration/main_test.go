@@ -572,3 +572,22 @@ func jsonText(v any) string {
 	}
 	return string(b)
 }
+
+// eachGORMConfig runs f on each dialect with GORM's defaults and with the
+// two settings services often turn on for speed: SkipDefaultTransaction
+// (the plugin then opens the write's transaction itself) and PrepareStmt.
+func eachGORMConfig(t *testing.T, f func(t *testing.T, d envelope.Dialect, cfg func(*gorm.Config))) {
+	t.Helper()
+	for _, gc := range []struct {
+		name string
+		cfg  func(*gorm.Config)
+	}{
+		{"gorm-defaults", nil},
+		{"skip-default-tx+prepare-stmt", func(c *gorm.Config) { c.SkipDefaultTransaction, c.PrepareStmt = true, true }},
+	} {
+		t.Run(gc.name, func(t *testing.T) {
+			t.Parallel()
+			eachDialect(t, func(t *testing.T, d envelope.Dialect) { f(t, d, gc.cfg) })
+		})
+	}
+}

@@ -373,18 +373,7 @@ func (w *soakWorker) bulk(tx *gorm.DB, token string, pending *[]change) error {
 // its savepoints run beside prepared statements.
 func TestSoak(t *testing.T) {
 	t.Parallel()
-	for _, gc := range []struct {
-		name string
-		cfg  func(*gorm.Config)
-	}{
-		{"gorm-defaults", nil},
-		{"skip-default-tx+prepare-stmt", func(c *gorm.Config) { c.SkipDefaultTransaction, c.PrepareStmt = true, true }},
-	} {
-		t.Run(gc.name, func(t *testing.T) {
-			t.Parallel()
-			eachDialect(t, func(t *testing.T, d envelope.Dialect) { testSoak(t, d, gc.cfg) })
-		})
-	}
+	eachGORMConfig(t, testSoak)
 }
 
 func testSoak(t *testing.T, d envelope.Dialect, gcfg func(*gorm.Config)) {
