@@ -104,7 +104,7 @@ func (w *Writer) insertArrays(ctx context.Context, q Querier, rows []row, now ti
 	b.WriteString(w.t.Quoted)
 	b.WriteString(" (id, topic, payload, headers, ordering_key, created_at, next_attempt_at)" +
 		" SELECT u.id, u.topic, u.payload, u.headers, u.okey, $7, u.next" +
-		" FROM unnest($1::uuid[], $2::varchar[], $3::jsonb[], $4::jsonb[], $5::varchar[], $6::timestamptz[])" +
+		" FROM unnest($1::uuid[], $2::varchar[], $3::json[], $4::json[], $5::varchar[], $6::timestamptz[])" +
 		" WITH ORDINALITY AS u(id, topic, payload, headers, okey, next, ord) ORDER BY u.ord" +
 		" RETURNING sequence, id")
 	res, err := q.QueryContext(ctx, b.String(), ids, topics, payloads, headers, keys, next, now)

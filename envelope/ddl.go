@@ -1,12 +1,5 @@
 package envelope
 
-import (
-	"context"
-	"database/sql"
-	"fmt"
-	"strings"
-)
-
 // OwnColumns are the outbox table's own columns, in table order. A
 // service's extra columns must not reuse these names.
 var OwnColumns = []string{
@@ -25,7 +18,9 @@ func IsOwnColumn(c string) bool {
 	return false
 }
 
-// The PostgreSQL table. Every event is written three times: inserted,
+// Version 1 of the PostgreSQL table, exactly as the first release created
+// it (its payload and headers were JSONB; version 2 makes them JSON). Every
+// event is written three times: inserted,
 // leased, marked. The lease sets only lease_until and leased_by, which no
 // index covers, so it can be a HOT update — a new row version on the same
 // page and no new index entries — provided the page has room for it.
@@ -50,7 +45,7 @@ func IsOwnColumn(c string) bool {
 // dead-lettered events, through their own index. Measured with
 // gormcapture's BenchmarkCreate: about 0.2× less per captured row on
 // SQLite than with both as full unique constraints.
-const postgresDDL = `CREATE TABLE IF NOT EXISTS {table} (
+const postgresV1 = `CREATE TABLE IF NOT EXISTS {table} (
     sequence         BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     id               UUID NOT NULL,
     topic            VARCHAR(255) NOT NULL,
@@ -81,9 +76,9 @@ CREATE INDEX IF NOT EXISTS {base}_topic_idx ON {table} (topic, sequence)
     WHERE published_at IS NULL;
 `
 
-// The SQLite table. Times are fixed-width UTC text (see Dialect.TimeArg);
+// Version 1 of the SQLite table. Times are fixed-width UTC text (see Dialect.TimeArg);
 // AUTOINCREMENT keeps a sequence from ever being reused after cleanup.
-const sqliteDDL = `CREATE TABLE IF NOT EXISTS {table} (
+const sqliteV1 = `CREATE TABLE IF NOT EXISTS {table} (
     sequence         INTEGER PRIMARY KEY AUTOINCREMENT,
     id               TEXT NOT NULL,
     topic            TEXT NOT NULL,
@@ -113,67 +108,3 @@ CREATE INDEX IF NOT EXISTS {base}_dead_lettered_idx ON {table} (dead_lettered_at
 CREATE INDEX IF NOT EXISTS {base}_topic_idx ON {table} (topic, sequence)
     WHERE published_at IS NULL;
 `
-
-// DDL returns the statements that create the outbox table and its indexes
-// for the dialect, each idempotent (IF NOT EXISTS). table "" means
-// DefaultTable.
-func DDL(d Dialect, table string) ([]string, error) {
-	if err := d.Validate(); err != nil {
-		return nil, err
-	}
-	t, err := ParseTable(d, table)
-	if err != nil {
-		return nil, err
-	}
-	src := sqliteDDL
-	if d == Postgres {
-		src = postgresDDL
-	}
-	src = strings.NewReplacer("{table}", t.Quoted, "{base}", t.Base).Replace(src)
-	var out []string
-	for _, s := range strings.Split(src, ";\n") {
-		if s = strings.TrimSpace(s); s != "" {
-			out = append(out, s)
-		}
-	}
-	return out, nil
-}
-
-// DDLText returns DDL as one SQL script, for migration tools.
-func DDLText(d Dialect, table string) (string, error) {
-	stmts, err := DDL(d, table)
-	if err != nil {
-		return "", err
-	}
-	return strings.Join(stmts, ";\n\n") + ";\n", nil
-}
-
-// Migrate creates the outbox table and its indexes if they do not exist,
-// in one transaction. It is idempotent; table "" means DefaultTable.
-func Migrate(ctx context.Context, db *sql.DB, d Dialect, table string) error {
-	stmts, err := DDL(d, table)
-	if err != nil {
-		return err
-	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("herald/envelope: migrate: %w", err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	if d == Postgres {
-		// Two services migrating at once would race on CREATE ... IF NOT
-		// EXISTS (a unique violation in pg_type); serialize them.
-		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('herald:migrate', 0))`); err != nil {
-			return fmt.Errorf("herald/envelope: migrate: %w", err)
-		}
-	}
-	for _, s := range stmts {
-		if _, err := tx.ExecContext(ctx, s); err != nil {
-			return fmt.Errorf("herald/envelope: migrate: %w\n%s", err, s)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("herald/envelope: migrate: %w", err)
-	}
-	return nil
-}

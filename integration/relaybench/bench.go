@@ -50,7 +50,7 @@ func Fill(ctx context.Context, db *sql.DB, table string, n, keys int) error {
 		key = "'key-' || (i % " + strconv.Itoa(keys) + ")"
 	}
 	q := `INSERT INTO ` + t.Quoted + ` (id, topic, payload, headers, ordering_key, created_at)
-SELECT gen_random_uuid(), 'library.loan.updated', $1::jsonb, '{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}', ` + key + `, now()
+SELECT gen_random_uuid(), 'library.loan.updated', $1::json, '{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}', ` + key + `, now()
 FROM generate_series(1, $2) AS s(i)`
 	if _, err := db.ExecContext(ctx, q, payload, n); err != nil {
 		return fmt.Errorf("fill: %w", err)

@@ -1,0 +1,471 @@
+package envelope
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// The outbox table's schema is versioned, as River's rivermigrate versions
+// its tables: each version is a Migration with the statements that bring
+// the table from the version before it (Up) and back (Down), and the
+// versions applied to a table are recorded in the table MigrationTable, in
+// the outbox table's schema, one row per (table_name, version).
+//
+// Migrate brings a table of any older version (or none) to LatestVersion in
+// one transaction, under a lock (a PostgreSQL advisory lock; on SQLite a
+// BEGIN IMMEDIATE transaction, which holds the database's write lock), so
+// any number of processes may call it at once: the first applies what is
+// missing, the others find it applied. A table created by a herald release
+// before versioning has no record; Migrate recognises its layout and records
+// the version it has before going on.
+//
+// Teams that run goose, atlas or golang-migrate take the SQL of each
+// version from MigrationSQL (or `go run
+// github.com/heraldgo/herald/cmd/herald-migrate -dialect postgres -print`):
+// each script records its version in MigrationTable too, so a table
+// migrated by scripts and one migrated by Migrate stay interchangeable.
+
+// MigrationTable records the versions applied to each outbox table of a
+// schema (PostgreSQL) or database (SQLite).
+const MigrationTable = "herald_migration"
+
+// LatestVersion is the outbox table's current schema version: what Migrate
+// brings every table to, and what the writer and the relay of this release
+// expect.
+const LatestVersion = 2
+
+// Migration is one version of the outbox table's schema, its statements
+// rendered for a dialect and table.
+type Migration struct {
+	Version int
+	Name    string   // what the version changes, in a few words
+	Up      []string // the statements from Version-1 to Version
+	Down    []string // the statements from Version back to Version-1
+}
+
+// migrationSource is a version's statements before rendering; "" for a
+// dialect means the version changes nothing there (it is still recorded).
+type migrationSource struct {
+	version                      int
+	name                         string
+	pgUp, pgDown, liteUp, liteDn string
+}
+
+// The versions, oldest first.
+//
+// Version 2: payload and headers JSON instead of JSONB on PostgreSQL. A
+// jsonb value is stored parsed and printed back normalised — keys sorted
+// by length then bytes, duplicates dropped, a space after ':' and ','
+// — so a receiver that signs, hashes or compares the payload got other
+// bytes from PostgreSQL than from SQLite, and other bytes than the writer
+// produced. json stores the text as given (checked valid on insert), so
+// the relay delivers exactly the writer's bytes on both dialects. It also
+// inserts faster: no conversion to the binary form (BENCHMARKS.md, "Payload
+// column"). What is lost: jsonb's operators and GIN indexing on payload
+// (payload @> '{…}', ? and ?| and jsonb_path_*), which herald never uses;
+// a query of the table that needs them casts (payload::jsonb). The ALTER
+// rewrites the table under an ACCESS EXCLUSIVE lock: on a large table run
+// it at a quiet moment, after cleaning up published events. SQLite keeps
+// JSON as TEXT in both versions, so the version changes nothing there.
+var migrationSources = []migrationSource{
+	{
+		version: 1, name: "create the outbox table",
+		pgUp: postgresV1, pgDown: `DROP TABLE IF EXISTS {table}`,
+		liteUp: sqliteV1, liteDn: `DROP TABLE IF EXISTS {table}`,
+	},
+	{
+		version: 2, name: "payload and headers as json, not jsonb (the writer's bytes, unchanged)",
+		pgUp: `ALTER TABLE {table} ALTER COLUMN payload TYPE JSON USING payload::json,
+    ALTER COLUMN headers TYPE JSON USING headers::json`,
+		pgDown: `ALTER TABLE {table} ALTER COLUMN payload TYPE JSONB USING payload::jsonb,
+    ALTER COLUMN headers TYPE JSONB USING headers::jsonb`,
+	},
+}
+
+// Migrations returns every version of the outbox table's schema, oldest
+// first, rendered for the dialect and table ("" means DefaultTable).
+func Migrations(d Dialect, table string) ([]Migration, error) {
+	t, err := parseOutbox(d, table)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Migration, len(migrationSources))
+	for i, m := range migrationSources {
+		up, down := m.liteUp, m.liteDn
+		if d == Postgres {
+			up, down = m.pgUp, m.pgDown
+		}
+		out[i] = Migration{Version: m.version, Name: m.name, Up: render(up, t), Down: render(down, t)}
+	}
+	return out, nil
+}
+
+func parseOutbox(d Dialect, table string) (Table, error) {
+	if err := d.Validate(); err != nil {
+		return Table{}, err
+	}
+	t, err := ParseTable(d, table)
+	if err != nil {
+		return Table{}, err
+	}
+	if t.Base == MigrationTable || strings.HasSuffix(t.Name, "."+MigrationTable) {
+		return Table{}, Configurationf("Table", "%q is herald's record of migrations; name the outbox table otherwise", t.Name)
+	}
+	return t, nil
+}
+
+// render fills a statement template and splits it into statements.
+func render(src string, t Table) []string {
+	src = strings.NewReplacer("{table}", t.Quoted, "{base}", t.Base).Replace(src)
+	var out []string
+	for _, s := range strings.Split(src, ";\n") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// DDL returns the statements that create the outbox table at
+// LatestVersion, for the dialect: the Up statements of every version in
+// order (the version record left out; see MigrationSQL for scripts that
+// keep it). table "" means DefaultTable.
+func DDL(d Dialect, table string) ([]string, error) {
+	ms, err := Migrations(d, table)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.Up...)
+	}
+	return out, nil
+}
+
+// DDLText returns DDL as one SQL script.
+func DDLText(d Dialect, table string) (string, error) {
+	stmts, err := DDL(d, table)
+	if err != nil {
+		return "", err
+	}
+	return strings.Join(stmts, ";\n\n") + ";\n", nil
+}
+
+// MigrationSQL returns the SQL script of one version for migration tools
+// (goose, atlas, golang-migrate): its Up statements (or, with down, its
+// Down statements) and the statements that keep MigrationTable's record,
+// so that Migrate, run later on the same table, finds the version applied.
+func MigrationSQL(d Dialect, table string, version int, down bool) (string, error) {
+	ms, err := Migrations(d, table)
+	if err != nil {
+		return "", err
+	}
+	if version < 1 || version > len(ms) {
+		return "", Configurationf("version", "%d: herald's outbox versions are 1 to %d", version, LatestVersion)
+	}
+	t, _ := ParseTable(d, table)
+	m := ms[version-1]
+	var stmts []string
+	if down {
+		stmts = append(stmts, m.Down...)
+		stmts = append(stmts, deleteVersionSQL(t, version))
+	} else {
+		stmts = append(stmts, createMigrationTableSQL(d, t))
+		stmts = append(stmts, m.Up...)
+		stmts = append(stmts, recordVersionSQL(t, version))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "-- herald outbox %s, version %d: %s\n", t.Name, version, m.Name)
+	if down {
+		fmt.Fprintf(&b, "-- down: back to version %d\n", version-1)
+	}
+	b.WriteString(strings.Join(stmts, ";\n\n"))
+	b.WriteString(";\n")
+	return b.String(), nil
+}
+
+// migrationTable is MigrationTable in the outbox table's schema, and the
+// name the record keeps for the outbox table (unqualified: one record
+// table per schema).
+func migrationTable(t Table) (quoted, name string) {
+	if i := strings.LastIndexByte(t.Name, '.'); i >= 0 {
+		return QuoteIdent(t.Name[:i]) + "." + QuoteIdent(MigrationTable), t.Name[i+1:]
+	}
+	return QuoteIdent(MigrationTable), t.Name
+}
+
+func createMigrationTableSQL(d Dialect, t Table) string {
+	q, _ := migrationTable(t)
+	if d == Postgres {
+		return `CREATE TABLE IF NOT EXISTS ` + q + ` (
+    table_name VARCHAR(255) NOT NULL,
+    version    INTEGER NOT NULL,
+    applied_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (table_name, version)
+)`
+	}
+	return `CREATE TABLE IF NOT EXISTS ` + q + ` (
+    table_name TEXT NOT NULL,
+    version    INTEGER NOT NULL,
+    applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    PRIMARY KEY (table_name, version)
+)`
+}
+
+// The table name is a validated identifier, so it can be a literal: the
+// scripts carry no bind parameters.
+func recordVersionSQL(t Table, version int) string {
+	q, name := migrationTable(t)
+	return fmt.Sprintf(`INSERT INTO %s (table_name, version) VALUES ('%s', %d) ON CONFLICT DO NOTHING`, q, name, version)
+}
+
+func deleteVersionSQL(t Table, version int) string {
+	q, name := migrationTable(t)
+	return fmt.Sprintf(`DELETE FROM %s WHERE table_name = '%s' AND version = %d`, q, name, version)
+}
+
+// Migrate brings the outbox table to LatestVersion, creating it when it
+// does not exist, in one transaction under a lock; see MigrateTo. table ""
+// means DefaultTable.
+func Migrate(ctx context.Context, db *sql.DB, d Dialect, table string) error {
+	return MigrateTo(ctx, db, d, table, LatestVersion)
+}
+
+// MigrateTo brings the outbox table to version: up through every version
+// it lacks, or down (version < the applied one) through each version's
+// Down statements; version 0 drops the table. All of it runs in one
+// transaction under a lock — a PostgreSQL transaction-level advisory lock,
+// an IMMEDIATE transaction on SQLite — so it is idempotent and safe to run
+// from several processes at once.
+//
+// A d that is not the database's dialect is an ErrConfiguration naming
+// both; a database that cannot be reached is returned as it is.
+func MigrateTo(ctx context.Context, db *sql.DB, d Dialect, table string, version int) error {
+	t, err := parseOutbox(d, table)
+	if err != nil {
+		return err
+	}
+	if version < 0 || version > LatestVersion {
+		return Configurationf("version", "%d: herald's outbox versions are 0 (no table) to %d", version, LatestVersion)
+	}
+	ms, _ := Migrations(d, table)
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("herald/envelope: migrate %s: %w", t.Name, err)
+	}
+	defer conn.Close()
+	if err := checkDialect(ctx, conn, d); err != nil {
+		return err
+	}
+	return inMigrationTx(ctx, conn, d, func() error {
+		if _, err := conn.ExecContext(ctx, createMigrationTableSQL(d, t)); err != nil {
+			return err
+		}
+		have, err := appliedVersion(ctx, conn, d, t)
+		if err != nil {
+			return err
+		}
+		for v := have + 1; v <= version; v++ {
+			if err := execAll(ctx, conn, ms[v-1].Up); err != nil {
+				return fmt.Errorf("up to version %d: %w", v, err)
+			}
+			if _, err := conn.ExecContext(ctx, recordVersionSQL(t, v)); err != nil {
+				return err
+			}
+		}
+		for v := have; v > version; v-- {
+			if err := execAll(ctx, conn, ms[v-1].Down); err != nil {
+				return fmt.Errorf("down from version %d: %w", v, err)
+			}
+			if _, err := conn.ExecContext(ctx, deleteVersionSQL(t, v)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, t)
+}
+
+// Version returns the schema version of the outbox table: 0 when it does
+// not exist, LatestVersion when it is up to date. A table created before
+// versions were recorded is recognised by its layout.
+func Version(ctx context.Context, db *sql.DB, d Dialect, table string) (int, error) {
+	t, err := parseOutbox(d, table)
+	if err != nil {
+		return 0, err
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("herald/envelope: version of %s: %w", t.Name, err)
+	}
+	defer conn.Close()
+	if err := checkDialect(ctx, conn, d); err != nil {
+		return 0, err
+	}
+	v, err := recordedVersion(ctx, conn, d, t)
+	if err == nil && v < 0 {
+		v, err = unrecordedVersion(ctx, conn, d, t)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("herald/envelope: version of %s: %w", t.Name, err)
+	}
+	return v, nil
+}
+
+func execAll(ctx context.Context, conn *sql.Conn, stmts []string) error {
+	for _, s := range stmts {
+		if _, err := conn.ExecContext(ctx, s); err != nil {
+			return fmt.Errorf("%w\n%s", err, s)
+		}
+	}
+	return nil
+}
+
+// inMigrationTx runs f in a transaction on conn that no other migration
+// of any herald table runs beside: on PostgreSQL under a transaction-level
+// advisory lock (without it, two CREATE … IF NOT EXISTS race into a unique
+// violation in pg_type), on SQLite as BEGIN IMMEDIATE, which takes the
+// database's write lock before the first read (database/sql cannot begin
+// such a transaction whatever the driver's DSN says, so it is sent as SQL
+// on the one connection). f's statements go to conn.
+func inMigrationTx(ctx context.Context, conn *sql.Conn, d Dialect, f func() error, t Table) (err error) {
+	fail := func(err error) error { return fmt.Errorf("herald/envelope: migrate %s: %w", t.Name, err) }
+	begin := "BEGIN IMMEDIATE"
+	if d == Postgres {
+		begin = "BEGIN"
+	}
+	if _, err := conn.ExecContext(ctx, begin); err != nil {
+		return fail(err)
+	}
+	defer func() {
+		if err != nil {
+			// A cancelled ctx must not leave the connection in a
+			// transaction when it goes back to the pool.
+			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}()
+	if d == Postgres {
+		if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('herald:migrate', 0))`); err != nil {
+			return fail(err)
+		}
+	}
+	if err := f(); err != nil {
+		return fail(err)
+	}
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// appliedVersion is the version the table has: the highest recorded, or,
+// with no record, the one its layout shows, then recorded (versions up to
+// it) so the record is complete for the next run.
+func appliedVersion(ctx context.Context, conn *sql.Conn, d Dialect, t Table) (int, error) {
+	v, err := recordedVersion(ctx, conn, d, t)
+	if err != nil || v >= 0 {
+		return v, err
+	}
+	if v, err = unrecordedVersion(ctx, conn, d, t); err != nil {
+		return 0, err
+	}
+	for i := 1; i <= v; i++ {
+		if _, err := conn.ExecContext(ctx, recordVersionSQL(t, i)); err != nil {
+			return 0, err
+		}
+	}
+	return v, nil
+}
+
+// recordedVersion is the highest version recorded for t, or -1 when none
+// is (or MigrationTable does not exist).
+func recordedVersion(ctx context.Context, conn *sql.Conn, d Dialect, t Table) (int, error) {
+	q, name := migrationTable(t)
+	exists, err := tableExists(ctx, conn, d, q, MigrationTable)
+	if err != nil || !exists {
+		return -1, err
+	}
+	var v sql.NullInt64
+	err = conn.QueryRowContext(ctx, `SELECT max(version) FROM `+q+` WHERE table_name = `+d.Placeholder(1), name).Scan(&v)
+	if err != nil {
+		return 0, err
+	}
+	if !v.Valid {
+		return -1, nil
+	}
+	return int(v.Int64), nil
+}
+
+// unrecordedVersion tells the version of a table no record describes: 0
+// when it does not exist; on PostgreSQL 2 when its payload is json (the
+// scripts of version 2 applied by hand without their record), else 1; on
+// SQLite 1 (version 2 changes nothing there). Version 1's statements are
+// all IF NOT EXISTS, so running them again on a table made by a
+// development build before the first release adds what it lacks.
+func unrecordedVersion(ctx context.Context, conn *sql.Conn, d Dialect, t Table) (int, error) {
+	exists, err := tableExists(ctx, conn, d, t.Quoted, t.Name)
+	if err != nil || !exists {
+		return 0, err
+	}
+	if d != Postgres {
+		return 1, nil
+	}
+	var typ string
+	err = conn.QueryRowContext(ctx, `SELECT format_type(atttypid, atttypmod) FROM pg_attribute
+WHERE attrelid = to_regclass($1) AND attname = 'payload' AND NOT attisdropped`, t.Quoted).Scan(&typ)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, Configurationf("Table", "%s exists but has no payload column: it is not a herald outbox table", t.Name)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if typ == "json" {
+		return 2, nil
+	}
+	return 1, nil
+}
+
+func tableExists(ctx context.Context, conn *sql.Conn, d Dialect, quoted, name string) (bool, error) {
+	var n int
+	var err error
+	if d == Postgres {
+		err = conn.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT to_regclass($1) AS r) x WHERE r IS NOT NULL`, quoted).Scan(&n)
+	} else {
+		err = conn.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?`, name).Scan(&n)
+	}
+	return n > 0, err
+}
+
+// checkDialect asks the database what it is when the dialect's own probe
+// fails, so that the wrong dialect is an ErrConfiguration that says which
+// to pass, and an unreachable database is the connection error it is.
+func checkDialect(ctx context.Context, conn *sql.Conn, d Dialect) error {
+	probe := map[Dialect]string{
+		Postgres: `SELECT current_setting('server_version_num')`,
+		SQLite:   `SELECT sqlite_version()`,
+	}
+	var v string
+	err := conn.QueryRowContext(ctx, probe[d]).Scan(&v)
+	if err == nil {
+		return nil
+	}
+	other := SQLite
+	if d == SQLite {
+		other = Postgres
+	}
+	if conn.QueryRowContext(ctx, probe[other]).Scan(&v) == nil {
+		return &Error{Kind: ErrConfiguration, Where: "Dialect",
+			Msg: fmt.Sprintf("envelope.%s given, but the database is %s: pass envelope.%s", dialectName(d), dialectName(other), dialectName(other)),
+			Err: err}
+	}
+	return fmt.Errorf("herald/envelope: migrate: %w", err)
+}
+
+func dialectName(d Dialect) string {
+	if d == Postgres {
+		return "Postgres"
+	}
+	return "SQLite"
+}
