@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	"gorm.io/gorm"
@@ -404,8 +406,37 @@ func reset(t testing.TB, e *env) {
 // GORM path of its kind, in every payload mode, on PostgreSQL and SQLite,
 // comparing the committed events' exact envelopes (occurred_at left out),
 // topics and ordering keys, and the rows GORM reports affected.
+//
+// It also compares the payloads' bytes across dialects: the same change
+// must give the same bytes on PostgreSQL as on SQLite (receivers sign,
+// hash and de-duplicate them), occurred_at aside.
 func TestConformance(t *testing.T) {
 	t.Parallel()
+	var mu sync.Mutex
+	payloads := map[string]map[envelope.Dialect]string{} // mode/case/path/event -> dialect -> bytes
+	record := func(d envelope.Dialect, key string, raw []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		if payloads[key] == nil {
+			payloads[key] = map[envelope.Dialect]string{}
+		}
+		payloads[key][d] = occurredAtRE.ReplaceAllString(string(raw), `"occurred_at":"…"`)
+	}
+	t.Cleanup(func() { // after every subtest, parallel ones included
+		compared := 0
+		for _, key := range sortedKeys(payloads) {
+			pg, okPG := payloads[key][envelope.Postgres]
+			lite, okLite := payloads[key][envelope.SQLite]
+			if !okPG || !okLite {
+				continue
+			}
+			compared++
+			if pg != lite {
+				t.Errorf("%s: payload bytes differ across dialects:\npostgres %s\nsqlite   %s", key, pg, lite)
+			}
+		}
+		t.Logf("payload bytes compared across dialects: %d events", compared)
+	})
 	for _, d := range dialects {
 		for _, mode := range []envelope.PayloadMode{envelope.After, envelope.Keys, envelope.BeforeAndAfter} {
 			t.Run(d.name+"/"+mode.String(), func(t *testing.T) {
@@ -420,7 +451,10 @@ func TestConformance(t *testing.T) {
 							continue
 						}
 						t.Run(c.Name+"/"+p.name, func(t *testing.T) {
-							runCase(t, e, c, p, mode)
+							got := runCase(t, e, c, p, mode)
+							for i, ev := range got {
+								record(d.dialect, fmt.Sprintf("%s/%s/%s/%d", mode, c.Name, p.name, i), ev.Raw)
+							}
 						})
 					}
 				}
@@ -429,7 +463,9 @@ func TestConformance(t *testing.T) {
 	}
 }
 
-func runCase(t *testing.T, e *env, c cc.Case, p path, mode envelope.PayloadMode) {
+var occurredAtRE = regexp.MustCompile(`"occurred_at":"[^"]*"`)
+
+func runCase(t *testing.T, e *env, c cc.Case, p path, mode envelope.PayloadMode) []event {
 	reset(t, e)
 	m := gormModels[c.Model]
 	for _, r := range c.Seed {
@@ -467,6 +503,7 @@ func runCase(t *testing.T, e *env, c cc.Case, p path, mode envelope.PayloadMode)
 			t.Errorf("event %d: topic %q key %q, want %q %q", i, g.Topic, g.OrderingKey, w.Topic, w.OrderingKey)
 		}
 	}
+	return got
 }
 
 func dump(evs []event) string {

@@ -139,6 +139,7 @@ type event struct {
 	Sequence    int64
 	Topic       string
 	Payload     map[string]any
+	Raw         []byte // the payload's bytes as stored
 	Headers     map[string]string
 	OrderingKey string
 	Extra       map[string]any
@@ -162,7 +163,7 @@ func (e *env) events(t testing.TB) []event {
 		if err := json.Unmarshal(ev.Payload, &p); err != nil {
 			t.Fatalf("payload %s: %v", ev.Payload, err)
 		}
-		out = append(out, event{Sequence: ev.Sequence, Topic: ev.Topic, Payload: p, Headers: ev.Headers, OrderingKey: ev.OrderingKey})
+		out = append(out, event{Sequence: ev.Sequence, Topic: ev.Topic, Payload: p, Raw: ev.Payload, Headers: ev.Headers, OrderingKey: ev.OrderingKey})
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
