@@ -5,6 +5,11 @@
 // that prints each one as JSON. It stops cleanly once everything is
 // delivered, in well under a second.
 //
+// It runs on modernc.org/sqlite, a SQLite driver in pure Go, through GORM's
+// SQLite dialector: no C compiler needed, and it builds with
+// CGO_ENABLED=0. (gorm.io/driver/sqlite's default driver, mattn, needs
+// cgo; herald works on both.)
+//
 //	go run ./examples/quickstart
 package main
 
@@ -22,6 +27,7 @@ import (
 	"gorm.io/driver/sqlite"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
+	_ "modernc.org/sqlite" // registers the pure-Go driver "sqlite"
 
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
@@ -61,8 +67,9 @@ func run(ctx context.Context) error {
 	// capture reads the row before an update) takes SQLite's write lock at
 	// BEGIN, so it waits for the relay's writes instead of failing with
 	// "database is locked" when they land between its read and its write.
-	dsn := "file:" + filepath.Join(dir, "app.db") + "?_foreign_keys=1&_journal_mode=WAL&_busy_timeout=5000&_txlock=immediate"
-	db, err := gorm.Open(sqlite.Open(dsn), &gorm.Config{Logger: logger.Discard})
+	dsn := "file:" + filepath.Join(dir, "app.db") +
+		"?_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_txlock=immediate"
+	db, err := gorm.Open(sqlite.New(sqlite.Config{DriverName: "sqlite", DSN: dsn}), &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		return err
 	}
