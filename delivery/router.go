@@ -56,7 +56,7 @@ var _ BatchDelivery = (*Routing)(nil)
 // yourself. Errors match envelope.ErrConfiguration and name the pattern.
 //
 //	d, err := delivery.Router(map[string]delivery.Delivery{
-//		"billing.*":           kafkaDelivery,
+//		"billing.*":            kafkaDelivery,
 //		"library.loan.overdue": webhookDelivery,
 //	}, nil)
 func Router(routes map[string]Delivery, fallback Delivery) (*Routing, error) {

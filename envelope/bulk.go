@@ -109,7 +109,7 @@ func (w *Writer) insertArrays(ctx context.Context, q Querier, rows []row, now ti
 		" RETURNING sequence, id")
 	res, err := q.QueryContext(ctx, b.String(), ids, topics, payloads, headers, keys, next, now)
 	if err != nil {
-		return nil, fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err)
+		return nil, PoolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
 	}
 	defer res.Close()
 	seq := make(map[uuid.UUID]int64, n)
@@ -117,12 +117,12 @@ func (w *Writer) insertArrays(ctx context.Context, q Querier, rows []row, now ti
 		var s int64
 		var id uuid.UUID
 		if err := res.Scan(&s, &id); err != nil {
-			return nil, fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err)
+			return nil, PoolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
 		}
 		seq[id] = s
 	}
 	if err := res.Err(); err != nil {
-		return nil, fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err)
+		return nil, PoolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
 	}
 	return seq, nil
 }

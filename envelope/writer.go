@@ -366,13 +366,13 @@ func (w *Writer) lockKeys(ctx context.Context, q Querier, keys []string) error {
 	b.WriteString(`) AS v(k) ORDER BY k) AS s`)
 	rows, err := q.QueryContext(ctx, b.String(), args...)
 	if err != nil {
-		return fmt.Errorf("herald/envelope: lock ordering keys: %w", err)
+		return PoolerHint(fmt.Errorf("herald/envelope: lock ordering keys: %w", err))
 	}
 	defer rows.Close()
 	for rows.Next() {
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("herald/envelope: lock ordering keys: %w", err)
+		return PoolerHint(fmt.Errorf("herald/envelope: lock ordering keys: %w", err))
 	}
 	return nil
 }
@@ -421,19 +421,19 @@ func (w *Writer) insert(ctx context.Context, q Querier, rows []row, batch []int,
 	b.WriteString(" RETURNING sequence, id")
 	res, err := q.QueryContext(ctx, b.String(), args...)
 	if err != nil {
-		return fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err)
+		return PoolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
 	}
 	defer res.Close()
 	for res.Next() {
 		var s int64
 		var id uuid.UUID
 		if err := res.Scan(&s, &id); err != nil {
-			return fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err)
+			return PoolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
 		}
 		seq[id] = s
 	}
 	if err := res.Err(); err != nil {
-		return fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err)
+		return PoolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
 	}
 	return nil
 }
@@ -463,7 +463,7 @@ func (w *Writer) selectByIdempotencyKey(ctx context.Context, q Querier, keys []s
 	b.WriteByte(')')
 	rows, err := q.QueryContext(ctx, b.String(), args...)
 	if err != nil {
-		return nil, fmt.Errorf("herald/envelope: select stored idempotency keys: %w", err)
+		return nil, PoolerHint(fmt.Errorf("herald/envelope: select stored idempotency keys: %w", err))
 	}
 	defer rows.Close()
 	out := make(map[string]*Event, len(keys))
@@ -475,7 +475,7 @@ func (w *Writer) selectByIdempotencyKey(ctx context.Context, q Querier, keys []s
 		out[e.IdempotencyKey] = e
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("herald/envelope: select stored idempotency keys: %w", err)
+		return nil, PoolerHint(fmt.Errorf("herald/envelope: select stored idempotency keys: %w", err))
 	}
 	return out, nil
 }

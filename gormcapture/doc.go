@@ -22,6 +22,7 @@
 //	}
 //
 //	db, _ := gorm.Open(postgres.Open(dsn))
+//	sqlDB, _ := db.DB()
 //	_ = envelope.Migrate(ctx, sqlDB, envelope.Postgres, "") // the outbox table
 //	err := db.Use(gormcapture.New(gormcapture.Config{
 //		Namespace: "library",                 // topics library.loan.updated, label library.Loan

@@ -52,8 +52,8 @@ type DeadLettered struct {
 // ObserverFuncs is an Observer made of optional functions; a nil field
 // ignores that call.
 //
-//	relay.Config{Observer: relay.ObserverFuncs{
-//		DeadLettered: func(ctx context.Context, d relay.DeadLettered) { alert(d.Event.ID, d.Err) },
+//	cfg := relay.Config{Observer: relay.ObserverFuncs{
+//		OnDeadLettered: func(ctx context.Context, d relay.DeadLettered) { alert(d.Event.ID, d.Err) },
 //	}}
 type ObserverFuncs struct {
 	OnDelivered    func(ctx context.Context, d Delivered)

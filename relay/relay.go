@@ -295,7 +295,7 @@ func (r *Relay) loop(soft, hard context.Context, ru *run) {
 			if hard.Err() != nil {
 				return // forced stop: not an error
 			}
-			r.log.WarnContext(hard, "herald/relay: poll failed; retrying", slog.String("relay", r.cfg.Name), slog.Any("error", err))
+			r.log.WarnContext(hard, "herald/relay: poll failed; retrying", slog.String("relay", r.cfg.Name), slog.Any("error", envelope.PoolerHint(err)))
 		}
 		if !res.nextDue.IsZero() && (due.IsZero() || res.nextDue.Before(due)) {
 			due = res.nextDue

@@ -1,0 +1,102 @@
+package doccheck
+
+// The snippets the documentation quotes that are fragments rather than
+// whole examples, each in a function of its own so that it compiles; they
+// are not run (whole programs are: examples/readme, examples/quickstart
+// and the packages' Example functions). TestSnippetsCompile finds them
+// here.
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+
+	"github.com/shopspring/decimal"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+
+	"github.com/heraldgo/herald/delivery"
+	"github.com/heraldgo/herald/delivery/kafka"
+	"github.com/heraldgo/herald/delivery/webhook"
+	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/gormcapture"
+	"github.com/heraldgo/herald/relay"
+	"github.com/heraldgo/herald/wakeup"
+)
+
+func publish(context.Context, string, json.RawMessage) error { return nil }
+
+func alert(...any) {}
+
+// delivery.Func's documentation.
+func deliveryFunc() delivery.Delivery {
+	d := delivery.Func(func(ctx context.Context, e *envelope.Event) error {
+		return publish(ctx, e.Topic, e.Payload)
+	})
+	return d
+}
+
+// delivery.Router's documentation.
+func deliveryRouter(kafkaDelivery, webhookDelivery delivery.Delivery) (*delivery.Routing, error) {
+	d, err := delivery.Router(map[string]delivery.Delivery{
+		"billing.*":            kafkaDelivery,
+		"library.loan.overdue": webhookDelivery,
+	}, nil)
+	return d, err
+}
+
+// relay.ObserverFuncs's documentation.
+func observerFuncs() relay.Config {
+	cfg := relay.Config{Observer: relay.ObserverFuncs{
+		OnDeadLettered: func(ctx context.Context, d relay.DeadLettered) { alert(d.Event.ID, d.Err) },
+	}}
+	return cfg
+}
+
+// README.md, "Deliveries".
+func readmeDeliveries(sqlDB *sql.DB, secret string) {
+	k, err := kafka.New(kafka.Config{Brokers: []string{"kafka:9092"}}) // topic = the event's topic
+	hook, err := webhook.New(webhook.Config{
+		URL: "https://billing.example.com/events", Secret: secret, // herald-signature: sha256=<hex HMAC>
+	})
+	d, err := delivery.Router(map[string]delivery.Delivery{"billing.*": hook}, k)
+	r, err := relay.New(sqlDB, d, relay.Config{})
+	// ... r.Run(ctx); then d.Close() closes both
+	_, _ = r, err
+}
+
+// envelope's package documentation.
+func envelopeDoc(ctx context.Context, db *sql.DB) error {
+	err := envelope.Migrate(ctx, db, envelope.Postgres, "") // herald_outbox at envelope.LatestVersion
+	return err
+}
+
+// gormcapture's package documentation.
+type Reader struct{ ID int64 }
+
+type Loan struct {
+	ID       int64
+	Status   string
+	Fee      decimal.Decimal `gorm:"type:numeric(10,2)"`
+	ReaderID int64
+	Secret   string `herald:"sensitive"` // left out of events unless named in Fields
+}
+
+func (Loan) ChangeCapture() envelope.Options {
+	return envelope.Options{Payload: envelope.BeforeAndAfter}
+}
+
+func gormcaptureDoc(ctx context.Context, dsn string, w wakeup.Wakeup) error {
+	db, _ := gorm.Open(postgres.Open(dsn))
+	sqlDB, _ := db.DB()
+	_ = envelope.Migrate(ctx, sqlDB, envelope.Postgres, "") // the outbox table
+	err := db.Use(gormcapture.New(gormcapture.Config{
+		Namespace: "library",                 // topics library.loan.updated, label library.Loan
+		Models:    []any{&Reader{}, &Loan{}}, // validated now; their constraint tags reveal DB cascades
+		Wakeup:    w,                         // optional
+	}))
+	return err
+}
+
+// Referenced, so the linters do not report the fragments unused.
+var _ = []any{deliveryFunc, deliveryRouter, observerFuncs, readmeDeliveries, envelopeDoc, gormcaptureDoc, Loan{}.ChangeCapture}
