@@ -30,7 +30,9 @@ type Loan struct {
 	Status string
 }
 
-func (Loan) ChangeCapture() envelope.Options { return envelope.Options{Payload: envelope.BeforeAndAfter} }
+func (Loan) ChangeCapture() envelope.Options {
+	return envelope.Options{Payload: envelope.BeforeAndAfter}
+}
 
 func open(t *testing.T, dsn string) *gorm.DB {
 	t.Helper()
