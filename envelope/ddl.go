@@ -27,9 +27,10 @@ func IsOwnColumn(c string) bool {
 // fillfactor 50 keeps half of each page free at insert, room for every row
 // on a page to be leased once in place, whatever the rows' size (large
 // payloads are TOASTed, and a lease does not copy them). Measured with
-// integration/cmd/relaybench (BENCHMARKS.md): at fillfactor 85 only ~8% of
-// leases were HOT and lease+mark wrote ~14 WAL records per event; at 50
-// every lease is HOT and, with the partial indexes below, it writes ~5.
+// integration/cmd/relaybench (BENCHMARKS.md, "WAL per event"): with the
+// first DDL (fillfactor 85, full indexes) only ~8% of leases were HOT and
+// lease+mark wrote 14.2 WAL records per event; at 50 every lease is HOT
+// and, with the partial indexes below, it writes 5.3.
 // The mark sets published_at, which the partial indexes' predicates name,
 // so it is never HOT: it adds entries only to the indexes whose predicate
 // the published row satisfies — the "to deliver" indexes and the topic

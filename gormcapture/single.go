@@ -19,10 +19,10 @@ import (
 	"github.com/heraldgo/herald/jsonform"
 )
 
-// insertSingle captures a single-row INSERT without ON CONFLICT. As
-// DESIGN.md's mode table says, its event holds the instance's values and,
-// read back with RETURNING, what the database generated (the key,
-// defaults, columns left out by Omit).
+// insertSingle captures a single-row INSERT without ON CONFLICT. As the
+// payload modes say (envelope.PayloadMode), its event holds the
+// instance's values and, read back with RETURNING, what the database
+// generated (the key, defaults, columns left out by Omit).
 //
 // On PostgreSQL the event is written by the same statement as its row
 // when that is possible:

@@ -5,13 +5,16 @@
 // follow from that: RetryDeadLettered, CleanupPublished,
 // CleanupDeadLettered and Backlog, and the Observer hooks.
 //
-// One poll (see DESIGN.md §Relay):
+// One poll (ARCHITECTURE.md at the repository's root, "The poll cycle";
+// the statements, with the interleavings they are safe against, are in
+// sql.go):
 //
 //  1. Lease: one statement leases the next batch — events not published,
 //     not dead, due, not under a live lease — in sequence order (PostgreSQL:
-//     UPDATE … WHERE sequence IN (SELECT … FOR UPDATE SKIP LOCKED LIMIT n)
-//     RETURNING …; SQLite: the same UPDATE … RETURNING under its single
-//     writer).
+//     UPDATE … WHERE sequence = ANY(ARRAY(SELECT … ORDER BY sequence LIMIT n
+//     FOR UPDATE SKIP LOCKED)) RETURNING …, the candidates an InitPlan run
+//     once; SQLite: UPDATE … WHERE sequence IN (SELECT …) RETURNING …
+//     under its single writer).
 //  2. Order: an event with an ordering key is not leased while an earlier
 //     event of its key is unpublished (pending, failed or dead), so a batch
 //     holds at most one event per key; a failure holds back only its key.

@@ -22,7 +22,7 @@ func TestREADMEQuotesThisFile(t *testing.T) {
 	if i < 0 {
 		t.Fatal("main.go has no import block")
 	}
-	quoted := "```go\n" + string(src[i:]) + "```\n"
+	quoted := "```go\npackage main\n\n" + string(src[i:]) + "```\n"
 	if !strings.Contains(string(readme), quoted) {
 		t.Fatalf("README.md does not quote examples/readme/main.go from its imports on; paste this block into README.md:\n%s", quoted)
 	}

@@ -232,3 +232,43 @@ func TestSnippetsCompile(t *testing.T) {
 	}
 	t.Logf("%d snippets checked", len(snippets))
 }
+
+var testNameRE = regexp.MustCompile("`(Test[A-Za-z0-9_]+)\\*?`")
+
+// TestDocumentedTestsExist: every test ARCHITECTURE.md and
+// integration/README.md name (as `TestX`, or `TestX*` for a family)
+// exists, so the table of guarantees cannot point at a test that is gone.
+func TestDocumentedTestsExist(t *testing.T) {
+	var all strings.Builder
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && strings.HasPrefix(d.Name(), ".") && path != root {
+			return filepath.SkipDir
+		}
+		if strings.HasSuffix(path, "_test.go") {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			all.Write(b)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := all.String()
+	for _, doc := range []string{"ARCHITECTURE.md", "integration/README.md"} {
+		b, err := os.ReadFile(filepath.Join(root, doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range testNameRE.FindAllStringSubmatch(string(b), -1) {
+			if !strings.Contains(src, "func "+m[1]) {
+				t.Errorf("%s names %s, which no test file defines", doc, m[1])
+			}
+		}
+	}
+}
