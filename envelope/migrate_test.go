@@ -220,7 +220,7 @@ VALUES (` + p(1) + `, ` + p(2) + `, ` + p(3) + `, ` + p(4) + `, ` + p(5) + `, ` 
 				t.Errorf("event %q delivered (got %v)", not, got)
 			}
 		}
-		if !(pos["p1"] < pos["p2"] && pos["p2"] < pos["p4"]) || !(pos["leased"] < pos["failed"]) {
+		if pos["p1"] > pos["p2"] || pos["p2"] > pos["p4"] || pos["leased"] > pos["failed"] {
 			t.Errorf("per-key order broken: %v", got)
 		}
 		// The payload is delivered as the table held it before the

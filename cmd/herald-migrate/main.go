@@ -43,7 +43,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.SetOutput(out)
 	dialect := fs.String("dialect", "", `"postgres" or "sqlite" (required)`)
 	table := fs.String("table", "", "outbox table, schema.table on PostgreSQL (default herald_outbox)")
-	print := fs.Bool("print", false, "print the SQL instead of applying it")
+	printSQL := fs.Bool("print", false, "print the SQL instead of applying it")
 	version := fs.Int("version", 0, "with -print: only this version; with -dsn: migrate to it (default: latest)")
 	down := fs.Bool("down", false, "with -print: the down script of -version (default: the latest)")
 	dsn := fs.String("dsn", "", "database to migrate (PostgreSQL URL or SQLite file)")
@@ -56,7 +56,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	switch {
-	case *print:
+	case *printSQL:
 		from, to := 1, envelope.LatestVersion
 		if *version != 0 || *down {
 			from = *version

@@ -44,7 +44,7 @@ func (Loan) ChangeCapture() envelope.Options {
 func main() {
 	ctx := context.Background()
 	// SQLite: WAL, a busy timeout, and transactions that begin IMMEDIATE.
-	var dialector gorm.Dialector = sqlite.New(sqlite.Config{DriverName: "sqlite",
+	dialector := sqlite.New(sqlite.Config{DriverName: "sqlite",
 		DSN: "file:herald-example.db?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_txlock=immediate"})
 	if url := os.Getenv("DATABASE_URL"); url != "" {
 		dialector = postgres.Open(url)
@@ -53,7 +53,7 @@ func main() {
 	check(err)
 	sqlDB, err := db.DB()
 	check(err)
-	dialect := envelope.Dialect(db.Dialector.Name()) // envelope.Postgres or envelope.SQLite
+	dialect := envelope.Dialect(db.Name()) // envelope.Postgres or envelope.SQLite
 
 	// The outbox table, the plugin (right after gorm.Open), the model's table.
 	w := wakeup.NewInProcess()
