@@ -45,7 +45,7 @@ func stmtErr(ctx context.Context, what string, err error) error {
 			return fmt.Errorf("%w (%w)", c, err)
 		}
 	}
-	return fmt.Errorf("herald/relay: %s: %w", what, err)
+	return envelope.PoolerHint(fmt.Errorf("herald/relay: %s: %w", what, err))
 }
 
 // poll is one poll: lease a batch, deliver it, mark it. ctx is the run's

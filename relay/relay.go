@@ -129,6 +129,9 @@ func New(db *sql.DB, d delivery.Delivery, cfg Config) (*Relay, error) {
 
 func (r *Relay) checkTable(ctx context.Context) error {
 	err := r.checkColumns(ctx)
+	if hinted := envelope.PoolerHint(err); hinted != err { //nolint:errorlint // identity: was it rewrapped?
+		return hinted
+	}
 	if err != nil {
 		return &envelope.Error{Kind: envelope.ErrConfiguration, Where: "relay.Config.Table",
 			Msg: fmt.Sprintf("outbox table %s is missing or lacks a column the relay reads (%s%s); create it with envelope.Migrate(ctx, db, %q, %q) or the statements of envelope.DDL",
@@ -295,7 +298,7 @@ func (r *Relay) loop(soft, hard context.Context, ru *run) {
 			if hard.Err() != nil {
 				return // forced stop: not an error
 			}
-			r.log.WarnContext(hard, "herald/relay: poll failed; retrying", slog.String("relay", r.cfg.Name), slog.Any("error", envelope.PoolerHint(err)))
+			r.log.WarnContext(hard, "herald/relay: poll failed; retrying", slog.String("relay", r.cfg.Name), slog.Any("error", err))
 		}
 		if !res.nextDue.IsZero() && (due.IsZero() || res.nextDue.Before(due)) {
 			due = res.nextDue
