@@ -147,7 +147,8 @@ func TestPgBouncerTransactionPooling(t *testing.T) {
 			}
 			defer pool.Close()
 			pool.SetMaxOpenConns(6) // more client connections than the pool's two server connections
-			migrateOn := pool       // Migrate is one transaction: it works through the pooler
+			// Migrate is one transaction: it works through the pooler.
+			migrateOn := pool
 			if mode == "cache_statement" {
 				migrateOn = direct
 			}
