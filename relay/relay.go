@@ -53,6 +53,8 @@ type Relay struct {
 	// checks the table when it first does.
 	tableOK  atomic.Bool
 	cleanups atomic.Int64 // scheduled cleanup passes finished, for tests
+	// onWait, when set (tests), is told of each wait between polls.
+	onWait func(time.Duration)
 
 	// poke asks the loop to poll now (a wakeup, RetryDeadLettered).
 	poke          chan struct{}
@@ -395,6 +397,9 @@ func (r *Relay) loop(soft, hard context.Context, ru *run) {
 		if !waitingClosed {
 			close(ru.waiting)
 			waitingClosed = true
+		}
+		if r.onWait != nil {
+			r.onWait(wait)
 		}
 		timer.Reset(wait)
 		select {

@@ -58,7 +58,7 @@ type leaseScanner struct {
 	id                  uuid.UUID
 	topic               string
 	payload             []byte
-	headers             sql.RawBytes // parsed before the next row
+	headers             bufBytes // copied into a reused buffer, parsed before the next row
 	okey, ikey, lastErr sql.NullString
 	created, next       envelope.NullTime
 	attempts            int
@@ -155,7 +155,8 @@ func (s *leaseScanner) rescan(rows *sql.Rows) ([]error, error) {
 	}
 	// Reset what a failed conversion may have left half-set, then scan the
 	// good columns for real.
-	s.seq, s.id, s.topic, s.payload, s.headers = 0, uuid.UUID{}, "", nil, nil
+	s.seq, s.id, s.topic, s.payload = 0, uuid.UUID{}, "", nil
+	s.headers = s.headers[:0]
 	s.okey, s.ikey, s.lastErr = sql.NullString{}, sql.NullString{}, sql.NullString{}
 	s.created, s.next, s.attempts, s.leaseUntil = envelope.NullTime{}, envelope.NullTime{}, 0, leaseTime{}
 	for i := range s.dest {
@@ -178,6 +179,25 @@ func (s *leaseScanner) rescan(rows *sql.Rows) ([]error, error) {
 		bad[j] = &DecodeError{Sequence: s.seq, Column: col, Err: errs[j]}
 	}
 	return bad, nil
+}
+
+// bufBytes scans a text or bytes column into a buffer it reuses from row
+// to row: what sql.RawBytes saves, without RawBytes' rule that a row is
+// scanned once (the slow path of leaseScanner scans a row again).
+type bufBytes []byte
+
+func (b *bufBytes) Scan(v any) error {
+	switch x := v.(type) {
+	case nil:
+		*b = (*b)[:0]
+	case []byte:
+		*b = append((*b)[:0], x...)
+	case string:
+		*b = append((*b)[:0], x...)
+	default:
+		return fmt.Errorf("herald/relay: cannot scan %T into text", v)
+	}
+	return nil
 }
 
 // leaseTime scans the lease_until of a lease's rows, which all hold the

@@ -51,9 +51,9 @@ func poolerHint(err error) string {
 	}
 	switch sqlState(err) {
 	case "26000", "42P05":
-		return " (SQLSTATE " + sqlState(err) + ": a prepared statement was lost between client and server, as a pooler in transaction mode such as PgBouncer does to pgx's statement cache; " +
-			"open the database with default_query_exec_mode=exec or default_query_exec_mode=simple_protocol in the pgx DSN " +
-			"(postgres://…?default_query_exec_mode=exec), or with binary_parameters=yes for lib/pq, or pool in session mode)"
+		return "; a prepared statement was lost or duplicated between client and server, as a pooler in transaction mode (PgBouncer pool_mode=transaction) does to pgx's statement cache: " +
+			"open the database with default_query_exec_mode=exec (or simple_protocol) in the pgx DSN, " +
+			"postgres://…?default_query_exec_mode=exec, or binary_parameters=yes with lib/pq, or pool in session mode"
 	}
 	return ""
 }
