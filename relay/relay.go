@@ -219,7 +219,10 @@ func (r *Relay) Dialect() envelope.Dialect { return r.dialect }
 // only on a closed *sql.DB. Start on a running relay does nothing; Start
 // after Stop starts it again.
 func (r *Relay) Start(ctx context.Context) error {
-	if err := r.db.PingContext(ctx); err != nil {
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second) // a ping only tells; it must not hold Start
+	err := r.db.PingContext(pctx)
+	cancel()
+	if err != nil {
 		if isClosedDB(err) {
 			return fmt.Errorf("herald/relay: start %s: %w", r.cfg.Name, err)
 		}
