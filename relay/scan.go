@@ -159,9 +159,7 @@ func (s *leaseScanner) rescan(rows *sql.Rows) ([]error, error) {
 	s.headers = s.headers[:0]
 	s.okey, s.ikey, s.lastErr = sql.NullString{}, sql.NullString{}, sql.NullString{}
 	s.created, s.next, s.attempts, s.leaseUntil = envelope.NullTime{}, envelope.NullTime{}, 0, leaseTime{}
-	for i := range s.dest {
-		probe[i] = s.dest[i]
-	}
+	copy(probe, s.dest)
 	for _, i := range failed {
 		probe[i] = &sink[i]
 	}
@@ -170,7 +168,7 @@ func (s *leaseScanner) rescan(rows *sql.Rows) ([]error, error) {
 	}
 	bad := make([]error, len(failed))
 	for j, i := range failed {
-		col := "extra column"
+		var col string
 		if i < len(leaseColumnNames) {
 			col = leaseColumnNames[i]
 		} else {
