@@ -3,12 +3,16 @@ package relay
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/testkit"
@@ -113,4 +117,42 @@ func TestMissingTableIsAConfigurationErrorWhenTheDatabaseAnswers(t *testing.T) {
 		t.Fatal("Run did not end on the missing table within a minute")
 	}
 	<-r.Stopped()
+}
+
+// wrappedDriver hides pgx behind a driver type the relay does not know,
+// as otelsql and similar wrappers do.
+type wrappedDriver struct{ driver.Driver }
+
+var registerWrapped sync.Once
+
+// A driver the relay does not know makes New ask the database for the
+// dialect; with the database down that is a connection error, not
+// ErrConfiguration, and Config.Dialect avoids it.
+func TestUnknownDriverWithTheDatabaseDown(t *testing.T) {
+	t.Parallel()
+	registerWrapped.Do(func() { sql.Register("herald-wrapped-pgx", wrappedDriver{stdlib.GetDefaultDriver()}) })
+	e := newEnv(t, envelope.Postgres)
+	u, err := url.Parse(e.dsn)
+	if err != nil || u.Host == "" {
+		t.Skip("needs a URL-form DSN")
+	}
+	p := testkit.NewProxy(t, u.Host)
+	u.Host = p.Addr()
+	db, err := sql.Open("herald-wrapped-pgx", u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	quiet := slog.New(slog.DiscardHandler)
+	if r, err := New(db, &recorder{}, Config{Logger: quiet}); err != nil || r.Dialect() != envelope.Postgres {
+		t.Fatalf("database up: %v", err)
+	}
+	p.SetDown(true)
+	_, err = New(db, &recorder{}, Config{Logger: quiet})
+	if err == nil || errors.Is(err, envelope.ErrConfiguration) || !strings.Contains(err.Error(), "Config.Dialect") {
+		t.Fatalf("database down, dialect unknown: %v; want a connection error that points at Config.Dialect", err)
+	}
+	if _, err := New(db, &recorder{}, Config{Logger: quiet, Dialect: envelope.Postgres}); err != nil {
+		t.Fatalf("database down, Config.Dialect set: %v", err)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -42,6 +43,11 @@ func (r *Relay) RetryDeadLettered(ctx context.Context, f Filter) (int64, error) 
 	next := 2 + len(r.fargs)
 	b := sqlBuilder{d: r.dialect, t: r.table}
 	if f.Topics != nil {
+		for i, p := range f.Topics {
+			if !utf8.ValidString(p) || strings.IndexByte(p, 0) >= 0 {
+				return 0, envelope.Validationf(fmt.Sprintf("relay.Filter.Topics[%d]", i), "%q is not valid UTF-8 without NUL bytes", p)
+			}
+		}
 		ps, err := envelope.ParseTopicPatterns("relay.Filter.Topics", f.Topics)
 		if err != nil {
 			var e *envelope.Error

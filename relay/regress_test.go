@@ -586,3 +586,18 @@ func TestConfigRejectsBadCleanupAndNames(t *testing.T) {
 		}
 	}
 }
+
+// A Filter topic with NUL or invalid UTF-8 would reach PostgreSQL as a
+// bind argument it refuses; it is an ErrValidation naming the entry.
+func TestRetryDeadLetteredRejectsUnstorableTopics(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, e *env) {
+		r := e.newRelay(t, &recorder{}, Config{})
+		for _, bad := range []string{"a\x00", "b\xff*"} {
+			_, err := r.RetryDeadLettered(context.Background(), Filter{Topics: []string{"ok", bad}})
+			if !errors.Is(err, envelope.ErrValidation) || !strings.Contains(err.Error(), "Filter.Topics[1]") {
+				t.Fatalf("%q: %v", bad, err)
+			}
+		}
+	})
+}

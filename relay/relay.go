@@ -360,7 +360,10 @@ func (r *Relay) loop(soft, hard context.Context, ru *run) {
 		var err error
 		if !r.tableOK.Load() {
 			// New could not check the table: the database did not answer.
-			if err = r.checkTable(hard); errors.Is(err, envelope.ErrConfiguration) {
+			cctx, cancel := withTimeout(hard, r.statementTimeout(), "outbox table check")
+			err = r.checkTable(cctx)
+			cancel()
+			if errors.Is(err, envelope.ErrConfiguration) {
 				r.log.ErrorContext(hard, "herald/relay: stopping: the outbox table is missing", slog.String("relay", r.cfg.Name), slog.Any("error", err))
 				ru.err = err
 				return
