@@ -38,14 +38,14 @@ type Failed struct {
 	Event         *envelope.Event // as leased
 	Err           error           // what the delivery returned
 	Attempts      int             // failed deliveries so far, this one included
-	NextAttemptAt time.Time       // when it is due again
+	NextAttemptAt time.Time       // when it is due again, by the database's clock
 }
 
 // DeadLettered describes an event that ran out of attempts.
 type DeadLettered struct {
 	Relay    string
 	Event    *envelope.Event // as leased
-	Err      error           // what the last delivery returned
+	Err      error           // what the last delivery returned (a *DecodeError for a row that could not be decoded)
 	Attempts int             // failed deliveries, the last one included
 }
 
