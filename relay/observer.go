@@ -36,7 +36,7 @@ type Delivered struct {
 type Failed struct {
 	Relay         string
 	Event         *envelope.Event // as leased
-	Err           error           // what the delivery returned
+	Err           error           // what the delivery returned (a *DecodeError for a row that could not be decoded)
 	Attempts      int             // failed deliveries so far, this one included
 	NextAttemptAt time.Time       // when it is due again, by the database's clock
 }
