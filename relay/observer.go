@@ -10,7 +10,8 @@ import (
 // Observer is told what happens to the events a relay handles: a hook for
 // metrics and alerts that adds no dependency. The relay calls it from its
 // own goroutine after the batch's marks are written, so it must be quick
-// and must not block; it must not modify the events.
+// and must not block; it must not modify the events. A panic in it is
+// recovered and logged at ERROR.
 //
 // ObserverFuncs adapts a set of functions, and embedding it (or
 // NopObserver) in a type lets that type implement only the methods it

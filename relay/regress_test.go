@@ -676,3 +676,32 @@ type deliveryFunc func(ctx context.Context, e *envelope.Event) error
 
 func (f deliveryFunc) Deliver(ctx context.Context, e *envelope.Event) error { return f(ctx, e) }
 func (deliveryFunc) Close() error                                           { return nil }
+
+// An Observer that panics (a nil map in a metrics hook) is logged; the
+// relay goes on delivering.
+func TestPanickingObserverDoesNotStopTheRelay(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envelope.SQLite)
+	logs := &logRecords{}
+	rec := &recorder{fail: func(ev *envelope.Event) error {
+		if ev.Topic == "fail" {
+			return errors.New("no")
+		}
+		return nil
+	}}
+	var counts map[string]int // nil: every write panics
+	obs := ObserverFuncs{
+		OnDelivered:    func(context.Context, Delivered) { counts["delivered"]++ },
+		OnFailed:       func(context.Context, Failed) { counts["failed"]++ },
+		OnDeadLettered: func(context.Context, DeadLettered) { counts["dead"]++ },
+	}
+	r := e.newRelay(t, rec, Config{MaxAttempts: 2, Observer: obs, Logger: slog.New(logs)})
+	e.enqueue(t, msg("ok", "", 1), msg("fail", "", 2))
+	start(t, r)
+	testkit.Eventually(t, 20*time.Second, func() bool { return e.count(t, "dead_lettered_at IS NOT NULL") == 1 }, "dead-lettered")
+	e.enqueue(t, msg("later", "", 3))
+	testkit.Eventually(t, 20*time.Second, func() bool { return rec.count() == 2 }, "delivered after the Observer panicked")
+	if !hasLog(logs, slog.LevelError, "Observer panicked") {
+		t.Fatal("the Observer's panic was not logged")
+	}
+}
