@@ -86,10 +86,10 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 	defer cancel()
 	var args []any
 	if r.dialect == envelope.Postgres {
-		args = append(args, r.cfg.Lease.Microseconds(), r.cfg.Name, r.nowArg(), r.cfg.BatchSize)
+		args = append(args, r.cfg.Lease.Microseconds(), r.cfg.Name, r.nowArg(), r.cfg.BatchSize, r.walk.Load())
 	} else {
 		now := r.sqliteNow()
-		args = append(args, r.dialect.TimeArg(now.Add(r.cfg.Lease)), r.cfg.Name, r.dialect.TimeArg(now), r.cfg.BatchSize)
+		args = append(args, r.dialect.TimeArg(now.Add(r.cfg.Lease)), r.cfg.Name, r.dialect.TimeArg(now), r.cfg.BatchSize, r.walk.Load())
 	}
 	args = append(args, r.fargs...)
 	rows, err := r.db.QueryContext(ctx, r.sql.lease, args...)
@@ -123,6 +123,14 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 	}
 	if err := rows.Close(); err != nil {
 		return nil, nil, stmtErr(ctx, "lease query", err)
+	}
+	// A full batch needs no key walk next time; a short one may have
+	// missed heads beyond the first BatchSize pending events (see
+	// leaseBatchPostgres), so the next lease walks keys too.
+	if len(got) >= r.cfg.BatchSize {
+		r.walk.Store(0)
+	} else {
+		r.walk.Store(int64(r.cfg.BatchSize))
 	}
 	slices.SortFunc(got, func(a, b leased) int { return cmp.Compare(a.e.Sequence, b.e.Sequence) })
 	batch := make([]*envelope.Event, len(got))

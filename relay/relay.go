@@ -52,6 +52,7 @@ type Relay struct {
 	// leaves it unset when the database did not answer, and the loop
 	// checks the table when it first does.
 	tableOK  atomic.Bool
+	walk     atomic.Int64 // keys the next lease walks for heads (see leaseBatchPostgres)
 	cleanups atomic.Int64 // scheduled cleanup passes finished, for tests
 	// onWait, when set (tests), is told of each wait between polls.
 	onWait func(time.Duration)
@@ -138,6 +139,7 @@ func New(db *sql.DB, d delivery.Delivery, cfg Config) (*Relay, error) {
 		poke: make(chan struct{}, 1), stopped: make(chan struct{}),
 		maxPollNoWakeup: cfg.MaxPollInterval,
 	}
+	r.walk.Store(int64(cfg.BatchSize)) // the first lease looks at every ready key
 	if cfg.Wakeup != nil && !explicitMax {
 		r.maxPollNoWakeup = max(DefaultMaxPollInterval, cfg.MinPollInterval)
 	}
