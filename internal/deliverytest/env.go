@@ -87,7 +87,7 @@ type Row struct {
 	LastError string
 	Published bool
 	Dead      bool
-	Payload   string // the payload as stored (PostgreSQL's text of the jsonb)
+	Payload   string // the payload as stored (the writer's bytes)
 }
 
 // Row reads the state of the event with id.

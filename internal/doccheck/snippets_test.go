@@ -10,8 +10,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"log/slog"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
@@ -101,17 +99,9 @@ func gormcaptureDoc(ctx context.Context, dsn string, w wakeup.Wakeup) error {
 	return err
 }
 
-// README.md, "Running herald in production": dead letters, cleanup and
-// monitoring.
+// README.md, "Running herald in production": dead letters and monitoring.
 func operations(ctx context.Context, r *relay.Relay, ids []uuid.UUID) {
 	n, err := r.RetryDeadLettered(ctx, relay.Filter{Topics: []string{"billing.*"}}) // or Filter{IDs: ids}
-	go func() {
-		for range time.Tick(time.Hour) {
-			if _, err := r.CleanupPublished(ctx, 7*24*time.Hour); err != nil {
-				slog.Warn("herald cleanup failed", "error", err)
-			}
-		}
-	}()
 	b, err := r.Backlog(ctx) // b.Pending, b.OldestPendingAge, b.DeadLettered: export them as gauges
 	_, _, _, _ = n, err, b, ids
 }
