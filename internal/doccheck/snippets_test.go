@@ -102,7 +102,8 @@ func gormcaptureDoc(ctx context.Context, dsn string, w wakeup.Wakeup) error {
 // README.md, "Running herald in production": dead letters and monitoring.
 func operations(ctx context.Context, r *relay.Relay, ids []uuid.UUID) {
 	n, err := r.RetryDeadLettered(ctx, relay.Filter{Topics: []string{"billing.*"}}) // or Filter{IDs: ids}
-	b, err := r.Backlog(ctx)                                                        // b.Pending, b.OldestPendingAge, b.DeadLettered: export them as gauges
+
+	b, err := r.Backlog(ctx) // b.Pending, b.OldestPendingAge, b.DeadLettered: export them as gauges
 	_, _, _, _ = n, err, b, ids
 }
 
