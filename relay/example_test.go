@@ -151,6 +151,8 @@ func TestReadmeQuotesTheRetentionExample(t *testing.T) {
 		t.Fatal("markers not found in example_test.go")
 	}
 	block := s[i+len("// README: retention\n") : j]
+	// README shows it without the function's indentation.
+	block = strings.ReplaceAll("\n"+block, "\n\t", "\n")[1:]
 	if !strings.Contains(string(readme), block) {
 		t.Fatalf("README.md does not quote ExampleConfig_retention verbatim; expected:\n%s", block)
 	}
