@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"reflect"
 	"strconv"
 
 	"gorm.io/gorm"
@@ -219,9 +220,13 @@ func (p *Plugin) end(db *gorm.DB) {
 }
 
 // fail marks the write's scope failed, so the outer write fails too even
-// if a hook swallowed the nested error.
+// if a hook swallowed the nested error. An error GORM already added (the
+// statement's own error, returned by the capturePool to gorm:update or
+// gorm:delete) is not added a second time.
 func fail(db *gorm.DB, err error) {
-	_ = db.AddError(err)
+	if !holds(db.Error, err) {
+		_ = db.AddError(err)
+	}
 	if wc := writeCtxOf(db.Statement); wc != nil {
 		wc.failed = true
 	}
@@ -280,4 +285,33 @@ func (q querier) ExecContext(ctx context.Context, s string, args ...any) (sql.Re
 
 func (q querier) QueryContext(ctx context.Context, s string, args ...any) (*sql.Rows, error) {
 	return q.p.query(ctx, q.ConnPool, s, args)
+}
+
+// holds reports whether err is target itself or wraps it: identity, not
+// errors.Is, whose Is methods (envelope.Error matches by kind) would take
+// another error of the same kind for this one.
+func holds(err, target error) bool {
+	if err == nil || target == nil || !reflect.TypeOf(target).Comparable() {
+		return false
+	}
+	for {
+		if reflect.TypeOf(err).Comparable() && err == target {
+			return true
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			if err = u.Unwrap(); err == nil {
+				return false
+			}
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if e != nil && holds(e, target) {
+					return true
+				}
+			}
+			return false
+		default:
+			return false
+		}
+	}
 }
