@@ -67,7 +67,13 @@
 //
 // A write outside a transaction runs in one with its events: GORM's
 // default transaction, or one the plugin opens under SkipDefaultTransaction
-// (config or session). A write inside the caller's transaction runs in a
+// (config or session). That one covers the statement and its events only:
+// the model's hooks and association saves run outside it, as they run
+// outside any transaction in plain GORM, so a hook that fails or panics
+// after the statement leaves the write committed with its event (where
+// plain GORM leaves it committed) and no transaction open; a panic during
+// the capture itself (a user's Extend) rolls back the plugin's transaction,
+// or GORM's default one. A write inside the caller's transaction runs in a
 // savepoint, so an event that fails after its row was written undoes the
 // row even if the caller catches the error and goes on, and a PostgreSQL
 // transaction stays usable. Statements nested in a captured write

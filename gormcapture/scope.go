@@ -17,8 +17,14 @@ import (
 // A captured write must commit or roll back together with its events:
 //
 //   - outside a transaction (SkipDefaultTransaction, in the config or a
-//     session) herald:begin opens one on the statement's pool and
-//     herald:end commits it, or rolls it back when the chain failed;
+//     session) the write's statement runs in a transaction the plugin
+//     opens around that statement and its events only (inOwnTx), inside
+//     gorm:create / gorm:update / gorm:delete: the model's hooks and
+//     association saves run outside it, as they run outside any
+//     transaction in plain GORM, so a hook that panics or fails cannot
+//     leave the plugin's transaction open (holding its connection, row
+//     locks, SQLite's write lock) and the write commits as plain GORM's
+//     does;
 //   - in GORM's own default transaction nothing is needed: GORM rolls it
 //     back when a callback added an error;
 //   - in the caller's transaction the first captured write of the chain
@@ -47,8 +53,7 @@ type writeCtx struct {
 	failed        bool   // a nested capture failed: fail the whole write
 	writeLocked   bool   // SQLite: the transaction already holds the write lock
 
-	ownTx    gorm.ConnPool // a transaction the plugin opened
-	prevPool gorm.ConnPool
+	needTx bool // outside a transaction: the statement runs in one of the plugin's (inOwnTx)
 }
 
 func writeCtxOf(st *gorm.Statement) *writeCtx {
@@ -84,14 +89,7 @@ func (p *Plugin) begin(op envelope.Operation) func(*gorm.DB) {
 				wc.needSavepoint = !inBatches(raw)
 			}
 		} else {
-			tx, err := beginOn(st.Context, st.ConnPool)
-			if err != nil {
-				_ = db.AddError(fmt.Errorf("herald/gormcapture: begin: %w", err))
-				return
-			}
-			wc.prevPool, wc.ownTx = st.ConnPool, tx
-			st.ConnPool = tx
-			wc.raw = rawTx(tx)
+			wc.needTx = true
 		}
 		st.Context = context.WithValue(st.Context, writeKey{}, wc)
 	}
@@ -208,14 +206,61 @@ func (p *Plugin) end(db *gorm.DB) {
 		if _, err := wc.raw.ExecContext(ctx, "RELEASE SAVEPOINT "+wc.savepoint); err != nil {
 			_ = db.AddError(fmt.Errorf("herald/gormcapture: release savepoint: %w", err))
 		}
-	case wc.ownTx != nil:
-		tc := wc.ownTx.(gorm.TxCommitter)
-		if db.Error != nil {
-			_ = tc.Rollback()
-		} else if err := tc.Commit(); err != nil {
-			_ = db.AddError(fmt.Errorf("herald/gormcapture: commit: %w", err))
+	}
+}
+
+// inOwnTx runs a captured statement (run: the INSERT, UPDATE or DELETE,
+// its snapshot reads and its events) in a transaction of the plugin's when
+// the write began outside any transaction, committing it when run left no
+// error and rolling it back otherwise — also when run panics (a Valuer, an
+// Extend), before the panic goes on. In GORM's default transaction a panic
+// in run rolls that transaction back. Elsewhere it just calls run (a
+// caller's transaction is the caller's to roll back).
+func (p *Plugin) inOwnTx(db *gorm.DB, run func()) {
+	st := db.Statement
+	wc := writeCtxOf(st)
+	if wc == nil || wc.owner != st || !wc.needTx {
+		if _, started := db.InstanceGet("gorm:started_transaction"); started {
+			// GORM's default transaction: GORM does not roll it back on a
+			// panic, so a panic in the capture (a user's Extend, TopicFunc)
+			// would leave it open with its connection; roll it back here.
+			finished := false
+			defer func() {
+				if !finished {
+					if tc, ok := st.ConnPool.(gorm.TxCommitter); ok {
+						_ = tc.Rollback()
+					}
+				}
+			}()
+			run()
+			finished = true
+			return
 		}
-		st.ConnPool = wc.prevPool
+		run()
+		return
+	}
+	wc.needTx = false
+	prev := st.ConnPool
+	tx, err := beginOn(st.Context, prev)
+	if err != nil {
+		_ = db.AddError(fmt.Errorf("herald/gormcapture: begin: %w", err))
+		return
+	}
+	tc := tx.(gorm.TxCommitter)
+	st.ConnPool, wc.raw = tx, rawTx(tx)
+	finished := false
+	defer func() {
+		st.ConnPool, wc.raw = prev, nil
+		if !finished { // run panicked
+			_ = tc.Rollback()
+		}
+	}()
+	run()
+	finished = true
+	if db.Error != nil || wc.failed {
+		_ = tc.Rollback()
+	} else if err := tc.Commit(); err != nil {
+		_ = db.AddError(fmt.Errorf("herald/gormcapture: commit: %w", err))
 	}
 }
 

@@ -232,3 +232,131 @@ func TestEnqueueDBResolverSource(t *testing.T) {
 		}
 	})
 }
+
+// Hooked panics in the hook its Trap names.
+type Hooked struct {
+	ID   int64
+	Name string
+	Trap string `gorm:"-"`
+}
+
+func (h *Hooked) trap(at string) {
+	if h.Trap == at {
+		panic("trap " + at)
+	}
+}
+
+func (h *Hooked) BeforeCreate(*gorm.DB) error { h.trap("BeforeCreate"); return nil }
+func (h *Hooked) AfterCreate(*gorm.DB) error  { h.trap("AfterCreate"); return nil }
+func (h *Hooked) BeforeUpdate(*gorm.DB) error { h.trap("BeforeUpdate"); return nil }
+func (h *Hooked) AfterUpdate(*gorm.DB) error  { h.trap("AfterUpdate"); return nil }
+func (h *Hooked) BeforeDelete(*gorm.DB) error { h.trap("BeforeDelete"); return nil }
+func (h *Hooked) AfterDelete(*gorm.DB) error  { h.trap("AfterDelete"); return nil }
+
+// With SkipDefaultTransaction, a model hook that panics leaves no
+// transaction of the plugin's open: the connection goes back to the pool,
+// no lock is held, and the write is where plain GORM leaves it (done when
+// the panic came after it, with its event; not done before it).
+func TestHookPanicSkipDefaultTransaction(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		e := newEnv(t, d, &gorm.Config{SkipDefaultTransaction: true}, gormcapture.Config{}, &Hooked{})
+		must(t, e.plugin.Capture(&Hooked{}, envelope.Options{Payload: envelope.BeforeAndAfter}))
+		sqlDB, err := e.db.DB()
+		must(t, err)
+		must(t, e.db.Create(&Hooked{ID: 1, Name: "a"}).Error)
+		panics := func(f func()) (p any) {
+			defer func() { p = recover() }()
+			f()
+			return nil
+		}
+		cases := []struct {
+			trap  string
+			write func(h *Hooked)
+			done  bool // the write happened (the panic came after it)
+		}{
+			{"BeforeCreate", func(h *Hooked) { e.db.Create(h) }, false},
+			{"AfterCreate", func(h *Hooked) { e.db.Create(h) }, true},
+			{"BeforeUpdate", func(h *Hooked) { e.db.Model(h).Update("name", "u") }, false},
+			{"AfterUpdate", func(h *Hooked) { e.db.Model(h).Update("name", "u") }, true},
+			{"BeforeDelete", func(h *Hooked) { e.db.Delete(h) }, false},
+			{"AfterDelete", func(h *Hooked) { e.db.Delete(h) }, true},
+		}
+		for i, c := range cases {
+			id := int64(100 + i)
+			if !strings.Contains(c.trap, "Create") {
+				must(t, e.db.Create(&Hooked{ID: id, Name: "a"}).Error)
+			}
+			before := e.count(t)
+			if p := panics(func() { c.write(&Hooked{ID: id, Name: "a", Trap: c.trap}) }); p == nil {
+				t.Errorf("%s: no panic", c.trap)
+			}
+			if n := sqlDB.Stats().InUse; n != 0 {
+				t.Errorf("%s: %d connections still in use after the panic", c.trap, n)
+			}
+			// Nothing is locked: another write goes through at once.
+			must(t, e.db.Model(&Hooked{ID: 1}).Update("name", c.trap).Error)
+			events := e.count(t) - before - 1
+			var row Hooked
+			found := e.db.Limit(1).Find(&row, id).RowsAffected == 1
+			var done bool
+			switch {
+			case strings.Contains(c.trap, "Create"):
+				done = found
+			case strings.Contains(c.trap, "Update"):
+				done = row.Name == "u"
+			default:
+				done = !found
+			}
+			if done != c.done || events != map[bool]int{false: 0, true: 1}[done] {
+				t.Errorf("%s: write done %v with %d events; want done %v, with its event", c.trap, done, events, c.done)
+			}
+		}
+	})
+}
+
+// A panic in the capture itself (a user's Extend) leaves no transaction
+// open either: the plugin's own, or GORM's default one.
+func TestCapturePanicReleasesTransaction(t *testing.T) {
+	t.Parallel()
+	for _, sdt := range []bool{false, true} {
+		t.Run(fmt.Sprintf("SkipDefaultTransaction=%v", sdt), func(t *testing.T) {
+			t.Parallel()
+			eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+				e := newEnv(t, d, &gorm.Config{SkipDefaultTransaction: sdt}, gormcapture.Config{}, &Tag{})
+				must(t, e.plugin.Capture(&Tag{}, envelope.Options{Payload: envelope.BeforeAndAfter, Extend: func(_ context.Context, c envelope.Change) (*envelope.Extension, error) {
+					if c.After != nil && c.After["label"] == "panic" {
+						panic("extend")
+					}
+					return nil, nil
+				}}))
+				sqlDB, err := e.db.DB()
+				must(t, err)
+				must(t, e.db.Create(&Tag{Code: "a", Label: "x"}).Error)
+				writes := []func(){
+					func() { e.db.Create(&Tag{Code: "b", Label: "panic"}) },
+					func() { e.db.Create(&[]Tag{{Code: "c", Label: "panic"}, {Code: "d", Label: "x"}}) },
+					func() { e.db.Model(&Tag{}).Where("code = ?", "a").Update("label", "panic") },
+				}
+				for i, w := range writes {
+					func() {
+						defer func() {
+							if recover() == nil {
+								t.Errorf("write %d: no panic", i)
+							}
+						}()
+						w()
+					}()
+					if n := sqlDB.Stats().InUse; n != 0 {
+						t.Errorf("write %d: %d connections still in use after the panic", i, n)
+					}
+				}
+				var tags []Tag
+				must(t, e.db.Order("code").Find(&tags).Error)
+				if fmt.Sprint(tags) != "[{a x}]" || e.count(t) != 1 {
+					t.Errorf("tags %v, %d events; want only a, unchanged, with its event", tags, e.count(t))
+				}
+			})
+		})
+	}
+}

@@ -69,7 +69,7 @@ func (p *Plugin) update(orig func(*gorm.DB)) func(*gorm.DB) {
 			orig(db)
 			return
 		}
-		p.intercept(db, orig, m.spec)
+		p.inOwnTx(db, func() { p.intercept(db, orig, m.spec) })
 	}
 }
 
@@ -92,7 +92,7 @@ func (p *Plugin) delete(orig func(*gorm.DB)) func(*gorm.DB) {
 			orig(db)
 			return
 		}
-		p.intercept(db, orig, spec)
+		p.inOwnTx(db, func() { p.intercept(db, orig, spec) })
 	}
 }
 
