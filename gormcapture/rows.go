@@ -284,7 +284,7 @@ func (p *Plugin) selectByKeys(ctx context.Context, db *gorm.DB, q gorm.ConnPool,
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	per := 30000 / max(1, len(keyCols))
+	per := maxBindKeys / max(1, len(keyCols))
 	var out []image
 	for start := 0; start < len(keys); start += per {
 		chunk := keys[start:min(len(keys), start+per)]
@@ -293,27 +293,9 @@ func (p *Plugin) selectByKeys(ctx context.Context, db *gorm.DB, q gorm.ConnPool,
 		for i, c := range cols {
 			sc[i] = clause.Column{Table: clause.CurrentTable, Name: c}
 		}
-		var in clause.Expression
-		if len(keyCols) == 1 {
-			vals := make([]any, len(chunk))
-			for i, k := range chunk {
-				vals[i] = k[0]
-			}
-			in = clause.IN{Column: clause.Column{Table: clause.CurrentTable, Name: keyCols[0]}, Values: vals}
-		} else {
-			kc := make([]clause.Column, len(keyCols))
-			for i, c := range keyCols {
-				kc[i] = clause.Column{Table: clause.CurrentTable, Name: c}
-			}
-			vals := make([]any, len(chunk))
-			for i, k := range chunk {
-				vals[i] = k
-			}
-			in = clause.IN{Column: kc, Values: vals}
-		}
 		st.AddClause(clause.Select{Columns: sc})
 		st.AddClause(clause.From{})
-		st.AddClause(clause.Where{Exprs: []clause.Expression{in}})
+		st.AddClause(clause.Where{Exprs: []clause.Expression{keysIn(keyCols, chunk)}})
 		if lock && p.dialect == envelope.Postgres {
 			st.AddClause(clause.Locking{Strength: clause.LockingStrengthUpdate})
 		}
@@ -329,4 +311,31 @@ func (p *Plugin) selectByKeys(ctx context.Context, db *gorm.DB, q gorm.ConnPool,
 		out = append(out, imgs...)
 	}
 	return out, nil
+}
+
+// maxBindKeys bounds the bind parameters of one key lookup, under both
+// databases' limits (SQLite 32766, PostgreSQL 65535).
+const maxBindKeys = 30000
+
+// keysIn is "keyCols IN keys" (one tuple per key); no keys match nothing.
+func keysIn(keyCols []string, keys [][]any) clause.Expression {
+	if len(keys) == 0 {
+		return clause.Expr{SQL: "1 = 0"}
+	}
+	if len(keyCols) == 1 {
+		vals := make([]any, len(keys))
+		for i, k := range keys {
+			vals[i] = k[0]
+		}
+		return clause.IN{Column: clause.Column{Table: clause.CurrentTable, Name: keyCols[0]}, Values: vals}
+	}
+	kc := make([]clause.Column, len(keyCols))
+	for i, c := range keyCols {
+		kc[i] = clause.Column{Table: clause.CurrentTable, Name: c}
+	}
+	vals := make([]any, len(keys))
+	for i, k := range keys {
+		vals[i] = k
+	}
+	return clause.IN{Column: kc, Values: vals}
 }

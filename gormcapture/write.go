@@ -141,11 +141,15 @@ func (c *capturePool) QueryContext(ctx context.Context, q string, args ...any) (
 		return c.ConnPool.QueryContext(ctx, q, args...)
 	}
 	c.hit, c.userReturning = true, true
+	st := c.db.Statement
+	if c.spec != nil && c.spec.Captures(envelope.Updated) && len(q) >= 6 && strings.EqualFold(q[:6], "UPDATE") &&
+		setsKey(changedColumns(st), st.Schema.PrimaryFieldDBNames) {
+		return c.queryMovingKeys(ctx, q, args)
+	}
 	if err := c.prepare(ctx, q); err != nil {
 		c.err = err
 		return nil, err
 	}
-	st := c.db.Statement
 	if c.update && c.spec != nil {
 		cols := payloadColumns(st.Schema, c.spec, c.spec.NeedsBefore(envelope.Updated))
 		if err := c.readBefore(ctx, cols); err != nil {
@@ -160,6 +164,55 @@ func (c *capturePool) QueryContext(ctx context.Context, q string, args ...any) (
 		}
 	}
 	return c.ConnPool.QueryContext(ctx, q, args...)
+}
+
+// queryMovingKeys runs an UPDATE with the caller's RETURNING that sets a
+// primary-key column. Its rows cannot be read again by their old keys
+// afterwards, so the pool runs the UPDATE with its own RETURNING, as
+// without clause.Returning (run), and answers the caller with the rows it
+// asked for, read by their new keys. Statements: those of run, and the
+// SELECT.
+func (c *capturePool) queryMovingKeys(ctx context.Context, q string, args []any) (*sql.Rows, error) {
+	st := c.db.Statement
+	i := strings.LastIndex(q, " RETURNING ")
+	if i < 0 || strings.ContainsAny(q[i:], "?$") {
+		c.err = &envelope.Error{Kind: envelope.ErrUnsupported, Where: c.spec.Label + " update",
+			Msg: "cannot find the RETURNING of an UPDATE that moves rows to new primary keys"}
+		return nil, c.err
+	}
+	c.userReturning = false
+	if _, err := c.run(ctx, q[:i], args); err != nil {
+		c.err = err
+		return nil, err
+	}
+	pk := st.Schema.PrimaryFieldDBNames
+	keys := make([][]any, len(c.after))
+	for j, a := range c.after {
+		keys[j] = make([]any, len(pk))
+		for k, col := range pk {
+			keys[j][k] = a[col]
+		}
+	}
+	var cols []clause.Column
+	if r, ok := st.Clauses["RETURNING"].Expression.(clause.Returning); ok {
+		cols = r.Columns
+	}
+	if len(keys)*len(pk) > maxBindKeys {
+		c.err = &envelope.Error{Kind: envelope.ErrUnsupported, Where: c.spec.Label + " update",
+			Msg: fmt.Sprintf("an UPDATE with RETURNING that moves %d rows to new primary keys: at most %d at once", len(keys), maxBindKeys/len(pk))}
+		return nil, c.err
+	}
+	sel := &gorm.Statement{DB: c.db, Table: st.Table, TableExpr: st.TableExpr, Schema: st.Schema, Context: ctx, Clauses: map[string]clause.Clause{}}
+	sel.AddClause(clause.Select{Columns: cols})
+	sel.AddClause(clause.From{})
+	sel.AddClause(clause.Where{Exprs: []clause.Expression{keysIn(pk, keys)}})
+	sel.Build("SELECT", "FROM", "WHERE")
+	rows, err := c.ConnPool.QueryContext(ctx, sel.SQL.String(), sel.Vars...)
+	if err != nil {
+		c.err = fmt.Errorf("herald/gormcapture: read the updated rows: %w", err)
+		return nil, c.err
+	}
+	return rows, nil
 }
 
 // prepare takes the write's savepoint and, for a real DELETE, reads what
