@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"reflect"
 	"strings"
@@ -67,7 +68,7 @@ func (s *scanner) scan(ctx context.Context, rows *sql.Rows, flag int) (imgs []im
 			case f == nil:
 				s.dests[i] = new(any)
 			case f.Serializer != nil:
-				s.dests[i] = f.NewValuePool.Get()
+				s.dests[i] = &nullScanner{Scanner: f.NewValuePool.Get().(sql.Scanner)}
 			default:
 				// A pointer to a pointer of the field's type: NULL scans as
 				// nil whatever the type, as gorm's own scan does.
@@ -95,13 +96,27 @@ func (s *scanner) scan(ctx context.Context, rows *sql.Rows, flag int) (imgs []im
 			case f == nil:
 				dst[s.cols[i]] = *(s.dests[i].(*any))
 			case f.Serializer != nil:
-				if err := f.Set(ctx, s.tmp, s.dests[i]); err != nil {
+				// NULL is null, whatever the serializer makes of it; a
+				// stored value is the field's value as GORM reads it,
+				// serialized again at once (the scratch model is reused
+				// for the next row), as jsonform would render it.
+				ns := s.dests[i].(*nullScanner)
+				if ns.null {
+					f.NewValuePool.Put(ns.Scanner)
+					dst[s.cols[i]] = nil
+					continue
+				}
+				if err := f.Set(ctx, s.tmp, ns.Scanner); err != nil {
 					return nil, nil, err
 				}
-				f.NewValuePool.Put(s.dests[i])
-				v, zero := f.ValueOf(ctx, s.tmp)
-				if zero && reflect.ValueOf(v).Kind() == reflect.Pointer {
+				f.NewValuePool.Put(ns.Scanner)
+				v, _ := f.ValueOf(ctx, s.tmp)
+				if rv := f.ReflectValueOf(ctx, s.tmp); isNil(rv) {
 					v = nil
+				} else if vr, ok := v.(driver.Valuer); ok {
+					if v, err = vr.Value(); err != nil {
+						return nil, nil, err
+					}
 				}
 				dst[s.cols[i]] = v
 			default:
@@ -338,4 +353,23 @@ func keysIn(keyCols []string, keys [][]any) clause.Expression {
 		vals[i] = k
 	}
 	return clause.IN{Column: kc, Values: vals}
+}
+
+// nullScanner scans through Scanner and remembers a NULL.
+type nullScanner struct {
+	sql.Scanner
+	null bool
+}
+
+func (n *nullScanner) Scan(v any) error {
+	n.null = v == nil
+	return n.Scanner.Scan(v)
+}
+
+func isNil(v reflect.Value) bool {
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
 }
