@@ -139,7 +139,13 @@ func (p *Plugin) relevant(db *gorm.DB, op envelope.Operation) bool {
 			}
 		}
 	}
-	return op == envelope.Deleted && len(p.cascadesFor(db, db.Statement.Table)) > 0
+	switch op {
+	case envelope.Deleted:
+		return len(p.cascadesFor(db, db.Statement.Table)) > 0
+	case envelope.Updated:
+		return len(p.updateCascadesFor(db, db.Statement.Table)) > 0
+	}
+	return false
 }
 
 // ensureSavepoint takes the write's savepoint if it needs one and has

@@ -52,6 +52,7 @@ type capturePool struct {
 	changed       []string
 	before, after []image
 	cascaded      []batch
+	updCascade    []updateCascade // an UPDATE's ON UPDATE cascades, as read before it
 }
 
 func (p *Plugin) update(orig func(*gorm.DB)) func(*gorm.DB) {
@@ -65,11 +66,15 @@ func (p *Plugin) update(orig func(*gorm.DB)) func(*gorm.DB) {
 			return
 		}
 		m := p.modelFor(st.Schema)
-		if m.spec == nil || !m.spec.Captures(envelope.Updated) {
+		spec := m.spec
+		if spec != nil && !spec.Captures(envelope.Updated) {
+			spec = nil
+		}
+		if spec == nil && len(p.updateCascadesFor(db, st.Table)) == 0 { // SET is not built yet
 			orig(db)
 			return
 		}
-		p.inOwnTx(db, func() { p.intercept(db, orig, m.spec) })
+		p.inOwnTx(db, func() { p.intercept(db, orig, spec) })
 	}
 }
 
@@ -227,6 +232,30 @@ func (c *capturePool) prepare(ctx context.Context, q string) error {
 		c.changed = changedColumns(st)
 		if c.spec != nil && !c.spec.Captures(envelope.Updated) {
 			c.spec = nil
+		}
+		set := setColumns(st)
+		if edges := c.p.updateEdges(c.db, st.Table, set); len(edges) > 0 {
+			// ON UPDATE cascades: the parents' referenced values, then the
+			// children referencing them, locked, before the UPDATE.
+			if err := c.p.writeLock(ctx, st, c.ConnPool); err != nil {
+				return err
+			}
+			cols := slices.Clone(st.Schema.PrimaryFieldDBNames)
+			for _, e := range edges {
+				cols = union(cols, e.ref...)
+			}
+			q2, vars := c.p.selectWhere(c.db, cols, true)
+			rows, err := c.ConnPool.QueryContext(ctx, q2, vars...)
+			if err != nil {
+				return fmt.Errorf("herald/gormcapture: lock %s rows: %w", st.Table, err)
+			}
+			parents, _, err := newScanner(st.Schema, cols).scan(ctx, rows, -1)
+			if err != nil {
+				return fmt.Errorf("herald/gormcapture: lock %s rows: %w", st.Table, err)
+			}
+			if c.updCascade, err = c.p.readUpdateCascade(ctx, c.db, c.ConnPool, st.Table, parents, set); err != nil {
+				return err
+			}
 		}
 		if c.spec != nil && (c.spec.NeedsBefore(envelope.Updated) || c.userReturning) {
 			return c.p.writeLock(ctx, st, c.ConnPool)
@@ -460,6 +489,13 @@ func (c *capturePool) finish() error {
 				cs = append(cs, change(spec, st.Table, envelope.Deleted, pkOf(b, pk), before, nil, nil, c.at))
 			}
 		}
+	}
+	if len(c.updCascade) > 0 {
+		bs, err := c.p.finishUpdateCascade(ctx, c.db, st.ConnPool, c.updCascade, c.at)
+		if err != nil {
+			return err
+		}
+		c.cascaded = append(c.cascaded, bs...)
 	}
 	batches := append([]batch{{spec, cs}}, c.cascaded...)
 	if spec == nil {
