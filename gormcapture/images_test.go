@@ -91,6 +91,7 @@ type (
 		Stamp string `gorm:"type:timestamptz;default:'2026-01-02 03:04:05.5+00'"`
 		Prefs Prefs  `gorm:"serializer:json"`
 		More  *Prefs `gorm:"serializer:json"`
+		Def   Prefs  `gorm:"serializer:json;default:'{\"theme\":\"d\",\"size\":1}'"`
 	}
 	Prefs struct {
 		Theme string `json:"theme"`
@@ -122,7 +123,11 @@ func TestCreateEventHoldsStoredRow(t *testing.T) {
 			t.Errorf("second single-row create: %q, want one fused statement", kinds(stmts))
 		}
 		must(t, db.Create(&[]*Stored{stored("batch1"), stored("batch2")}).Error)
-		must(t, db.Create(&Odd{Name: "single"}).Error)
+		single := Odd{Name: "single"}
+		must(t, db.Create(&single).Error)
+		if single.Def != (Prefs{Theme: "d", Size: 1}) {
+			t.Errorf("the serializer field's default was not filled in: %+v", single.Def)
+		}
 		must(t, db.Create(&Odd{Name: "again", More: &Prefs{}}).Error)
 		must(t, db.Create(&[]Odd{{Name: "batch1"}, {Name: "batch2", Prefs: Prefs{Theme: "dark", Size: 2}}}).Error)
 		must(t, db.Model(&Stored{}).Where("id > 0").Update("name", "x").Error)

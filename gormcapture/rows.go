@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"fmt"
 	"reflect"
 	"strings"
@@ -28,7 +27,6 @@ type scanner struct {
 	cols   []string
 	fields []*schema.Field // nil: not a field (a flag column)
 	dests  []any
-	tmp    reflect.Value // a model value, for fields with a serializer
 
 	// split > 0: columns [0, split) of each row are a second image,
 	// collected in firsts (an UPDATE's before image beside its after).
@@ -42,9 +40,6 @@ func newScanner(sch *schema.Schema, cols []string) *scanner {
 		f := sch.LookUpField(c)
 		if f != nil && f.DBName == c && f.Readable {
 			s.fields[i] = f
-			if f.Serializer != nil && !s.tmp.IsValid() {
-				s.tmp = reflect.New(sch.ModelType).Elem()
-			}
 		}
 	}
 	return s
@@ -78,6 +73,7 @@ func (s *scanner) scan(ctx context.Context, rows *sql.Rows, flag int) (imgs []im
 		if err := rows.Scan(s.dests...); err != nil {
 			return nil, nil, err
 		}
+		var tmp reflect.Value // this row's model value for serializers
 		img := make(image, len(s.cols)-s.split)
 		var first image
 		if s.split > 0 {
@@ -97,26 +93,26 @@ func (s *scanner) scan(ctx context.Context, rows *sql.Rows, flag int) (imgs []im
 				dst[s.cols[i]] = *(s.dests[i].(*any))
 			case f.Serializer != nil:
 				// NULL is null, whatever the serializer makes of it; a
-				// stored value is the field's value as GORM reads it,
-				// serialized again at once (the scratch model is reused
-				// for the next row), as jsonform would render it.
+				// stored value is the field's value as GORM reads it, in
+				// GORM's serializer wrapper (jsonform writes what its Value
+				// gives; fillBack sets the field from it), on a model
+				// value of the row's own, which the wrapper keeps.
 				ns := s.dests[i].(*nullScanner)
 				if ns.null {
 					f.NewValuePool.Put(ns.Scanner)
 					dst[s.cols[i]] = nil
 					continue
 				}
-				if err := f.Set(ctx, s.tmp, ns.Scanner); err != nil {
+				if !tmp.IsValid() {
+					tmp = reflect.New(s.sch.ModelType).Elem()
+				}
+				if err := f.Set(ctx, tmp, ns.Scanner); err != nil {
 					return nil, nil, err
 				}
 				f.NewValuePool.Put(ns.Scanner)
-				v, _ := f.ValueOf(ctx, s.tmp)
-				if rv := f.ReflectValueOf(ctx, s.tmp); isNil(rv) {
+				v, _ := f.ValueOf(ctx, tmp)
+				if isNil(f.ReflectValueOf(ctx, tmp)) {
 					v = nil
-				} else if vr, ok := v.(driver.Valuer); ok {
-					if v, err = vr.Value(); err != nil {
-						return nil, nil, err
-					}
 				}
 				dst[s.cols[i]] = v
 			default:
