@@ -3,7 +3,6 @@ package gormcapture
 import (
 	"context"
 	"fmt"
-	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -174,13 +173,16 @@ func (p *Plugin) isCaptured(sch *schema.Schema) bool {
 
 // readCascade reads, locked, the rows that deleting parents (rows of
 // table) makes the database delete or null, level by level, and returns
-// their changes grouped per model.
-func (p *Plugin) readCascade(ctx context.Context, db *gorm.DB, q gorm.ConnPool, table string, parents []image, at time.Time) ([]batch, error) {
+// the changes of the deleted ones grouped per model, and the nulled ones
+// as they were: their events are built after the DELETE, from the rows
+// read again (finishUpdateCascade), as the database left them.
+func (p *Plugin) readCascade(ctx context.Context, db *gorm.DB, q gorm.ConnPool, table string, parents []image, at time.Time) ([]batch, []updateCascade, error) {
 	type level struct {
 		table string
 		rows  []image
 	}
 	queue := []level{{table, parents}}
+	var nulled []updateCascade
 	deleted := map[string]bool{}
 	var order []*schema.Schema
 	groups := map[*schema.Schema]*batch{}
@@ -215,25 +217,11 @@ func (p *Plugin) readCascade(ctx context.Context, db *gorm.DB, q gorm.ConnPool, 
 			}
 			rows, err := p.selectByKeys(ctx, db, q, target{child.Table, nil, child}, cols, e.fk, keys, true)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if e.setNull {
-				if spec == nil || !spec.Captures(envelope.Updated) {
-					continue
-				}
-				for _, r := range rows {
-					after := maps.Clone(r)
-					for _, f := range e.fk {
-						after[f] = nil
-					}
-					var b, a image
-					if spec.NeedsBefore(envelope.Updated) {
-						b = r
-					}
-					if spec.NeedsAfter(envelope.Updated) {
-						a = after
-					}
-					add(child, spec, change(spec, child.Table, envelope.Updated, pkOf(r, pk), b, a, slices.Clone(e.fk), at))
+				if spec != nil && spec.Captures(envelope.Updated) && len(rows) > 0 {
+					nulled = append(nulled, updateCascade{e, spec, rows})
 				}
 				continue
 			}
@@ -262,7 +250,7 @@ func (p *Plugin) readCascade(ctx context.Context, db *gorm.DB, q gorm.ConnPool, 
 	for _, s := range order {
 		out = append(out, *groups[s])
 	}
-	return out, nil
+	return out, nulled, nil
 }
 
 // distinctKeys returns the distinct non-NULL tuples of cols in rows.
@@ -405,8 +393,10 @@ func (p *Plugin) readUpdateCascade(ctx context.Context, db *gorm.DB, q gorm.Conn
 	return out, nil
 }
 
-// finishUpdateCascade reads the children again after the UPDATE and
-// returns the changes of those whose foreign key the database rewrote.
+// finishUpdateCascade reads the children again after the UPDATE (or the
+// DELETE whose ON DELETE SET NULL nulled them) and returns the changes of
+// those whose foreign key the database rewrote, with the rows as it left
+// them.
 func (p *Plugin) finishUpdateCascade(ctx context.Context, db *gorm.DB, q gorm.ConnPool, ucs []updateCascade, at time.Time) ([]batch, error) {
 	var out []batch
 	seen := map[string]bool{}

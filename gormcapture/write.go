@@ -288,7 +288,7 @@ func (c *capturePool) prepare(ctx context.Context, q string) error {
 	if err != nil {
 		return fmt.Errorf("herald/gormcapture: lock %s rows: %w", st.Table, err)
 	}
-	c.cascaded, err = c.p.readCascade(ctx, c.db, c.ConnPool, st.Table, parents, c.at)
+	c.cascaded, c.updCascade, err = c.p.readCascade(ctx, c.db, c.ConnPool, st.Table, parents, c.at)
 	return err
 }
 
