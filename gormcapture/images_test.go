@@ -136,6 +136,7 @@ func TestCreateEventHoldsStoredRow(t *testing.T) {
 		var evs []event
 		rows, err := db.Raw(`SELECT topic, payload FROM herald_outbox ORDER BY sequence`).Rows()
 		must(t, err)
+		defer rows.Close()
 		for rows.Next() {
 			var topic string
 			var payload []byte
@@ -144,7 +145,7 @@ func TestCreateEventHoldsStoredRow(t *testing.T) {
 			must(t, json.Unmarshal(payload, &pl))
 			evs = append(evs, event{Topic: topic, Payload: pl})
 		}
-		must(t, rows.Close())
+		must(t, rows.Err())
 		inserted := map[string]map[string]any{}
 		for _, ev := range evs {
 			key := fmt.Sprintf("%s %v", ev.Payload["model"], ev.Payload["pk"])

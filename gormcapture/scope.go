@@ -346,10 +346,10 @@ func holds(err, target error) bool {
 		return false
 	}
 	for {
-		if reflect.TypeOf(err).Comparable() && err == target {
+		if reflect.TypeOf(err).Comparable() && err == target { //nolint:errorlint // identity on purpose: this walks the chain itself
 			return true
 		}
-		switch u := err.(type) {
+		switch u := err.(type) { //nolint:errorlint // unwraps one level at a time, by hand
 		case interface{ Unwrap() error }:
 			if err = u.Unwrap(); err == nil {
 				return false
