@@ -359,11 +359,6 @@ func (p *Plugin) readUpdateCascade(ctx context.Context, db *gorm.DB, q gorm.Conn
 				spec = nil
 			}
 			pk := child.PrimaryFieldDBNames
-			if len(pk) == 0 || intersects(pk, e.fk) {
-				return nil, &envelope.Error{Kind: envelope.ErrUnsupported, Where: child.Name,
-					Msg: fmt.Sprintf("an ON UPDATE %s into primary-key columns (%s) cannot be captured: the rewritten rows cannot be read again by their keys",
-						map[bool]string{false: "CASCADE", true: "SET NULL"}[e.setNull], strings.Join(e.fk, ","))}
-			}
 			cols := union(slices.Clone(pk), e.fk...)
 			var further []*cascadeEdge
 			if !e.setNull {
@@ -381,6 +376,11 @@ func (p *Plugin) readUpdateCascade(ctx context.Context, db *gorm.DB, q gorm.Conn
 			}
 			if len(rows) == 0 {
 				continue
+			}
+			if spec != nil && (len(pk) == 0 || intersects(pk, e.fk)) {
+				return nil, &envelope.Error{Kind: envelope.ErrUnsupported, Where: child.Name,
+					Msg: fmt.Sprintf("an ON UPDATE %s into primary-key columns (%s) cannot be captured: the rewritten rows cannot be read again by their keys",
+						map[bool]string{false: "CASCADE", true: "SET NULL"}[e.setNull], strings.Join(e.fk, ","))}
 			}
 			if spec != nil {
 				out = append(out, updateCascade{e, spec, rows})

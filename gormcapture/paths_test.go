@@ -603,3 +603,47 @@ func TestDatabaseUpdateCascade(t *testing.T) {
 		}
 	})
 }
+
+type (
+	Club struct {
+		ID      int64
+		Name    string
+		Members []Person `gorm:"many2many:club_members;constraint:OnUpdate:CASCADE,OnDelete:CASCADE"`
+	}
+	Person struct {
+		ID   int64
+		Name string
+	}
+	ClubMember struct {
+		ClubID   int64 `gorm:"primaryKey"`
+		PersonID int64 `gorm:"primaryKey"`
+	}
+)
+
+// An ON UPDATE CASCADE into the primary key of a captured model (a join
+// table keyed by its foreign keys) cannot be read again by key: the update
+// is refused, and undone, when it would rewrite such rows.
+func TestDatabaseUpdateCascadeIntoKey(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		db, other := openDB(t, d, nil)
+		must(t, db.SetupJoinTable(&Club{}, "Members", &ClubMember{}))
+		must(t, db.AutoMigrate(&Club{}, &Person{}, &ClubMember{}))
+		p := gormcapture.New(gormcapture.Config{Models: []any{&Club{}, &Person{}, &ClubMember{}}})
+		must(t, p.Capture(&ClubMember{}, envelope.Options{}))
+		must(t, db.Use(p))
+		e := &env{dialect: d, db: db, sql: other}
+		must(t, db.Create(&[]Club{{ID: 1, Name: "a", Members: []Person{{Name: "p"}}}, {ID: 2, Name: "b"}}).Error)
+		err := db.Model(&Club{}).Where("id = ?", 1).Update("id", 5).Error
+		if !errors.Is(err, envelope.ErrUnsupported) || !strings.Contains(err.Error(), "club_id") {
+			t.Errorf("update into the join table's key: %v, want ErrUnsupported naming club_id", err)
+		}
+		// Nothing references club 2: its key may change.
+		must(t, db.Model(&Club{}).Where("id = ?", 2).Update("id", 6).Error)
+		var ids []int64
+		must(t, db.Model(&Club{}).Order("id").Pluck("id", &ids).Error)
+		if fmt.Sprint(ids) != "[1 6]" || e.count(t) != 1 {
+			t.Errorf("clubs %v, %d events; want [1 6] and the join row's inserted event", ids, e.count(t))
+		}
+	})
+}
