@@ -366,6 +366,11 @@ func renderJSON(f *schema.Field, dbType, col string, key, pgx bool) (string, boo
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
+	// database/sql's Null types and gorm.DeletedAt: null, or their value's
+	// form (jsonform writes what Value, or DeletedAt's MarshalJSON, gives).
+	if base, ok := nullBase[t]; ok {
+		t = base
+	}
 	switch {
 	case t == reflect.TypeFor[uuid.UUID]():
 		return "to_jsonb(" + col + ")", dbType == "UUID"
@@ -415,6 +420,20 @@ func renderJSON(f *schema.Field, dbType, col string, key, pgx bool) (string, boo
 		}
 	}
 	return "", false
+}
+
+// nullBase maps the nullable types whose JSON form is their value's (or
+// null) to that value's type.
+var nullBase = map[reflect.Type]reflect.Type{
+	reflect.TypeFor[sql.NullTime]():    reflect.TypeFor[time.Time](),
+	reflect.TypeFor[gorm.DeletedAt]():  reflect.TypeFor[time.Time](),
+	reflect.TypeFor[sql.NullString]():  reflect.TypeFor[string](),
+	reflect.TypeFor[sql.NullInt64]():   reflect.TypeFor[int64](),
+	reflect.TypeFor[sql.NullInt32]():   reflect.TypeFor[int32](),
+	reflect.TypeFor[sql.NullInt16]():   reflect.TypeFor[int16](),
+	reflect.TypeFor[sql.NullByte]():    reflect.TypeFor[uint8](),
+	reflect.TypeFor[sql.NullBool]():    reflect.TypeFor[bool](),
+	reflect.TypeFor[sql.NullFloat64](): reflect.TypeFor[float64](),
 }
 
 // isDecimal reports a decimal type jsonform writes as a string that keeps
