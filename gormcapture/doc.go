@@ -130,9 +130,11 @@
 //   - An upsert with ON CONFLICT ... DO UPDATE needs its conflict columns
 //     (clause.OnConflict.Columns) on SQLite and in BeforeAndAfter mode; an
 //     UPDATE that moves rows to new primary keys in BeforeAndAfter mode is
-//     supported for one row at a time; with clause.Returning, for up to
-//     30,000 key columns' worth of rows (the caller's rows are read again by
-//     their new keys). All are envelope.ErrUnsupported otherwise.
+//     supported for one row at a time on SQLite (on PostgreSQL the UPDATE
+//     returns each row's old values beside its new ones: any number); with
+//     clause.Returning, for up to 30,000 key columns' worth of rows (the
+//     caller's rows are read again by their new keys). All are
+//     envelope.ErrUnsupported otherwise.
 //   - On SQLite, a captured write that reads before it writes (BeforeAndAfter,
 //     upserts, cascades) upgrades its transaction from reader to writer; under
 //     concurrent writers use _txlock=immediate in the DSN so the upgrade waits

@@ -53,6 +53,7 @@ type capturePool struct {
 	before, after []image
 	cascaded      []batch
 	updCascade    []updateCascade // an UPDATE's ON UPDATE cascades, as read before it
+	paired        bool            // before[i] is after[i] as it was (updateWithBefore)
 }
 
 func (p *Plugin) update(orig func(*gorm.DB)) func(*gorm.DB) {
@@ -425,7 +426,7 @@ func (c *capturePool) updateWithBefore(ctx context.Context, before, after []stri
 	if err != nil {
 		return 0, true, err
 	}
-	c.before = sc.firsts
+	c.before, c.paired = sc.firsts, true
 	return int64(len(c.after)), true, nil
 }
 
@@ -464,10 +465,16 @@ func (c *capturePool) finish() error {
 					beforeBy[keyOf(c.after[0], pk)] = c.before[0]
 				}
 			}
+			// PostgreSQL's UPDATE … FROM (SELECT … FOR UPDATE) returns each
+			// row's old values beside its new ones: paired by position, also
+			// when keys moved.
+			paired := c.paired && len(c.before) == len(c.after)
 			cs = make([]envelope.Change, 0, len(c.after))
-			for _, a := range c.after {
+			for i, a := range c.after {
 				var before, after image
-				if beforeBy != nil {
+				if paired && beforeBy != nil {
+					before = c.before[i]
+				} else if beforeBy != nil {
 					before = beforeBy[keyOf(a, pk)]
 					if before == nil {
 						return &envelope.Error{Kind: envelope.ErrUnsupported, Where: spec.Label + " update",
