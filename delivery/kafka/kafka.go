@@ -166,6 +166,11 @@ func (d *Delivery) DeliverBatch(ctx context.Context, es []*envelope.Event) []err
 			finish(i, fmt.Errorf("herald/kafka: event %s (topic %q): TopicFunc gave no Kafka topic: %w", e.ID, e.Topic, delivery.ErrDelivery))
 			continue
 		}
+		if !legalTopic(r.Topic) {
+			finish(i, fmt.Errorf("herald/kafka: event %s: %q is not a legal Kafka topic name (at most 249 of a-z A-Z 0-9 . _ -); map it with Config.TopicFunc: %w",
+				e.ID, r.Topic, delivery.ErrDelivery))
+			continue
+		}
 		d.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
 			if err != nil {
 				err = &ProduceError{EventID: e.ID.String(), Topic: r.Topic, Err: err}
@@ -224,3 +229,17 @@ func (e *ProduceError) Error() string {
 }
 
 func (e *ProduceError) Unwrap() error { return e.Err }
+
+// legalTopic reports whether Kafka accepts name as a topic name.
+func legalTopic(name string) bool {
+	if name == "" || len(name) > 249 || name == "." || name == ".." {
+		return false
+	}
+	for i := range len(name) {
+		c := name[i]
+		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '.' && c != '_' && c != '-' {
+			return false
+		}
+	}
+	return true
+}

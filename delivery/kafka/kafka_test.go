@@ -173,6 +173,10 @@ func TestEventTopicAndTopicFunc(t *testing.T) {
 	if errs == nil || errs[0] != nil || !errors.Is(errs[1], delivery.ErrDelivery) || !strings.Contains(errs[1].Error(), "library.loan") {
 		t.Fatalf("mapped batch: %v", errs)
 	}
+	// A topic Kafka would refuse fails at once, naming the fix.
+	if err := plain.Deliver(ctx, event("tenant/acme:orders", "")); !errors.Is(err, delivery.ErrDelivery) || !strings.Contains(err.Error(), "TopicFunc") {
+		t.Fatalf("illegal topic: %v", err)
+	}
 	for _, topic := range []string{"billing.paid", "out.billing.refunded"} {
 		c := &consumer{brokers: brokers, topic: topic}
 		testkit.Eventually(t, 20*time.Second, func() bool { return len(c.Received(t)) == 1 }, "one record in %s", topic)
