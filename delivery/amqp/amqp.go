@@ -38,7 +38,20 @@ type Config struct {
 	// RoutingKeyFunc maps an event to its routing key; nil = the event's
 	// topic. Not together with RoutingKey.
 	RoutingKeyFunc func(e *envelope.Event) string
+
+	// Mandatory publishes with the mandatory flag: a message the exchange
+	// cannot route to any queue is returned by the broker and its event
+	// fails (ErrDelivery) instead of being dropped. false (RabbitMQ's
+	// default) suits pub/sub, where a topic nobody subscribes to is no
+	// error.
+	Mandatory bool
 }
+
+// returnBuffer bounds the returned messages one batch can hold: a batch
+// is published in chunks of at most this many messages, so the broker's
+// returns (sent before the confirmations) never fill the buffer while the
+// batch waits for its confirmations.
+const returnBuffer = 1024
 
 // Delivery publishes events to RabbitMQ. It is a delivery.BatchDelivery:
 // a relay's batch is published on one channel in confirm mode and each
@@ -50,12 +63,13 @@ type Delivery struct {
 
 	// mu serializes batches: publisher confirms are numbered per channel,
 	// and one batch at a time keeps that numbering the batch's own.
-	mu     sync.Mutex
-	conn   *amqp091.Connection
-	ch     *amqp091.Channel
-	closed chan *amqp091.Error // the channel's close notification
-	reason error               // what closed came with, once read
-	done   bool
+	mu      sync.Mutex
+	conn    *amqp091.Connection
+	ch      *amqp091.Channel
+	closed  chan *amqp091.Error // the channel's close notification
+	returns chan amqp091.Return // with Mandatory: messages the broker returned
+	reason  error               // what closed came with, once read
+	done    bool
 }
 
 var _ delivery.BatchDelivery = (*Delivery)(nil)
@@ -155,6 +169,9 @@ func (d *Delivery) connect(ctx context.Context) error {
 	}
 	d.conn, d.ch = conn, ch
 	d.closed = ch.NotifyClose(make(chan *amqp091.Error, 1))
+	if d.cfg.Mandatory {
+		d.returns = ch.NotifyReturn(make(chan amqp091.Return, returnBuffer))
+	}
 	return nil
 }
 
@@ -163,7 +180,7 @@ func (d *Delivery) drop() {
 	if d.conn != nil {
 		_ = d.conn.Close()
 	}
-	d.conn, d.ch, d.closed, d.reason = nil, nil, nil, nil
+	d.conn, d.ch, d.closed, d.reason, d.returns = nil, nil, nil, nil, nil
 }
 
 // closeReason returns why the channel closed, if it did (amqp091 sends
@@ -198,6 +215,25 @@ func (d *Delivery) Deliver(ctx context.Context, e *envelope.Event) error {
 func (d *Delivery) DeliverBatch(ctx context.Context, es []*envelope.Event) []error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if len(es) <= returnBuffer {
+		return d.deliverChunk(ctx, es)
+	}
+	var errs []error
+	for start := 0; start < len(es); start += returnBuffer {
+		chunk := es[start:min(start+returnBuffer, len(es))]
+		if cerrs := d.deliverChunk(ctx, chunk); cerrs != nil {
+			if errs == nil {
+				errs = make([]error, len(es))
+			}
+			copy(errs[start:], cerrs)
+		}
+	}
+	return errs
+}
+
+// deliverChunk publishes es and waits for their confirmations. Called
+// with mu held.
+func (d *Delivery) deliverChunk(ctx context.Context, es []*envelope.Event) []error {
 	errs := make([]error, len(es))
 	fail := func(err error) []error {
 		for i := range errs {
@@ -217,7 +253,7 @@ func (d *Delivery) DeliverBatch(ctx context.Context, es []*envelope.Event) []err
 	failed := false
 	for i, e := range es {
 		key, msg := d.Publishing(e)
-		c, err := d.ch.PublishWithDeferredConfirmWithContext(ctx, d.cfg.Exchange, key, false, false, msg)
+		c, err := d.ch.PublishWithDeferredConfirmWithContext(ctx, d.cfg.Exchange, key, d.cfg.Mandatory, false, msg)
 		if err == nil {
 			confirms[i] = c
 			continue
@@ -259,6 +295,31 @@ func (d *Delivery) DeliverBatch(ctx context.Context, es []*envelope.Event) []err
 			continue
 		}
 		failed = true
+	}
+	if d.returns != nil {
+		// The broker sends a returned message before its confirmation,
+		// and amqp091 hands frames over in order: every return of this
+		// chunk is in the buffer once its confirmations are in.
+		returned := map[string]amqp091.Return{}
+	drain:
+		for {
+			select {
+			case r, ok := <-d.returns:
+				if !ok {
+					break drain
+				}
+				returned[r.MessageId] = r
+			default:
+				break drain
+			}
+		}
+		for i, e := range es {
+			if r, ok := returned[e.ID.String()]; ok && errs[i] == nil {
+				errs[i] = fmt.Errorf("herald/amqp: event %s: exchange %q returned the message, routing key %q: %d %s: %w",
+					e.ID, r.Exchange, r.RoutingKey, r.ReplyCode, r.ReplyText, delivery.ErrDelivery)
+				failed = true
+			}
+		}
 	}
 	if failed && (d.ch.IsClosed() || d.conn.IsClosed() || ctx.Err() != nil) {
 		// A channel that lost confirmations (or whose state is unknown

@@ -208,6 +208,32 @@ func TestMissingExchangeThenRecover(t *testing.T) {
 	}
 }
 
+// With Mandatory, a message no queue takes fails its event; the others of
+// the batch are delivered.
+func TestMandatory(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	d, err := amqp.New(amqp.Config{URL: b.url, Mandatory: true, RoutingKeyFunc: func(e *envelope.Event) string {
+		if e.Topic == "routed" {
+			return b.queue
+		}
+		return "herald-no-such-queue"
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for range 3 { // the channel stays usable
+		errs := d.DeliverBatch(ctx, []*envelope.Event{event("routed"), event("lost"), event("routed")})
+		if errs == nil || errs[0] != nil || errs[2] != nil || !errors.Is(errs[1], delivery.ErrDelivery) || !strings.Contains(errs[1].Error(), "NO_ROUTE") {
+			t.Fatalf("errors %v", errs)
+		}
+	}
+	testkit.Eventually(t, 10*time.Second, func() bool { return len(b.received()) == 6 }, "six routed messages")
+}
+
 func TestClosedDeliveryFails(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)

@@ -11,8 +11,9 @@
 // connection or channel is re-opened on the next call.
 //
 // The broker drops a message its exchange cannot route (no binding
-// matches): bind a queue for every routing key, or give the exchange an
-// alternate exchange.
+// matches) — what pub/sub wants when nobody subscribes to a topic. With
+// Config.Mandatory such a message is returned instead, and its event
+// fails.
 //
 // Guarantee: Deliver returns nil only for an event whose message the
 // broker confirmed; anything else fails the event, which is published
