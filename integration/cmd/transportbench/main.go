@@ -1,12 +1,13 @@
 // Command transportbench measures how fast a relay drains an outbox table
 // on PostgreSQL into Kafka (franz-go's in-process kfake cluster) and into
 // Redis Streams (the machine's Redis), as a fraction of the same drain
-// into a no-op BatchDelivery. Rounds interleave the targets, so drift in
-// the machine's load spreads over all of them. It prints a Markdown table
-// for BENCHMARKS.md.
+// into a no-op BatchDelivery. Each drain into a transport is paired with a
+// no-op drain just before it, and the ratio is taken per pair, so drift in
+// the machine's load between pairs cancels out; the median of the pairs'
+// ratios is reported. It prints a Markdown table for BENCHMARKS.md.
 //
 //	go run ./integration/cmd/transportbench                        # defaults
-//	go run ./integration/cmd/transportbench -events 50000 -rounds 5 -batch 100,1000
+//	go run ./integration/cmd/transportbench -events 20000 -rounds 7 -batch 100,1000
 //
 // HERALD_POSTGRES_DSN and HERALD_REDIS_URL point it at servers
 // (defaults: the machine's); it works in a schema of its own, dropped at
@@ -47,7 +48,7 @@ func main() {
 		dsn        = flag.String("dsn", envOr("HERALD_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL DSN")
 		redisURL   = flag.String("redis", envOr("HERALD_REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL")
 		events     = flag.Int("events", 50000, "events per drain")
-		rounds     = flag.Int("rounds", 3, "drains per target and batch size; the median is reported")
+		rounds     = flag.Int("rounds", 5, "pairs of drains (no-op, transport) per target and batch size")
 		batches    = flag.String("batch", "100,1000", "relay batch sizes")
 		keyCount   = flag.Int("keys", 0, "spread events over this many ordering keys (0 = unordered)")
 		targets    = flag.String("targets", "noop,kafka,redis", "what the relay delivers to")
@@ -91,40 +92,48 @@ func main() {
 
 	fmt.Printf("# transportbench %s\n\n", time.Now().UTC().Format(time.RFC3339))
 	fmt.Printf("machine: %d CPUs, GOMAXPROCS %d, %s; kfake in process (%d partitions), Redis at %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), *partitions, opt.Addr)
-	fmt.Printf("events per drain: %d (%s), one relay, median of %d drains, each on a freshly filled table\n\n", *events, orderedness(*keyCount), *rounds)
-	fmt.Println("| batch | target | events/s (median) | vs no-op | all drains, events/s |")
-	fmt.Println("|---:|---|---:|---:|---|")
+	fmt.Printf("events per drain: %d (%s), one relay, %d pairs (no-op drain, then the transport's) per row, each drain on a freshly filled table\n\n", *events, orderedness(*keyCount), *rounds)
+	fmt.Println("| batch | target | events/s (median) | no-op events/s (median of its pairs) | ratio to no-op (median of pairs) | ratios of all pairs |")
+	fmt.Println("|---:|---|---:|---:|---:|---|")
+	drain := func(b int, d delivery.Delivery) float64 {
+		check(relaybench.Reset(ctx, db, "herald_outbox"))
+		check(relaybench.Fill(ctx, db, "herald_outbox", *events, *keyCount))
+		_, err := db.ExecContext(ctx, `CHECKPOINT`)
+		check(err)
+		elapsed, err := relaybench.DrainWith(ctx, db, "herald_outbox", *events, b, 1, d)
+		check(err)
+		return float64(*events) / elapsed.Seconds()
+	}
 	for _, b := range ints(*batches) {
-		rates := map[string][]float64{}
+		rates, base, ratios := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 		for range *rounds {
 			for _, n := range names {
-				check(relaybench.Reset(ctx, db, "herald_outbox"))
-				check(relaybench.Fill(ctx, db, "herald_outbox", *events, *keyCount))
-				_, err := db.ExecContext(ctx, `CHECKPOINT`)
-				check(err)
-				elapsed, err := relaybench.DrainWith(ctx, db, "herald_outbox", *events, b, 1, deliveries[n])
-				check(err)
-				rates[n] = append(rates[n], float64(*events)/elapsed.Seconds())
+				if n == "noop" {
+					continue
+				}
+				r0 := drain(b, relaybench.NoopBatch{})
+				r := drain(b, deliveries[n])
 				if n == "redis" {
 					check(rdb.Del(ctx, stream).Err())
 				}
+				rates[n] = append(rates[n], r)
+				base[n] = append(base[n], r0)
+				ratios[n] = append(ratios[n], r/r0)
 			}
 		}
-		base := median(rates["noop"])
 		for _, n := range names {
-			vs := "—"
-			if n != "noop" && base > 0 {
-				vs = fmt.Sprintf("%.2f", median(rates[n])/base)
+			if n == "noop" {
+				continue
 			}
-			fmt.Printf("| %d | %s | %.0f | %s | %s |\n", b, n, median(rates[n]), vs, spread(rates[n]))
+			fmt.Printf("| %d | %s | %.0f | %.0f | **%.2f** | %s |\n", b, n, median(rates[n]), median(base[n]), median(ratios[n]), spread2(ratios[n]))
 		}
 	}
 }
 
-func spread(xs []float64) string {
+func spread2(xs []float64) string {
 	var parts []string
 	for _, x := range xs {
-		parts = append(parts, fmt.Sprintf("%.0f", x))
+		parts = append(parts, fmt.Sprintf("%.2f", x))
 	}
 	return strings.Join(parts, ", ")
 }
