@@ -113,7 +113,7 @@ func brokerAddr(t testing.TB, raw string) string {
 
 func newReceiver(t testing.TB) *deliverytest.Receiver {
 	b := newBroker(t)
-	proxy := deliverytest.NewProxy(t, brokerAddr(t, b.url))
+	proxy := testkit.NewProxy(t, brokerAddr(t, b.url))
 	return &deliverytest.Receiver{
 		NewDelivery: func(t testing.TB) delivery.Delivery {
 			d, err := amqp.New(amqp.Config{URL: proxied(t, b.url, proxy.Addr()), Exchange: b.exchange})
@@ -123,9 +123,9 @@ func newReceiver(t testing.TB) *deliverytest.Receiver {
 			return d
 		},
 		Received: b.messages,
-		Down:     func(testing.TB) { proxy.Cut() },
-		Up:       func(testing.TB) { proxy.Restore() },
-		Conns:    proxy.Conns,
+		Down:     func(testing.TB) { proxy.SetDown(true) },
+		Up:       func(testing.TB) { proxy.SetDown(false) },
+		Conns:    proxy.Open,
 	}
 }
 

@@ -106,7 +106,7 @@ func (c *consumer) Received(t testing.TB) []deliverytest.Message {
 }
 
 // viaProxy makes a client dial every broker through the proxy.
-func viaProxy(p *deliverytest.Proxy) kgo.Opt {
+func viaProxy(p *testkit.Proxy) kgo.Opt {
 	var d net.Dialer
 	return kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) {
 		return d.DialContext(ctx, network, p.Addr())
@@ -119,7 +119,7 @@ func newReceiver(t testing.TB) *deliverytest.Receiver {
 	createTopic(t, brokers, topic, 3)
 	// One broker behind the proxy: kfake.NumBrokers(1) unless a real
 	// cluster is given, whose tests then dial its first broker only.
-	proxy := deliverytest.NewProxy(t, brokers[0])
+	proxy := testkit.NewProxy(t, brokers[0])
 	c := &consumer{brokers: brokers, topic: topic}
 	t.Cleanup(c.stop)
 	return &deliverytest.Receiver{
@@ -131,9 +131,9 @@ func newReceiver(t testing.TB) *deliverytest.Receiver {
 			return d
 		},
 		Received: c.Received,
-		Down:     func(testing.TB) { proxy.Cut() },
-		Up:       func(testing.TB) { proxy.Restore() },
-		Conns:    proxy.Conns,
+		Down:     func(testing.TB) { proxy.SetDown(true) },
+		Up:       func(testing.TB) { proxy.SetDown(false) },
+		Conns:    proxy.Open,
 	}
 }
 
