@@ -29,10 +29,10 @@ type Config struct {
 	ClientOptions []kgo.Opt
 
 	// Client is a ready client to produce with; nil = build one from
-	// Brokers. The delivery never closes it. Its options are its own: keep
-	// acks=all and idempotent writes (franz-go's defaults) for herald's
-	// guarantee, and know that its linger (10 ms by default) adds to every
-	// batch.
+	// Brokers. The delivery never closes it. It must require acks from all
+	// in-sync replicas (franz-go's default; New refuses it otherwise); its
+	// other options are its own — keep idempotent writes on, and know that
+	// its linger (10 ms by default) adds to every batch.
 	Client *kgo.Client
 
 	// Topic is the Kafka topic of every event; "" = the event's own topic
@@ -98,6 +98,17 @@ func New(cfg Config) (*Delivery, error) {
 			return nil, cfgErr("Brokers", "build client: %v", err)
 		}
 		d.cl, d.own = cl, true
+	}
+	// A record acknowledged by the leader alone is lost when the leader
+	// dies before a follower copied it: herald would have marked its
+	// event published.
+	if acks, _ := d.cl.OptValue(kgo.RequiredAcks).(kgo.Acks); acks != kgo.AllISRAcks() {
+		field := "Client"
+		if d.own {
+			d.cl.Close()
+			field = "ClientOptions"
+		}
+		return nil, cfgErr(field, "the client does not require acks from all in-sync replicas (kgo.RequiredAcks(kgo.AllISRAcks()), franz-go's default): an event would count as delivered on the leader's word alone")
 	}
 	return d, nil
 }

@@ -237,7 +237,14 @@ func TestConfigErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
+	leaderOnly, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"), kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leaderOnly.Close()
 	for name, cfg := range map[string]kafka.Config{
+		"Client (acks)":        {Client: leaderOnly},
+		"ClientOptions (acks)": {Brokers: []string{"a:1"}, ClientOptions: []kgo.Opt{kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite()}},
 		"Brokers":       {},
 		"Client":        {Brokers: []string{"a:1"}, Client: cl},
 		"ClientOptions": {Client: cl, ClientOptions: []kgo.Opt{kgo.ClientID("x")}},
@@ -245,7 +252,8 @@ func TestConfigErrors(t *testing.T) {
 		"CloseTimeout":  {Brokers: []string{"a:1"}, CloseTimeout: -time.Second},
 	} {
 		_, err := kafka.New(cfg)
-		if !errors.Is(err, envelope.ErrConfiguration) || !strings.Contains(err.Error(), "kafka.Config."+name) {
+		field, _, _ := strings.Cut(name, " ")
+		if !errors.Is(err, envelope.ErrConfiguration) || !strings.Contains(err.Error(), "kafka.Config."+field) {
 			t.Errorf("%s: %v, want ErrConfiguration naming kafka.Config.%s", name, err, name)
 		}
 	}
