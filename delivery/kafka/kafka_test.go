@@ -245,11 +245,11 @@ func TestConfigErrors(t *testing.T) {
 	for name, cfg := range map[string]kafka.Config{
 		"Client (acks)":        {Client: leaderOnly},
 		"ClientOptions (acks)": {Brokers: []string{"a:1"}, ClientOptions: []kgo.Opt{kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite()}},
-		"Brokers":       {},
-		"Client":        {Brokers: []string{"a:1"}, Client: cl},
-		"ClientOptions": {Client: cl, ClientOptions: []kgo.Opt{kgo.ClientID("x")}},
-		"TopicFunc":     {Brokers: []string{"a:1"}, Topic: "t", TopicFunc: func(*envelope.Event) string { return "" }},
-		"CloseTimeout":  {Brokers: []string{"a:1"}, CloseTimeout: -time.Second},
+		"Brokers":              {},
+		"Client":               {Brokers: []string{"a:1"}, Client: cl},
+		"ClientOptions":        {Client: cl, ClientOptions: []kgo.Opt{kgo.ClientID("x")}},
+		"TopicFunc":            {Brokers: []string{"a:1"}, Topic: "t", TopicFunc: func(*envelope.Event) string { return "" }},
+		"CloseTimeout":         {Brokers: []string{"a:1"}, CloseTimeout: -time.Second},
 	} {
 		_, err := kafka.New(cfg)
 		field, _, _ := strings.Cut(name, " ")
