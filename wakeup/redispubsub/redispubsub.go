@@ -170,6 +170,9 @@ func (w *Wakeup) Close() error {
 func (w *Wakeup) session(ctx context.Context, ready func(), deliver func([]string)) error {
 	ps := w.client.Subscribe(ctx, w.channel)
 	defer ps.Close()
+	// A blocked receive does not watch ctx: closing the subscription ends it.
+	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
+	defer stop()
 	pinged := false
 	for {
 		msg, err := ps.ReceiveTimeout(ctx, w.cfg.HealthCheck)
