@@ -54,6 +54,7 @@ type Hub struct {
 	stop   context.CancelFunc // of the running session loop; nil = none
 	done   chan struct{}      // closed when that loop returned
 	closed bool
+	loops  sync.WaitGroup // every session loop started
 }
 
 type sub struct {
@@ -90,7 +91,8 @@ func (h *Hub) Listen(ctx context.Context, fn func(topics []string)) error {
 	if h.stop == nil {
 		loopCtx, cancel := context.WithCancel(context.Background())
 		h.stop, h.done = cancel, make(chan struct{})
-		go h.loop(loopCtx, h.done)
+		done := h.done
+		h.loops.Go(func() { h.loop(loopCtx, done) })
 	}
 	up, done := h.up, h.done
 	h.mu.Unlock()
@@ -118,17 +120,17 @@ func (h *Hub) Listen(ctx context.Context, fn func(topics []string)) error {
 }
 
 // Close stops the session; Listen calls running return nil, later ones
-// ErrClosed. It waits for the session to end.
+// ErrClosed. It waits for every session to end.
 func (h *Hub) Close() {
 	h.mu.Lock()
 	h.closed = true
-	stop, done := h.stop, h.done
+	stop := h.stop
 	h.stop, h.done, h.up = nil, nil, false
 	h.mu.Unlock()
 	if stop != nil {
 		stop()
-		<-done
 	}
+	h.loops.Wait()
 }
 
 // Up reports whether the session is subscribed (for tests).

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -193,18 +194,22 @@ func RollbackSendsNothing(t *testing.T, e *Env, rec *Recorder) {
 	}
 }
 
-// SurvivesKill: kill() cuts the listener's connection; up must turn false
-// or the listener be re-subscribed (a new nil notice), after which commits
+// SurvivesKill: kill() cuts the listener's connection; with notice, the
+// listener must re-subscribe (a new nil notice: signals sent meanwhile are
+// lost); without (Kafka, whose consumer resumes at its offset and loses
+// nothing) it may reconnect unseen. Either way commits after the kill
 // still wake the idle relay.
-func SurvivesKill(t *testing.T, e *Env, delivered *atomic.Int32, probe *Probe, up func() bool, kill func()) {
+func SurvivesKill(t *testing.T, e *Env, delivered *atomic.Int32, probe *Probe, up func() bool, notice bool, kill func()) {
 	t.Helper()
 	testkit.Eventually(t, 30*time.Second, up, "the listener never subscribed")
 	testkit.Eventually(t, 30*time.Second, func() bool { return probe.Rec.Nils() > 0 }, "no subscription notice")
 	nils := probe.Rec.Nils()
 	kill()
-	// A reconnect or a poll request while down is a nil notice.
-	testkit.Eventually(t, 60*time.Second, func() bool { return probe.Rec.Nils() > nils && up() },
-		"the listener did not notice the kill and come back")
+	if notice {
+		// A reconnect or a poll request while down is a nil notice.
+		testkit.Eventually(t, 60*time.Second, func() bool { return probe.Rec.Nils() > nils && up() },
+			"the listener did not notice the kill and come back")
+	}
 	for i := range 3 {
 		want := delivered.Load() + 1
 		if err := e.DB.Create(&Loan{Book: "after"}).Error; err != nil {
@@ -220,6 +225,7 @@ func SurvivesKill(t *testing.T, e *Env, delivered *atomic.Int32, probe *Probe, u
 // Proxy is a TCP proxy a test can cut: Cut closes every connection open
 // through it; new ones are accepted.
 type Proxy struct {
+	down   atomic.Bool
 	l      net.Listener
 	target string
 	mu     sync.Mutex
@@ -256,6 +262,10 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return
 		}
+		if p.down.Load() {
+			_ = c.Close()
+			continue
+		}
 		s, err := net.Dial("tcp", p.target)
 		if err != nil {
 			_ = c.Close()
@@ -281,6 +291,15 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 	p.mu.Unlock()
 }
 
+// SetDown makes the proxy refuse connections (accept and close at once)
+// and cuts the open ones, or accept them again.
+func (p *Proxy) SetDown(down bool) {
+	p.down.Store(down)
+	if down {
+		p.Cut()
+	}
+}
+
 // Cut closes every connection through the proxy and returns how many.
 func (p *Proxy) Cut() int {
 	p.mu.Lock()
@@ -291,4 +310,48 @@ func (p *Proxy) Cut() int {
 	}
 	p.cuts.Add(1)
 	return n
+}
+
+// DownThenBack: with the listener's server unreachable (setDown(true)),
+// the relay is told to poll again and again, and the logs (read by logs)
+// carry an ERROR once five attempts in a row failed; once reachable
+// again the listener comes back and commits wake the idle relay.
+func DownThenBack(t *testing.T, e *Env, delivered *atomic.Int32, probe *Probe, up func() bool, logs func() string, setDown func(bool)) {
+	t.Helper()
+	testkit.Eventually(t, 30*time.Second, up, "the listener never subscribed")
+	setDown(true)
+	nils := probe.Rec.Nils()
+	testkit.Eventually(t, 60*time.Second, func() bool {
+		return strings.Contains(logs(), "level=ERROR") && probe.Rec.Nils() >= nils+5
+	}, "no ERROR after five failures in a row, or the relay was not told to poll (%d poll requests); logs:\n%s",
+		probe.Rec.Nils()-nils, logs())
+	if !strings.Contains(logs(), "failures_in_a_row=5") {
+		t.Fatalf("logs:\n%s", logs())
+	}
+	setDown(false)
+	testkit.Eventually(t, 60*time.Second, up, "the listener did not come back")
+	want := delivered.Load() + 1
+	if err := e.DB.Create(&Loan{Book: "back"}).Error; err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 20*time.Second, func() bool { return delivered.Load() >= want }, "commit after the outage not delivered")
+}
+
+// Logs is a concurrency-safe log sink for a text slog handler.
+type Logs struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *Logs) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// String returns what was logged.
+func (l *Logs) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

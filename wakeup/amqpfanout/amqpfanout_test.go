@@ -2,6 +2,7 @@ package amqpfanout_test
 
 import (
 	"context"
+	"log/slog"
 	"net/url"
 	"testing"
 	"time"
@@ -16,7 +17,7 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 // pair returns a writer-side Wakeup and a relay-side one whose connection
 // goes through a TCP proxy the test can cut, on one exchange of the
 // test's own.
-func pair(t *testing.T) (writer, relaySide *amqpfanout.Wakeup, proxy *wakeuptest.Proxy) {
+func pair(t *testing.T, mods ...func(*amqpfanout.Config)) (writer, relaySide *amqpfanout.Wakeup, proxy *wakeuptest.Proxy) {
 	t.Helper()
 	raw := testkit.AMQPURL(t)
 	u, err := url.Parse(raw)
@@ -35,7 +36,11 @@ func pair(t *testing.T) (writer, relaySide *amqpfanout.Wakeup, proxy *wakeuptest
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = writer.Close() })
-	relaySide, err = amqpfanout.New(u.String(), amqpfanout.Config{Exchange: ex, MinBackoff: 10 * time.Millisecond})
+	cfg := amqpfanout.Config{Exchange: ex, MinBackoff: 10 * time.Millisecond}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	relaySide, err = amqpfanout.New(u.String(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,9 +82,24 @@ func TestSurvivesCutConnection(t *testing.T) {
 	w, rw, proxy := pair(t)
 	env := wakeuptest.NewEnv(t, w)
 	n, probe := env.Relay(t, rw)
-	wakeuptest.SurvivesKill(t, env, n, probe, rw.Up, func() {
+	wakeuptest.SurvivesKill(t, env, n, probe, rw.Up, true, func() {
 		if proxy.Cut() == 0 {
 			t.Fatal("no connection through the proxy to cut")
 		}
 	})
+}
+
+// TestServerDown: with the server unreachable (a proxy refusing
+// connections) the relay polls, the fifth failure in a row is an ERROR,
+// and once reachable again commits wake the idle relay.
+func TestServerDown(t *testing.T) {
+	t.Parallel()
+	logs := &wakeuptest.Logs{}
+	w, rw, proxy := pair(t, func(c *amqpfanout.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+		c.MinBackoff, c.MaxBackoff, c.PollWhileDown = time.Millisecond, 20*time.Millisecond, 10*time.Millisecond
+	})
+	env := wakeuptest.NewEnv(t, w)
+	n, probe := env.Relay(t, rw)
+	wakeuptest.DownThenBack(t, env, n, probe, rw.Up, logs.String, proxy.SetDown)
 }

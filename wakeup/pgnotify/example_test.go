@@ -39,7 +39,7 @@ func Example() {
 	if err := envelope.Migrate(ctx, sqlDB, envelope.Postgres, table); err != nil {
 		panic(err)
 	}
-	defer sqlDB.Exec("DROP TABLE " + table)
+	defer func() { _, _ = sqlDB.Exec("DROP TABLE " + table) }()
 
 	w, err := pgnotify.New(dsn, pgnotify.Config{Channel: "herald_example"})
 	if err != nil {
@@ -64,7 +64,7 @@ func Example() {
 	if err := r.Start(ctx); err != nil {
 		panic(err)
 	}
-	defer r.Stop(ctx)
+	defer func() { _ = r.Stop(ctx) }()
 
 	if _, err := gormcapture.Enqueue(db, envelope.Message{Topic: "billing.invoice.paid", Payload: map[string]int{"invoice": 42}}); err != nil {
 		panic(err)

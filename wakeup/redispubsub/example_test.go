@@ -40,7 +40,10 @@ func Example() {
 				}
 				return
 			}
-			heard <- topics[0]
+			select {
+			case heard <- topics[0]:
+			default:
+			}
 		})
 	}()
 	<-subscribed

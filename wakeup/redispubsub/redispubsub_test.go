@@ -104,7 +104,7 @@ func TestSurvivesClientKill(t *testing.T) {
 			t.Fatalf("no subscribed connection named %s in CLIENT LIST:\n%s", name, list)
 		}
 	}
-	wakeuptest.SurvivesKill(t, env, n, probe, rw.Up, kill)
+	wakeuptest.SurvivesKill(t, env, n, probe, rw.Up, true, kill)
 }
 
 func mustParse(t *testing.T, url string) *redis.Options {
