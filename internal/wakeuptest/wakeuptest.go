@@ -2,14 +2,14 @@
 // show, run against real servers: a committed write wakes an idle relay
 // that polls once a minute, a rollback signals nothing, and a listener
 // whose connection is killed reconnects and wakes the relay again.
+// testkit.Proxy cuts connections for the transports that have no kill
+// command of their own.
 package wakeuptest
 
 import (
 	"context"
 	"database/sql"
 	"errors"
-	"io"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -220,96 +220,6 @@ func SurvivesKill(t *testing.T, e *Env, delivered *atomic.Int32, probe *Probe, u
 	if probe.Rec.Count("lib.loan.inserted") == 0 {
 		t.Fatal("no signal after the kill")
 	}
-}
-
-// Proxy is a TCP proxy a test can cut: Cut closes every connection open
-// through it; new ones are accepted.
-type Proxy struct {
-	down   atomic.Bool
-	l      net.Listener
-	target string
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	cuts   atomic.Int32
-	wg     sync.WaitGroup
-}
-
-// NewProxy listens on a free local port and forwards to target.
-func NewProxy(t *testing.T, target string) *Proxy {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &Proxy{l: l, target: target, conns: map[net.Conn]struct{}{}}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(func() {
-		_ = l.Close()
-		p.Cut()
-		p.wg.Wait()
-	})
-	return p
-}
-
-// Addr is the proxy's address.
-func (p *Proxy) Addr() string { return p.l.Addr().String() }
-
-func (p *Proxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.l.Accept()
-		if err != nil {
-			return
-		}
-		if p.down.Load() {
-			_ = c.Close()
-			continue
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go p.pipe(c, s)
-		go p.pipe(s, c)
-	}
-}
-
-func (p *Proxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
-	_, _ = io.Copy(dst, src)
-	_ = dst.Close()
-	_ = src.Close()
-	p.mu.Lock()
-	delete(p.conns, dst)
-	delete(p.conns, src)
-	p.mu.Unlock()
-}
-
-// SetDown makes the proxy refuse connections (accept and close at once)
-// and cuts the open ones, or accept them again.
-func (p *Proxy) SetDown(down bool) {
-	p.down.Store(down)
-	if down {
-		p.Cut()
-	}
-}
-
-// Cut closes every connection through the proxy and returns how many.
-func (p *Proxy) Cut() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := len(p.conns)
-	for c := range p.conns {
-		_ = c.Close()
-	}
-	p.cuts.Add(1)
-	return n
 }
 
 // DownThenBack: with the listener's server unreachable (setDown(true)),
