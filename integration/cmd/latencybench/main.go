@@ -331,7 +331,7 @@ func measure(f flags, admin *sql.DB, base, brokers, kind string) ([]time.Duratio
 	defer func() { _ = stdin.Close(); _ = cmd.Wait() }()
 	sc := bufio.NewScanner(stdout)
 	if !sc.Scan() || sc.Text() != "ready" {
-		return nil, "", fmt.Errorf("relay process did not start: %q %v", sc.Text(), sc.Err())
+		return nil, "", fmt.Errorf("relay process did not start: %q %w", sc.Text(), sc.Err())
 	}
 	var rmu sync.Mutex
 	receipts := map[int64]receipt{}
