@@ -12,7 +12,10 @@
 // Wakeups: pgnotify (NOTIFY in the events' transaction), redis, amqp,
 // kafka (an in-process kfake cluster started by the writer, or
 // HERALD_KAFKA_BROKERS), poll (none: the relay's default polling) and
-// poll10ms (polling every 10 ms). HERALD_POSTGRES_DSN, HERALD_REDIS_URL
+// poll10ms (polling every 10 ms). rawnotify is the floor, without herald's
+// relay: the same transactions NOTIFY the event's number, and the other
+// process's receipt is the notification arriving on a bare pgx LISTEN
+// connection. HERALD_POSTGRES_DSN, HERALD_REDIS_URL
 // and HERALD_AMQP_URL point it at servers; it works in a schema of its
 // own, dropped at the end.
 package main
@@ -41,6 +44,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/twmb/franz-go/pkg/kfake"
 
@@ -72,6 +76,7 @@ type flags struct {
 	kafka    string
 	channel  string
 	trace    bool
+	async    bool
 }
 
 func main() {
@@ -87,11 +92,15 @@ func main() {
 	flag.StringVar(&f.kafka, "kafka", "", "relay role: Kafka brokers")
 	flag.StringVar(&f.channel, "channel", "", "relay role: the wakeup channel/topic/exchange")
 	flag.BoolVar(&f.trace, "trace", false, "print where the time of each event goes (wake, lease, deliver) as percentiles")
+	flag.BoolVar(&f.async, "relay-async-commit", false, "open the relay's connections with synchronous_commit=off (its lease and mark commits do not wait for the WAL flush)")
 	flag.Parse()
 	var err error
-	if f.role == "relay" {
+	switch {
+	case f.role == "relay" && f.wakeups == "rawnotify":
+		err = runRawListen(f)
+	case f.role == "relay":
 		err = runRelay(f)
-	} else {
+	default:
 		err = runWriter(f)
 	}
 	if err != nil {
@@ -111,7 +120,7 @@ func newWakeup(kind, dsn, kafka, channel string) (wakeup.Wakeup, error) {
 		return amqpfanout.New(env("HERALD_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), amqpfanout.Config{Exchange: channel, Logger: quiet})
 	case "kafka":
 		return kafkasignal.New(strings.Split(kafka, ","), kafkasignal.Config{Topic: channel, Logger: quiet})
-	case "poll", "poll10ms":
+	case "poll", "poll10ms", "rawnotify":
 		return nil, nil
 	}
 	return nil, fmt.Errorf("unknown wakeup %q", kind)
@@ -185,6 +194,33 @@ func runRelay(f flags) error {
 	return err
 }
 
+// runRawListen prints "<i> <unix ns> 0 1" for each notification whose
+// payload is an event number: NOTIFY's own latency, no relay.
+func runRawListen(f flags) error {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, f.dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{f.channel}.Sanitize()); err != nil {
+		return err
+	}
+	out := bufio.NewWriterSize(os.Stdout, 1<<16)
+	fmt.Fprintln(out, "ready")
+	_ = out.Flush()
+	go func() { _, _ = io.Copy(io.Discard, os.Stdin); _ = conn.Close(context.Background()); os.Exit(0) }()
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		now := time.Now().UnixNano()
+		fmt.Fprintf(out, "%s %d 0 1\n", n.Payload, now)
+		_ = out.Flush()
+	}
+}
+
 type batchFunc func(ctx context.Context, es []*envelope.Event) []error
 
 func (f batchFunc) Deliver(ctx context.Context, e *envelope.Event) error {
@@ -232,8 +268,9 @@ func runWriter(f flags) error {
 			brokers = strings.Join(c.ListenAddrs(), ",")
 		}
 	}
-	fmt.Printf("commit → receipt at %d events/s, %s measured after %s warm-up, relay in another process, %d writer goroutines, %s\n\n",
-		f.rate, f.duration, f.warmup, f.writers, map[bool]string{true: fmt.Sprintf("%d ordering keys", f.keys), false: "unordered events"}[f.keys > 0])
+	fmt.Printf("commit → receipt at %d events/s, %s measured after %s warm-up, relay in another process, %d writer goroutines, %s%s\n\n",
+		f.rate, f.duration, f.warmup, f.writers, map[bool]string{true: fmt.Sprintf("%d ordering keys", f.keys), false: "unordered events"}[f.keys > 0],
+		map[bool]string{true: ", relay with synchronous_commit=off", false: ""}[f.async])
 	fmt.Println("| wakeup | events | p50 | p95 | p99 | max |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|")
 	var traces []string
@@ -315,7 +352,13 @@ func measure(f flags, admin *sql.DB, base, brokers, kind string) ([]time.Duratio
 	if err != nil {
 		return nil, "", err
 	}
-	cmd := exec.Command(self, "-role", "relay", "-wakeups", kind, "-dsn", dsn, "-kafka", brokers, "-channel", channel)
+	relayDSN := dsn
+	if f.async {
+		q.Set("synchronous_commit", "off")
+		u.RawQuery = q.Encode()
+		relayDSN = u.String()
+	}
+	cmd := exec.Command(self, "-role", "relay", "-wakeups", kind, "-dsn", relayDSN, "-kafka", brokers, "-channel", channel)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -393,6 +436,9 @@ func measure(f flags, admin *sql.DB, base, brokers, kind string) ([]time.Duratio
 					res, err = wr.Write(ctx, tx, []envelope.Message{m})
 					if err == nil && isTx {
 						err = ts.SignalTx(ctx, tx, res.Topics)
+					}
+					if err == nil && kind == "rawnotify" {
+						_, err = tx.ExecContext(ctx, "SELECT pg_notify($1, $2)", channel, strconv.FormatInt(i, 10))
 					}
 					if err == nil {
 						err = tx.Commit()
