@@ -491,3 +491,99 @@ logfile = %s
 	}, "pgbouncer did not start")
 	return addr
 }
+
+// TestConfigErrors: bad options fail at New, naming the option.
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		dsn  string
+		cfg  pgnotify.Config
+		want string
+	}{
+		{"postgres://127.0.0.1/x", pgnotify.Config{Channel: strings.Repeat("c", 64)}, "pgnotify.Config.Channel"},
+		{"postgres://127.0.0.1/x", pgnotify.Config{Channel: "a\x00b"}, "pgnotify.Config.Channel"},
+		{"postgres://127.0.0.1/x", pgnotify.Config{MinBackoff: time.Second, MaxBackoff: time.Millisecond}, "pgnotify.Config.MaxBackoff"},
+		{"host=127.0.0.1 port=notaport", pgnotify.Config{}, "pgnotify.New"},
+	} {
+		_, err := pgnotify.New(c.dsn, c.cfg)
+		if !errors.Is(err, envelope.ErrConfiguration) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("New(%q, %+v) = %v; want ErrConfiguration naming %s", c.dsn, c.cfg, err, c.want)
+		}
+	}
+}
+
+// TestCloseEndsListen: Close returns the Listen calls running; Signal and
+// Listen afterwards return wakeup.ErrClosed.
+func TestCloseEndsListen(t *testing.T) {
+	t.Parallel()
+	_, dsn := testkit.Postgres(t)
+	w, err := pgnotify.New(dsn, pgnotify.Config{Channel: testkit.Name("herald_t_")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Listen(context.Background(), func([]string) {}) }()
+	waitUp(t, w)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Listen after Close = %v, want nil", err)
+	}
+	if err := w.Signal(context.Background(), []string{"t"}); !errors.Is(err, wakeup.ErrClosed) {
+		t.Fatalf("Signal after Close = %v", err)
+	}
+	if err := w.Listen(context.Background(), func([]string) {}); !errors.Is(err, wakeup.ErrClosed) {
+		t.Fatalf("Listen after Close = %v", err)
+	}
+}
+
+// TestSignalOutsideTransaction: Signal (RetryDeadLettered, a write the
+// capture could not see inside a transaction) NOTIFYs from the Wakeup's
+// own connection.
+func TestSignalOutsideTransaction(t *testing.T) {
+	t.Parallel()
+	_, dsn := testkit.Postgres(t)
+	w, err := pgnotify.New(dsn, pgnotify.Config{Channel: testkit.Name("herald_t_")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	rec := listen(t, w)
+	waitUp(t, w)
+	testkit.Eventually(t, 20*time.Second, func() bool {
+		_ = w.Signal(context.Background(), []string{"a.b", strings.Repeat("x", pgnotify.MaxPayload+1)})
+		return rec.count("a.b") > 0 && rec.nilCount() > 1
+	}, "Signal not heard (a topic too long for NOTIFY must wake every relay: a nil call)")
+}
+
+// TestOneConnectionPerProcess: every Listen call of one Wakeup (every
+// relay of the process) shares one listening connection, and each hears
+// each signal.
+func TestOneConnectionPerProcess(t *testing.T) {
+	t.Parallel()
+	sqlDB, dsn := testkit.Postgres(t)
+	w, err := pgnotify.New(dsn, pgnotify.Config{Channel: testkit.Name("herald_t_")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	recs := []*recorder{listen(t, w), listen(t, w), listen(t, w)}
+	waitUp(t, w)
+	testkit.Eventually(t, 20*time.Second, func() bool {
+		_ = w.Signal(context.Background(), []string{"t"})
+		for _, r := range recs {
+			if r.count("t") == 0 {
+				return false
+			}
+		}
+		return true
+	}, "not every listener heard the signal")
+	var n int
+	if err := sqlDB.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE query = $1`, `LISTEN "`+w.Channel()+`"`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("%d listening connections for three Listen calls, want 1", n)
+	}
+}
