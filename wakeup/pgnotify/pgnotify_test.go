@@ -26,6 +26,7 @@ import (
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/gormcapture"
 	"github.com/heraldgo/herald/internal/testkit"
+	"github.com/heraldgo/herald/internal/wakeuptest"
 	"github.com/heraldgo/herald/relay"
 	"github.com/heraldgo/herald/wakeup"
 	"github.com/heraldgo/herald/wakeup/pgnotify"
@@ -586,4 +587,29 @@ func TestOneConnectionPerProcess(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("%d listening connections for three Listen calls, want 1", n)
 	}
+}
+
+// TestAfterCommit: writers given w.AfterCommit() signal after commit, and
+// still wake an idle relay listening on w; a rollback signals nothing.
+func TestAfterCommit(t *testing.T) {
+	t.Parallel()
+	_, dsn := testkit.Postgres(t)
+	w, err := pgnotify.New(dsn, pgnotify.Config{Channel: testkit.Name("herald_t_")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	writer := w.AfterCommit()
+	if _, ok := writer.(wakeup.TxSignaler); ok {
+		t.Fatal("AfterCommit() is a TxSignaler")
+	}
+	env := wakeuptest.NewEnv(t, writer)
+	n, probe := env.Relay(t, w)
+	wakeuptest.WakesIdleRelay(t, env, n, probe, w.Up)
+	rec := &wakeuptest.Recorder{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = w.Listen(ctx, rec.Fn) }()
+	testkit.Eventually(t, 10*time.Second, func() bool { return rec.Nils() > 0 }, "second listener not subscribed")
+	wakeuptest.RollbackSendsNothing(t, env, rec)
 }

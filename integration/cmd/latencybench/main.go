@@ -9,7 +9,8 @@
 //	go run ./integration/cmd/latencybench -wakeups pgnotify -rate 500 -duration 30s
 //	go run ./integration/cmd/latencybench -wakeups pgnotify -trace # where the time goes: wake, lease, deliver
 //
-// Wakeups: pgnotify (NOTIFY in the events' transaction), redis, amqp,
+// Wakeups: pgnotify (NOTIFY in the events' transaction), pgnotify-after
+// (the same listener; writers NOTIFY after commit, pgnotify's AfterCommit), redis, amqp,
 // kafka (an in-process kfake cluster started by the writer, or
 // HERALD_KAFKA_BROKERS), poll (none: the relay's default polling) and
 // poll10ms (polling every 10 ms). rawnotify is the floor, without herald's
@@ -82,7 +83,7 @@ type flags struct {
 func main() {
 	var f flags
 	flag.StringVar(&f.role, "role", "writer", "writer (runs everything) or relay (the child process)")
-	flag.StringVar(&f.wakeups, "wakeups", "pgnotify,redis,amqp,kafka,poll,poll10ms", "comma-separated wakeups to measure")
+	flag.StringVar(&f.wakeups, "wakeups", "rawnotify,pgnotify,pgnotify-after,redis,amqp,kafka,poll,poll10ms", "comma-separated wakeups to measure")
 	flag.IntVar(&f.rate, "rate", 500, "events committed per second")
 	flag.DurationVar(&f.duration, "duration", 20*time.Second, "measured time per wakeup")
 	flag.DurationVar(&f.warmup, "warmup", 2*time.Second, "unmeasured time first")
@@ -114,6 +115,12 @@ func newWakeup(kind, dsn, kafka, channel string) (wakeup.Wakeup, error) {
 	switch kind {
 	case "pgnotify":
 		return pgnotify.New(dsn, pgnotify.Config{Channel: channel, Logger: quiet})
+	case "pgnotify-after": // writers signal after commit (AfterCommit); the relay listens alike
+		w, err := pgnotify.New(dsn, pgnotify.Config{Channel: channel, Logger: quiet})
+		if err != nil {
+			return nil, err
+		}
+		return w.AfterCommit(), nil
 	case "redis":
 		return redispubsub.NewURL(env("HERALD_REDIS_URL", "redis://127.0.0.1:6379/0"), redispubsub.Config{Channel: channel, Logger: quiet})
 	case "amqp":
