@@ -24,4 +24,15 @@
 //	defer w.Close()
 //	db.Use(gormcapture.New(gormcapture.Config{Wakeup: w}))
 //	r, err := relay.New(sqlDB, d, relay.Config{Wakeup: w})
+//
+// # Throughput: NOTIFY serializes commits
+//
+// PostgreSQL takes a database-wide lock for every transaction that
+// NOTIFYs and holds it until the commit is flushed, so notifying
+// transactions commit one at a time and never share a WAL flush: their
+// rate is capped near one per flush time. Where that matters (many
+// concurrent writers, a disk slow to flush), give the writers
+// w.AfterCommit() instead of w: they NOTIFY after commit, coalesced, from
+// the Wakeup's own connection, and never wait on the lock; the relays
+// keep listening on w. BENCHMARKS.md has the figures.
 package pgnotify
