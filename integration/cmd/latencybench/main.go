@@ -216,10 +216,14 @@ func runRawListen(f flags) error {
 	out := bufio.NewWriterSize(os.Stdout, 1<<16)
 	fmt.Fprintln(out, "ready")
 	_ = out.Flush()
-	go func() { _, _ = io.Copy(io.Discard, os.Stdin); _ = conn.Close(context.Background()); os.Exit(0) }()
+	ctx, cancel := context.WithCancel(ctx)
+	go func() { _, _ = io.Copy(io.Discard, os.Stdin); cancel() }() // until the writer closes it
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
 			return err
 		}
 		now := time.Now().UnixNano()
