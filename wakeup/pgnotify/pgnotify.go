@@ -75,11 +75,11 @@ type Config struct {
 type Wakeup struct {
 	connCfg   *pgx.ConnConfig
 	signalCfg *pgx.ConnConfig // connCfg with synchronous_commit=off
-	channel string
-	ident   string // the quoted channel, for LISTEN
-	cfg     Config
-	hub     *wakehub.Hub
-	sender  *wakehub.Sender
+	channel   string
+	ident     string // the quoted channel, for LISTEN
+	cfg       Config
+	hub       *wakehub.Hub
+	sender    *wakehub.Sender
 
 	mu     sync.Mutex // guards conn: the Signal connection, used by the sender goroutine
 	conn   *pgx.Conn
@@ -138,10 +138,10 @@ func New(connString string, cfg Config) (*Wakeup, error) {
 	signalCfg.RuntimeParams["synchronous_commit"] = "off"
 	w := &Wakeup{
 		signalCfg: signalCfg,
-		connCfg: connCfg,
-		channel: cfg.Channel,
-		ident:   pgx.Identifier{cfg.Channel}.Sanitize(),
-		cfg:     cfg,
+		connCfg:   connCfg,
+		channel:   cfg.Channel,
+		ident:     pgx.Identifier{cfg.Channel}.Sanitize(),
+		cfg:       cfg,
 	}
 	opt := wakehub.Options{
 		Name: "herald/wakeup/pgnotify", Logger: cfg.Logger,
