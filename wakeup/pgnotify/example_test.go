@@ -75,3 +75,40 @@ func Example() {
 	//
 	//	billing.invoice.paid {"invoice": 42}
 }
+
+// Events written with envelope.Writer, without a capture plugin: NOTIFY in
+// the same transaction, so relays hear of them when it commits.
+func ExampleWakeup_SignalTx() {
+	ctx := context.Background()
+	dsn := "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+	wake, err := pgnotify.New(dsn, pgnotify.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer wake.Close()
+	writer, err := envelope.NewWriter(envelope.Postgres, "")
+	if err != nil {
+		panic(err)
+	}
+
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		panic(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	res, err := writer.Write(ctx, tx, []envelope.Message{{Topic: "billing.invoice.paid", Payload: map[string]int{"invoice": 42}}})
+	if err != nil {
+		panic(err)
+	}
+	if err := wake.SignalTx(ctx, tx, res.Topics); err != nil {
+		panic(err)
+	}
+	if err := tx.Commit(); err != nil {
+		panic(err)
+	}
+}

@@ -199,12 +199,8 @@ func (w *Wakeup) notifySQL(topics []string) (string, []any) {
 // rolls back (nor those of a savepoint rolled back to). The payload is the
 // topic name only, never event data. q must be a PostgreSQL connection or
 // transaction of any driver (pgx stdlib, lib/pq). The capture plugins call
-// it; call it yourself only for events you write with envelope.Writer:
-//
-//	tx, _ := db.BeginTx(ctx, nil)
-//	res, _ := writer.Write(ctx, tx, msgs)
-//	_ = wake.SignalTx(ctx, tx, res.Topics)
-//	_ = tx.Commit()
+// it; call it yourself only for events you write with envelope.Writer
+// (see the example).
 func (w *Wakeup) SignalTx(ctx context.Context, q envelope.Querier, topics []string) error {
 	if len(topics) == 0 {
 		return nil
