@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/internal/wakeuptest"
@@ -99,4 +100,46 @@ func TestServerDown(t *testing.T) {
 	env := wakeuptest.NewEnv(t, w)
 	n, probe := env.Relay(t, rw)
 	wakeuptest.DownThenBack(t, env, n, probe, rw.Up, logs.String, proxy.SetDown)
+}
+
+// TestCreatesSignalTopic: the first signal creates the signal topic with
+// one partition and a one-minute retention.
+func TestCreatesSignalTopic(t *testing.T) {
+	t.Parallel()
+	brokers := testkit.Kafka(t)
+	topic := testkit.Name("herald.t.")
+	w, err := kafkasignal.New(brokers, kafkasignal.Config{Topic: topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.Signal(context.Background(), []string{"x"}); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var retention string
+	testkit.Eventually(t, 30*time.Second, func() bool {
+		req := kmsg.NewPtrDescribeConfigsRequest()
+		r := kmsg.NewDescribeConfigsRequestResource()
+		r.ResourceType = kmsg.ConfigResourceTypeTopic
+		r.ResourceName = topic
+		req.Resources = append(req.Resources, r)
+		resp, err := req.RequestWith(context.Background(), cl)
+		if err != nil || len(resp.Resources) != 1 || resp.Resources[0].ErrorCode != 0 {
+			return false
+		}
+		for _, c := range resp.Resources[0].Configs {
+			if c.Name == "retention.ms" && c.Value != nil {
+				retention = *c.Value
+			}
+		}
+		return retention != ""
+	}, "signal topic %s not created", topic)
+	if retention != "60000" {
+		t.Fatalf("retention.ms = %s, want 60000", retention)
+	}
 }

@@ -407,7 +407,7 @@ func TestTransactionPoolerUnsupported(t *testing.T) {
 	}
 	var delivered atomic.Int32
 	r, err := relay.New(sqlDB, delivery.Func(func(context.Context, *envelope.Event) error { delivered.Add(1); return nil }),
-		relay.Config{Wakeup: w, MinPollInterval: 10 * time.Millisecond, MaxPollInterval: 50 * time.Millisecond,
+		relay.Config{Wakeup: w, MinPollInterval: 10 * time.Millisecond, // MaxPollInterval: the default with a wakeup, 1 min
 			Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -421,6 +421,7 @@ func TestTransactionPoolerUnsupported(t *testing.T) {
 	if _, err := wr.Write(ctx, sqlDB, []envelope.Message{{Topic: "t", Payload: 1}}); err != nil {
 		t.Fatal(err)
 	}
+	// Not listening, the relay polls at least every relay.DefaultMaxPollInterval.
 	testkit.Eventually(t, 30*time.Second, func() bool { return delivered.Load() == 1 }, "relay did not poll")
 }
 
