@@ -152,9 +152,13 @@ func (h *Hub) broadcast(topics []string) {
 	}
 }
 
-func (h *Hub) setUp(v bool) {
+// setUp records whether the loop that owns done is subscribed; a loop
+// already replaced (stopped for want of listeners) changes nothing.
+func (h *Hub) setUp(done chan struct{}, v bool) {
 	h.mu.Lock()
-	h.up = v
+	if h.done == done {
+		h.up = v
+	}
 	h.mu.Unlock()
 }
 
@@ -188,7 +192,7 @@ func (h *Hub) loop(ctx context.Context, done chan struct{}) {
 			func() {
 				wasUp = true
 				up.Store(true)
-				h.setUp(true)
+				h.setUp(done, true)
 				if failures > 0 {
 					h.opt.Logger.Info(h.opt.Name+": listening again", slog.Int("failures", failures))
 				}
@@ -198,7 +202,7 @@ func (h *Hub) loop(ctx context.Context, done chan struct{}) {
 			},
 			h.broadcast)
 		up.Store(false)
-		h.setUp(false)
+		h.setUp(done, false)
 		if ctx.Err() != nil {
 			return
 		}
