@@ -3,6 +3,7 @@ package redispubsub_test
 import (
 	"bufio"
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -114,4 +115,37 @@ func mustParse(t *testing.T, url string) *redis.Options {
 		t.Fatal(err)
 	}
 	return o
+}
+
+// TestServerDown: with Redis unreachable (a proxy refusing connections)
+// the relay polls, the fifth failure in a row is an ERROR, and once
+// reachable again commits wake the idle relay.
+func TestServerDown(t *testing.T) {
+	t.Parallel()
+	url := testkit.RedisURL(t)
+	opt := mustParse(t, url)
+	proxy := testkit.NewProxy(t, opt.Addr)
+	ch := testkit.Name("herald:t:")
+	writer, err := redispubsub.NewURL(url, redispubsub.Config{Channel: ch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Close()
+	opt.Addr = proxy.Addr()
+	opt.MaxRetries = -1 // fail fast: the wakeup does its own retrying
+	opt.DialTimeout = time.Second
+	client := redis.NewClient(opt)
+	defer client.Close()
+	logs := &wakeuptest.Logs{}
+	rw, err := redispubsub.New(client, redispubsub.Config{
+		Channel: ch, Logger: slog.New(slog.NewTextHandler(logs, nil)),
+		MinBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond, PollWhileDown: 10 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rw.Close()
+	env := wakeuptest.NewEnv(t, writer)
+	n, probe := env.Relay(t, rw)
+	wakeuptest.DownThenBack(t, env, n, probe, rw.Up, logs.String, proxy.SetDown)
 }
