@@ -156,15 +156,26 @@ func runRelay(f flags) error {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, e := range es {
-			var p struct{ I int64 }
-			_ = json.Unmarshal(e.Payload, &p)
-			// i, receipt, the relay's last wake before it, batch size
-			fmt.Fprintf(out, "%d %d %d %d\n", p.I, now, lastWake.Load(), len(es))
+			// i, receipt, the relay's last wake before it, batch size,
+			// lease start (lease_until − the relay's Lease)
+			var leased int64
+			if e.LeaseUntil != nil {
+				leased = e.LeaseUntil.Add(-relay.DefaultLease).UnixNano()
+			}
+			fmt.Fprintf(out, "%d %d %d %d %d\n", eventNumber(e), now, lastWake.Load(), len(es), leased)
 		}
 		_ = out.Flush()
 		return make([]error, len(es))
 	})
 	cfg := relay.Config{Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	// Called after the mark of the batch committed: "m <i> <unix ns>".
+	cfg.Observer = relay.ObserverFuncs{OnDelivered: func(_ context.Context, d relay.Delivered) {
+		now := time.Now().UnixNano()
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(out, "m %d %d\n", eventNumber(d.Event), now)
+		_ = out.Flush()
+	}}
 	ready := make(chan struct{})
 	var once sync.Once
 	switch kind {
@@ -230,6 +241,12 @@ func runRawListen(f flags) error {
 		fmt.Fprintf(out, "%s %d 0 1\n", n.Payload, now)
 		_ = out.Flush()
 	}
+}
+
+func eventNumber(e *envelope.Event) int64 {
+	var p struct{ I int64 }
+	_ = json.Unmarshal(e.Payload, &p)
+	return p.I
 }
 
 type batchFunc func(ctx context.Context, es []*envelope.Event) []error
@@ -319,8 +336,8 @@ func randomHex(n int) string {
 }
 
 type receipt struct {
-	at, wake time.Time
-	batch    int
+	at, wake, leased time.Time
+	batch            int
 }
 
 // measure runs one wakeup: a fresh schema, a relay process, the writers.
@@ -389,21 +406,33 @@ func measure(f flags, admin *sql.DB, base, brokers, kind string) ([]time.Duratio
 	}
 	var rmu sync.Mutex
 	receipts := map[int64]receipt{}
+	marked := map[int64]time.Time{}
 	readDone := make(chan struct{})
 	go func() {
 		defer close(readDone)
 		for sc.Scan() {
 			fs := strings.Fields(sc.Text())
-			if len(fs) != 4 {
+			if len(fs) == 3 && fs[0] == "m" {
+				i, _ := strconv.ParseInt(fs[1], 10, 64)
+				at, _ := strconv.ParseInt(fs[2], 10, 64)
+				rmu.Lock()
+				if _, dup := marked[i]; !dup {
+					marked[i] = time.Unix(0, at)
+				}
+				rmu.Unlock()
+				continue
+			}
+			if len(fs) != 5 {
 				continue
 			}
 			i, _ := strconv.ParseInt(fs[0], 10, 64)
 			at, _ := strconv.ParseInt(fs[1], 10, 64)
 			wk, _ := strconv.ParseInt(fs[2], 10, 64)
 			n, _ := strconv.Atoi(fs[3])
+			ls, _ := strconv.ParseInt(fs[4], 10, 64)
 			rmu.Lock()
 			if _, dup := receipts[i]; !dup {
-				receipts[i] = receipt{at: time.Unix(0, at), wake: time.Unix(0, wk), batch: n}
+				receipts[i] = receipt{at: time.Unix(0, at), wake: time.Unix(0, wk), batch: n, leased: time.Unix(0, ls)}
 			}
 			rmu.Unlock()
 		}
@@ -488,7 +517,7 @@ func measure(f flags, admin *sql.DB, base, brokers, kind string) ([]time.Duratio
 	rmu.Lock()
 	defer rmu.Unlock()
 	var lat []time.Duration
-	var toWake, wakeToRecv []time.Duration
+	var toWake, wakeToRecv, toLease, leaseToRecv, recvToMark []time.Duration
 	batches := map[int]int{}
 	for i := warm; i < total; i++ {
 		r, ok := receipts[i]
@@ -499,6 +528,13 @@ func measure(f flags, admin *sql.DB, base, brokers, kind string) ([]time.Duratio
 		if f.trace && r.wake.UnixNano() > 0 {
 			toWake = append(toWake, r.wake.Sub(commits[i]))
 			wakeToRecv = append(wakeToRecv, r.at.Sub(r.wake))
+		}
+		if f.trace && r.leased.UnixNano() > 0 {
+			toLease = append(toLease, r.leased.Sub(commits[i]))
+			leaseToRecv = append(leaseToRecv, r.at.Sub(r.leased))
+		}
+		if m, ok := marked[i]; f.trace && ok {
+			recvToMark = append(recvToMark, m.Sub(r.at))
 		}
 		batches[r.batch]++
 	}
@@ -517,6 +553,19 @@ func measure(f flags, admin *sql.DB, base, brokers, kind string) ([]time.Duratio
 		if len(toWake) > 0 {
 			fmt.Fprintf(&b, "| COMMIT returned → relay woken | %s | %s | %s |\n", ms(pct(toWake, 50)), ms(pct(toWake, 95)), ms(pct(toWake, 99)))
 			fmt.Fprintf(&b, "| woken → delivery called (poll: lease + scan) | %s | %s | %s |\n", ms(pct(wakeToRecv, 50)), ms(pct(wakeToRecv, 95)), ms(pct(wakeToRecv, 99)))
+		}
+		for _, sp := range []struct {
+			name string
+			ds   []time.Duration
+		}{
+			{"COMMIT returned → lease started (waiting for a wake and for the relay's cycle in progress)", toLease},
+			{"lease started → delivery called (the lease statement and scan)", leaseToRecv},
+			{"delivery called → marked (delivery and the mark statement: the rest of the cycle)", recvToMark},
+		} {
+			if len(sp.ds) > 0 {
+				slices.Sort(sp.ds)
+				fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", sp.name, ms(pct(sp.ds, 50)), ms(pct(sp.ds, 95)), ms(pct(sp.ds, 99)))
+			}
 		}
 		fmt.Fprintf(&b, "| COMMIT returned → delivery called | %s | %s | %s |\n", ms(pct(lat, 50)), ms(pct(lat, 95)), ms(pct(lat, 99)))
 		sizes := make([]int, 0, len(batches))
