@@ -27,7 +27,7 @@
 //
 // # Throughput: NOTIFY serializes commits
 //
-// PostgreSQL takes a database-wide lock for every transaction that
+// PostgreSQL takes one server-wide lock for every transaction that
 // NOTIFYs and holds it until the commit is flushed, so notifying
 // transactions commit one at a time and never share a WAL flush: their
 // rate is capped near one per flush time. Where that matters (many

@@ -249,10 +249,10 @@ func (w *Wakeup) publish(ctx context.Context, topics []string) error {
 // is in flight. It shares w's listening connection; closing it closes w.
 //
 // Use it on the writer side when many transactions commit at once.
-// PostgreSQL (up to 17 at least) takes a database-wide lock for a
+// PostgreSQL (15, where it was measured) takes one server-wide lock for a
 // transaction that NOTIFYs and holds it through its commit, including the
 // WAL flush, so notifying commits cannot share a flush (group commit) and
-// run one at a time: at most one per WAL flush time per database. On a
+// run one at a time: at most about one per WAL flush time. On a
 // disk that flushes in 9 ms, 8 concurrent writers commit 115 notifying
 // transactions per second against 790 without NOTIFY (BENCHMARKS.md).
 // After commit, writers never wait on that lock, and the one notifying
