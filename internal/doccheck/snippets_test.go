@@ -23,6 +23,10 @@ import (
 	"github.com/heraldgo/herald/gormcapture"
 	"github.com/heraldgo/herald/relay"
 	"github.com/heraldgo/herald/wakeup"
+	"github.com/heraldgo/herald/wakeup/amqpfanout"
+	"github.com/heraldgo/herald/wakeup/kafkasignal"
+	"github.com/heraldgo/herald/wakeup/pgnotify"
+	"github.com/heraldgo/herald/wakeup/redispubsub"
 )
 
 func publish(context.Context, string, json.RawMessage) error { return nil }
@@ -107,5 +111,47 @@ func operations(ctx context.Context, r *relay.Relay, ids []uuid.UUID) {
 	_, _, _, _ = n, err, b, ids
 }
 
+// README.md, "Wakeups".
+func readmeWakeups(dsn string, db *gorm.DB, sqlDB *sql.DB, d delivery.Delivery) {
+	w, err := pgnotify.New(dsn, pgnotify.Config{}) // one per process
+	defer w.Close()
+	err = db.Use(gormcapture.New(gormcapture.Config{Wakeup: w})) // captured writes and Enqueue NOTIFY in their transaction
+	r, err := relay.New(sqlDB, d, relay.Config{Wakeup: w})       // the relay LISTENs
+	_, _ = r, err
+}
+
+// The wakeup transports' package documentation.
+func wakeupPgnotify(dsn string, db *gorm.DB, sqlDB *sql.DB, d delivery.Delivery) {
+	w, err := pgnotify.New(dsn, pgnotify.Config{})
+	defer w.Close()
+	db.Use(gormcapture.New(gormcapture.Config{Wakeup: w}))
+	r, err := relay.New(sqlDB, d, relay.Config{Wakeup: w})
+	_, _ = r, err
+}
+
+func wakeupRedis(db *gorm.DB, sqlDB *sql.DB, d delivery.Delivery) {
+	w, err := redispubsub.NewURL("redis://127.0.0.1:6379/0", redispubsub.Config{})
+	defer w.Close()
+	db.Use(gormcapture.New(gormcapture.Config{Wakeup: w}))
+	r, err := relay.New(sqlDB, d, relay.Config{Wakeup: w})
+	_, _ = r, err
+}
+
+func wakeupKafka(db *gorm.DB, sqlDB *sql.DB, d delivery.Delivery) {
+	w, err := kafkasignal.New([]string{"127.0.0.1:9092"}, kafkasignal.Config{})
+	defer w.Close()
+	db.Use(gormcapture.New(gormcapture.Config{Wakeup: w}))
+	r, err := relay.New(sqlDB, d, relay.Config{Wakeup: w})
+	_, _ = r, err
+}
+
+func wakeupAMQP(db *gorm.DB, sqlDB *sql.DB, d delivery.Delivery) {
+	w, err := amqpfanout.New("amqp://guest:guest@127.0.0.1:5672/", amqpfanout.Config{})
+	defer w.Close()
+	db.Use(gormcapture.New(gormcapture.Config{Wakeup: w}))
+	r, err := relay.New(sqlDB, d, relay.Config{Wakeup: w})
+	_, _ = r, err
+}
+
 // Referenced, so the linters do not report the fragments unused.
-var _ = []any{operations, deliveryFunc, deliveryRouter, observerFuncs, readmeDeliveries, envelopeDoc, gormcaptureDoc, Loan{}.ChangeCapture}
+var _ = []any{readmeWakeups, wakeupPgnotify, wakeupRedis, wakeupKafka, wakeupAMQP, operations, deliveryFunc, deliveryRouter, observerFuncs, readmeDeliveries, envelopeDoc, gormcaptureDoc, Loan{}.ChangeCapture}
