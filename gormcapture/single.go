@@ -549,6 +549,3 @@ func (p *Plugin) prepared(ctx context.Context, cp gorm.ConnPool, q string, nargs
 	}
 	return tx.StmtContext(ctx, v.(*sql.Stmt))
 }
-
-// sqlString is s as a SQL string literal.
-func sqlString(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
