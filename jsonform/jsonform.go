@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"math/big"
 	"reflect"
 	"slices"
 	"strconv"
@@ -353,4 +354,78 @@ func appendSliceAny(st state, dst []byte, s []any) ([]byte, *Error) {
 		}
 	}
 	return append(dst, ']'), nil
+}
+
+// AppendScaled is Append in Field mode for a value of a decimal column
+// declared with a scale (numeric(10,2): scale 2): a decimal whose JSON form
+// is a string holding a number ("12.5", "0", "1.005") is written with
+// exactly scale fractional digits, rounded half away from zero as
+// PostgreSQL rounds into such a column ("12.50", "0.00", "1.01"). Any other
+// form (null, a JSON number of a float or integer field, text that is not
+// a number) is Append's.
+func AppendScaled(dst []byte, path string, v any, scale int) ([]byte, error) {
+	n := len(dst)
+	out, err := Append(dst, path, v, Field)
+	if err != nil || scale < 0 || scale > maxScale {
+		return out, err
+	}
+	s := out[n:]
+	if len(s) < 3 || s[0] != '"' || s[len(s)-1] != '"' || !plainDecimal(s[1:len(s)-1]) {
+		return out, nil
+	}
+	var r big.Rat
+	if _, ok := r.SetString(string(s[1 : len(s)-1])); !ok {
+		return out, nil
+	}
+	t := r.FloatString(scale)
+	if r.Sign() < 0 && strings.Trim(t, "-0.") == "" {
+		t = t[1:] // PostgreSQL has no negative zero: -0.001 is 0.00
+	}
+	out = append(out[:n], '"')
+	out = append(out, t...)
+	return append(out, '"'), nil
+}
+
+// maxScale is NUMERIC's largest scale.
+const maxScale = 16383
+
+// plainDecimal reports whether b is a plain decimal number: an optional
+// minus, digits, an optional fraction, an optional exponent of at most
+// five digits.
+func plainDecimal(b []byte) bool {
+	i := 0
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	start := i
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
+	}
+	if i == start {
+		return false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		f := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == f {
+			return false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		e := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == e || i-e > 5 {
+			return false
+		}
+	}
+	return i == len(b)
 }
