@@ -111,7 +111,7 @@ func arrayElement(s string) string {
 	var b strings.Builder
 	b.Grow(len(s) + 2)
 	b.WriteByte('"')
-	for i := 0; i < len(s); i++ {
+	for i := range len(s) {
 		if c := s[i]; c == '"' || c == '\\' {
 			b.WriteByte('\\')
 		}

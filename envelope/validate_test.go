@@ -157,6 +157,9 @@ func TestDeliverAtRange(t *testing.T) {
 			}
 			got = append(got, p)
 		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
 		if strings.Join(got, ",") != "0,1,2" {
 			t.Errorf("due at 2026-06-01, in time order: %v, want [0 1 2]", got)
 		}
