@@ -144,6 +144,10 @@ func TestCommitOrderPerKey(t *testing.T) {
 				_, err := gormcapture.EnqueueMany(tx, ms)
 				return err
 			}, enqueue(func(map[string]uint) string { return "k2" })},
+		{"captured create with a chosen key (one statement), then Enqueue with its key", func(map[string]uint) string { return "OrdRow:500" },
+			func(tx *gorm.DB, _ map[string]uint, mark string) error {
+				return tx.Create(&OrdRow{ID: 500, Name: mark}).Error
+			}, enqueue(func(map[string]uint) string { return "OrdRow:500" })},
 		{"default row key, two updates of the row (its lock)", rowKey,
 			update(&OrdRow{}, "r1"), update(&OrdRow{}, "r1")},
 	}
