@@ -39,8 +39,13 @@
 // its writers — so captured writes of different rows never wait on each
 // other, while every other writer takes it exclusive. Two exclusive
 // writers of different keys in one bucket (1 in 1024) wait for each other,
-// and a write of many keys holds many buckets until it commits. SQLite has
-// one writer at a time, which orders every key already.
+// and a write of many keys holds many buckets until it commits. A
+// transaction that makes a captured row-keyed write and then enqueues an
+// event with a key in the same bucket upgrades its shared lock; two such
+// transactions at once deadlock, and PostgreSQL aborts one (SQLSTATE
+// 40P01, retryable): rare for a single row (1 in 1024 pairs), likely after
+// a bulk captured write that holds most buckets. SQLite has one writer at
+// a time, which orders every key already.
 //
 // Guarantee: an event is written in the caller's transaction or not at all —
 // a rejected message writes nothing, and an idempotency key yields at most

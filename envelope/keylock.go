@@ -54,6 +54,20 @@ import (
 // write with many keys (a bulk captured write) holds many buckets shared,
 // so exclusive writers of those buckets wait for its commit. Row-keyed
 // captured writes never wait on each other's buckets.
+//
+// Known hazard: a transaction that holds a bucket shared (a captured
+// row-keyed write) and then asks for it exclusive (an Enqueue with a key
+// in that bucket) upgrades its lock; two such transactions holding the
+// same bucket shared deadlock, and PostgreSQL aborts one of them with
+// SQLSTATE 40P01 after deadlock_timeout (1 s by default); retrying it
+// succeeds. For "write row r, then Enqueue r's own key" that takes two
+// concurrent transactions whose rows' keys share a bucket (1 in 1024 per
+// pair); a bulk captured write (holding most buckets) followed by an
+// Enqueue with a key makes it likely when two such transactions overlap.
+// With only two advisory lock modes and a bounded number of locks per
+// transaction (one lock per key would exhaust the lock table), writers
+// that must not wait on each other (captured rows) and writers that must
+// wait for them (Enqueue) cannot be told apart otherwise.
 const (
 	keyLockBuckets = 1024
 	keyLockSeed    = 7281
