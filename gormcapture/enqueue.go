@@ -1,6 +1,7 @@
 package gormcapture
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 
@@ -39,7 +40,9 @@ func Enqueue(db *gorm.DB, m envelope.Message) (*envelope.Event, error) {
 // wakeup.TxSignaler that signals inside the transaction) the events are
 // written in a savepoint of the transaction, so a failure leaves it usable
 // and without them. Outside a transaction they are written in a
-// transaction of their own.
+// transaction of their own, on the pool a captured Create would write
+// through (with dbresolver: its source for the outbox table, not the pool
+// given to gorm.Open).
 //
 // On PostgreSQL through pgx, many events without idempotency keys or Extra
 // columns are one INSERT … SELECT FROM unnest(…) (envelope's
@@ -105,7 +108,13 @@ func EnqueueMany(db *gorm.DB, ms []envelope.Message) ([]*envelope.Event, error) 
 		return res.Events, nil
 	}
 
-	tx, err := beginOn(ctx, cp)
+	pool := p.writePool(db)
+	if len(ms) > 1 && p.bindsArrays(pool) {
+		write = p.writer.WriteCapturedArrays
+	} else {
+		write = p.writer.Write
+	}
+	tx, err := beginOn(ctx, pool)
 	if err != nil {
 		return nil, fmt.Errorf("herald/gormcapture: begin: %w", err)
 	}
@@ -148,3 +157,28 @@ func (p *Plugin) oneStatement(ms []envelope.Message) bool {
 	}
 	return true
 }
+
+// writePool returns the pool a captured Create on db would write through
+// outside a transaction: dbresolver (and any plugin that switches pools
+// the same way) swaps the statement's pool in a callback of the create
+// chain, which Enqueue does not run, so that callback is run here on a
+// statement of the outbox table. Without it, db's own pool.
+func (p *Plugin) writePool(db *gorm.DB) gorm.ConnPool {
+	if fc := db.Callback().Create().Get(dbresolverCallback); fc != nil {
+		ctx := db.Statement.Context
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		// A Session with a Context clones the statement, keeping its
+		// clauses (dbresolver.Use, Write): the callback changes the clone.
+		tx := db.Session(&gorm.Session{Context: ctx})
+		tx.Statement.Table = p.writer.Table().Name
+		fc(tx)
+		return p.wrap(tx.Statement.ConnPool)
+	}
+	return p.wrap(db.Statement.ConnPool)
+}
+
+// dbresolverCallback is the name of the callback dbresolver registers
+// before every create, update and delete to pick the write source.
+const dbresolverCallback = "gorm:db_resolver"
