@@ -98,9 +98,10 @@ type ModelInfo struct {
 	Sensitive        []string // columns left out unless named in Fields
 	DefaultNamespace string   // used when Options.Namespace is ""
 	// Scales gives the declared scale of decimal columns (numeric(10,2):
-	// 2). A decimal value of such a column is written with exactly that
-	// many fractional digits ("12.50", "0.00"), as PostgreSQL returns it,
-	// whatever the database or the Go value held (SQLite keeps 12.5).
+	// 2). A decimal value of such a column with fewer fractional digits is
+	// padded to that many ("12.50", "0.00"), as PostgreSQL returns it,
+	// whatever the database held (SQLite keeps 12.5); see
+	// jsonform.AppendScaled.
 	Scales map[string]int
 }
 

@@ -89,9 +89,9 @@
 // A decimal column declared with a scale (`gorm:"type:numeric(10,2)"`, or a
 // numeric/decimal type with `scale:2`) keeps it in events on every
 // database: "12.50", "0.00", as PostgreSQL returns it, although SQLite
-// stores 12.5 and 0. A value with more fractional digits is rounded half
-// away from zero, as PostgreSQL rounds it into the column (SQLite stores
-// it unrounded).
+// stores 12.5 and 0. Values are padded, never changed: one with more
+// fractional digits is in the event as the database holds it (PostgreSQL
+// rounded it into the column; SQLite keeps it as given).
 //
 // # Transactions
 //

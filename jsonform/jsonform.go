@@ -1,6 +1,7 @@
 package jsonform
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -358,9 +359,11 @@ func appendSliceAny(st state, dst []byte, s []any) ([]byte, *Error) {
 
 // AppendScaled is Append in Field mode for a value of a decimal column
 // declared with a scale (numeric(10,2): scale 2): a decimal whose JSON form
-// is a string holding a number ("12.5", "0", "1.005") is written with
-// exactly scale fractional digits, rounded half away from zero as
-// PostgreSQL rounds into such a column ("12.50", "0.00", "1.01"). Any other
+// is a string holding a number with fewer fractional digits than scale
+// ("12.5", "0") is written with exactly scale of them ("12.50", "0.00"),
+// as PostgreSQL returns the column. A value is never changed: one with
+// more fractional digits ("1.005", which PostgreSQL would have rounded on
+// the way in and SQLite stores as given) is written as it is. Any other
 // form (null, a JSON number of a float or integer field, text that is not
 // a number) is Append's.
 func AppendScaled(dst []byte, path string, v any, scale int) ([]byte, error) {
@@ -373,16 +376,34 @@ func AppendScaled(dst []byte, path string, v any, scale int) ([]byte, error) {
 	if len(s) < 3 || s[0] != '"' || s[len(s)-1] != '"' || !plainDecimal(s[1:len(s)-1]) {
 		return out, nil
 	}
-	var r big.Rat
-	if _, ok := r.SetString(string(s[1 : len(s)-1])); !ok {
+	digits := s[1 : len(s)-1]
+	if bytes.ContainsAny(digits, "eE") {
+		var r big.Rat
+		if _, ok := r.SetString(string(digits)); !ok {
+			return out, nil
+		}
+		t := r.FloatString(scale)
+		if back, ok := new(big.Rat).SetString(t); !ok || back.Cmp(&r) != 0 {
+			return out, nil // more digits than the scale: as it is
+		}
+		out = append(out[:n], '"')
+		out = append(out, t...)
+		return append(out, '"'), nil
+	}
+	frac := 0
+	if i := bytes.IndexByte(digits, '.'); i >= 0 {
+		frac = len(digits) - i - 1
+	}
+	if frac >= scale {
 		return out, nil
 	}
-	t := r.FloatString(scale)
-	if r.Sign() < 0 && strings.Trim(t, "-0.") == "" {
-		t = t[1:] // PostgreSQL has no negative zero: -0.001 is 0.00
+	out = out[:len(out)-1] // the closing quote
+	if frac == 0 {
+		out = append(out, '.')
 	}
-	out = append(out[:n], '"')
-	out = append(out, t...)
+	for range scale - frac {
+		out = append(out, '0')
+	}
 	return append(out, '"'), nil
 }
 
