@@ -163,7 +163,7 @@ func TestDeliverAtRange(t *testing.T) {
 		if strings.Join(got, ",") != "0,1,2" {
 			t.Errorf("due at 2026-06-01, in time order: %v, want [0 1 2]", got)
 		}
-		e, err := envelope.ScanEvent(db.QueryRowContext(ctx, `SELECT `+envelope.EventColumns+` FROM herald_outbox WHERE payload = '3'`), nil)
+		e, err := envelope.ScanEvent(db.QueryRowContext(ctx, `SELECT `+envelope.EventColumns+` FROM herald_outbox WHERE CAST(payload AS TEXT) = '3'`), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
