@@ -55,14 +55,28 @@ type Account struct {
 
 func (Account) ChangeCapture() envelope.Options { return envelope.Options{} }
 
-// Entry is captured with one ordering key for every row ("{label}"): no
-// row lock orders its writers, only herald's per-key ordering.
+// Entry is captured with an ordering key shared by many rows (one per
+// group, as an OrderingKeyFunc giving one key per parent would): no row lock
+// orders its writers, only herald's per-key ordering.
 type Entry struct {
+	ID    uint
+	Group int
+	Token string
+}
+
+func (Entry) ChangeCapture() envelope.Options {
+	return envelope.Options{OrderingKeyFunc: func(c envelope.Change) string {
+		return fmt.Sprintf("entries:%v", c.After["group"])
+	}}
+}
+
+// Note is captured with one ordering key for every row ("{label}").
+type Note struct {
 	ID    uint
 	Token string
 }
 
-func (Entry) ChangeCapture() envelope.Options { return envelope.Options{OrderingKey: "{label}"} }
+func (Note) ChangeCapture() envelope.Options { return envelope.Options{OrderingKey: "{label}"} }
 
 // delivered is what a relay child posts to the receiver for each delivery.
 type delivered struct {
@@ -283,7 +297,8 @@ func runFaults(t *testing.T, p plan) {
 	}
 	for _, s := range []string{
 		`CREATE TABLE accounts (id bigserial PRIMARY KEY, token text NOT NULL, version int NOT NULL DEFAULT 0)`,
-		`CREATE TABLE entries (id bigserial PRIMARY KEY, token text NOT NULL)`,
+		`CREATE TABLE entries (id bigserial PRIMARY KEY, "group" int NOT NULL, token text NOT NULL)`,
+		`CREATE TABLE notes (id bigserial PRIMARY KEY, token text NOT NULL)`,
 		`CREATE TABLE ledger (token text PRIMARY KEY)`,
 	} {
 		if _, err := setup.ExecContext(ctx, s); err != nil {
@@ -383,7 +398,7 @@ func runFaults(t *testing.T, p plan) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := gdb.Use(gormcapture.New(gormcapture.Config{Namespace: "faults", Models: []any{&Account{}, &Entry{}}})); err != nil {
+	if err := gdb.Use(gormcapture.New(gormcapture.Config{Namespace: "faults", Models: []any{&Account{}, &Entry{}, &Note{}}})); err != nil {
 		t.Fatal(err)
 	}
 	if sqlDB, err := gdb.DB(); err == nil {
@@ -405,7 +420,7 @@ func runFaults(t *testing.T, p plan) {
 				err := gdb.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 					for i := range 1 + rng.IntN(3) {
 						tk := fmt.Sprintf("w%d-%d-%d", w, n, i)
-						switch rng.IntN(4) {
+						switch rng.IntN(9) / 2 {
 						case 0:
 							if err := tx.Create(&Account{Token: tk}).Error; err != nil {
 								return err
@@ -420,13 +435,17 @@ func runFaults(t *testing.T, p plan) {
 								continue
 							}
 						case 2:
-							if err := tx.Create(&Entry{Token: tk}).Error; err != nil {
+							if err := tx.Create(&Entry{Group: rng.IntN(4), Token: tk}).Error; err != nil {
 								return err
 							}
 						case 3:
 							if _, err := gormcapture.Enqueue(tx, envelope.Message{Topic: "faults.note",
 								OrderingKey: "note:" + strconv.Itoa(rng.IntN(3)),
 								Payload:     map[string]any{"token": tk}}); err != nil {
+								return err
+							}
+						case 4: // one in nine
+							if err := tx.Create(&Note{Token: tk}).Error; err != nil {
 								return err
 							}
 						}
@@ -563,8 +582,24 @@ func runFaults(t *testing.T, p plan) {
 		}
 		return missing, missing == 0
 	}
-	testkit.Eventually(t, p.drainWait, func() bool { _, ok := drained(); return ok },
-		"every committed event delivered after the last fault")
+	if !waitFor(p.drainWait, func() bool { _, ok := drained(); return ok }) {
+		missing, _ := drained()
+		t.Errorf("%d of %d committed events not delivered within %s after the last fault", missing, len(ledger), p.drainWait)
+		rows, err := setup.QueryContext(ctx, `SELECT ordering_key, count(*), max(attempts), count(*) FILTER (WHERE lease_until IS NOT NULL),
+			count(*) FILTER (WHERE dead_lettered_at IS NOT NULL), left(max(last_error), 200)
+			FROM herald_outbox WHERE published_at IS NULL GROUP BY 1 ORDER BY 2 DESC LIMIT 20`)
+		if err == nil {
+			for rows.Next() {
+				var key, lastErr sql.NullString
+				var n, attempts, leased, dead int
+				if rows.Scan(&key, &n, &attempts, &leased, &dead, &lastErr) == nil {
+					t.Logf("pending: key %q: %d events, max attempts %d, leased %d, dead %d, last error %q", key.String, n, attempts, leased, dead, lastErr.String)
+				}
+			}
+			_ = rows.Close()
+		}
+		t.FailNow()
+	}
 	drain := time.Since(lastFault)
 	// Let the relays mark what they delivered, then stop them.
 	testkit.Eventually(t, time.Minute, func() bool {
@@ -689,5 +724,19 @@ func runFaults(t *testing.T, p plan) {
 	}
 	if len(ledger) == 0 {
 		t.Error("no event committed: the writers never got through")
+	}
+}
+
+// waitFor polls cond every 50 ms until it holds or within passes.
+func waitFor(within time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(within)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond) // polling a condition with a deadline
 	}
 }
