@@ -77,6 +77,7 @@ type Plugin struct {
 	stmts    sync.Map // stmtKey -> *sql.Stmt (SQLite)
 	nstmts   atomic.Int64
 	arrays   sync.Map // *sql.DB -> bool: binds Go slices as arrays (pgx)
+	colTypes sync.Map // table name -> *columnTypes (PostgreSQL), for fused inserts
 
 	spSeq         atomic.Uint64
 	foreignWarned atomic.Bool

@@ -61,8 +61,10 @@ type Config struct {
 	RetryMax time.Duration
 
 	// Lease is how long a leased batch is this relay's before another relay
-	// may take it; the relay renews it three times per Lease while the
-	// batch is out. 0 = DefaultLease.
+	// may take it, counted on the database's clock from the lease
+	// statement; the relay renews it three times per Lease while the batch
+	// is out, and before delivering when the lease statement itself took a
+	// third of it. 0 = DefaultLease.
 	Lease time.Duration
 
 	// DeliveryTimeout bounds one Deliver call (or one DeliverBatch call).

@@ -498,7 +498,9 @@ func (r *Relay) mark(runCtx context.Context, batch []*envelope.Event, errs []err
 		}
 		if r.cfg.Observer != nil {
 			for _, e := range delivered {
-				r.cfg.Observer.Delivered(ctx, Delivered{Relay: r.cfg.Name, Event: e, Delay: now.Sub(e.CreatedAt)})
+				r.observe(ctx, "Delivered", func() {
+					r.cfg.Observer.Delivered(ctx, Delivered{Relay: r.cfg.Name, Event: e, Delay: now.Sub(e.CreatedAt)})
+				})
 			}
 		}
 	}
@@ -530,13 +532,17 @@ func (r *Relay) mark(runCtx context.Context, batch []*envelope.Event, errs []err
 				r.log.ErrorContext(ctx, "herald/relay: event dead-lettered: out of attempts; it and later events of its ordering key wait for RetryDeadLettered",
 					append(attrs, slog.Int("max_attempts", r.cfg.MaxAttempts))...)
 				if r.cfg.Observer != nil {
-					r.cfg.Observer.DeadLettered(ctx, DeadLettered{Relay: r.cfg.Name, Event: e, Err: f.err, Attempts: f.Attempts})
+					r.observe(ctx, "DeadLettered", func() {
+						r.cfg.Observer.DeadLettered(ctx, DeadLettered{Relay: r.cfg.Name, Event: e, Err: f.err, Attempts: f.Attempts})
+					})
 				}
 			default:
 				r.log.WarnContext(ctx, "herald/relay: delivery failed; will retry",
 					append(attrs, slog.Time("next_attempt_at", next.Time))...)
 				if r.cfg.Observer != nil {
-					r.cfg.Observer.Failed(ctx, Failed{Relay: r.cfg.Name, Event: e, Err: f.err, Attempts: f.Attempts, NextAttemptAt: next.Time})
+					r.observe(ctx, "Failed", func() {
+						r.cfg.Observer.Failed(ctx, Failed{Relay: r.cfg.Name, Event: e, Err: f.err, Attempts: f.Attempts, NextAttemptAt: next.Time})
+					})
 				}
 				if res.nextDue.IsZero() || f.next.Before(res.nextDue) {
 					res.nextDue = f.next
@@ -546,6 +552,18 @@ func (r *Relay) mark(runCtx context.Context, batch []*envelope.Event, errs []err
 	}
 	r.releaseEvents(ctx, released)
 	return res, errors.Join(errOut...)
+}
+
+// observe calls an Observer method. A panic in it is logged, not let
+// through: it would end the relay's loop (and the process) over a metric.
+func (r *Relay) observe(ctx context.Context, method string, call func()) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.log.ErrorContext(ctx, "herald/relay: the Observer panicked; the relay goes on",
+				slog.String("relay", r.cfg.Name), slog.String("method", method), slog.Any("panic", v))
+		}
+	}()
+	call()
 }
 
 // markRetries are the waits before the second and later tries of a mark

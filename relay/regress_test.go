@@ -601,3 +601,107 @@ func TestRetryDeadLetteredRejectsUnstorableTopics(t *testing.T) {
 		}
 	})
 }
+
+// Regression (issue 12 item 2), as reproduced on PostgreSQL: the lease
+// statement waits behind LOCK TABLE … EXCLUSIVE for longer than the Lease,
+// so the lease it writes has run out when it returns. Relay B polls while
+// A delivers (A's delivery waits for B's poll): before the fix A delivered
+// under the run-out lease and B leased and delivered the same event too.
+func TestLeaseStatementBlockedLongerThanTheLease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envelope.Postgres)
+	const lease = 900 * time.Millisecond
+	ev := e.enqueue(t, msg("t", "k", 1))[0]
+	var deliveries atomic.Int32
+	aDelivering, bPolled := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	a := e.newRelay(t, deliveryFunc(func(ctx context.Context, _ *envelope.Event) error {
+		deliveries.Add(1)
+		once.Do(func() { close(aDelivering) })
+		select {
+		case <-bPolled:
+		case <-ctx.Done():
+		}
+		return nil
+	}), Config{Name: "a", Lease: lease, DeliveryTimeout: lease - 100*time.Millisecond})
+	b := e.newRelay(t, deliveryFunc(func(context.Context, *envelope.Event) error { deliveries.Add(1); return nil }),
+		Config{Name: "b", Lease: lease, DeliveryTimeout: lease - 100*time.Millisecond})
+	ctx := context.Background()
+	tx, err := e.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(`LOCK TABLE ` + e.tableName() + ` IN EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	aDone := make(chan error, 1)
+	go func() { _, err := a.poll(ctx); aDone <- err }()
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		var n int
+		err := e.db.QueryRow(`SELECT count(*) FROM pg_locks WHERE relation = $1::regclass AND NOT granted`, e.tableName()).Scan(&n)
+		return err == nil && n > 0
+	}, "A's lease statement waiting for the table lock")
+	blocked := time.Now()
+	// The lease A's statement will write runs out while it waits: the
+	// condition here is time itself.
+	testkit.Eventually(t, 10*time.Second, func() bool { return time.Since(blocked) > 2*lease }, "the lease time passed")
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	var aErr error
+	select {
+	case <-aDelivering:
+	case aErr = <-aDone:
+		aDone <- aErr
+	}
+	if _, err := b.poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(bPolled)
+	if err := <-aDone; err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		if deliveries.Load() < 1 {
+			_, _ = b.poll(ctx)
+		}
+		return e.row(t, ev.ID).PublishedAt != nil
+	}, "the event published")
+	if n := deliveries.Load(); n != 1 {
+		t.Fatalf("the event was delivered %d times: A under a lease that ran out during its statement, and B", n)
+	}
+}
+
+type deliveryFunc func(ctx context.Context, e *envelope.Event) error
+
+func (f deliveryFunc) Deliver(ctx context.Context, e *envelope.Event) error { return f(ctx, e) }
+func (deliveryFunc) Close() error                                           { return nil }
+
+// An Observer that panics (a nil map in a metrics hook) is logged; the
+// relay goes on delivering.
+func TestPanickingObserverDoesNotStopTheRelay(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envelope.SQLite)
+	logs := &logRecords{}
+	rec := &recorder{fail: func(ev *envelope.Event) error {
+		if ev.Topic == "fail" {
+			return errors.New("no")
+		}
+		return nil
+	}}
+	var counts map[string]int // nil: every write panics
+	obs := ObserverFuncs{
+		OnDelivered:    func(context.Context, Delivered) { counts["delivered"]++ },
+		OnFailed:       func(context.Context, Failed) { counts["failed"]++ },
+		OnDeadLettered: func(context.Context, DeadLettered) { counts["dead"]++ },
+	}
+	r := e.newRelay(t, rec, Config{MaxAttempts: 2, Observer: obs, Logger: slog.New(logs)})
+	e.enqueue(t, msg("ok", "", 1), msg("fail", "", 2))
+	start(t, r)
+	testkit.Eventually(t, 20*time.Second, func() bool { return e.count(t, "dead_lettered_at IS NOT NULL") == 1 }, "dead-lettered")
+	e.enqueue(t, msg("later", "", 3))
+	testkit.Eventually(t, 20*time.Second, func() bool { return rec.count() == 2 }, "delivered after the Observer panicked")
+	if !hasLog(logs, slog.LevelError, "Observer panicked") {
+		t.Fatal("the Observer's panic was not logged")
+	}
+}
