@@ -1,0 +1,74 @@
+package entcapture
+
+import (
+	"context"
+	stdsql "database/sql"
+	"database/sql/driver"
+
+	"entgo.io/ent"
+	"entgo.io/ent/dialect"
+	"entgo.io/ent/dialect/sql"
+)
+
+// Schema is what the generated glue tells the capture hook about one
+// captured schema: what a generic hook cannot learn from an ent.Mutation
+// at run time. Extension generates one per captured schema; it is not
+// meant to be written by hand.
+type Schema struct {
+	Name      string   // the schema's Go name: "Loan"
+	Table     string   // "loans"
+	Columns   []string // every column, in table order (fields, then foreign keys)
+	PK        string   // the id column
+	Sensitive []string // columns of .Sensitive() fields
+	// Fields maps an ent field name to its column, for the columns an
+	// update sets.
+	Fields map[string]string
+	// Nullable lists the columns of optional fields without a default:
+	// NULL when a create does not set them.
+	Nullable []string
+}
+
+// Glue is implemented by the generated mutation types of captured
+// schemas (Extension generates the methods): the typed access a generic
+// hook lacks. Its methods are for entcapture only.
+type Glue interface {
+	ent.Mutation
+	HeraldSchema() *Schema
+	// HeraldDriver is the client's driver (the caller transaction's
+	// driver's own driver when in one).
+	HeraldDriver() dialect.Driver
+	// HeraldTx is the caller's transaction, or nil.
+	HeraldTx() dialect.Tx
+	// HeraldID is the id of an UpdateOne/DeleteOne (or a done Create).
+	HeraldID() (any, bool)
+	// HeraldPredicates are the mutation's Where predicates.
+	HeraldPredicates() []func(*sql.Selector)
+	// HeraldRow turns an entity returned by the mutation into columns.
+	HeraldRow(v ent.Value) (map[string]any, bool)
+	// HeraldScan reads rows of the given columns as the schema's entity
+	// reads them, one column map per row, NULL as nil.
+	HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error)
+	// HeraldOnCommit runs f after the caller's transaction commits;
+	// false when the mutation is not in one.
+	HeraldOnCommit(f func()) bool
+	WhereP(ps ...func(*sql.Selector))
+	ExecContext(ctx context.Context, query string, args ...any) (stdsql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*stdsql.Rows, error)
+}
+
+// IsNull reports whether v, a scan destination filled by rows.Scan, holds
+// SQL NULL. Generated glue calls it.
+func IsNull(v any) bool {
+	switch x := v.(type) {
+	case nil:
+		return true
+	case *[]byte:
+		return x == nil || *x == nil
+	case *any:
+		return x == nil || *x == nil
+	case driver.Valuer:
+		dv, err := x.Value()
+		return err == nil && dv == nil
+	}
+	return false
+}

@@ -1,0 +1,218 @@
+package entcapture
+
+import (
+	"context"
+	"slices"
+
+	"entgo.io/ent"
+	"entgo.io/ent/dialect/sql"
+
+	"github.com/heraldgo/herald/envelope"
+)
+
+// write is one captured mutation.
+type write struct {
+	g    Glue
+	sch  *Schema
+	spec *envelope.Spec
+	op   envelope.Operation
+	d    envelope.Dialect
+}
+
+// bulk marks the context of one CreateBulk.Save (the generated code puts
+// it there), so that its items, whose hooks run nested, share one scope.
+type bulk struct{ scope *scope }
+
+type bulkKey struct{}
+
+// WithBulk returns ctx marked as the context of one CreateBulk; the code
+// Extension generates calls it. Not for use by hand.
+func WithBulk(ctx context.Context) context.Context {
+	return context.WithValue(ctx, bulkKey{}, &bulk{})
+}
+
+func bulkOf(ctx context.Context) *bulk {
+	b, _ := ctx.Value(bulkKey{}).(*bulk)
+	return b
+}
+
+// columns are what a snapshot of the write reads: the key, plus the
+// payload columns when the mode keeps rows.
+func (w *write) columns(rows bool) []string {
+	cols := []string{w.sch.PK}
+	if rows {
+		for _, c := range w.spec.Columns() {
+			if c != w.sch.PK {
+				cols = append(cols, c)
+			}
+		}
+	}
+	return cols
+}
+
+func (w *write) run(ctx context.Context, s *scope, next ent.Mutator) (ent.Value, error) {
+	switch w.op {
+	case envelope.Inserted:
+		return w.create(ctx, s, next)
+	case envelope.Updated:
+		return w.update(ctx, s, next)
+	}
+	return w.delete(ctx, s, next)
+}
+
+// create: the after image is the entity ent returns (its id included):
+// no statement but the INSERT.
+func (w *write) create(ctx context.Context, s *scope, next ent.Mutator) (ent.Value, error) {
+	v, err := next.Mutate(ctx, w.g)
+	if err != nil {
+		return v, err
+	}
+	row, ok := w.g.HeraldRow(v)
+	if !ok {
+		return v, envelope.Configurationf(w.sch.Name, "create returned %T, not the schema's entity: regenerate the code with entcapture.Extension()", v)
+	}
+	for _, c := range w.sch.Nullable {
+		if f := fieldOf(w.sch, c); f != "" {
+			if _, set := w.g.Field(f); !set {
+				row[c] = nil
+			}
+		}
+	}
+	s.add(w.spec, envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Inserted,
+		PK: row[w.sch.PK], After: row, OccurredAt: now()})
+	return v, nil
+}
+
+func fieldOf(s *Schema, col string) string {
+	for f, c := range s.Fields {
+		if c == col {
+			return f
+		}
+	}
+	return ""
+}
+
+// changed lists the columns the mutation sets, in table order.
+func (w *write) changed() []string {
+	set := map[string]bool{}
+	for _, fs := range [][]string{w.g.Fields(), w.g.AddedFields(), w.g.ClearedFields()} {
+		for _, f := range fs {
+			if c, ok := w.sch.Fields[f]; ok {
+				set[c] = true
+			}
+		}
+	}
+	out := []string{}
+	for _, c := range w.sch.Columns {
+		if set[c] {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// update: the rows are read locked first (their ids, and the before
+// images in BeforeAndAfter), the write is pinned to exactly those ids, and
+// the after images are read by id after it. UpdateOne in After or Keys
+// mode reads nothing first: the UPDATE itself locks its row.
+func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Value, error) {
+	rows := w.spec.Options.Payload != envelope.Keys
+	needBefore := w.spec.Options.Payload == envelope.BeforeAndAfter
+	one := w.g.Op().Is(ent.OpUpdateOne)
+	id, _ := w.g.HeraldID()
+	var before []map[string]any
+	var ids []any
+	if !one || needBefore {
+		if err := s.writeLock(w.sch.Table, w.sch.PK); err != nil {
+			return nil, err
+		}
+		var err error
+		before, err = s.selectRows(w, w.columns(needBefore), id, one, nil)
+		if err != nil {
+			return nil, err
+		}
+		ids = pks(before, w.sch.PK)
+		if !one {
+			w.g.WhereP(sql.FieldIn(w.sch.PK, ids...))
+		}
+	}
+	v, err := next.Mutate(ctx, w.g)
+	if err != nil {
+		return v, err
+	}
+	if one {
+		ids = []any{id}
+	}
+	if len(ids) == 0 {
+		return v, nil
+	}
+	after := make([]map[string]any, len(ids))
+	if rows {
+		got, err := s.selectRows(w, w.columns(true), nil, false, ids)
+		if err != nil {
+			return v, err
+		}
+		after = got
+	} else {
+		for i, id := range ids {
+			after[i] = map[string]any{w.sch.PK: id}
+		}
+	}
+	byID := map[string]map[string]any{}
+	for _, r := range before {
+		byID[envelope.KeyText(r[w.sch.PK])] = r
+	}
+	changed := w.changed()
+	cs := make([]envelope.Change, 0, len(after))
+	at := now()
+	for _, a := range after {
+		c := envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Updated,
+			PK: a[w.sch.PK], Changed: changed, OccurredAt: at}
+		if rows {
+			c.After = a
+		}
+		if needBefore {
+			c.Before = byID[envelope.KeyText(a[w.sch.PK])]
+		}
+		cs = append(cs, c)
+	}
+	s.add(w.spec, cs...)
+	return v, nil
+}
+
+// delete: the rows are read locked before the write (the before images,
+// or only their ids in Keys mode), and the write is pinned to them.
+func (w *write) delete(ctx context.Context, s *scope, next ent.Mutator) (ent.Value, error) {
+	rows := w.spec.Options.Payload != envelope.Keys
+	if err := s.writeLock(w.sch.Table, w.sch.PK); err != nil {
+		return nil, err
+	}
+	before, err := s.selectRows(w, w.columns(rows), nil, false, nil)
+	if err != nil {
+		return nil, err
+	}
+	w.g.WhereP(sql.FieldIn(w.sch.PK, pks(before, w.sch.PK)...))
+	v, err := next.Mutate(ctx, w.g)
+	if err != nil {
+		return v, err
+	}
+	at := now()
+	cs := make([]envelope.Change, 0, len(before))
+	for _, b := range before {
+		c := envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Deleted, PK: b[w.sch.PK], OccurredAt: at}
+		if rows {
+			c.Before = b
+		}
+		cs = append(cs, c)
+	}
+	s.add(w.spec, cs...)
+	return v, nil
+}
+
+func pks(rows []map[string]any, pk string) []any {
+	out := make([]any, len(rows))
+	for i, r := range rows {
+		out[i] = r[pk]
+	}
+	return slices.Clip(out)
+}
