@@ -216,6 +216,18 @@ func deleteWhere(t testing.TB, ctx context.Context, c conn, model string, w cc.R
 	return 0, nil
 }
 
+// tagBulk is the CreateBulk of an upsert case's rows (all of Tag).
+func tagBulk(t testing.TB, c conn, cs cc.Case) *ent.TagCreateBulk {
+	if cs.Model != "Tag" {
+		t.Fatalf("upsert paths are written for Tag, not %s", cs.Model)
+	}
+	bs := make([]*ent.TagCreate, len(cs.Write.Rows))
+	for i, r := range cs.Write.Rows {
+		bs[i] = c.Tag.Create().SetID(r["code"].(string)).SetLabel(r["label"].(string))
+	}
+	return c.Tag.CreateBulk(bs...)
+}
+
 // path is one ent way of doing a write kind; it returns the rows ent
 // reported affected (-1 when the API does not say).
 type path struct {
@@ -258,6 +270,31 @@ var paths = map[cc.Kind][]path{
 		}},
 		{"Delete.Where(key).Exec", func(t *testing.T, ctx context.Context, c conn, cs cc.Case) (int, error) {
 			return deleteWhere(t, ctx, c, cs.Model, keyRow(cs))
+		}},
+	},
+	cc.Upsert: {
+		{"CreateBulk.OnConflictColumns.UpdateNewValues", func(t *testing.T, ctx context.Context, c conn, cs cc.Case) (int, error) {
+			return -1, tagBulk(t, c, cs).OnConflictColumns(cs.Write.Conflict...).UpdateNewValues().Exec(ctx)
+		}},
+		{"CreateBulk.OnConflictColumns.Update(UpdateLabel)", func(t *testing.T, ctx context.Context, c conn, cs cc.Case) (int, error) {
+			return -1, tagBulk(t, c, cs).OnConflictColumns(cs.Write.Conflict...).Update(func(u *ent.TagUpsert) { u.UpdateLabel() }).Exec(ctx)
+		}},
+		{"Create.OnConflictColumns.UpdateNewValues, one by one", func(t *testing.T, ctx context.Context, c conn, cs cc.Case) (int, error) {
+			for _, r := range cs.Write.Rows {
+				if err := c.Tag.Create().SetID(r["code"].(string)).SetLabel(r["label"].(string)).
+					OnConflictColumns(cs.Write.Conflict...).UpdateNewValues().Exec(ctx); err != nil {
+					return 0, err
+				}
+			}
+			return -1, nil
+		}},
+	},
+	cc.UpsertIgnore: {
+		{"CreateBulk.OnConflictColumns.DoNothing", func(t *testing.T, ctx context.Context, c conn, cs cc.Case) (int, error) {
+			return -1, tagBulk(t, c, cs).OnConflictColumns(cs.Write.Conflict...).DoNothing().Exec(ctx)
+		}},
+		{"CreateBulk.OnConflictColumns.Ignore", func(t *testing.T, ctx context.Context, c conn, cs cc.Case) (int, error) {
+			return -1, tagBulk(t, c, cs).OnConflictColumns(cs.Write.Conflict...).Ignore().Exec(ctx)
 		}},
 	},
 	cc.DeleteWhere: {

@@ -22,8 +22,8 @@ import (
 // GlueFile is the file Extension writes beside the generated code.
 const GlueFile = "entcapture.go"
 
-//go:embed create_bulk.tmpl
-var createBulkTmpl string
+//go:embed entcapture.tmpl
+var templates string
 
 // Extension is the entc extension that generates the typed glue the
 // capture hook needs (table and column names, id type, .Sensitive()
@@ -45,7 +45,7 @@ func (extension) Options() []entc.Option {
 }
 
 func (extension) Templates() []*gen.Template {
-	return []*gen.Template{gen.MustParse(gen.NewTemplate("entcapture").Parse(createBulkTmpl))}
+	return []*gen.Template{gen.MustParse(gen.NewTemplate("entcapture").Parse(templates))}
 }
 
 func (extension) Hooks() []gen.Hook {
@@ -264,6 +264,9 @@ func (m *%[1]s) HeraldID() (any, bool) {
 	}
 	return *m.id, true
 }
+
+// HeraldBeforeInsert implements entcapture.Glue.
+func (m *%[1]s) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
 // HeraldPredicates implements entcapture.Glue.
 func (m *%[1]s) HeraldPredicates() []func(*sql.Selector) {

@@ -141,7 +141,8 @@ func (h *hook) wrap(next ent.Mutator) ent.Mutator {
 			return nil, err
 		}
 		op := opOf(m.Op())
-		if !spec.Captures(op) {
+		// A create may be an upsert that updates.
+		if !spec.Captures(op) && (op != envelope.Inserted || !spec.Captures(envelope.Updated)) {
 			return next.Mutate(ctx, m)
 		}
 		w2 := &write{g: g, sch: sch, spec: spec, op: op, d: d}
@@ -163,6 +164,9 @@ func (h *hook) wrap(next ent.Mutator) ent.Mutator {
 		}
 		v, err := w2.run(s.ctx, s, next)
 		if err == nil {
+			err = s.finishCreates()
+		}
+		if err == nil {
 			err = s.flush()
 		}
 		return v, s.close(err)
@@ -182,6 +186,9 @@ type scope struct {
 	own       dialect.Tx // the hook's transaction
 	savepoint string     // in the caller's transaction
 	locked    bool       // SQLite: the write lock is held
+	creates   []*created // creates (a CreateBulk's items) not yet turned into changes
+	upsert    *upsert    // the creates' upsert, read before the INSERT
+	upsertErr error
 	batches   []batch
 	topics    []string
 }
@@ -229,6 +236,7 @@ func open(ctx context.Context, g Glue, cd *CaptureDriver, w *envelope.Writer, d 
 }
 
 func (s *scope) add(spec *envelope.Spec, cs ...envelope.Change) {
+	cs = slices.DeleteFunc(cs, func(c envelope.Change) bool { return !spec.Captures(c.Operation) })
 	for i := range s.batches {
 		if s.batches[i].spec == spec {
 			s.batches[i].changes = append(s.batches[i].changes, cs...)

@@ -41,6 +41,9 @@ type Glue interface {
 	HeraldTx() dialect.Tx
 	// HeraldID is the id of an UpdateOne/DeleteOne (or a done Create).
 	HeraldID() (any, bool)
+	// HeraldBeforeInsert sets the function a create calls right before
+	// its INSERT with its upsert's conflict options (nil: no upsert).
+	HeraldBeforeInsert(f func([]sql.ConflictOption))
 	// HeraldPredicates are the mutation's Where predicates.
 	HeraldPredicates() []func(*sql.Selector)
 	// HeraldRow turns an entity returned by the mutation into columns.

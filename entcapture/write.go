@@ -60,27 +60,73 @@ func (w *write) run(ctx context.Context, s *scope, next ent.Mutator) (ent.Value,
 	return w.delete(ctx, s, next)
 }
 
-// create: the after image is the entity ent returns (its id included):
-// no statement but the INSERT.
+// create registers the mutation with its scope and runs it: its events
+// are built when the scope's creates are done (finishCreates), from the
+// entity ent returns, or for an upsert from the rows read around it.
 func (w *write) create(ctx context.Context, s *scope, next ent.Mutator) (ent.Value, error) {
+	it := &created{w: w}
+	s.creates = append(s.creates, it)
+	w.g.HeraldBeforeInsert(func(conflict []sql.ConflictOption) {
+		if len(conflict) > 0 && s.upsertErr == nil {
+			s.upsertErr = s.beforeUpsert(conflict)
+		}
+	})
 	v, err := next.Mutate(ctx, w.g)
+	w.g.HeraldBeforeInsert(nil)
+	if s.upsertErr != nil {
+		return v, s.upsertErr
+	}
 	if err != nil {
 		return v, err
 	}
-	row, ok := w.g.HeraldRow(v)
-	if !ok {
-		return v, envelope.Configurationf(w.sch.Name, "create returned %T, not the schema's entity: regenerate the code with entcapture.Extension()", v)
+	it.v = v
+	return v, nil
+}
+
+// created is one create of a scope.
+type created struct {
+	w *write
+	v ent.Value // what ent returned
+}
+
+// BulkConflict is called by the generated CreateBulk right before its
+// INSERT, with the bulk's upsert conflict options: it reads the rows they
+// conflict with. Not for use by hand.
+func BulkConflict(ctx context.Context, conflict []sql.ConflictOption) error {
+	b := bulkOf(ctx)
+	if b == nil || b.scope == nil || len(conflict) == 0 {
+		return nil
 	}
-	for _, c := range w.sch.Nullable {
-		if f := fieldOf(w.sch, c); f != "" {
-			if _, set := w.g.Field(f); !set {
-				row[c] = nil
+	return b.scope.beforeUpsert(conflict)
+}
+
+// finishCreates turns the scope's creates into changes.
+func (s *scope) finishCreates() error {
+	if len(s.creates) == 0 {
+		return nil
+	}
+	defer func() { s.creates, s.upsert = nil, nil }()
+	if s.upsert != nil {
+		return s.afterUpsert()
+	}
+	at := now()
+	for _, it := range s.creates {
+		w := it.w
+		row, ok := w.g.HeraldRow(it.v)
+		if !ok {
+			return envelope.Configurationf(w.sch.Name, "create returned %T, not the schema's entity: regenerate the code with entcapture.Extension()", it.v)
+		}
+		for _, c := range w.sch.Nullable {
+			if f := fieldOf(w.sch, c); f != "" {
+				if _, set := w.g.Field(f); !set {
+					row[c] = nil
+				}
 			}
 		}
+		s.add(w.spec, envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Inserted,
+			PK: row[w.sch.PK], After: row, OccurredAt: at})
 	}
-	s.add(w.spec, envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Inserted,
-		PK: row[w.sch.PK], After: row, OccurredAt: now()})
-	return v, nil
+	return nil
 }
 
 func fieldOf(s *Schema, col string) string {

@@ -89,6 +89,9 @@ func (m *LoanMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
+// HeraldBeforeInsert implements entcapture.Glue.
+func (m *LoanMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
+
 // HeraldPredicates implements entcapture.Glue.
 func (m *LoanMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
@@ -202,6 +205,9 @@ func (m *ReaderMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
+// HeraldBeforeInsert implements entcapture.Glue.
+func (m *ReaderMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
+
 // HeraldPredicates implements entcapture.Glue.
 func (m *ReaderMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
@@ -299,6 +305,9 @@ func (m *TagMutation) HeraldID() (any, bool) {
 	}
 	return *m.id, true
 }
+
+// HeraldBeforeInsert implements entcapture.Glue.
+func (m *TagMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
 // HeraldPredicates implements entcapture.Glue.
 func (m *TagMutation) HeraldPredicates() []func(*sql.Selector) {

@@ -145,6 +145,9 @@ func (_c *LoanCreate) createSpec() (*Loan, *sqlgraph.CreateSpec) {
 		_node = &Loan{config: _c.config}
 		_spec = sqlgraph.NewCreateSpec(loan.Table, sqlgraph.NewFieldSpec(loan.FieldID, field.TypeInt64))
 	)
+	if f := _c.mutation.heraldBefore; f != nil {
+		f(_c.conflict)
+	}
 	_spec.OnConflict = _c.conflict
 	if id, ok := _c.mutation.ID(); ok {
 		_node.ID = id
@@ -520,6 +523,9 @@ func (_c *LoanCreateBulk) Save(ctx context.Context) ([]*Loan, error) {
 					_, err = mutators[i+1].Mutate(root, _c.builders[i+1].mutation)
 				} else {
 					spec := &sqlgraph.BatchCreateSpec{Nodes: specs}
+					if herr := entcapture.BulkConflict(ctx, _c.conflict); herr != nil {
+						return nil, herr
+					}
 					spec.OnConflict = _c.conflict
 					// Invoke the actual operation on the latest mutation in the chain.
 					if err = sqlgraph.BatchCreate(ctx, _c.driver, spec); err != nil {

@@ -47,6 +47,7 @@ type LoanMutation struct {
 	done          bool
 	oldValue      func(context.Context) (*Loan, error)
 	predicates    []predicate.Loan
+	heraldBefore  func([]sql.ConflictOption)
 }
 
 var _ ent.Mutation = (*LoanMutation)(nil)
@@ -701,6 +702,7 @@ type ReaderMutation struct {
 	done          bool
 	oldValue      func(context.Context) (*Reader, error)
 	predicates    []predicate.Reader
+	heraldBefore  func([]sql.ConflictOption)
 }
 
 var _ ent.Mutation = (*ReaderMutation)(nil)
@@ -1086,6 +1088,7 @@ type TagMutation struct {
 	done          bool
 	oldValue      func(context.Context) (*Tag, error)
 	predicates    []predicate.Tag
+	heraldBefore  func([]sql.ConflictOption)
 }
 
 var _ ent.Mutation = (*TagMutation)(nil)

@@ -108,6 +108,9 @@ func (_c *ReaderCreate) createSpec() (*Reader, *sqlgraph.CreateSpec) {
 		_node = &Reader{config: _c.config}
 		_spec = sqlgraph.NewCreateSpec(reader.Table, sqlgraph.NewFieldSpec(reader.FieldID, field.TypeInt64))
 	)
+	if f := _c.mutation.heraldBefore; f != nil {
+		f(_c.conflict)
+	}
 	_spec.OnConflict = _c.conflict
 	if id, ok := _c.mutation.ID(); ok {
 		_node.ID = id
@@ -341,6 +344,9 @@ func (_c *ReaderCreateBulk) Save(ctx context.Context) ([]*Reader, error) {
 					_, err = mutators[i+1].Mutate(root, _c.builders[i+1].mutation)
 				} else {
 					spec := &sqlgraph.BatchCreateSpec{Nodes: specs}
+					if herr := entcapture.BulkConflict(ctx, _c.conflict); herr != nil {
+						return nil, herr
+					}
 					spec.OnConflict = _c.conflict
 					// Invoke the actual operation on the latest mutation in the chain.
 					if err = sqlgraph.BatchCreate(ctx, _c.driver, spec); err != nil {
