@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	entschema "entgo.io/ent/dialect/sql/schema"
 	"entgo.io/ent/entc"
 	"entgo.io/ent/entc/gen"
 
@@ -180,6 +181,20 @@ var _ = stdsql.ErrNoRows
 	for _, n := range captured {
 		glueType(pf, n)
 	}
+	cascades, err := cascadesOf(g, captured)
+	if err != nil {
+		return err
+	}
+	pf("func init() {\n")
+	for _, n := range captured {
+		v := "herald" + n.Name
+		pf("\t%sSchema.Scan = (*%s)(nil).HeraldScan\n", v, n.MutationName())
+		pf("\t%sSchema.Hooks = func() []ent.Hook { return %s.Hooks[:] }\n", v, n.Package())
+		for _, c := range cascades[n.Name] {
+			pf("\t%sSchema.Cascades = append(%[1]sSchema.Cascades, entcapture.Cascade{Child: herald%sSchema, Column: %q, SetNull: %v})\n", v, c.child, c.column, c.setNull)
+		}
+	}
+	pf("}\n")
 	src, err := format.Source(b.Bytes())
 	if err != nil {
 		return fmt.Errorf("herald/entcapture: format generated glue: %w\n%s", err, b.Bytes())
@@ -192,6 +207,44 @@ var _ = stdsql.ErrNoRows
 		return fmt.Errorf("herald/entcapture: write %s: %w", target, err)
 	}
 	return nil
+}
+
+type cascade struct {
+	child, column string
+	setNull       bool
+}
+
+// cascadesOf finds, from the tables ent migrates, the foreign keys of
+// captured tables that reference a captured table with ON DELETE CASCADE
+// or SET NULL (ent's defaults included: a nullable foreign key is SET
+// NULL, an edge schema's are CASCADE).
+func cascadesOf(g *gen.Graph, captured []*gen.Type) (map[string][]cascade, error) {
+	tables, err := g.Tables()
+	if err != nil {
+		return nil, fmt.Errorf("herald/entcapture: tables: %w", err)
+	}
+	byTable := map[string]*gen.Type{}
+	for _, n := range captured {
+		byTable[n.Table()] = n
+	}
+	out := map[string][]cascade{}
+	for _, t := range tables {
+		child, ok := byTable[t.Name]
+		if !ok {
+			continue
+		}
+		for _, fk := range t.ForeignKeys {
+			parent, ok := byTable[fk.RefTable.Name]
+			if !ok || len(fk.Columns) != 1 {
+				continue
+			}
+			switch fk.OnDelete {
+			case entschema.Cascade, entschema.SetNull:
+				out[parent.Name] = append(out[parent.Name], cascade{child: child.Name, column: fk.Columns[0].Name, setNull: fk.OnDelete == entschema.SetNull})
+			}
+		}
+	}
+	return out, nil
 }
 
 func glueType(pf func(string, ...any), n *gen.Type) {

@@ -108,8 +108,35 @@ func errNoGlue(m ent.Mutation) error {
 		"add entc.Extensions(entcapture.Extension()) to the code generation (entc.go) and run go generate", m.Type())
 }
 
-func (h *hook) wrap(next ent.Mutator) ent.Mutator {
-	return ent.MutateFunc(func(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+// captureMutator is the Mutator the capture hook returns; its type lets
+// the capture of a parent schema find a cascaded child's hook, and so its
+// Options.
+type captureMutator struct {
+	h    *hook
+	next ent.Mutator
+}
+
+func (h *hook) wrap(next ent.Mutator) ent.Mutator { return &captureMutator{h: h, next: next} }
+
+// hookOf finds the capture hook among a schema's hooks.
+func hookOf(s *Schema) *hook {
+	if s.Hooks == nil {
+		return nil
+	}
+	for _, hk := range s.Hooks() {
+		if hk == nil {
+			continue
+		}
+		if cm, ok := hk(nil).(*captureMutator); ok {
+			return cm.h
+		}
+	}
+	return nil
+}
+
+func (cm *captureMutator) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	h, next := cm.h, cm.next
+	{
 		g, ok := m.(Glue)
 		if !ok {
 			return nil, errNoGlue(m)
@@ -142,7 +169,9 @@ func (h *hook) wrap(next ent.Mutator) ent.Mutator {
 		}
 		op := opOf(m.Op())
 		// A create may be an upsert that updates.
-		if !spec.Captures(op) && (op != envelope.Inserted || !spec.Captures(envelope.Updated)) {
+		// A delete may cascade to captured rows.
+		if !spec.Captures(op) && (op != envelope.Inserted || !spec.Captures(envelope.Updated)) &&
+			(op != envelope.Deleted || len(sch.Cascades) == 0) {
 			return next.Mutate(ctx, m)
 		}
 		w2 := &write{g: g, sch: sch, spec: spec, op: op, d: d}
@@ -170,7 +199,7 @@ func (h *hook) wrap(next ent.Mutator) ent.Mutator {
 			err = s.flush()
 		}
 		return v, s.close(err)
-	})
+	}
 }
 
 // scope is the transaction a captured write and its events run in: the

@@ -26,6 +26,23 @@ type Schema struct {
 	// Nullable lists the columns of optional fields without a default:
 	// NULL when a create does not set them.
 	Nullable []string
+	// Cascades are the foreign keys of captured tables that reference
+	// this one with ON DELETE CASCADE or SET NULL: the rows a delete makes
+	// the database delete or update.
+	Cascades []Cascade
+	// Scan reads rows of the given columns as the schema's entity reads
+	// them (HeraldScan, for rows reached by a cascade).
+	Scan func(rows *stdsql.Rows, cols []string) ([]map[string]any, error)
+	// Hooks returns the schema's hooks, among them its capture hook.
+	Hooks func() []ent.Hook
+}
+
+// Cascade is one foreign key that a delete of its referenced rows makes
+// the database follow.
+type Cascade struct {
+	Child   *Schema // the referencing schema
+	Column  string  // its foreign-key column
+	SetNull bool    // ON DELETE SET NULL; otherwise CASCADE
 }
 
 // Glue is implemented by the generated mutation types of captured

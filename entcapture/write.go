@@ -237,7 +237,11 @@ func (w *write) delete(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 	if err != nil {
 		return nil, err
 	}
-	w.g.WhereP(sql.FieldIn(w.sch.PK, pks(before, w.sch.PK)...))
+	ids := pks(before, w.sch.PK)
+	w.g.WhereP(sql.FieldIn(w.sch.PK, ids...))
+	if err := s.cascade(w.sch, ids, 0); err != nil {
+		return nil, err
+	}
 	v, err := next.Mutate(ctx, w.g)
 	if err != nil {
 		return v, err

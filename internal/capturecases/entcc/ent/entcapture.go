@@ -365,3 +365,12 @@ func heraldTagRow(e *Tag, cols []string, vals []any) map[string]any {
 }
 
 var _ entcapture.Glue = (*TagMutation)(nil)
+
+func init() {
+	heraldLoanSchema.Scan = (*LoanMutation)(nil).HeraldScan
+	heraldLoanSchema.Hooks = func() []ent.Hook { return loan.Hooks[:] }
+	heraldReaderSchema.Scan = (*ReaderMutation)(nil).HeraldScan
+	heraldReaderSchema.Hooks = func() []ent.Hook { return reader.Hooks[:] }
+	heraldTagSchema.Scan = (*TagMutation)(nil).HeraldScan
+	heraldTagSchema.Hooks = func() []ent.Hook { return tag.Hooks[:] }
+}
