@@ -57,13 +57,7 @@ func (s *scope) cascade(parent *Schema, ids []any, depth int) error {
 		if s.d == envelope.Postgres {
 			sel.ForUpdate()
 		}
-		q, args := sel.Query()
-		rows, err := s.g.QueryContext(s.ctx, q, args...)
-		if err != nil {
-			return fmt.Errorf("herald/entcapture: %s: read rows a delete of %s reaches: %w", child.Name, parent.Name, err)
-		}
-		got, err := child.Scan(rows, cols)
-		_ = rows.Close()
+		got, err := s.query(sel, cols, child.Scan)
 		if err != nil {
 			return fmt.Errorf("herald/entcapture: %s: read rows a delete of %s reaches: %w", child.Name, parent.Name, err)
 		}

@@ -54,6 +54,11 @@
 //     herald cannot classify (no conflict columns, ON CONSTRAINT, a partial
 //     index, an update with a WHERE) fails with envelope.ErrUnsupported
 //     naming the schema, and writes nothing.
+//   - Edge schemas (edge.To(…).Through(…)): their rows written through
+//     their own client are captured like any schema's; the join rows that
+//     edge setters write past every hook (AddGroups, RemoveGroups,
+//     ClearGroups, on create and update) are read before and after the
+//     write and captured as inserted and deleted rows of the edge schema.
 //
 // Each bulk write costs the same number of statements whatever its number
 // of rows: one snapshot statement (two for an upsert), the write, one
@@ -70,8 +75,8 @@
 // # Not captured
 //
 // Statements that bypass ent's hooks: ExecContext/QueryContext and other
-// raw SQL; M2M join rows written by edge setters (AddX, RemoveX, ClearX)
-// — capture the join as an edge schema and write its rows through its own
-// client; rows of tables that are not captured, and what a cascade reaches
-// through them.
+// raw SQL; join rows of a many-to-many edge without an edge schema (there
+// is no schema to capture them as — declare one with Through); rows of
+// tables that are not captured, and what a cascade reaches through them;
+// schemas with a composite id.
 package entcapture

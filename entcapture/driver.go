@@ -82,7 +82,7 @@ func (d *CaptureDriver) init() error {
 		if d.err != nil {
 			return
 		}
-		d.dialect, d.err = dialectOf(d.Driver.Dialect())
+		d.dialect, d.err = dialectOf(d.Dialect())
 		if d.err != nil {
 			return
 		}

@@ -3,6 +3,7 @@ package entcapture
 import (
 	"cmp"
 	"context"
+	stdsql "database/sql"
 	"fmt"
 	"slices"
 	"strconv"
@@ -171,7 +172,7 @@ func (cm *captureMutator) Mutate(ctx context.Context, m ent.Mutation) (ent.Value
 		// A create may be an upsert that updates.
 		// A delete may cascade to captured rows.
 		if !spec.Captures(op) && (op != envelope.Inserted || !spec.Captures(envelope.Updated)) &&
-			(op != envelope.Deleted || len(sch.Cascades) == 0) {
+			(op != envelope.Deleted || len(sch.Cascades) == 0) && len(sch.Edges) == 0 {
 			return next.Mutate(ctx, m)
 		}
 		w2 := &write{g: g, sch: sch, spec: spec, op: op, d: d}
@@ -451,17 +452,27 @@ func (s *scope) selectRows(w *write, cols []string, id any, byID bool, ids []any
 	if s.d == envelope.Postgres && ids == nil {
 		sel.ForUpdate()
 	}
-	q, args := sel.Query()
-	rows, err := w.g.QueryContext(s.ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("herald/entcapture: %s: read rows: %w", w.sch.Name, err)
-	}
-	defer rows.Close()
-	out, err := w.g.HeraldScan(rows, cols)
+	out, err := s.query(sel, cols, w.g.HeraldScan)
 	if err != nil {
 		return nil, fmt.Errorf("herald/entcapture: %s: read rows: %w", w.sch.Name, err)
 	}
 	return out, nil
+}
+
+// query runs a snapshot SELECT in the write's transaction and scans its
+// rows as their schema's entity would.
+func (s *scope) query(sel *sql.Selector, cols []string, scan func(*stdsql.Rows, []string) ([]map[string]any, error)) ([]map[string]any, error) {
+	q, args := sel.Query()
+	rows, err := s.g.QueryContext(s.ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out, err := scan(rows, cols)
+	if err != nil {
+		return nil, err
+	}
+	return out, rows.Err()
 }
 
 func dialectName(d envelope.Dialect) string {

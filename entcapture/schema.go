@@ -30,11 +30,23 @@ type Schema struct {
 	// this one with ON DELETE CASCADE or SET NULL: the rows a delete makes
 	// the database delete or update.
 	Cascades []Cascade
+	// Edges are the schema's many-to-many edges through a captured edge
+	// schema: the join rows their setters (AddX, RemoveX, ClearX) write.
+	Edges []ThroughEdge
 	// Scan reads rows of the given columns as the schema's entity reads
 	// them (HeraldScan, for rows reached by a cascade).
 	Scan func(rows *stdsql.Rows, cols []string) ([]map[string]any, error)
 	// Hooks returns the schema's hooks, among them its capture hook.
 	Hooks func() []ent.Hook
+}
+
+// ThroughEdge is a many-to-many edge whose join table is a captured edge
+// schema.
+type ThroughEdge struct {
+	Name    string  // the edge: "clubs"
+	Through *Schema // the edge schema
+	Own     string  // its column holding this schema's id
+	Other   string  // its column holding the other side's id
 }
 
 // Cascade is one foreign key that a delete of its referenced rows makes

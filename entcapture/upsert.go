@@ -99,7 +99,7 @@ func qualifiedSelf(rhs, table, col string) bool {
 func splitTop(s string) []string {
 	var out []string
 	depth, start := 0, 0
-	for i := 0; i < len(s); i++ {
+	for i := range len(s) {
 		switch s[i] {
 		case '(':
 			depth++
@@ -214,13 +214,7 @@ func (s *scope) rowsByTarget(w *write, u *upsert, lock bool) (map[string]map[str
 	if lock && s.d == envelope.Postgres {
 		sel.ForUpdate()
 	}
-	q, args := sel.Query()
-	rows, err := w.g.QueryContext(s.ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("herald/entcapture: %s: read upserted rows: %w", w.sch.Name, err)
-	}
-	defer rows.Close()
-	got, err := w.g.HeraldScan(rows, u.cols)
+	got, err := s.query(sel, u.cols, w.g.HeraldScan)
 	if err != nil {
 		return nil, fmt.Errorf("herald/entcapture: %s: read upserted rows: %w", w.sch.Name, err)
 	}

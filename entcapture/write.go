@@ -71,6 +71,10 @@ func (w *write) create(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 			s.upsertErr = s.beforeUpsert(conflict)
 		}
 	})
+	ews, err := s.edgeWrites(w)
+	if err != nil {
+		return nil, err
+	}
 	v, err := next.Mutate(ctx, w.g)
 	w.g.HeraldBeforeInsert(nil)
 	if s.upsertErr != nil {
@@ -80,6 +84,13 @@ func (w *write) create(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 		return v, err
 	}
 	it.v = v
+	if len(ews) > 0 {
+		if id, ok := w.g.HeraldID(); ok {
+			if err := s.edgesAfter(ews, []any{id}); err != nil {
+				return v, err
+			}
+		}
+	}
 	return v, nil
 }
 
@@ -182,15 +193,32 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 			w.g.WhereP(sql.FieldIn(w.sch.PK, ids...))
 		}
 	}
+	ews, err := s.edgeWrites(w)
+	if err != nil {
+		return nil, err
+	}
+	owners := ids
+	if one {
+		owners = []any{id}
+	}
+	if len(ews) > 0 {
+		if err := s.edgesBefore(ews, owners); err != nil {
+			return nil, err
+		}
+	}
 	v, err := next.Mutate(ctx, w.g)
 	if err != nil {
 		return v, err
 	}
-	if one {
-		ids = []any{id}
+	if len(ews) > 0 {
+		if err := s.edgesAfter(ews, owners); err != nil {
+			return v, err
+		}
 	}
-	if len(ids) == 0 {
-		return v, nil
+	ids = owners
+	changed := w.changed()
+	if len(ids) == 0 || !w.spec.Captures(envelope.Updated) || (len(changed) == 0 && len(ews) > 0) {
+		return v, nil // an update of edges only changes no column of its own
 	}
 	after := make([]map[string]any, len(ids))
 	if rows {
@@ -208,7 +236,6 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 	for _, r := range before {
 		byID[envelope.KeyText(r[w.sch.PK])] = r
 	}
-	changed := w.changed()
 	cs := make([]envelope.Change, 0, len(after))
 	at := now()
 	for _, a := range after {

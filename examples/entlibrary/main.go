@@ -72,12 +72,12 @@ func run(ctx context.Context, out io.Writer) (int, error) {
 
 	const want = 11
 	delivered := make(chan struct{}, want)
-	print := delivery.Func(func(ctx context.Context, e *envelope.Event) error {
+	printEvent := delivery.Func(func(ctx context.Context, e *envelope.Event) error {
 		fmt.Fprintf(out, "%2d %-27s %s\n", e.Sequence, e.Topic, occurredAt.ReplaceAll(e.Payload, nil))
 		delivered <- struct{}{}
 		return nil
 	})
-	r, err := relay.New(db, print, relay.Config{Wakeup: w, Concurrency: 1})
+	r, err := relay.New(db, printEvent, relay.Config{Wakeup: w, Concurrency: 1})
 	if err != nil {
 		return 0, err
 	}

@@ -353,6 +353,22 @@ func (c *ClubClient) QueryReaders(_m *Club) *ReaderQuery {
 	return query
 }
 
+// QueryPresident queries the president edge of a Club.
+func (c *ClubClient) QueryPresident(_m *Club) *ReaderQuery {
+	query := (&ReaderClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(club.Table, club.FieldID, id),
+			sqlgraph.To(reader.Table, reader.FieldID),
+			sqlgraph.Edge(sqlgraph.M2O, true, club.PresidentTable, club.PresidentColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
 // QueryMemberships queries the memberships edge of a Club.
 func (c *ClubClient) QueryMemberships(_m *Club) *MembershipQuery {
 	query := (&MembershipClient{config: c.config}).Query()
@@ -844,6 +860,22 @@ func (c *ReaderClient) QueryClubs(_m *Reader) *ClubQuery {
 			sqlgraph.From(reader.Table, reader.FieldID, id),
 			sqlgraph.To(club.Table, club.FieldID),
 			sqlgraph.Edge(sqlgraph.M2M, false, reader.ClubsTable, reader.ClubsPrimaryKey...),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
+// QueryPresides queries the presides edge of a Reader.
+func (c *ReaderClient) QueryPresides(_m *Reader) *ClubQuery {
+	query := (&ClubClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(reader.Table, reader.FieldID, id),
+			sqlgraph.To(club.Table, club.FieldID),
+			sqlgraph.Edge(sqlgraph.O2M, false, reader.PresidesTable, reader.PresidesColumn),
 		)
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil

@@ -9,6 +9,7 @@ import (
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
 	"github.com/heraldgo/herald/examples/entlibrary/ent/club"
+	"github.com/heraldgo/herald/examples/entlibrary/ent/reader"
 )
 
 // Club is the model entity for the Club schema.
@@ -20,19 +21,22 @@ type Club struct {
 	Name string `json:"name,omitempty"`
 	// Edges holds the relations/edges for other nodes in the graph.
 	// The values are being populated by the ClubQuery when eager-loading is set.
-	Edges        ClubEdges `json:"edges"`
-	selectValues sql.SelectValues
+	Edges           ClubEdges `json:"edges"`
+	reader_presides *int
+	selectValues    sql.SelectValues
 }
 
 // ClubEdges holds the relations/edges for other nodes in the graph.
 type ClubEdges struct {
 	// Readers holds the value of the readers edge.
 	Readers []*Reader `json:"readers,omitempty"`
+	// President holds the value of the president edge.
+	President *Reader `json:"president,omitempty"`
 	// Memberships holds the value of the memberships edge.
 	Memberships []*Membership `json:"memberships,omitempty"`
 	// loadedTypes holds the information for reporting if a
 	// type was loaded (or requested) in eager-loading or not.
-	loadedTypes [2]bool
+	loadedTypes [3]bool
 }
 
 // ReadersOrErr returns the Readers value or an error if the edge
@@ -44,10 +48,21 @@ func (e ClubEdges) ReadersOrErr() ([]*Reader, error) {
 	return nil, &NotLoadedError{edge: "readers"}
 }
 
+// PresidentOrErr returns the President value or an error if the edge
+// was not loaded in eager-loading, or loaded but was not found.
+func (e ClubEdges) PresidentOrErr() (*Reader, error) {
+	if e.President != nil {
+		return e.President, nil
+	} else if e.loadedTypes[1] {
+		return nil, &NotFoundError{label: reader.Label}
+	}
+	return nil, &NotLoadedError{edge: "president"}
+}
+
 // MembershipsOrErr returns the Memberships value or an error if the edge
 // was not loaded in eager-loading.
 func (e ClubEdges) MembershipsOrErr() ([]*Membership, error) {
-	if e.loadedTypes[1] {
+	if e.loadedTypes[2] {
 		return e.Memberships, nil
 	}
 	return nil, &NotLoadedError{edge: "memberships"}
@@ -62,6 +77,8 @@ func (*Club) scanValues(columns []string) ([]any, error) {
 			values[i] = new(sql.NullInt64)
 		case club.FieldName:
 			values[i] = new(sql.NullString)
+		case club.ForeignKeys[0]: // reader_presides
+			values[i] = new(sql.NullInt64)
 		default:
 			values[i] = new(sql.UnknownType)
 		}
@@ -89,6 +106,13 @@ func (_m *Club) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.Name = value.String
 			}
+		case club.ForeignKeys[0]:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for edge-field reader_presides", value)
+			} else if value.Valid {
+				_m.reader_presides = new(int)
+				*_m.reader_presides = int(value.Int64)
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -105,6 +129,11 @@ func (_m *Club) Value(name string) (ent.Value, error) {
 // QueryReaders queries the "readers" edge of the Club entity.
 func (_m *Club) QueryReaders() *ReaderQuery {
 	return NewClubClient(_m.config).QueryReaders(_m)
+}
+
+// QueryPresident queries the "president" edge of the Club entity.
+func (_m *Club) QueryPresident() *ReaderQuery {
+	return NewClubClient(_m.config).QueryPresident(_m)
 }
 
 // QueryMemberships queries the "memberships" edge of the Club entity.

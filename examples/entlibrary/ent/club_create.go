@@ -45,6 +45,25 @@ func (_c *ClubCreate) AddReaders(v ...*Reader) *ClubCreate {
 	return _c.AddReaderIDs(ids...)
 }
 
+// SetPresidentID sets the "president" edge to the Reader entity by ID.
+func (_c *ClubCreate) SetPresidentID(id int) *ClubCreate {
+	_c.mutation.SetPresidentID(id)
+	return _c
+}
+
+// SetNillablePresidentID sets the "president" edge to the Reader entity by ID if the given value is not nil.
+func (_c *ClubCreate) SetNillablePresidentID(id *int) *ClubCreate {
+	if id != nil {
+		_c = _c.SetPresidentID(*id)
+	}
+	return _c
+}
+
+// SetPresident sets the "president" edge to the Reader entity.
+func (_c *ClubCreate) SetPresident(v *Reader) *ClubCreate {
+	return _c.SetPresidentID(v.ID)
+}
+
 // AddMembershipIDs adds the "memberships" edge to the Membership entity by IDs.
 func (_c *ClubCreate) AddMembershipIDs(ids ...int) *ClubCreate {
 	_c.mutation.AddMembershipIDs(ids...)
@@ -149,6 +168,23 @@ func (_c *ClubCreate) createSpec() (*Club, *sqlgraph.CreateSpec) {
 		_ = createE.defaults()
 		_, specE := createE.createSpec()
 		edge.Target.Fields = specE.Fields
+		_spec.Edges = append(_spec.Edges, edge)
+	}
+	if nodes := _c.mutation.PresidentIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.M2O,
+			Inverse: true,
+			Table:   club.PresidentTable,
+			Columns: []string{club.PresidentColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(reader.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_node.reader_presides = &nodes[0]
 		_spec.Edges = append(_spec.Edges, edge)
 	}
 	if nodes := _c.mutation.MembershipsIDs(); len(nodes) > 0 {

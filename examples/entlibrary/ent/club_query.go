@@ -26,7 +26,9 @@ type ClubQuery struct {
 	inters          []Interceptor
 	predicates      []predicate.Club
 	withReaders     *ReaderQuery
+	withPresident   *ReaderQuery
 	withMemberships *MembershipQuery
+	withFKs         bool
 	// intermediate query (i.e. traversal path).
 	sql  *sql.Selector
 	path func(context.Context) (*sql.Selector, error)
@@ -78,6 +80,28 @@ func (_q *ClubQuery) QueryReaders() *ReaderQuery {
 			sqlgraph.From(club.Table, club.FieldID, selector),
 			sqlgraph.To(reader.Table, reader.FieldID),
 			sqlgraph.Edge(sqlgraph.M2M, true, club.ReadersTable, club.ReadersPrimaryKey...),
+		)
+		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
+		return fromU, nil
+	}
+	return query
+}
+
+// QueryPresident chains the current query on the "president" edge.
+func (_q *ClubQuery) QueryPresident() *ReaderQuery {
+	query := (&ReaderClient{config: _q.config}).Query()
+	query.path = func(ctx context.Context) (fromU *sql.Selector, err error) {
+		if err := _q.prepareQuery(ctx); err != nil {
+			return nil, err
+		}
+		selector := _q.sqlQuery(ctx)
+		if err := selector.Err(); err != nil {
+			return nil, err
+		}
+		step := sqlgraph.NewStep(
+			sqlgraph.From(club.Table, club.FieldID, selector),
+			sqlgraph.To(reader.Table, reader.FieldID),
+			sqlgraph.Edge(sqlgraph.M2O, true, club.PresidentTable, club.PresidentColumn),
 		)
 		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
 		return fromU, nil
@@ -300,6 +324,7 @@ func (_q *ClubQuery) Clone() *ClubQuery {
 		inters:          append([]Interceptor{}, _q.inters...),
 		predicates:      append([]predicate.Club{}, _q.predicates...),
 		withReaders:     _q.withReaders.Clone(),
+		withPresident:   _q.withPresident.Clone(),
 		withMemberships: _q.withMemberships.Clone(),
 		// clone intermediate query.
 		sql:  _q.sql.Clone(),
@@ -315,6 +340,17 @@ func (_q *ClubQuery) WithReaders(opts ...func(*ReaderQuery)) *ClubQuery {
 		opt(query)
 	}
 	_q.withReaders = query
+	return _q
+}
+
+// WithPresident tells the query-builder to eager-load the nodes that are connected to
+// the "president" edge. The optional arguments are used to configure the query builder of the edge.
+func (_q *ClubQuery) WithPresident(opts ...func(*ReaderQuery)) *ClubQuery {
+	query := (&ReaderClient{config: _q.config}).Query()
+	for _, opt := range opts {
+		opt(query)
+	}
+	_q.withPresident = query
 	return _q
 }
 
@@ -406,12 +442,20 @@ func (_q *ClubQuery) prepareQuery(ctx context.Context) error {
 func (_q *ClubQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Club, error) {
 	var (
 		nodes       = []*Club{}
+		withFKs     = _q.withFKs
 		_spec       = _q.querySpec()
-		loadedTypes = [2]bool{
+		loadedTypes = [3]bool{
 			_q.withReaders != nil,
+			_q.withPresident != nil,
 			_q.withMemberships != nil,
 		}
 	)
+	if _q.withPresident != nil {
+		withFKs = true
+	}
+	if withFKs {
+		_spec.Node.Columns = append(_spec.Node.Columns, club.ForeignKeys...)
+	}
 	_spec.ScanValues = func(columns []string) ([]any, error) {
 		return (*Club).scanValues(nil, columns)
 	}
@@ -434,6 +478,12 @@ func (_q *ClubQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Club, e
 		if err := _q.loadReaders(ctx, query, nodes,
 			func(n *Club) { n.Edges.Readers = []*Reader{} },
 			func(n *Club, e *Reader) { n.Edges.Readers = append(n.Edges.Readers, e) }); err != nil {
+			return nil, err
+		}
+	}
+	if query := _q.withPresident; query != nil {
+		if err := _q.loadPresident(ctx, query, nodes, nil,
+			func(n *Club, e *Reader) { n.Edges.President = e }); err != nil {
 			return nil, err
 		}
 	}
@@ -504,6 +554,38 @@ func (_q *ClubQuery) loadReaders(ctx context.Context, query *ReaderQuery, nodes 
 		}
 		for kn := range nodes {
 			assign(kn, n)
+		}
+	}
+	return nil
+}
+func (_q *ClubQuery) loadPresident(ctx context.Context, query *ReaderQuery, nodes []*Club, init func(*Club), assign func(*Club, *Reader)) error {
+	ids := make([]int, 0, len(nodes))
+	nodeids := make(map[int][]*Club)
+	for i := range nodes {
+		if nodes[i].reader_presides == nil {
+			continue
+		}
+		fk := *nodes[i].reader_presides
+		if _, ok := nodeids[fk]; !ok {
+			ids = append(ids, fk)
+		}
+		nodeids[fk] = append(nodeids[fk], nodes[i])
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	query.Where(reader.IDIn(ids...))
+	neighbors, err := query.All(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range neighbors {
+		nodes, ok := nodeids[n.ID]
+		if !ok {
+			return fmt.Errorf(`unexpected foreign-key "reader_presides" returned %v`, n.ID)
+		}
+		for i := range nodes {
+			assign(nodes[i], n)
 		}
 	}
 	return nil

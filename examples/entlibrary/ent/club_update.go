@@ -58,6 +58,25 @@ func (_u *ClubUpdate) AddReaders(v ...*Reader) *ClubUpdate {
 	return _u.AddReaderIDs(ids...)
 }
 
+// SetPresidentID sets the "president" edge to the Reader entity by ID.
+func (_u *ClubUpdate) SetPresidentID(id int) *ClubUpdate {
+	_u.mutation.SetPresidentID(id)
+	return _u
+}
+
+// SetNillablePresidentID sets the "president" edge to the Reader entity by ID if the given value is not nil.
+func (_u *ClubUpdate) SetNillablePresidentID(id *int) *ClubUpdate {
+	if id != nil {
+		_u = _u.SetPresidentID(*id)
+	}
+	return _u
+}
+
+// SetPresident sets the "president" edge to the Reader entity.
+func (_u *ClubUpdate) SetPresident(v *Reader) *ClubUpdate {
+	return _u.SetPresidentID(v.ID)
+}
+
 // AddMembershipIDs adds the "memberships" edge to the Membership entity by IDs.
 func (_u *ClubUpdate) AddMembershipIDs(ids ...int) *ClubUpdate {
 	_u.mutation.AddMembershipIDs(ids...)
@@ -97,6 +116,12 @@ func (_u *ClubUpdate) RemoveReaders(v ...*Reader) *ClubUpdate {
 		ids[i] = v[i].ID
 	}
 	return _u.RemoveReaderIDs(ids...)
+}
+
+// ClearPresident clears the "president" edge to the Reader entity.
+func (_u *ClubUpdate) ClearPresident() *ClubUpdate {
+	_u.mutation.ClearPresident()
+	return _u
 }
 
 // ClearMemberships clears all "memberships" edges to the Membership entity.
@@ -216,6 +241,35 @@ func (_u *ClubUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 		edge.Target.Fields = specE.Fields
 		_spec.Edges.Add = append(_spec.Edges.Add, edge)
 	}
+	if _u.mutation.PresidentCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.M2O,
+			Inverse: true,
+			Table:   club.PresidentTable,
+			Columns: []string{club.PresidentColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(reader.FieldID, field.TypeInt),
+			},
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.PresidentIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.M2O,
+			Inverse: true,
+			Table:   club.PresidentTable,
+			Columns: []string{club.PresidentColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(reader.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
 	if _u.mutation.MembershipsCleared() {
 		edge := &sqlgraph.EdgeSpec{
 			Rel:     sqlgraph.O2M,
@@ -310,6 +364,25 @@ func (_u *ClubUpdateOne) AddReaders(v ...*Reader) *ClubUpdateOne {
 	return _u.AddReaderIDs(ids...)
 }
 
+// SetPresidentID sets the "president" edge to the Reader entity by ID.
+func (_u *ClubUpdateOne) SetPresidentID(id int) *ClubUpdateOne {
+	_u.mutation.SetPresidentID(id)
+	return _u
+}
+
+// SetNillablePresidentID sets the "president" edge to the Reader entity by ID if the given value is not nil.
+func (_u *ClubUpdateOne) SetNillablePresidentID(id *int) *ClubUpdateOne {
+	if id != nil {
+		_u = _u.SetPresidentID(*id)
+	}
+	return _u
+}
+
+// SetPresident sets the "president" edge to the Reader entity.
+func (_u *ClubUpdateOne) SetPresident(v *Reader) *ClubUpdateOne {
+	return _u.SetPresidentID(v.ID)
+}
+
 // AddMembershipIDs adds the "memberships" edge to the Membership entity by IDs.
 func (_u *ClubUpdateOne) AddMembershipIDs(ids ...int) *ClubUpdateOne {
 	_u.mutation.AddMembershipIDs(ids...)
@@ -349,6 +422,12 @@ func (_u *ClubUpdateOne) RemoveReaders(v ...*Reader) *ClubUpdateOne {
 		ids[i] = v[i].ID
 	}
 	return _u.RemoveReaderIDs(ids...)
+}
+
+// ClearPresident clears the "president" edge to the Reader entity.
+func (_u *ClubUpdateOne) ClearPresident() *ClubUpdateOne {
+	_u.mutation.ClearPresident()
+	return _u
 }
 
 // ClearMemberships clears all "memberships" edges to the Membership entity.
@@ -496,6 +575,35 @@ func (_u *ClubUpdateOne) sqlSave(ctx context.Context) (_node *Club, err error) {
 		_ = createE.defaults()
 		_, specE := createE.createSpec()
 		edge.Target.Fields = specE.Fields
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
+	if _u.mutation.PresidentCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.M2O,
+			Inverse: true,
+			Table:   club.PresidentTable,
+			Columns: []string{club.PresidentColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(reader.FieldID, field.TypeInt),
+			},
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.PresidentIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.M2O,
+			Inverse: true,
+			Table:   club.PresidentTable,
+			Columns: []string{club.PresidentColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(reader.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
 		_spec.Edges.Add = append(_spec.Edges.Add, edge)
 	}
 	if _u.mutation.MembershipsCleared() {

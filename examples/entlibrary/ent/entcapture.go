@@ -54,7 +54,7 @@ var _ = stdsql.ErrNoRows
 var heraldClubSchema = &entcapture.Schema{
 	Name:    "Club",
 	Table:   club.Table,
-	Columns: []string{"id", "name"},
+	Columns: []string{"id", "name", "reader_presides"},
 	PK:      "id",
 	Fields:  map[string]string{"name": "name"},
 }
@@ -142,6 +142,12 @@ func heraldClubRow(e *Club, cols []string, vals []any) map[string]any {
 			row[c] = e.ID
 		case "name":
 			row[c] = e.Name
+		case "reader_presides":
+			if e.reader_presides != nil {
+				row[c] = *e.reader_presides
+			} else {
+				row[c] = nil
+			}
 		}
 	}
 	return row
@@ -460,6 +466,7 @@ var _ entcapture.Glue = (*ReaderMutation)(nil)
 func init() {
 	heraldClubSchema.Scan = (*ClubMutation)(nil).HeraldScan
 	heraldClubSchema.Hooks = func() []ent.Hook { return club.Hooks[:] }
+	heraldClubSchema.Edges = append(heraldClubSchema.Edges, entcapture.ThroughEdge{Name: "readers", Through: heraldMembershipSchema, Own: "club_id", Other: "reader_id"})
 	heraldClubSchema.Cascades = append(heraldClubSchema.Cascades, entcapture.Cascade{Child: heraldMembershipSchema, Column: "club_id", SetNull: false})
 	heraldLoanSchema.Scan = (*LoanMutation)(nil).HeraldScan
 	heraldLoanSchema.Hooks = func() []ent.Hook { return loan.Hooks[:] }
@@ -467,6 +474,8 @@ func init() {
 	heraldMembershipSchema.Hooks = func() []ent.Hook { return membership.Hooks[:] }
 	heraldReaderSchema.Scan = (*ReaderMutation)(nil).HeraldScan
 	heraldReaderSchema.Hooks = func() []ent.Hook { return reader.Hooks[:] }
+	heraldReaderSchema.Edges = append(heraldReaderSchema.Edges, entcapture.ThroughEdge{Name: "clubs", Through: heraldMembershipSchema, Own: "reader_id", Other: "club_id"})
+	heraldReaderSchema.Cascades = append(heraldReaderSchema.Cascades, entcapture.Cascade{Child: heraldClubSchema, Column: "reader_presides", SetNull: true})
 	heraldReaderSchema.Cascades = append(heraldReaderSchema.Cascades, entcapture.Cascade{Child: heraldLoanSchema, Column: "reader_id", SetNull: false})
 	heraldReaderSchema.Cascades = append(heraldReaderSchema.Cascades, entcapture.Cascade{Child: heraldMembershipSchema, Column: "reader_id", SetNull: false})
 }

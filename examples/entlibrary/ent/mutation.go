@@ -44,6 +44,8 @@ type ClubMutation struct {
 	readers            map[int]struct{}
 	removedreaders     map[int]struct{}
 	clearedreaders     bool
+	president          *int
+	clearedpresident   bool
 	memberships        map[int]struct{}
 	removedmemberships map[int]struct{}
 	clearedmemberships bool
@@ -241,6 +243,45 @@ func (m *ClubMutation) ResetReaders() {
 	m.removedreaders = nil
 }
 
+// SetPresidentID sets the "president" edge to the Reader entity by id.
+func (m *ClubMutation) SetPresidentID(id int) {
+	m.president = &id
+}
+
+// ClearPresident clears the "president" edge to the Reader entity.
+func (m *ClubMutation) ClearPresident() {
+	m.clearedpresident = true
+}
+
+// PresidentCleared reports if the "president" edge to the Reader entity was cleared.
+func (m *ClubMutation) PresidentCleared() bool {
+	return m.clearedpresident
+}
+
+// PresidentID returns the "president" edge ID in the mutation.
+func (m *ClubMutation) PresidentID() (id int, exists bool) {
+	if m.president != nil {
+		return *m.president, true
+	}
+	return
+}
+
+// PresidentIDs returns the "president" edge IDs in the mutation.
+// Note that IDs always returns len(IDs) <= 1 for unique edges, and you should use
+// PresidentID instead. It exists only for internal usage by the builders.
+func (m *ClubMutation) PresidentIDs() (ids []int) {
+	if id := m.president; id != nil {
+		ids = append(ids, *id)
+	}
+	return
+}
+
+// ResetPresident resets all changes to the "president" edge.
+func (m *ClubMutation) ResetPresident() {
+	m.president = nil
+	m.clearedpresident = false
+}
+
 // AddMembershipIDs adds the "memberships" edge to the Membership entity by ids.
 func (m *ClubMutation) AddMembershipIDs(ids ...int) {
 	if m.memberships == nil {
@@ -428,9 +469,12 @@ func (m *ClubMutation) ResetField(name string) error {
 
 // AddedEdges returns all edge names that were set/added in this mutation.
 func (m *ClubMutation) AddedEdges() []string {
-	edges := make([]string, 0, 2)
+	edges := make([]string, 0, 3)
 	if m.readers != nil {
 		edges = append(edges, club.EdgeReaders)
+	}
+	if m.president != nil {
+		edges = append(edges, club.EdgePresident)
 	}
 	if m.memberships != nil {
 		edges = append(edges, club.EdgeMemberships)
@@ -448,6 +492,10 @@ func (m *ClubMutation) AddedIDs(name string) []ent.Value {
 			ids = append(ids, id)
 		}
 		return ids
+	case club.EdgePresident:
+		if id := m.president; id != nil {
+			return []ent.Value{*id}
+		}
 	case club.EdgeMemberships:
 		ids := make([]ent.Value, 0, len(m.memberships))
 		for id := range m.memberships {
@@ -460,7 +508,7 @@ func (m *ClubMutation) AddedIDs(name string) []ent.Value {
 
 // RemovedEdges returns all edge names that were removed in this mutation.
 func (m *ClubMutation) RemovedEdges() []string {
-	edges := make([]string, 0, 2)
+	edges := make([]string, 0, 3)
 	if m.removedreaders != nil {
 		edges = append(edges, club.EdgeReaders)
 	}
@@ -492,9 +540,12 @@ func (m *ClubMutation) RemovedIDs(name string) []ent.Value {
 
 // ClearedEdges returns all edge names that were cleared in this mutation.
 func (m *ClubMutation) ClearedEdges() []string {
-	edges := make([]string, 0, 2)
+	edges := make([]string, 0, 3)
 	if m.clearedreaders {
 		edges = append(edges, club.EdgeReaders)
+	}
+	if m.clearedpresident {
+		edges = append(edges, club.EdgePresident)
 	}
 	if m.clearedmemberships {
 		edges = append(edges, club.EdgeMemberships)
@@ -508,6 +559,8 @@ func (m *ClubMutation) EdgeCleared(name string) bool {
 	switch name {
 	case club.EdgeReaders:
 		return m.clearedreaders
+	case club.EdgePresident:
+		return m.clearedpresident
 	case club.EdgeMemberships:
 		return m.clearedmemberships
 	}
@@ -518,6 +571,9 @@ func (m *ClubMutation) EdgeCleared(name string) bool {
 // if that edge is not defined in the schema.
 func (m *ClubMutation) ClearEdge(name string) error {
 	switch name {
+	case club.EdgePresident:
+		m.ClearPresident()
+		return nil
 	}
 	return fmt.Errorf("unknown Club unique edge %s", name)
 }
@@ -528,6 +584,9 @@ func (m *ClubMutation) ResetEdge(name string) error {
 	switch name {
 	case club.EdgeReaders:
 		m.ResetReaders()
+		return nil
+	case club.EdgePresident:
+		m.ResetPresident()
 		return nil
 	case club.EdgeMemberships:
 		m.ResetMemberships()
@@ -1581,6 +1640,9 @@ type ReaderMutation struct {
 	clubs              map[int]struct{}
 	removedclubs       map[int]struct{}
 	clearedclubs       bool
+	presides           map[int]struct{}
+	removedpresides    map[int]struct{}
+	clearedpresides    bool
 	memberships        map[int]struct{}
 	removedmemberships map[int]struct{}
 	clearedmemberships bool
@@ -1868,6 +1930,60 @@ func (m *ReaderMutation) ResetClubs() {
 	m.removedclubs = nil
 }
 
+// AddPresideIDs adds the "presides" edge to the Club entity by ids.
+func (m *ReaderMutation) AddPresideIDs(ids ...int) {
+	if m.presides == nil {
+		m.presides = make(map[int]struct{})
+	}
+	for i := range ids {
+		m.presides[ids[i]] = struct{}{}
+	}
+}
+
+// ClearPresides clears the "presides" edge to the Club entity.
+func (m *ReaderMutation) ClearPresides() {
+	m.clearedpresides = true
+}
+
+// PresidesCleared reports if the "presides" edge to the Club entity was cleared.
+func (m *ReaderMutation) PresidesCleared() bool {
+	return m.clearedpresides
+}
+
+// RemovePresideIDs removes the "presides" edge to the Club entity by IDs.
+func (m *ReaderMutation) RemovePresideIDs(ids ...int) {
+	if m.removedpresides == nil {
+		m.removedpresides = make(map[int]struct{})
+	}
+	for i := range ids {
+		delete(m.presides, ids[i])
+		m.removedpresides[ids[i]] = struct{}{}
+	}
+}
+
+// RemovedPresides returns the removed IDs of the "presides" edge to the Club entity.
+func (m *ReaderMutation) RemovedPresidesIDs() (ids []int) {
+	for id := range m.removedpresides {
+		ids = append(ids, id)
+	}
+	return
+}
+
+// PresidesIDs returns the "presides" edge IDs in the mutation.
+func (m *ReaderMutation) PresidesIDs() (ids []int) {
+	for id := range m.presides {
+		ids = append(ids, id)
+	}
+	return
+}
+
+// ResetPresides resets all changes to the "presides" edge.
+func (m *ReaderMutation) ResetPresides() {
+	m.presides = nil
+	m.clearedpresides = false
+	m.removedpresides = nil
+}
+
 // AddMembershipIDs adds the "memberships" edge to the Membership entity by ids.
 func (m *ReaderMutation) AddMembershipIDs(ids ...int) {
 	if m.memberships == nil {
@@ -2072,12 +2188,15 @@ func (m *ReaderMutation) ResetField(name string) error {
 
 // AddedEdges returns all edge names that were set/added in this mutation.
 func (m *ReaderMutation) AddedEdges() []string {
-	edges := make([]string, 0, 3)
+	edges := make([]string, 0, 4)
 	if m.loans != nil {
 		edges = append(edges, reader.EdgeLoans)
 	}
 	if m.clubs != nil {
 		edges = append(edges, reader.EdgeClubs)
+	}
+	if m.presides != nil {
+		edges = append(edges, reader.EdgePresides)
 	}
 	if m.memberships != nil {
 		edges = append(edges, reader.EdgeMemberships)
@@ -2101,6 +2220,12 @@ func (m *ReaderMutation) AddedIDs(name string) []ent.Value {
 			ids = append(ids, id)
 		}
 		return ids
+	case reader.EdgePresides:
+		ids := make([]ent.Value, 0, len(m.presides))
+		for id := range m.presides {
+			ids = append(ids, id)
+		}
+		return ids
 	case reader.EdgeMemberships:
 		ids := make([]ent.Value, 0, len(m.memberships))
 		for id := range m.memberships {
@@ -2113,12 +2238,15 @@ func (m *ReaderMutation) AddedIDs(name string) []ent.Value {
 
 // RemovedEdges returns all edge names that were removed in this mutation.
 func (m *ReaderMutation) RemovedEdges() []string {
-	edges := make([]string, 0, 3)
+	edges := make([]string, 0, 4)
 	if m.removedloans != nil {
 		edges = append(edges, reader.EdgeLoans)
 	}
 	if m.removedclubs != nil {
 		edges = append(edges, reader.EdgeClubs)
+	}
+	if m.removedpresides != nil {
+		edges = append(edges, reader.EdgePresides)
 	}
 	if m.removedmemberships != nil {
 		edges = append(edges, reader.EdgeMemberships)
@@ -2142,6 +2270,12 @@ func (m *ReaderMutation) RemovedIDs(name string) []ent.Value {
 			ids = append(ids, id)
 		}
 		return ids
+	case reader.EdgePresides:
+		ids := make([]ent.Value, 0, len(m.removedpresides))
+		for id := range m.removedpresides {
+			ids = append(ids, id)
+		}
+		return ids
 	case reader.EdgeMemberships:
 		ids := make([]ent.Value, 0, len(m.removedmemberships))
 		for id := range m.removedmemberships {
@@ -2154,12 +2288,15 @@ func (m *ReaderMutation) RemovedIDs(name string) []ent.Value {
 
 // ClearedEdges returns all edge names that were cleared in this mutation.
 func (m *ReaderMutation) ClearedEdges() []string {
-	edges := make([]string, 0, 3)
+	edges := make([]string, 0, 4)
 	if m.clearedloans {
 		edges = append(edges, reader.EdgeLoans)
 	}
 	if m.clearedclubs {
 		edges = append(edges, reader.EdgeClubs)
+	}
+	if m.clearedpresides {
+		edges = append(edges, reader.EdgePresides)
 	}
 	if m.clearedmemberships {
 		edges = append(edges, reader.EdgeMemberships)
@@ -2175,6 +2312,8 @@ func (m *ReaderMutation) EdgeCleared(name string) bool {
 		return m.clearedloans
 	case reader.EdgeClubs:
 		return m.clearedclubs
+	case reader.EdgePresides:
+		return m.clearedpresides
 	case reader.EdgeMemberships:
 		return m.clearedmemberships
 	}
@@ -2198,6 +2337,9 @@ func (m *ReaderMutation) ResetEdge(name string) error {
 		return nil
 	case reader.EdgeClubs:
 		m.ResetClubs()
+		return nil
+	case reader.EdgePresides:
+		m.ResetPresides()
 		return nil
 	case reader.EdgeMemberships:
 		m.ResetMemberships()

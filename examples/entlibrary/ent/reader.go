@@ -32,11 +32,13 @@ type ReaderEdges struct {
 	Loans []*Loan `json:"loans,omitempty"`
 	// Clubs holds the value of the clubs edge.
 	Clubs []*Club `json:"clubs,omitempty"`
+	// Presides holds the value of the presides edge.
+	Presides []*Club `json:"presides,omitempty"`
 	// Memberships holds the value of the memberships edge.
 	Memberships []*Membership `json:"memberships,omitempty"`
 	// loadedTypes holds the information for reporting if a
 	// type was loaded (or requested) in eager-loading or not.
-	loadedTypes [3]bool
+	loadedTypes [4]bool
 }
 
 // LoansOrErr returns the Loans value or an error if the edge
@@ -57,10 +59,19 @@ func (e ReaderEdges) ClubsOrErr() ([]*Club, error) {
 	return nil, &NotLoadedError{edge: "clubs"}
 }
 
+// PresidesOrErr returns the Presides value or an error if the edge
+// was not loaded in eager-loading.
+func (e ReaderEdges) PresidesOrErr() ([]*Club, error) {
+	if e.loadedTypes[2] {
+		return e.Presides, nil
+	}
+	return nil, &NotLoadedError{edge: "presides"}
+}
+
 // MembershipsOrErr returns the Memberships value or an error if the edge
 // was not loaded in eager-loading.
 func (e ReaderEdges) MembershipsOrErr() ([]*Membership, error) {
-	if e.loadedTypes[2] {
+	if e.loadedTypes[3] {
 		return e.Memberships, nil
 	}
 	return nil, &NotLoadedError{edge: "memberships"}
@@ -129,6 +140,11 @@ func (_m *Reader) QueryLoans() *LoanQuery {
 // QueryClubs queries the "clubs" edge of the Reader entity.
 func (_m *Reader) QueryClubs() *ClubQuery {
 	return NewReaderClient(_m.config).QueryClubs(_m)
+}
+
+// QueryPresides queries the "presides" edge of the Reader entity.
+func (_m *Reader) QueryPresides() *ClubQuery {
+	return NewReaderClient(_m.config).QueryPresides(_m)
 }
 
 // QueryMemberships queries the "memberships" edge of the Reader entity.

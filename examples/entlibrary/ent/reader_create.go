@@ -67,6 +67,21 @@ func (_c *ReaderCreate) AddClubs(v ...*Club) *ReaderCreate {
 	return _c.AddClubIDs(ids...)
 }
 
+// AddPresideIDs adds the "presides" edge to the Club entity by IDs.
+func (_c *ReaderCreate) AddPresideIDs(ids ...int) *ReaderCreate {
+	_c.mutation.AddPresideIDs(ids...)
+	return _c
+}
+
+// AddPresides adds the "presides" edges to the Club entity.
+func (_c *ReaderCreate) AddPresides(v ...*Club) *ReaderCreate {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _c.AddPresideIDs(ids...)
+}
+
 // AddMembershipIDs adds the "memberships" edge to the Membership entity by IDs.
 func (_c *ReaderCreate) AddMembershipIDs(ids ...int) *ReaderCreate {
 	_c.mutation.AddMembershipIDs(ids...)
@@ -194,6 +209,22 @@ func (_c *ReaderCreate) createSpec() (*Reader, *sqlgraph.CreateSpec) {
 		_ = createE.defaults()
 		_, specE := createE.createSpec()
 		edge.Target.Fields = specE.Fields
+		_spec.Edges = append(_spec.Edges, edge)
+	}
+	if nodes := _c.mutation.PresidesIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   reader.PresidesTable,
+			Columns: []string{reader.PresidesColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(club.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
 		_spec.Edges = append(_spec.Edges, edge)
 	}
 	if nodes := _c.mutation.MembershipsIDs(); len(nodes) > 0 {

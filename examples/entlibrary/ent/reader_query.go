@@ -28,6 +28,7 @@ type ReaderQuery struct {
 	predicates      []predicate.Reader
 	withLoans       *LoanQuery
 	withClubs       *ClubQuery
+	withPresides    *ClubQuery
 	withMemberships *MembershipQuery
 	// intermediate query (i.e. traversal path).
 	sql  *sql.Selector
@@ -102,6 +103,28 @@ func (_q *ReaderQuery) QueryClubs() *ClubQuery {
 			sqlgraph.From(reader.Table, reader.FieldID, selector),
 			sqlgraph.To(club.Table, club.FieldID),
 			sqlgraph.Edge(sqlgraph.M2M, false, reader.ClubsTable, reader.ClubsPrimaryKey...),
+		)
+		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
+		return fromU, nil
+	}
+	return query
+}
+
+// QueryPresides chains the current query on the "presides" edge.
+func (_q *ReaderQuery) QueryPresides() *ClubQuery {
+	query := (&ClubClient{config: _q.config}).Query()
+	query.path = func(ctx context.Context) (fromU *sql.Selector, err error) {
+		if err := _q.prepareQuery(ctx); err != nil {
+			return nil, err
+		}
+		selector := _q.sqlQuery(ctx)
+		if err := selector.Err(); err != nil {
+			return nil, err
+		}
+		step := sqlgraph.NewStep(
+			sqlgraph.From(reader.Table, reader.FieldID, selector),
+			sqlgraph.To(club.Table, club.FieldID),
+			sqlgraph.Edge(sqlgraph.O2M, false, reader.PresidesTable, reader.PresidesColumn),
 		)
 		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
 		return fromU, nil
@@ -325,6 +348,7 @@ func (_q *ReaderQuery) Clone() *ReaderQuery {
 		predicates:      append([]predicate.Reader{}, _q.predicates...),
 		withLoans:       _q.withLoans.Clone(),
 		withClubs:       _q.withClubs.Clone(),
+		withPresides:    _q.withPresides.Clone(),
 		withMemberships: _q.withMemberships.Clone(),
 		// clone intermediate query.
 		sql:  _q.sql.Clone(),
@@ -351,6 +375,17 @@ func (_q *ReaderQuery) WithClubs(opts ...func(*ClubQuery)) *ReaderQuery {
 		opt(query)
 	}
 	_q.withClubs = query
+	return _q
+}
+
+// WithPresides tells the query-builder to eager-load the nodes that are connected to
+// the "presides" edge. The optional arguments are used to configure the query builder of the edge.
+func (_q *ReaderQuery) WithPresides(opts ...func(*ClubQuery)) *ReaderQuery {
+	query := (&ClubClient{config: _q.config}).Query()
+	for _, opt := range opts {
+		opt(query)
+	}
+	_q.withPresides = query
 	return _q
 }
 
@@ -443,9 +478,10 @@ func (_q *ReaderQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Reade
 	var (
 		nodes       = []*Reader{}
 		_spec       = _q.querySpec()
-		loadedTypes = [3]bool{
+		loadedTypes = [4]bool{
 			_q.withLoans != nil,
 			_q.withClubs != nil,
+			_q.withPresides != nil,
 			_q.withMemberships != nil,
 		}
 	)
@@ -478,6 +514,13 @@ func (_q *ReaderQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Reade
 		if err := _q.loadClubs(ctx, query, nodes,
 			func(n *Reader) { n.Edges.Clubs = []*Club{} },
 			func(n *Reader, e *Club) { n.Edges.Clubs = append(n.Edges.Clubs, e) }); err != nil {
+			return nil, err
+		}
+	}
+	if query := _q.withPresides; query != nil {
+		if err := _q.loadPresides(ctx, query, nodes,
+			func(n *Reader) { n.Edges.Presides = []*Club{} },
+			func(n *Reader, e *Club) { n.Edges.Presides = append(n.Edges.Presides, e) }); err != nil {
 			return nil, err
 		}
 	}
@@ -579,6 +622,37 @@ func (_q *ReaderQuery) loadClubs(ctx context.Context, query *ClubQuery, nodes []
 		for kn := range nodes {
 			assign(kn, n)
 		}
+	}
+	return nil
+}
+func (_q *ReaderQuery) loadPresides(ctx context.Context, query *ClubQuery, nodes []*Reader, init func(*Reader), assign func(*Reader, *Club)) error {
+	fks := make([]driver.Value, 0, len(nodes))
+	nodeids := make(map[int]*Reader)
+	for i := range nodes {
+		fks = append(fks, nodes[i].ID)
+		nodeids[nodes[i].ID] = nodes[i]
+		if init != nil {
+			init(nodes[i])
+		}
+	}
+	query.withFKs = true
+	query.Where(predicate.Club(func(s *sql.Selector) {
+		s.Where(sql.InValues(s.C(reader.PresidesColumn), fks...))
+	}))
+	neighbors, err := query.All(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range neighbors {
+		fk := n.reader_presides
+		if fk == nil {
+			return fmt.Errorf(`foreign-key "reader_presides" is nil for node %v`, n.ID)
+		}
+		node, ok := nodeids[*fk]
+		if !ok {
+			return fmt.Errorf(`unexpected referenced foreign-key "reader_presides" returned %v for node %v`, *fk, n.ID)
+		}
+		assign(node, n)
 	}
 	return nil
 }

@@ -88,6 +88,21 @@ func (_u *ReaderUpdate) AddClubs(v ...*Club) *ReaderUpdate {
 	return _u.AddClubIDs(ids...)
 }
 
+// AddPresideIDs adds the "presides" edge to the Club entity by IDs.
+func (_u *ReaderUpdate) AddPresideIDs(ids ...int) *ReaderUpdate {
+	_u.mutation.AddPresideIDs(ids...)
+	return _u
+}
+
+// AddPresides adds the "presides" edges to the Club entity.
+func (_u *ReaderUpdate) AddPresides(v ...*Club) *ReaderUpdate {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.AddPresideIDs(ids...)
+}
+
 // AddMembershipIDs adds the "memberships" edge to the Membership entity by IDs.
 func (_u *ReaderUpdate) AddMembershipIDs(ids ...int) *ReaderUpdate {
 	_u.mutation.AddMembershipIDs(ids...)
@@ -148,6 +163,27 @@ func (_u *ReaderUpdate) RemoveClubs(v ...*Club) *ReaderUpdate {
 		ids[i] = v[i].ID
 	}
 	return _u.RemoveClubIDs(ids...)
+}
+
+// ClearPresides clears all "presides" edges to the Club entity.
+func (_u *ReaderUpdate) ClearPresides() *ReaderUpdate {
+	_u.mutation.ClearPresides()
+	return _u
+}
+
+// RemovePresideIDs removes the "presides" edge to Club entities by IDs.
+func (_u *ReaderUpdate) RemovePresideIDs(ids ...int) *ReaderUpdate {
+	_u.mutation.RemovePresideIDs(ids...)
+	return _u
+}
+
+// RemovePresides removes "presides" edges to Club entities.
+func (_u *ReaderUpdate) RemovePresides(v ...*Club) *ReaderUpdate {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.RemovePresideIDs(ids...)
 }
 
 // ClearMemberships clears all "memberships" edges to the Membership entity.
@@ -315,6 +351,51 @@ func (_u *ReaderUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 		edge.Target.Fields = specE.Fields
 		_spec.Edges.Add = append(_spec.Edges.Add, edge)
 	}
+	if _u.mutation.PresidesCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   reader.PresidesTable,
+			Columns: []string{reader.PresidesColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(club.FieldID, field.TypeInt),
+			},
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.RemovedPresidesIDs(); len(nodes) > 0 && !_u.mutation.PresidesCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   reader.PresidesTable,
+			Columns: []string{reader.PresidesColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(club.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.PresidesIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   reader.PresidesTable,
+			Columns: []string{reader.PresidesColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(club.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
 	if _u.mutation.MembershipsCleared() {
 		edge := &sqlgraph.EdgeSpec{
 			Rel:     sqlgraph.O2M,
@@ -438,6 +519,21 @@ func (_u *ReaderUpdateOne) AddClubs(v ...*Club) *ReaderUpdateOne {
 	return _u.AddClubIDs(ids...)
 }
 
+// AddPresideIDs adds the "presides" edge to the Club entity by IDs.
+func (_u *ReaderUpdateOne) AddPresideIDs(ids ...int) *ReaderUpdateOne {
+	_u.mutation.AddPresideIDs(ids...)
+	return _u
+}
+
+// AddPresides adds the "presides" edges to the Club entity.
+func (_u *ReaderUpdateOne) AddPresides(v ...*Club) *ReaderUpdateOne {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.AddPresideIDs(ids...)
+}
+
 // AddMembershipIDs adds the "memberships" edge to the Membership entity by IDs.
 func (_u *ReaderUpdateOne) AddMembershipIDs(ids ...int) *ReaderUpdateOne {
 	_u.mutation.AddMembershipIDs(ids...)
@@ -498,6 +594,27 @@ func (_u *ReaderUpdateOne) RemoveClubs(v ...*Club) *ReaderUpdateOne {
 		ids[i] = v[i].ID
 	}
 	return _u.RemoveClubIDs(ids...)
+}
+
+// ClearPresides clears all "presides" edges to the Club entity.
+func (_u *ReaderUpdateOne) ClearPresides() *ReaderUpdateOne {
+	_u.mutation.ClearPresides()
+	return _u
+}
+
+// RemovePresideIDs removes the "presides" edge to Club entities by IDs.
+func (_u *ReaderUpdateOne) RemovePresideIDs(ids ...int) *ReaderUpdateOne {
+	_u.mutation.RemovePresideIDs(ids...)
+	return _u
+}
+
+// RemovePresides removes "presides" edges to Club entities.
+func (_u *ReaderUpdateOne) RemovePresides(v ...*Club) *ReaderUpdateOne {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.RemovePresideIDs(ids...)
 }
 
 // ClearMemberships clears all "memberships" edges to the Membership entity.
@@ -693,6 +810,51 @@ func (_u *ReaderUpdateOne) sqlSave(ctx context.Context) (_node *Reader, err erro
 		_ = createE.defaults()
 		_, specE := createE.createSpec()
 		edge.Target.Fields = specE.Fields
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
+	if _u.mutation.PresidesCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   reader.PresidesTable,
+			Columns: []string{reader.PresidesColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(club.FieldID, field.TypeInt),
+			},
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.RemovedPresidesIDs(); len(nodes) > 0 && !_u.mutation.PresidesCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   reader.PresidesTable,
+			Columns: []string{reader.PresidesColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(club.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.PresidesIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   reader.PresidesTable,
+			Columns: []string{reader.PresidesColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(club.FieldID, field.TypeInt),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
 		_spec.Edges.Add = append(_spec.Edges.Add, edge)
 	}
 	if _u.mutation.MembershipsCleared() {

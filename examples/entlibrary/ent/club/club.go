@@ -17,6 +17,8 @@ const (
 	FieldName = "name"
 	// EdgeReaders holds the string denoting the readers edge name in mutations.
 	EdgeReaders = "readers"
+	// EdgePresident holds the string denoting the president edge name in mutations.
+	EdgePresident = "president"
 	// EdgeMemberships holds the string denoting the memberships edge name in mutations.
 	EdgeMemberships = "memberships"
 	// Table holds the table name of the club in the database.
@@ -26,6 +28,13 @@ const (
 	// ReadersInverseTable is the table name for the Reader entity.
 	// It exists in this package in order to avoid circular dependency with the "reader" package.
 	ReadersInverseTable = "readers"
+	// PresidentTable is the table that holds the president relation/edge.
+	PresidentTable = "clubs"
+	// PresidentInverseTable is the table name for the Reader entity.
+	// It exists in this package in order to avoid circular dependency with the "reader" package.
+	PresidentInverseTable = "readers"
+	// PresidentColumn is the table column denoting the president relation/edge.
+	PresidentColumn = "reader_presides"
 	// MembershipsTable is the table that holds the memberships relation/edge.
 	MembershipsTable = "memberships"
 	// MembershipsInverseTable is the table name for the Membership entity.
@@ -41,6 +50,12 @@ var Columns = []string{
 	FieldName,
 }
 
+// ForeignKeys holds the SQL foreign-keys that are owned by the "clubs"
+// table and are not defined as standalone fields in the schema.
+var ForeignKeys = []string{
+	"reader_presides",
+}
+
 var (
 	// ReadersPrimaryKey and ReadersColumn2 are the table columns denoting the
 	// primary key for the readers relation (M2M).
@@ -51,6 +66,11 @@ var (
 func ValidColumn(column string) bool {
 	for i := range Columns {
 		if column == Columns[i] {
+			return true
+		}
+	}
+	for i := range ForeignKeys {
+		if column == ForeignKeys[i] {
 			return true
 		}
 	}
@@ -93,6 +113,13 @@ func ByReaders(term sql.OrderTerm, terms ...sql.OrderTerm) OrderOption {
 	}
 }
 
+// ByPresidentField orders the results by president field.
+func ByPresidentField(field string, opts ...sql.OrderTermOption) OrderOption {
+	return func(s *sql.Selector) {
+		sqlgraph.OrderByNeighborTerms(s, newPresidentStep(), sql.OrderByField(field, opts...))
+	}
+}
+
 // ByMembershipsCount orders the results by memberships count.
 func ByMembershipsCount(opts ...sql.OrderTermOption) OrderOption {
 	return func(s *sql.Selector) {
@@ -111,6 +138,13 @@ func newReadersStep() *sqlgraph.Step {
 		sqlgraph.From(Table, FieldID),
 		sqlgraph.To(ReadersInverseTable, FieldID),
 		sqlgraph.Edge(sqlgraph.M2M, true, ReadersTable, ReadersPrimaryKey...),
+	)
+}
+func newPresidentStep() *sqlgraph.Step {
+	return sqlgraph.NewStep(
+		sqlgraph.From(Table, FieldID),
+		sqlgraph.To(PresidentInverseTable, FieldID),
+		sqlgraph.Edge(sqlgraph.M2O, true, PresidentTable, PresidentColumn),
 	)
 }
 func newMembershipsStep() *sqlgraph.Step {

@@ -146,6 +146,29 @@ func HasReadersWith(preds ...predicate.Reader) predicate.Club {
 	})
 }
 
+// HasPresident applies the HasEdge predicate on the "president" edge.
+func HasPresident() predicate.Club {
+	return predicate.Club(func(s *sql.Selector) {
+		step := sqlgraph.NewStep(
+			sqlgraph.From(Table, FieldID),
+			sqlgraph.Edge(sqlgraph.M2O, true, PresidentTable, PresidentColumn),
+		)
+		sqlgraph.HasNeighbors(s, step)
+	})
+}
+
+// HasPresidentWith applies the HasEdge predicate on the "president" edge with a given conditions (other predicates).
+func HasPresidentWith(preds ...predicate.Reader) predicate.Club {
+	return predicate.Club(func(s *sql.Selector) {
+		step := newPresidentStep()
+		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
+			for _, p := range preds {
+				p(s)
+			}
+		})
+	})
+}
+
 // HasMemberships applies the HasEdge predicate on the "memberships" edge.
 func HasMemberships() predicate.Club {
 	return predicate.Club(func(s *sql.Selector) {

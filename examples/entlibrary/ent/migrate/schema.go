@@ -12,12 +12,21 @@ var (
 	ClubsColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
 		{Name: "name", Type: field.TypeString, Unique: true},
+		{Name: "reader_presides", Type: field.TypeInt, Nullable: true},
 	}
 	// ClubsTable holds the schema information for the "clubs" table.
 	ClubsTable = &schema.Table{
 		Name:       "clubs",
 		Columns:    ClubsColumns,
 		PrimaryKey: []*schema.Column{ClubsColumns[0]},
+		ForeignKeys: []*schema.ForeignKey{
+			{
+				Symbol:     "clubs_readers_presides",
+				Columns:    []*schema.Column{ClubsColumns[2]},
+				RefColumns: []*schema.Column{ReadersColumns[0]},
+				OnDelete:   schema.SetNull,
+			},
+		},
 	}
 	// LoansColumns holds the columns for the "loans" table.
 	LoansColumns = []*schema.Column{
@@ -96,6 +105,7 @@ var (
 )
 
 func init() {
+	ClubsTable.ForeignKeys[0].RefTable = ReadersTable
 	LoansTable.ForeignKeys[0].RefTable = ReadersTable
 	MembershipsTable.ForeignKeys[0].RefTable = ReadersTable
 	MembershipsTable.ForeignKeys[1].RefTable = ClubsTable

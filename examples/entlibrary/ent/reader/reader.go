@@ -21,6 +21,8 @@ const (
 	EdgeLoans = "loans"
 	// EdgeClubs holds the string denoting the clubs edge name in mutations.
 	EdgeClubs = "clubs"
+	// EdgePresides holds the string denoting the presides edge name in mutations.
+	EdgePresides = "presides"
 	// EdgeMemberships holds the string denoting the memberships edge name in mutations.
 	EdgeMemberships = "memberships"
 	// Table holds the table name of the reader in the database.
@@ -37,6 +39,13 @@ const (
 	// ClubsInverseTable is the table name for the Club entity.
 	// It exists in this package in order to avoid circular dependency with the "club" package.
 	ClubsInverseTable = "clubs"
+	// PresidesTable is the table that holds the presides relation/edge.
+	PresidesTable = "clubs"
+	// PresidesInverseTable is the table name for the Club entity.
+	// It exists in this package in order to avoid circular dependency with the "club" package.
+	PresidesInverseTable = "clubs"
+	// PresidesColumn is the table column denoting the presides relation/edge.
+	PresidesColumn = "reader_presides"
 	// MembershipsTable is the table that holds the memberships relation/edge.
 	MembershipsTable = "memberships"
 	// MembershipsInverseTable is the table name for the Membership entity.
@@ -124,6 +133,20 @@ func ByClubs(term sql.OrderTerm, terms ...sql.OrderTerm) OrderOption {
 	}
 }
 
+// ByPresidesCount orders the results by presides count.
+func ByPresidesCount(opts ...sql.OrderTermOption) OrderOption {
+	return func(s *sql.Selector) {
+		sqlgraph.OrderByNeighborsCount(s, newPresidesStep(), opts...)
+	}
+}
+
+// ByPresides orders the results by presides terms.
+func ByPresides(term sql.OrderTerm, terms ...sql.OrderTerm) OrderOption {
+	return func(s *sql.Selector) {
+		sqlgraph.OrderByNeighborTerms(s, newPresidesStep(), append([]sql.OrderTerm{term}, terms...)...)
+	}
+}
+
 // ByMembershipsCount orders the results by memberships count.
 func ByMembershipsCount(opts ...sql.OrderTermOption) OrderOption {
 	return func(s *sql.Selector) {
@@ -149,6 +172,13 @@ func newClubsStep() *sqlgraph.Step {
 		sqlgraph.From(Table, FieldID),
 		sqlgraph.To(ClubsInverseTable, FieldID),
 		sqlgraph.Edge(sqlgraph.M2M, false, ClubsTable, ClubsPrimaryKey...),
+	)
+}
+func newPresidesStep() *sqlgraph.Step {
+	return sqlgraph.NewStep(
+		sqlgraph.From(Table, FieldID),
+		sqlgraph.To(PresidesInverseTable, FieldID),
+		sqlgraph.Edge(sqlgraph.O2M, false, PresidesTable, PresidesColumn),
 	)
 }
 func newMembershipsStep() *sqlgraph.Step {

@@ -239,6 +239,29 @@ func HasClubsWith(preds ...predicate.Club) predicate.Reader {
 	})
 }
 
+// HasPresides applies the HasEdge predicate on the "presides" edge.
+func HasPresides() predicate.Reader {
+	return predicate.Reader(func(s *sql.Selector) {
+		step := sqlgraph.NewStep(
+			sqlgraph.From(Table, FieldID),
+			sqlgraph.Edge(sqlgraph.O2M, false, PresidesTable, PresidesColumn),
+		)
+		sqlgraph.HasNeighbors(s, step)
+	})
+}
+
+// HasPresidesWith applies the HasEdge predicate on the "presides" edge with a given conditions (other predicates).
+func HasPresidesWith(preds ...predicate.Club) predicate.Reader {
+	return predicate.Reader(func(s *sql.Selector) {
+		step := newPresidesStep()
+		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
+			for _, p := range preds {
+				p(s)
+			}
+		})
+	})
+}
+
 // HasMemberships applies the HasEdge predicate on the "memberships" edge.
 func HasMemberships() predicate.Reader {
 	return predicate.Reader(func(s *sql.Selector) {

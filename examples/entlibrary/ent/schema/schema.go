@@ -37,6 +37,9 @@ func (Reader) Edges() []ent.Edge {
 	return []ent.Edge{
 		edge.To("loans", Loan.Type).Annotations(entsql.OnDelete(entsql.Cascade)),
 		edge.To("clubs", Club.Type).Through("memberships", Membership.Type),
+		// A club's president: a nullable foreign key, which ent makes ON
+		// DELETE SET NULL.
+		edge.To("presides", Club.Type),
 	}
 }
 
@@ -73,7 +76,10 @@ func (Club) Fields() []ent.Field { return []ent.Field{field.String("name").Uniqu
 
 // Edges of the Club.
 func (Club) Edges() []ent.Edge {
-	return []ent.Edge{edge.From("readers", Reader.Type).Ref("clubs").Through("memberships", Membership.Type)}
+	return []ent.Edge{
+		edge.From("readers", Reader.Type).Ref("clubs").Through("memberships", Membership.Type),
+		edge.From("president", Reader.Type).Ref("presides").Unique(),
+	}
 }
 
 // Membership is the edge schema joining readers and clubs: its rows are
