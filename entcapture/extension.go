@@ -4,6 +4,7 @@ import (
 	"bytes"
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"go/format"
 	"os"
@@ -84,6 +85,13 @@ func check(g *gen.Graph) error {
 		}
 		if strings.EqualFold(n.Table(), envelope.DefaultTable) {
 			return envelope.Configurationf(n.Name, "table %s is the outbox table: the outbox cannot capture its own events; drop entcapture.Mixin from schema %s", n.Table(), n.Name)
+		}
+		if err := (envelope.Options{Fields: a.Fields, Exclude: a.Exclude, Topic: a.Topic, OrderingKey: a.OrderingKey}).Validate(); err != nil {
+			var e *envelope.Error
+			if errors.As(err, &e) {
+				e.Where = n.Name + " " + e.Where
+			}
+			return err
 		}
 		cols := columnsOf(n)
 		for opt, names := range map[string][]string{"Fields": a.Fields, "Exclude": a.Exclude} {

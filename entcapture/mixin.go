@@ -13,12 +13,15 @@ import (
 const AnnotationName = "HeraldCapture"
 
 // Annotation is the part of a capture declaration that code generation
-// sees: which columns the event holds, so that unknown names fail `go
-// generate`. Mixin adds it; it is not meant to be used on its own.
+// sees: which columns the event holds and its templates, so that unknown
+// names fail `go generate`. Mixin adds it; it is not meant to be used on its own.
 type Annotation struct {
 	Captured bool     `json:"captured"` // always true: marks the schema in templates
 	Fields   []string `json:"fields,omitempty"`
 	Exclude  []string `json:"exclude,omitempty"`
+	// The templates, so that an unknown name fails `go generate`.
+	Topic       string `json:"topic,omitempty"`
+	OrderingKey string `json:"ordering_key,omitempty"`
 }
 
 // Name implements schema.Annotation.
@@ -53,5 +56,6 @@ func (m *captureMixin) Hooks() []ent.Hook {
 
 // Annotations implements ent.Mixin.
 func (m *captureMixin) Annotations() []schema.Annotation {
-	return []schema.Annotation{Annotation{Captured: true, Fields: m.opts.Fields, Exclude: m.opts.Exclude}}
+	return []schema.Annotation{Annotation{Captured: true, Fields: m.opts.Fields, Exclude: m.opts.Exclude,
+		Topic: m.opts.Topic, OrderingKey: m.opts.OrderingKey}}
 }
