@@ -32,7 +32,7 @@ func newBenchPair(b *testing.B, d envelope.Dialect, mode envelope.PayloadMode) b
 		drv := entcapture.Driver(entsql.OpenDB(entDialect(d), db),
 			entcapture.Config{Options: map[string]envelope.Options{"Loan": {Payload: mode, Operations: ops}}})
 		c := ent.NewClient(ent.Driver(drv))
-		must(b, c.Schema.Create(context.Background()))
+		createSchema(b, func(ctx context.Context) error { return c.Schema.Create(ctx) })
 		trunc := func() { _, err := db.Exec(`DELETE FROM herald_outbox`); must(b, err) }
 		return c, trunc
 	}

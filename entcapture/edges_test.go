@@ -28,7 +28,7 @@ func libEnv(t *testing.T, d envelope.Dialect, mode envelope.PayloadMode) (*env, 
 	}
 	drv := entcapture.Driver(entsql.OpenDB(entDialect(d), db), entcapture.Config{Options: opts})
 	c := lib.NewClient(lib.Driver(drv))
-	must(t, c.Schema.Create(context.Background()))
+	createSchema(t, func(ctx context.Context) error { return c.Schema.Create(ctx) })
 	return &env{dialect: d, db: db}, c
 }
 

@@ -3,6 +3,7 @@ package entcapture_test
 import (
 	"context"
 	"database/sql"
+	"sync"
 	"testing"
 
 	"entgo.io/ent/dialect"
@@ -32,6 +33,18 @@ type env struct {
 	drv     *entcapture.CaptureDriver
 	client  *ent.Client
 	plain   *ent.Client // the same database, without the wrapper
+}
+
+// schemaMu serializes ent's migrations: Schema.Create writes the
+// generated package's table descriptions (ent's Atlas.setupTables), so two
+// at once race.
+var schemaMu sync.Mutex
+
+func createSchema(t testing.TB, create func(context.Context) error) {
+	t.Helper()
+	schemaMu.Lock()
+	defer schemaMu.Unlock()
+	must(t, create(context.Background()))
 }
 
 func must(t testing.TB, err error) {
@@ -74,7 +87,7 @@ func newEnv(t testing.TB, d envelope.Dialect, cfg entcapture.Config) *env {
 	e := &env{dialect: d, db: db, drv: entcapture.Driver(raw, cfg)}
 	e.client = ent.NewClient(ent.Driver(e.drv))
 	e.plain = ent.NewClient(ent.Driver(raw))
-	must(t, e.client.Schema.Create(context.Background()))
+	createSchema(t, func(ctx context.Context) error { return e.client.Schema.Create(ctx) })
 	return e
 }
 

@@ -24,6 +24,8 @@ import (
 	"github.com/heraldgo/herald/wakeup"
 )
 
+var entSchemaMu sync.Mutex
+
 // TestEntThroughRelay: ent writes — an edge setter on an edge schema, a
 // delete the database cascades (CASCADE through loans and memberships,
 // SET NULL on the club's president), a rolled-back transaction — reach a
@@ -48,7 +50,10 @@ func TestEntThroughRelay(t *testing.T) {
 		w := wakeup.NewInProcess()
 		t.Cleanup(func() { _ = w.Close() })
 		c := lib.NewClient(lib.Driver(entcapture.Driver(entsql.OpenDB(entDialect, db), entcapture.Config{Namespace: "lib", Wakeup: w})))
-		must(t, "schema", c.Schema.Create(ctx))
+		entSchemaMu.Lock() // ent's Schema.Create writes the package's table descriptions: one at a time
+		serr := c.Schema.Create(ctx)
+		entSchemaMu.Unlock()
+		must(t, "schema", serr)
 
 		var (
 			mu  sync.Mutex
