@@ -59,6 +59,13 @@
 //     edge setters write past every hook (AddGroups, RemoveGroups,
 //     ClearGroups, on create and update) are read before and after the
 //     write and captured as inserted and deleted rows of the edge schema.
+//   - Edge setters on the side without the foreign key (user.AddPets,
+//     ClearPets, a bidirectional one-to-one's other row) update rows of
+//     another captured table past every hook: the rows they can touch are
+//     read before (locked) and after, and each row whose foreign key
+//     changed is captured as an update of that column. A setter on the
+//     side with the foreign key (SetOwner, ClearOwner) is an update of the
+//     row's own column, listed in "changed".
 //
 // Each bulk write costs the same number of statements whatever its number
 // of rows: one snapshot statement (two for an upsert), the write, one

@@ -131,3 +131,123 @@ func (s *scope) edgesAfter(ews []*edgeWrite, owners []any) error {
 	}
 	return nil
 }
+
+// An edge setter on the side without the foreign key (user.AddPets,
+// ClearPets; a bidirectional one-to-one's other row) updates the foreign
+// key of rows of another table, again past every hook. When that table is
+// captured, the rows the setter can touch are read before (locked) and
+// after the write, and each row whose foreign key changed is captured as
+// an update of that column. Two statements per edge per write.
+
+// childWrite is one such edge a mutation changes.
+type childWrite struct {
+	e       ChildEdge
+	spec    *envelope.Spec
+	ids     []any // the child rows the setter names
+	cleared bool
+	before  map[string]map[string]any
+}
+
+func (s *scope) childWrites(w *write) ([]*childWrite, error) {
+	var out []*childWrite
+	for _, e := range w.sch.ChildEdges {
+		added, removed, cleared := w.g.AddedIDs(e.Name), w.g.RemovedIDs(e.Name), w.g.EdgeCleared(e.Name)
+		if len(added) == 0 && len(removed) == 0 && !cleared {
+			continue
+		}
+		h := hookOf(e.Child)
+		if h == nil || e.Child.Scan == nil {
+			continue
+		}
+		spec, err := h.spec(e.Child, s.cd, s.writer)
+		if err != nil {
+			return nil, err
+		}
+		if !spec.Captures(envelope.Updated) {
+			continue
+		}
+		cw := &childWrite{e: e, spec: spec, cleared: cleared}
+		for _, id := range slices.Concat(added, removed) {
+			cw.ids = append(cw.ids, id)
+		}
+		out = append(out, cw)
+	}
+	return out, nil
+}
+
+// childRows reads the child rows the setter names, and with a clear those
+// that point at the owners.
+func (s *scope) childRows(cw *childWrite, owners, also []any, lock bool) (map[string]map[string]any, error) {
+	c := cw.e.Child
+	cols := []string{c.PK}
+	for _, col := range append(cw.spec.Columns(), cw.e.Column) {
+		if !slices.Contains(cols, col) {
+			cols = append(cols, col)
+		}
+	}
+	sel := sql.Dialect(dialectName(s.d)).Select().From(sql.Table(c.Table))
+	qc := make([]string, len(cols))
+	for i, col := range cols {
+		qc[i] = sel.C(col)
+	}
+	ps := []*sql.Predicate{sql.In(sel.C(c.PK), slices.Concat(cw.ids, also)...)}
+	if cw.cleared && len(owners) > 0 {
+		ps = append(ps, sql.In(sel.C(cw.e.Column), owners...))
+	}
+	sel.Select(qc...).Where(sql.Or(ps...))
+	if lock && s.d == envelope.Postgres {
+		sel.ForUpdate()
+	}
+	got, err := s.query(sel, cols, c.Scan)
+	if err != nil {
+		return nil, fmt.Errorf("herald/entcapture: %s: read rows an edge setter updates: %w", c.Name, err)
+	}
+	out := make(map[string]map[string]any, len(got))
+	for _, r := range got {
+		out[envelope.KeyText(r[c.PK])] = r
+	}
+	return out, nil
+}
+
+func (s *scope) childrenBefore(cws []*childWrite, owners []any) error {
+	for _, cw := range cws {
+		rows, err := s.childRows(cw, owners, nil, true)
+		if err != nil {
+			return err
+		}
+		cw.before = rows
+	}
+	return nil
+}
+
+func (s *scope) childrenAfter(cws []*childWrite, owners []any) error {
+	at := now()
+	for _, cw := range cws {
+		// The rows read before too: a clear moves them out of the
+		// owners' reach.
+		var also []any
+		for _, r := range cw.before {
+			also = append(also, r[cw.e.Child.PK])
+		}
+		after, err := s.childRows(cw, owners, also, false)
+		if err != nil {
+			return err
+		}
+		c := cw.e.Child
+		var cs []envelope.Change
+		for k, a := range after {
+			b, ok := cw.before[k]
+			if !ok || envelope.KeyText(b[cw.e.Column]) == envelope.KeyText(a[cw.e.Column]) && (b[cw.e.Column] == nil) == (a[cw.e.Column] == nil) {
+				continue
+			}
+			ch := envelope.Change{Model: cw.spec.Label, Table: c.Table, Operation: envelope.Updated, PK: a[c.PK],
+				Changed: []string{cw.e.Column}, OccurredAt: at}
+			if cw.spec.Options.Payload != envelope.Keys {
+				ch.Before, ch.After = b, a
+			}
+			cs = append(cs, ch)
+		}
+		s.add(cw.spec, cs...)
+	}
+	return nil
+}

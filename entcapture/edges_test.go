@@ -121,3 +121,38 @@ func TestCascades(t *testing.T) {
 		}
 	})
 }
+
+// TestChildEdgeSetters: an edge setter on the side without the foreign
+// key updates rows of another captured table past every hook; each row
+// whose foreign key changed is captured as an update of that column. A
+// setter on the side with the foreign key is a change of its own row.
+func TestChildEdgeSetters(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		e, c := libEnv(t, d, envelope.BeforeAndAfter)
+		ctx := context.Background()
+		ann := c.Reader.Create().SetName("Ann").SetEmail("x").SaveX(ctx)
+		bob := c.Reader.Create().SetName("Bob").SetEmail("y").SaveX(ctx)
+		club := c.Club.Create().SetName("sf").SaveX(ctx)
+		other := c.Club.Create().SetName("go").SetPresident(ann).SaveX(ctx)
+		summary(t, e)
+
+		c.Reader.UpdateOne(bob).AddPresides(club).ExecX(ctx)
+		if got, want := summary(t, e), "club.updated 1 president=2"; got != want {
+			t.Fatalf("AddPresides:\n got %s\nwant %s", got, want)
+		}
+		c.Reader.Update().Where(reader.Name("Ann")).ClearPresides().ExecX(ctx)
+		if got, want := summary(t, e), fmt.Sprintf("club.updated %d president=<nil>", other.ID); got != want {
+			t.Fatalf("ClearPresides:\n got %s\nwant %s", got, want)
+		}
+		c.Club.UpdateOne(club).SetPresident(ann).ExecX(ctx) // the club's own foreign key
+		evs := e.events(t)
+		var p struct{ Changed []string }
+		if len(evs) == 1 {
+			must(t, json.Unmarshal(evs[0].Payload, &p))
+		}
+		if len(evs) != 1 || fmt.Sprint(p.Changed) != "[reader_presides]" {
+			t.Fatalf("SetPresident: %s", dump(evs))
+		}
+	})
+}

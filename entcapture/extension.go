@@ -199,6 +199,15 @@ var _ = stdsql.ErrNoRows
 		pf("\t%sSchema.Scan = (*%s)(nil).HeraldScan\n", v, n.MutationName())
 		pf("\t%sSchema.Hooks = func() []ent.Hook { return %s.Hooks[:] }\n", v, n.Package())
 		for _, e := range n.Edges {
+			if e.OwnFK() && len(e.Rel.Columns) > 0 {
+				pf("\tif %sSchema.EdgeColumns == nil {\n\t\t%[1]sSchema.EdgeColumns = map[string]string{}\n\t}\n", v)
+				pf("\t%sSchema.EdgeColumns[%q] = %q\n", v, e.Name, e.Rel.Column())
+			}
+			if e.Through == nil && (e.O2M() || (e.O2O() && (!e.OwnFK() || e.Bidi))) && len(e.Rel.Columns) > 0 {
+				if _, ok, _ := annotation(e.Type); ok {
+					pf("\t%sSchema.ChildEdges = append(%[1]sSchema.ChildEdges, entcapture.ChildEdge{Name: %q, Child: herald%sSchema, Column: %q})\n", v, e.Name, e.Type.Name, e.Rel.Column())
+				}
+			}
 			if e.Through == nil || !e.M2M() || len(e.Rel.Columns) != 2 {
 				continue
 			}

@@ -172,7 +172,7 @@ func (cm *captureMutator) Mutate(ctx context.Context, m ent.Mutation) (ent.Value
 		// A create may be an upsert that updates.
 		// A delete may cascade to captured rows.
 		if !spec.Captures(op) && (op != envelope.Inserted || !spec.Captures(envelope.Updated)) &&
-			(op != envelope.Deleted || len(sch.Cascades) == 0) && len(sch.Edges) == 0 {
+			(op != envelope.Deleted || len(sch.Cascades) == 0) && len(sch.Edges) == 0 && len(sch.ChildEdges) == 0 {
 			return next.Mutate(ctx, m)
 		}
 		w2 := &write{g: g, sch: sch, spec: spec, op: op, d: d}

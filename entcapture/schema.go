@@ -33,6 +33,12 @@ type Schema struct {
 	// Edges are the schema's many-to-many edges through a captured edge
 	// schema: the join rows their setters (AddX, RemoveX, ClearX) write.
 	Edges []ThroughEdge
+	// ChildEdges are the schema's one-to-many (and one-to-one) edges whose
+	// foreign key is in a captured table: the rows their setters update.
+	ChildEdges []ChildEdge
+	// EdgeColumns maps an edge whose foreign key is in this table to that
+	// column, for the columns an update sets (SetOwner, ClearOwner).
+	EdgeColumns map[string]string
 	// Scan reads rows of the given columns as the schema's entity reads
 	// them (HeraldScan, for rows reached by a cascade).
 	Scan func(rows *stdsql.Rows, cols []string) ([]map[string]any, error)
@@ -47,6 +53,15 @@ type ThroughEdge struct {
 	Through *Schema // the edge schema
 	Own     string  // its column holding this schema's id
 	Other   string  // its column holding the other side's id
+}
+
+// ChildEdge is an edge whose foreign key lives in another captured table
+// (or, for a bidirectional one-to-one edge, in this one): its setters
+// update that table's rows.
+type ChildEdge struct {
+	Name   string
+	Child  *Schema
+	Column string // the foreign-key column in Child's table
 }
 
 // Cascade is one foreign key that a delete of its referenced rows makes

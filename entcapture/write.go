@@ -75,6 +75,13 @@ func (w *write) create(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 	if err != nil {
 		return nil, err
 	}
+	cws, err := s.childWrites(w)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.childrenBefore(cws, nil); err != nil {
+		return nil, err
+	}
 	v, err := next.Mutate(ctx, w.g)
 	w.g.HeraldBeforeInsert(nil)
 	if s.upsertErr != nil {
@@ -84,11 +91,12 @@ func (w *write) create(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 		return v, err
 	}
 	it.v = v
-	if len(ews) > 0 {
-		if id, ok := w.g.HeraldID(); ok {
-			if err := s.edgesAfter(ews, []any{id}); err != nil {
-				return v, err
-			}
+	if id, ok := w.g.HeraldID(); ok && len(ews)+len(cws) > 0 {
+		if err := s.edgesAfter(ews, []any{id}); err != nil {
+			return v, err
+		}
+		if err := s.childrenAfter(cws, []any{id}); err != nil {
+			return v, err
 		}
 	}
 	return v, nil
@@ -159,6 +167,13 @@ func (w *write) changed() []string {
 			}
 		}
 	}
+	for _, es := range [][]string{w.g.AddedEdges(), w.g.ClearedEdges()} {
+		for _, e := range es {
+			if c, ok := w.sch.EdgeColumns[e]; ok {
+				set[c] = true
+			}
+		}
+	}
 	out := []string{}
 	for _, c := range w.sch.Columns {
 		if set[c] {
@@ -201,23 +216,29 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 	if one {
 		owners = []any{id}
 	}
-	if len(ews) > 0 {
-		if err := s.edgesBefore(ews, owners); err != nil {
-			return nil, err
-		}
+	cws, err := s.childWrites(w)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.edgesBefore(ews, owners); err != nil {
+		return nil, err
+	}
+	if err := s.childrenBefore(cws, owners); err != nil {
+		return nil, err
 	}
 	v, err := next.Mutate(ctx, w.g)
 	if err != nil {
 		return v, err
 	}
-	if len(ews) > 0 {
-		if err := s.edgesAfter(ews, owners); err != nil {
-			return v, err
-		}
+	if err := s.edgesAfter(ews, owners); err != nil {
+		return v, err
+	}
+	if err := s.childrenAfter(cws, owners); err != nil {
+		return v, err
 	}
 	ids = owners
 	changed := w.changed()
-	if len(ids) == 0 || !w.spec.Captures(envelope.Updated) || (len(changed) == 0 && len(ews) > 0) {
+	if len(ids) == 0 || !w.spec.Captures(envelope.Updated) || (len(changed) == 0 && len(ews)+len(cws) > 0) {
 		return v, nil // an update of edges only changes no column of its own
 	}
 	after := make([]map[string]any, len(ids))

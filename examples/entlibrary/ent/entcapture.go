@@ -467,14 +467,34 @@ func init() {
 	heraldClubSchema.Scan = (*ClubMutation)(nil).HeraldScan
 	heraldClubSchema.Hooks = func() []ent.Hook { return club.Hooks[:] }
 	heraldClubSchema.Edges = append(heraldClubSchema.Edges, entcapture.ThroughEdge{Name: "readers", Through: heraldMembershipSchema, Own: "club_id", Other: "reader_id"})
+	if heraldClubSchema.EdgeColumns == nil {
+		heraldClubSchema.EdgeColumns = map[string]string{}
+	}
+	heraldClubSchema.EdgeColumns["president"] = "reader_presides"
+	heraldClubSchema.ChildEdges = append(heraldClubSchema.ChildEdges, entcapture.ChildEdge{Name: "memberships", Child: heraldMembershipSchema, Column: "club_id"})
 	heraldClubSchema.Cascades = append(heraldClubSchema.Cascades, entcapture.Cascade{Child: heraldMembershipSchema, Column: "club_id", SetNull: false})
 	heraldLoanSchema.Scan = (*LoanMutation)(nil).HeraldScan
 	heraldLoanSchema.Hooks = func() []ent.Hook { return loan.Hooks[:] }
+	if heraldLoanSchema.EdgeColumns == nil {
+		heraldLoanSchema.EdgeColumns = map[string]string{}
+	}
+	heraldLoanSchema.EdgeColumns["reader"] = "reader_id"
 	heraldMembershipSchema.Scan = (*MembershipMutation)(nil).HeraldScan
 	heraldMembershipSchema.Hooks = func() []ent.Hook { return membership.Hooks[:] }
+	if heraldMembershipSchema.EdgeColumns == nil {
+		heraldMembershipSchema.EdgeColumns = map[string]string{}
+	}
+	heraldMembershipSchema.EdgeColumns["reader"] = "reader_id"
+	if heraldMembershipSchema.EdgeColumns == nil {
+		heraldMembershipSchema.EdgeColumns = map[string]string{}
+	}
+	heraldMembershipSchema.EdgeColumns["club"] = "club_id"
 	heraldReaderSchema.Scan = (*ReaderMutation)(nil).HeraldScan
 	heraldReaderSchema.Hooks = func() []ent.Hook { return reader.Hooks[:] }
+	heraldReaderSchema.ChildEdges = append(heraldReaderSchema.ChildEdges, entcapture.ChildEdge{Name: "loans", Child: heraldLoanSchema, Column: "reader_id"})
 	heraldReaderSchema.Edges = append(heraldReaderSchema.Edges, entcapture.ThroughEdge{Name: "clubs", Through: heraldMembershipSchema, Own: "reader_id", Other: "club_id"})
+	heraldReaderSchema.ChildEdges = append(heraldReaderSchema.ChildEdges, entcapture.ChildEdge{Name: "presides", Child: heraldClubSchema, Column: "reader_presides"})
+	heraldReaderSchema.ChildEdges = append(heraldReaderSchema.ChildEdges, entcapture.ChildEdge{Name: "memberships", Child: heraldMembershipSchema, Column: "reader_id"})
 	heraldReaderSchema.Cascades = append(heraldReaderSchema.Cascades, entcapture.Cascade{Child: heraldClubSchema, Column: "reader_presides", SetNull: true})
 	heraldReaderSchema.Cascades = append(heraldReaderSchema.Cascades, entcapture.Cascade{Child: heraldLoanSchema, Column: "reader_id", SetNull: false})
 	heraldReaderSchema.Cascades = append(heraldReaderSchema.Cascades, entcapture.Cascade{Child: heraldMembershipSchema, Column: "reader_id", SetNull: false})
