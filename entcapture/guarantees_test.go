@@ -12,6 +12,7 @@ import (
 
 	entgo "entgo.io/ent"
 	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
 
 	"github.com/heraldgo/herald/entcapture"
 	"github.com/heraldgo/herald/envelope"
@@ -378,3 +379,23 @@ func TestAtomicity(t *testing.T) {
 }
 
 var _ = dialect.Postgres
+
+// TestUnclassifiableUpsert: an upsert whose conflict clause names no
+// columns cannot be classified (inserted or updated?): it fails with
+// ErrUnsupported naming the schema and what to do, and writes nothing.
+func TestUnclassifiableUpsert(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		e := newEnv(t, d, entcapture.Config{})
+		err := e.client.Tag.Create().SetID("a").SetLabel("A").OnConflict(entsql.DoNothing()).Exec(context.Background())
+		if !errors.Is(err, envelope.ErrUnsupported) || !strings.Contains(err.Error(), "Tag") || !strings.Contains(err.Error(), "OnConflictColumns") {
+			t.Fatalf("err = %v", err)
+		}
+		if n := e.count(t, "tags"); n != 0 {
+			t.Fatalf("%d tags written", n)
+		}
+		if n := len(e.events(t)); n != 0 {
+			t.Fatalf("%d events written", n)
+		}
+	})
+}
