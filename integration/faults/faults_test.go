@@ -596,19 +596,7 @@ func runFaults(t *testing.T, p plan) {
 	if !waitFor(p.drainWait, func() bool { _, ok := drained(); return ok }) {
 		missing, _ := drained()
 		t.Errorf("%d of %d committed events not delivered within %s after the last fault", missing, len(ledger), p.drainWait)
-		rows, err := setup.QueryContext(ctx, `SELECT ordering_key, count(*), max(attempts), count(*) FILTER (WHERE lease_until IS NOT NULL),
-			count(*) FILTER (WHERE dead_lettered_at IS NOT NULL), left(max(last_error), 200)
-			FROM herald_outbox WHERE published_at IS NULL GROUP BY 1 ORDER BY 2 DESC LIMIT 20`)
-		if err == nil {
-			for rows.Next() {
-				var key, lastErr sql.NullString
-				var n, attempts, leased, dead int
-				if rows.Scan(&key, &n, &attempts, &leased, &dead, &lastErr) == nil {
-					t.Logf("pending: key %q: %d events, max attempts %d, leased %d, dead %d, last error %q", key.String, n, attempts, leased, dead, lastErr.String)
-				}
-			}
-			_ = rows.Close()
-		}
+		logPending(ctx, t, setup)
 		t.FailNow()
 	}
 	drain := time.Since(lastFault)
@@ -749,5 +737,30 @@ func waitFor(within time.Duration, cond func() bool) bool {
 			return false
 		}
 		time.Sleep(50 * time.Millisecond) // polling a condition with a deadline
+	}
+}
+
+// logPending logs the outbox's unpublished events by ordering key: what a
+// drain that did not finish left behind.
+func logPending(ctx context.Context, t *testing.T, db *sql.DB) {
+	rows, err := db.QueryContext(ctx, `SELECT ordering_key, count(*), max(attempts), count(*) FILTER (WHERE lease_until IS NOT NULL),
+		count(*) FILTER (WHERE dead_lettered_at IS NOT NULL), left(max(last_error), 200)
+		FROM herald_outbox WHERE published_at IS NULL GROUP BY 1 ORDER BY 2 DESC LIMIT 20`)
+	if err != nil {
+		t.Logf("pending: %v", err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var key, lastErr sql.NullString
+		var n, attempts, leased, dead int
+		if err := rows.Scan(&key, &n, &attempts, &leased, &dead, &lastErr); err != nil {
+			t.Logf("pending: %v", err)
+			return
+		}
+		t.Logf("pending: key %q: %d events, max attempts %d, leased %d, dead %d, last error %q", key.String, n, attempts, leased, dead, lastErr.String)
+	}
+	if err := rows.Err(); err != nil {
+		t.Logf("pending: %v", err)
 	}
 }
