@@ -86,6 +86,11 @@ func main() {
 		costs     = flag.Bool("cost", true, "report WAL and buffers per leased-and-marked event of each table variant (EXPLAIN)")
 		drains    = flag.Bool("drain", true, "measure drain throughput")
 		params    = flag.String("set", "", "extra DSN parameters for the drains, k=v,k=v (e.g. synchronous_commit=off)")
+		pollCost  = flag.String("poll-cost", "", "instead of the rest: per-poll cost on backlogs of these sizes (e.g. 10000,1000000)")
+		pollKeys  = flag.String("poll-keys", "10,100000", "with -poll-cost: ordering keys the backlog is spread over")
+		pollBatch = flag.Int("poll-batch", 100, "with -poll-cost: the relay's BatchSize")
+		unordIdx  = flag.Bool("unordered-idx", true, "with -poll-cost: create {base}_pending_unordered_idx (schema version 3, not yet in envelope.Migrate)")
+		oldScan   = flag.Duration("old-scan-timeout", 30*time.Second, "with -poll-cost: time one lease of the old sequence-order scan, up to this long (0 = skip)")
 	)
 	flag.Parse()
 	ctx := context.Background()
@@ -109,6 +114,11 @@ func main() {
 	fmt.Printf("# relaybench %s\n\n", time.Now().UTC().Format(time.RFC3339))
 	fmt.Printf("machine: %d CPUs (%s), GOMAXPROCS %d, %s; %s\n", runtime.NumCPU(), cpuModel(), runtime.GOMAXPROCS(0), runtime.Version(), serverVersion(ctx, admin))
 	fmt.Printf("events per drain: %d (%s), median of %d drains, each on a freshly filled table\n\n", *events, orderedness(*keyCount), *rounds)
+
+	if *pollCost != "" {
+		measurePollCost(ctx, base, ints(*pollCost), ints(*pollKeys), *pollBatch, *unordIdx, *oldScan)
+		return
+	}
 
 	if *costs {
 		fmt.Println("cost of lease and mark per event, batch 1000, from EXPLAIN (ANALYZE, BUFFERS, WAL) of the third batch:")
@@ -344,5 +354,42 @@ func randomHex(n int) string {
 func check(err error) {
 	if err != nil && !errors.Is(err, context.Canceled) {
 		log.Fatal(err)
+	}
+}
+
+// measurePollCost fills backlogs of each size on each key count and reports
+// the relay's mean time per poll over 100 polls, next to one lease of the
+// old sequence-order scan on the same table.
+func measurePollCost(ctx context.Context, dsn string, sizes, keyCounts []int, batch int, unordIdx bool, oldTimeout time.Duration) {
+	db, err := sql.Open("pgx", dsn)
+	check(err)
+	defer db.Close()
+	fmt.Printf("per-poll cost, BatchSize %d, pending_unordered_idx %v; mean over 100 polls (lease + no-op delivery + mark)\n\n", batch, unordIdx)
+	fmt.Println("| pending events | keys | events per poll | relay ms per poll | old scan, one lease ms |")
+	fmt.Println("|---:|---:|---:|---:|---:|")
+	for _, k := range keyCounts {
+		for _, n := range sizes {
+			check(relaybench.Reset(ctx, db, "herald_outbox"))
+			if unordIdx {
+				_, err := db.ExecContext(ctx, relaybench.UnorderedIndexDDL)
+				check(err)
+			}
+			check(relaybench.Fill(ctx, db, "herald_outbox", n, k))
+			_, err := db.ExecContext(ctx, `CHECKPOINT`)
+			check(err)
+			old := "skipped"
+			if oldTimeout > 0 {
+				d, err := relaybench.OldScanLease(ctx, db, "herald_outbox", batch, oldTimeout)
+				check(err)
+				old = fmt.Sprintf("%.1f", float64(d.Microseconds())/1000)
+				if d >= oldTimeout {
+					old = "> " + old
+				}
+			}
+			per := min(k, batch)
+			perPoll, err := relaybench.PollCost(ctx, db, "herald_outbox", 100*per, k, batch)
+			check(err)
+			fmt.Printf("| %d | %d | %d | %.2f | %s |\n", n, k, per, float64(perPoll.Microseconds())/1000, old)
+		}
 	}
 }

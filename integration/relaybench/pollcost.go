@@ -1,0 +1,113 @@
+package relaybench
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/heraldgo/herald/delivery"
+	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/relay"
+)
+
+// UnorderedIndexDDL is the partial index the relay's lease reads its
+// unordered candidates from ({base}_pending_unordered_idx). envelope.Migrate
+// does not create it yet (it is planned as the next schema version); the
+// benchmark creates it on its own table when asked to, so that the lease is
+// measured as it will run.
+const UnorderedIndexDDL = `CREATE INDEX IF NOT EXISTS herald_outbox_pending_unordered_idx ON herald_outbox (sequence)
+WHERE published_at IS NULL AND ordering_key IS NULL`
+
+// PollCost starts one relay (BatchSize batchSize, no-op delivery) on a
+// table already holding a backlog spread over keys ordering keys, lets it
+// run until it has delivered events events, and returns the mean time per
+// poll: elapsed ÷ (events ÷ events per poll), where a poll leases
+// min(keys, batchSize) events — one head per key. Every poll after a keyed
+// batch runs at once, so the time is the lease, the delivery and the mark,
+// back to back.
+func PollCost(ctx context.Context, db *sql.DB, table string, events, keys, batchSize int) (time.Duration, error) {
+	var delivered atomic.Int64
+	done := make(chan struct{})
+	obs := relay.ObserverFuncs{OnDelivered: func(context.Context, relay.Delivered) {
+		if delivered.Add(1) == int64(events) {
+			close(done)
+		}
+	}}
+	r, err := relay.New(db, delivery.Func(func(context.Context, *envelope.Event) error { return nil }), relay.Config{
+		Table: table, Dialect: envelope.Postgres, BatchSize: batchSize, Name: "pollcost",
+		Observer: obs, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if err := r.Start(ctx); err != nil {
+		return 0, err
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	elapsed := time.Since(start)
+	_ = r.Stop(context.Background())
+	if err != nil {
+		return 0, err
+	}
+	perPoll := min(keys, batchSize)
+	if keys == 0 {
+		perPoll = batchSize
+	}
+	polls := events / perPoll
+	if polls == 0 {
+		return 0, errors.New("pollcost: fewer events than one poll")
+	}
+	return elapsed / time.Duration(polls), nil
+}
+
+// OldScanLease times one lease written the way it was before the key walk
+// (scan pending events in sequence order, skip the held-back ones one probe
+// at a time, as the bare loop still does), in a transaction rolled back, with
+// a statement timeout: it returns timeout itself when the statement did not
+// finish.
+func OldScanLease(ctx context.Context, db *sql.DB, table string, batchSize int, timeout time.Duration) (time.Duration, error) {
+	t, err := envelope.ParseTable(envelope.Postgres, table)
+	if err != nil {
+		return 0, err
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, `SET LOCAL statement_timeout = `+itoa(int(timeout.Milliseconds()))); err != nil {
+		return 0, err
+	}
+	q := replaceTable(bareLeaseSQL, t.Quoted)
+	now := time.Now()
+	start := time.Now()
+	rows, err := tx.QueryContext(ctx, q, now.Add(time.Minute), "old", now, batchSize)
+	if err == nil {
+		for rows.Next() {
+		}
+		err = rows.Err()
+		rows.Close()
+	}
+	d := time.Since(start)
+	if err != nil {
+		if d >= timeout {
+			return timeout, nil
+		}
+		return 0, err
+	}
+	return d, nil
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func replaceTable(q, quoted string) string { return strings.ReplaceAll(q, "{table}", quoted) }
