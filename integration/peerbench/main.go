@@ -8,7 +8,7 @@
 //     10,000) and River (defaults; tuned);
 //   - producer cost per write, each ÷ a plain GORM Create in its own
 //     transaction: herald's captured Create, GORM Create + herald Enqueue,
-//     + watermill Publish, + River InsertTx, + a hand-written INSERT into
+//   - watermill Publish, + River InsertTx, + a hand-written INSERT into
 //     herald's table, all in the Create's transaction;
 //   - bulk: GORM Updates of 10,000 rows captured BeforeAndAfter, against the
 //     hand-written floor (the same UPDATE … RETURNING and one INSERT … SELECT
@@ -59,8 +59,8 @@ type config struct {
 // result is one case's figures over the rounds.
 type result struct {
 	section, name, unit string
-	values             []float64
-	extra              []string // per-round notes (latency windows)
+	values              []float64
+	extra               []string // per-round notes (latency windows)
 }
 
 func main() {

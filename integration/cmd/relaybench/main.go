@@ -90,6 +90,7 @@ func main() {
 		pollKeys  = flag.String("poll-keys", "10,100000", "with -poll-cost: ordering keys the backlog is spread over")
 		pollBatch = flag.Int("poll-batch", 100, "with -poll-cost: the relay's BatchSize")
 		unordIdx  = flag.Bool("unordered-idx", true, "with -poll-cost: create {base}_pending_unordered_idx (schema version 3, not yet in envelope.Migrate)")
+		history   = flag.String("history", "", "instead of the rest: lease cost after this many events were published (e.g. 0,50000,200000), marking them and deleting them (DeleteOnPublish)")
 		oldScan   = flag.Duration("old-scan-timeout", 30*time.Second, "with -poll-cost: time one lease of the old sequence-order scan, up to this long (0 = skip)")
 	)
 	flag.Parse()
@@ -115,6 +116,10 @@ func main() {
 	fmt.Printf("machine: %d CPUs (%s), GOMAXPROCS %d, %s; %s\n", runtime.NumCPU(), cpuModel(), runtime.GOMAXPROCS(0), runtime.Version(), serverVersion(ctx, admin))
 	fmt.Printf("events per drain: %d (%s), median of %d drains, each on a freshly filled table\n\n", *events, orderedness(*keyCount), *rounds)
 
+	if *history != "" {
+		measureHistory(ctx, base, ints(*history))
+		return
+	}
 	if *pollCost != "" {
 		measurePollCost(ctx, base, ints(*pollCost), ints(*pollKeys), *pollBatch, *unordIdx, *oldScan)
 		return
@@ -390,6 +395,31 @@ func measurePollCost(ctx context.Context, dsn string, sizes, keyCounts []int, ba
 			perPoll, err := relaybench.PollCost(ctx, db, "herald_outbox", 100*per, k, batch)
 			check(err)
 			fmt.Printf("| %d | %d | %d | %.2f | %s |\n", n, k, per, float64(perPoll.Microseconds())/1000, old)
+		}
+	}
+}
+
+// measureHistory reports the lease's cost on a table through which a
+// history of events went, marked published or deleted on publish.
+func measureHistory(ctx context.Context, dsn string, sizes []int) {
+	db, err := sql.Open("pgx", dsn)
+	check(err)
+	defer db.Close()
+	var horizon sql.NullString
+	_ = db.QueryRowContext(ctx, `SELECT max(age(backend_xmin))::text FROM pg_stat_activity WHERE datname = current_database() AND backend_xmin IS NOT NULL`).Scan(&horizon)
+	fmt.Printf("lease of 10 fresh events after a history of published events (EXPLAIN ANALYZE of the bare lease, run twice); oldest snapshot in the database at the start: %s transactions old\n\n", horizon.String)
+	fmt.Println("| history events | on publish | lease buffers (1st run → 2nd) | lease ms (1st → 2nd) |")
+	fmt.Println("|---:|---|---:|---:|")
+	for _, n := range sizes {
+		for _, del := range []bool{false, true} {
+			c1, c, err := relaybench.LeaseAfterHistory(ctx, db, "herald_outbox", n, del)
+			check(err)
+			mode := "mark published"
+			if del {
+				mode = "delete (DeleteOnPublish)"
+			}
+			fmt.Printf("| %d | %s | %d → %d | %.2f → %.2f |\n", n, mode, c1.Buffers, c.Buffers,
+				float64(c1.Time.Microseconds())/1000, float64(c.Time.Microseconds())/1000)
 		}
 	}
 }
