@@ -138,7 +138,7 @@ func watermillDrain(batch int) func(context.Context, config) (float64, string, e
 		if err != nil {
 			return 0, "", err
 		}
-		for got := 0; got < cfg.events; got++ {
+		for got := range cfg.events {
 			select {
 			case m := <-ch:
 				m.Ack()

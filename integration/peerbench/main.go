@@ -170,20 +170,20 @@ func main() {
 	fmt.Fprintf(&b, "Versions: %s.\n\n", versions())
 	fmt.Fprintf(&b, "%d interleaved rounds; median and range (min–max) of the rounds.\n\n", *rounds)
 	for _, sec := range []string{"drain", "producer", "bulk", "latency"} {
-		var any bool
+		var seen bool
 		for _, k := range order {
 			r := results[k]
 			if r.section != sec {
 				continue
 			}
-			if !any {
+			if !seen {
 				fmt.Fprintf(&b, "## %s\n\n%s\n\n| case | median | range | unit | notes |\n|---|---:|---|---|---|\n", sec, sectionNote(sec, cfg))
-				any = true
+				seen = true
 			}
 			fmt.Fprintf(&b, "| %s | %s | %s–%s | %s | %s |\n", r.name, fmtv(median(r.values)), fmtv(slices.Min(r.values)),
 				fmtv(slices.Max(r.values)), r.unit, strings.Join(r.extra, "; "))
 		}
-		if any {
+		if seen {
 			b.WriteString("\n")
 		}
 	}

@@ -91,13 +91,7 @@ func OldScanLease(ctx context.Context, db *sql.DB, table string, batchSize int, 
 	q := replaceTable(bareLeaseSQL, t.Quoted)
 	now := time.Now()
 	start := time.Now()
-	rows, err := tx.QueryContext(ctx, q, now.Add(time.Minute), "old", now, batchSize)
-	if err == nil {
-		for rows.Next() {
-		}
-		err = rows.Err()
-		rows.Close()
-	}
+	err = drainRows(tx.QueryContext(ctx, q, now.Add(time.Minute), "old", now, batchSize))
 	d := time.Since(start)
 	if err != nil {
 		if d >= timeout {
@@ -199,4 +193,15 @@ SELECT gen_random_uuid(), 'fresh', '{}', now() FROM generate_series(1, 10)`
 		}
 	}
 	return c, nil
+}
+
+// drainRows reads and closes the rows of a query.
+func drainRows(rows *sql.Rows, err error) error {
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+	}
+	return rows.Err()
 }
