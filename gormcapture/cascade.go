@@ -2,13 +2,14 @@ package gormcapture
 
 import (
 	"context"
-	"maps"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
 	"time"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 	"gorm.io/gorm/schema"
 
 	"github.com/heraldgo/herald/envelope"
@@ -30,22 +31,40 @@ type cascadeEdge struct {
 	setNull bool
 }
 
-// cascadesFor returns the edges from table that reach a captured model.
+// cascadesFor returns the ON DELETE edges from table that reach a
+// captured model.
 func (p *Plugin) cascadesFor(db *gorm.DB, table string) []*cascadeEdge {
-	if v, ok := p.cascades.Load(table); ok {
+	return p.edgesFor(db, table)
+}
+
+// updateCascadesFor returns the ON UPDATE edges from table that reach a
+// captured model.
+func (p *Plugin) updateCascadesFor(db *gorm.DB, table string) []*cascadeEdge {
+	return p.edgesFor(db, onUpdateKey+table)
+}
+
+// onUpdateKey prefixes the table names of ON UPDATE edges in
+// Plugin.cascades (ON DELETE edges are keyed by the bare table name).
+const onUpdateKey = "\x01"
+
+func (p *Plugin) edgesFor(db *gorm.DB, key string) []*cascadeEdge {
+	if v, ok := p.cascades.Load(key); ok {
 		return v.([]*cascadeEdge)
 	}
 	all := p.buildCascades(db)
-	if _, ok := all[table]; !ok {
-		all[table] = nil
+	if _, ok := all[key]; !ok {
+		all[key] = nil
 	}
 	for t, es := range all {
 		p.cascades.LoadOrStore(t, es)
 	}
-	v, _ := p.cascades.Load(table)
+	v, _ := p.cascades.Load(key)
 	return v.([]*cascadeEdge)
 }
 
+// buildCascades returns the edges of every constraint the plugin knows,
+// ON DELETE ones under their parent table's name, ON UPDATE ones under
+// onUpdateKey + the name.
 func (p *Plugin) buildCascades(db *gorm.DB) map[string][]*cascadeEdge {
 	p.mu.Lock()
 	known := slices.Clone(p.known)
@@ -62,24 +81,29 @@ func (p *Plugin) buildCascades(db *gorm.DB) map[string][]*cascadeEdge {
 		if c == nil || c.Schema == nil || c.ReferenceSchema == nil || len(c.ForeignKeys) == 0 {
 			return
 		}
-		od := strings.ToUpper(strings.Join(strings.Fields(c.OnDelete), " "))
-		if od != "CASCADE" && od != "SET NULL" {
-			return
+		for _, onUpdate := range []bool{false, true} {
+			action, key := c.OnDelete, c.ReferenceSchema.Table
+			if onUpdate {
+				action, key = c.OnUpdate, onUpdateKey+key
+			}
+			action = strings.ToUpper(strings.Join(strings.Fields(action), " "))
+			if action != "CASCADE" && action != "SET NULL" {
+				continue
+			}
+			e := &cascadeEdge{child: c.Schema, setNull: action == "SET NULL"}
+			for _, f := range c.ForeignKeys {
+				e.fk = append(e.fk, f.DBName)
+			}
+			for _, f := range c.References {
+				e.ref = append(e.ref, f.DBName)
+			}
+			id := key + "\x00" + c.Schema.Table + "\x00" + strings.Join(e.fk, ",")
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+			edges[key] = append(edges[key], e)
 		}
-		e := &cascadeEdge{child: c.Schema, setNull: od == "SET NULL"}
-		for _, f := range c.ForeignKeys {
-			e.fk = append(e.fk, f.DBName)
-		}
-		for _, f := range c.References {
-			e.ref = append(e.ref, f.DBName)
-		}
-		parent := c.ReferenceSchema.Table
-		id := parent + "\x00" + c.Schema.Table + "\x00" + strings.Join(e.fk, ",")
-		if seen[id] {
-			return
-		}
-		seen[id] = true
-		edges[parent] = append(edges[parent], e)
 	}
 	seenSchema := map[*schema.Schema]bool{}
 	for _, m := range known {
@@ -98,38 +122,48 @@ func (p *Plugin) buildCascades(db *gorm.DB) map[string][]*cascadeEdge {
 		}
 	}
 	// Keep only edges that lead to a captured model: reading rows no event
-	// needs would only cost statements.
+	// needs would only cost statements. A deleted child row cascades
+	// further through ON DELETE edges; an updated child's key further
+	// through ON UPDATE edges.
 	memo := map[string]int{} // 0 unknown, 1 visiting, 2 yes, 3 no
-	var reaches func(table string) bool
-	reaches = func(table string) bool {
-		switch memo[table] {
+	var reaches func(key string) bool
+	reaches = func(key string) bool {
+		switch memo[key] {
 		case 1, 3:
 			return false
 		case 2:
 			return true
 		}
-		memo[table] = 1
+		memo[key] = 1
 		ok := false
-		for _, e := range edges[table] {
-			if p.isCaptured(e.child) || (!e.setNull && reaches(e.child.Table)) {
+		for _, e := range edges[key] {
+			if p.isCaptured(e.child) || (!e.setNull && reaches(nextKey(key, e))) {
 				ok = true
 			}
 		}
-		memo[table] = 3
+		memo[key] = 3
 		if ok {
-			memo[table] = 2
+			memo[key] = 2
 		}
 		return ok
 	}
 	out := map[string][]*cascadeEdge{}
-	for parent, es := range edges {
+	for key, es := range edges {
 		for _, e := range es {
-			if p.isCaptured(e.child) || (!e.setNull && reaches(e.child.Table)) {
-				out[parent] = append(out[parent], e)
+			if p.isCaptured(e.child) || (!e.setNull && reaches(nextKey(key, e))) {
+				out[key] = append(out[key], e)
 			}
 		}
 	}
 	return out
+}
+
+// nextKey is the key of the edges a cascade along e goes on through.
+func nextKey(key string, e *cascadeEdge) string {
+	if strings.HasPrefix(key, onUpdateKey) {
+		return onUpdateKey + e.child.Table
+	}
+	return e.child.Table
 }
 
 func (p *Plugin) isCaptured(sch *schema.Schema) bool {
@@ -139,13 +173,16 @@ func (p *Plugin) isCaptured(sch *schema.Schema) bool {
 
 // readCascade reads, locked, the rows that deleting parents (rows of
 // table) makes the database delete or null, level by level, and returns
-// their changes grouped per model.
-func (p *Plugin) readCascade(ctx context.Context, db *gorm.DB, q gorm.ConnPool, table string, parents []image, at time.Time) ([]batch, error) {
+// the changes of the deleted ones grouped per model, and the nulled ones
+// as they were: their events are built after the DELETE, from the rows
+// read again (finishUpdateCascade), as the database left them.
+func (p *Plugin) readCascade(ctx context.Context, db *gorm.DB, q gorm.ConnPool, table string, parents []image, at time.Time) ([]batch, []updateCascade, error) {
 	type level struct {
 		table string
 		rows  []image
 	}
 	queue := []level{{table, parents}}
+	var nulled []updateCascade
 	deleted := map[string]bool{}
 	var order []*schema.Schema
 	groups := map[*schema.Schema]*batch{}
@@ -180,25 +217,11 @@ func (p *Plugin) readCascade(ctx context.Context, db *gorm.DB, q gorm.ConnPool, 
 			}
 			rows, err := p.selectByKeys(ctx, db, q, target{child.Table, nil, child}, cols, e.fk, keys, true)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if e.setNull {
-				if spec == nil || !spec.Captures(envelope.Updated) {
-					continue
-				}
-				for _, r := range rows {
-					after := maps.Clone(r)
-					for _, f := range e.fk {
-						after[f] = nil
-					}
-					var b, a image
-					if spec.NeedsBefore(envelope.Updated) {
-						b = r
-					}
-					if spec.NeedsAfter(envelope.Updated) {
-						a = after
-					}
-					add(child, spec, change(spec, child.Table, envelope.Updated, pkOf(r, pk), b, a, slices.Clone(e.fk), at))
+				if spec != nil && spec.Captures(envelope.Updated) && len(rows) > 0 {
+					nulled = append(nulled, updateCascade{e, spec, rows})
 				}
 				continue
 			}
@@ -227,7 +250,7 @@ func (p *Plugin) readCascade(ctx context.Context, db *gorm.DB, q gorm.ConnPool, 
 	for _, s := range order {
 		out = append(out, *groups[s])
 	}
-	return out, nil
+	return out, nulled, nil
 }
 
 // distinctKeys returns the distinct non-NULL tuples of cols in rows.
@@ -252,4 +275,165 @@ next:
 		out = append(out, k)
 	}
 	return out
+}
+
+// The database's own ON UPDATE CASCADE / SET NULL rewrites the foreign
+// keys of child rows when an UPDATE changes the parent columns they
+// reference. Before such an UPDATE the plugin reads, locked, the child
+// rows referencing the rows it is about to update (level by level, one
+// statement per constraint and level, through children whose rewritten
+// key is referenced in turn); after it, it reads those child rows again by
+// their primary keys (one statement per child table and level) and
+// captures as updated, with changed = the foreign-key columns, those whose
+// key the database did change.
+
+// updateCascade is one constraint's child rows as they were before the
+// UPDATE.
+type updateCascade struct {
+	edge *cascadeEdge
+	spec *envelope.Spec // nil: not captured (read to follow the cascade further)
+	rows []image
+}
+
+// setColumns names every column an UPDATE sets (GORM's own included).
+func setColumns(st *gorm.Statement) []string {
+	set, _ := st.Clauses["SET"].Expression.(clause.Set)
+	out := make([]string, 0, len(set))
+	for _, a := range set {
+		n := a.Column.Name
+		if f := st.Schema.LookUpField(n); f != nil && f.DBName != "" {
+			n = f.DBName
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+func intersects(a, b []string) bool {
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			return true
+		}
+	}
+	return false
+}
+
+// updateEdges returns the ON UPDATE edges from table whose referenced
+// columns are among set.
+func (p *Plugin) updateEdges(db *gorm.DB, table string, set []string) []*cascadeEdge {
+	var out []*cascadeEdge
+	for _, e := range p.updateCascadesFor(db, table) {
+		if intersects(e.ref, set) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// readUpdateCascade reads, locked, the child rows that updating set on
+// parents (rows of table, with the referenced columns) makes the database
+// rewrite.
+func (p *Plugin) readUpdateCascade(ctx context.Context, db *gorm.DB, q gorm.ConnPool, table string, parents []image, set []string) ([]updateCascade, error) {
+	type level struct {
+		table string
+		rows  []image
+		set   []string
+	}
+	var out []updateCascade
+	queue := []level{{table, parents, set}}
+	for hops := 0; len(queue) > 0; hops++ {
+		lv := queue[0]
+		queue = queue[1:]
+		if hops > 64 {
+			return nil, &envelope.Error{Kind: envelope.ErrUnsupported, Where: "gormcapture",
+				Msg: "ON UPDATE cascades deeper than 64 levels (a cycle of constraints?) cannot be captured"}
+		}
+		for _, e := range p.updateEdges(db, lv.table, lv.set) {
+			keys := distinctKeys(lv.rows, e.ref)
+			if len(keys) == 0 {
+				continue
+			}
+			child := e.child
+			spec := p.modelFor(child).spec
+			if spec != nil && !spec.Captures(envelope.Updated) {
+				spec = nil
+			}
+			pk := child.PrimaryFieldDBNames
+			cols := union(slices.Clone(pk), e.fk...)
+			var further []*cascadeEdge
+			if !e.setNull {
+				further = p.updateEdges(db, child.Table, e.fk)
+				for _, ce := range further {
+					cols = union(cols, ce.ref...)
+				}
+			}
+			if spec != nil {
+				cols = union(cols, spec.Columns()...)
+			}
+			rows, err := p.selectByKeys(ctx, db, q, target{child.Table, nil, child}, cols, e.fk, keys, true)
+			if err != nil {
+				return nil, err
+			}
+			if len(rows) == 0 {
+				continue
+			}
+			if spec != nil && (len(pk) == 0 || intersects(pk, e.fk)) {
+				return nil, &envelope.Error{Kind: envelope.ErrUnsupported, Where: child.Name,
+					Msg: fmt.Sprintf("an ON UPDATE %s into primary-key columns (%s) cannot be captured: the rewritten rows cannot be read again by their keys",
+						map[bool]string{false: "CASCADE", true: "SET NULL"}[e.setNull], strings.Join(e.fk, ","))}
+			}
+			if spec != nil {
+				out = append(out, updateCascade{e, spec, rows})
+			}
+			if len(further) > 0 {
+				queue = append(queue, level{child.Table, rows, e.fk})
+			}
+		}
+	}
+	return out, nil
+}
+
+// finishUpdateCascade reads the children again after the UPDATE (or the
+// DELETE whose ON DELETE SET NULL nulled them) and returns the changes of
+// those whose foreign key the database rewrote, with the rows as it left
+// them.
+func (p *Plugin) finishUpdateCascade(ctx context.Context, db *gorm.DB, q gorm.ConnPool, ucs []updateCascade, at time.Time) ([]batch, error) {
+	var out []batch
+	seen := map[string]bool{}
+	for _, uc := range ucs {
+		child, spec := uc.edge.child, uc.spec
+		pk := child.PrimaryFieldDBNames
+		keys := distinctKeys(uc.rows, pk)
+		cols := payloadColumns(child, spec, spec.NeedsAfter(envelope.Updated))
+		cols = union(cols, uc.edge.fk...)
+		now, err := p.selectByKeys(ctx, db, q, target{child.Table, nil, child}, cols, pk, keys, false)
+		if err != nil {
+			return nil, err
+		}
+		afterBy := make(map[string]image, len(now))
+		for _, a := range now {
+			afterBy[keyOf(a, pk)] = a
+		}
+		b := batch{spec: spec}
+		for _, before := range uc.rows {
+			k := keyOf(before, pk)
+			after, ok := afterBy[k]
+			if !ok || keyOf(after, uc.edge.fk) == keyOf(before, uc.edge.fk) || seen[child.Table+"\x00"+k] {
+				continue // gone, or its key was not changed (the parent's was set to what it was)
+			}
+			seen[child.Table+"\x00"+k] = true
+			var bi, ai image
+			if spec.NeedsBefore(envelope.Updated) {
+				bi = before
+			}
+			if spec.NeedsAfter(envelope.Updated) {
+				ai = after
+			}
+			b.changes = append(b.changes, change(spec, child.Table, envelope.Updated, pkOf(before, pk), bi, ai, slices.Clone(uc.edge.fk), at))
+		}
+		if len(b.changes) > 0 {
+			out = append(out, b)
+		}
+	}
+	return out, nil
 }

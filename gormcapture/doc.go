@@ -46,7 +46,11 @@
 // Unscoped().Delete; Select(clause.Associations).Delete; the rows the
 // database itself deletes or nulls through ON DELETE CASCADE / SET NULL
 // constraints declared in the models' constraint tags (read, locked, before
-// the delete, recursively); upserts with clause.OnConflict (a conflicting
+// the delete, recursively), and the rows whose foreign key it rewrites
+// through ON UPDATE CASCADE / SET NULL when an update changes the columns
+// they reference (read, locked, before the update and again by key after
+// it; an "updated" event with changed = the foreign-key columns, only for
+// rows whose key did change); upserts with clause.OnConflict (a conflicting
 // row as "updated", an inserted one as "inserted", a skipped one not at
 // all); rows of a many-to-many join model given to db.SetupJoinTable
 // (Association Append, Replace, Delete, Clear); and the generic API
@@ -57,17 +61,49 @@
 // locking SELECT when the mode needs the rows as they were
 // (BeforeAndAfter, or a delete the database cascades; on PostgreSQL an
 // update reads them in a FOR UPDATE subquery of the UPDATE itself), and
-// one multi-row event INSERT — never a query per row. A single-row Create
-// on PostgreSQL writes its row and its event in one statement. What the caller sees is
+// one multi-row event INSERT — never a query per row. Events hold the rows
+// as the database stored them (read back with RETURNING: timestamps at the
+// column's precision, numerics at their scale, defaults), in one JSON form
+// whatever the path. A single-row Create on PostgreSQL writes its row and
+// its event in one statement, the event's row rendered by PostgreSQL from
+// the stored row, when every column has a rendering known to match
+// (integers, text, booleans, uuids, floats, numerics into decimals or
+// strings, json/jsonb into strings, timestamps into time.Time — timestamptz
+// only through pgx with time.Local UTC); the table's first single-row
+// Create, and any other, takes two statements. What the caller sees is
 // what GORM shows without the plugin: RowsAffected, generated keys and
 // defaults filled in, and a struct or slice never overwritten by the
 // plugin's RETURNING.
+//
+// # Order per key, and decimals
+//
+// On PostgreSQL every event with an ordering key is inserted after its
+// transaction took the key's advisory lock (see the envelope package), so
+// for every key — the default row key, a template without {pk} such as
+// "{label}", an OrderingKeyFunc, or an Enqueue with a row's key beside
+// that row's captured writes — sequence order is commit order. The lock is
+// taken by the event INSERT itself (for the single-row Create, by its one
+// statement), so it adds no round trip; a row-keyed event takes it shared,
+// so captured writes of different rows never wait on each other.
+//
+// A decimal column declared with a scale (`gorm:"type:numeric(10,2)"`, or a
+// numeric/decimal type with `scale:2`) keeps it in events on every
+// database: "12.50", "0.00", as PostgreSQL returns it, although SQLite
+// stores 12.5 and 0. Values are padded, never changed: one with more
+// fractional digits is in the event as the database holds it (PostgreSQL
+// rounded it into the column; SQLite keeps it as given).
 //
 // # Transactions
 //
 // A write outside a transaction runs in one with its events: GORM's
 // default transaction, or one the plugin opens under SkipDefaultTransaction
-// (config or session). A write inside the caller's transaction runs in a
+// (config or session). That one covers the statement and its events only:
+// the model's hooks and association saves run outside it, as they run
+// outside any transaction in plain GORM, so a hook that fails or panics
+// after the statement leaves the write committed with its event (where
+// plain GORM leaves it committed) and no transaction open; a panic during
+// the capture itself (a user's Extend) rolls back the plugin's transaction,
+// or GORM's default one. A write inside the caller's transaction runs in a
 // savepoint, so an event that fails after its row was written undoes the
 // row even if the caller catches the error and goes on, and a PostgreSQL
 // transaction stays usable. Statements nested in a captured write
@@ -87,7 +123,20 @@
 //   - Database cascades are known only from the constraint tags of models
 //     the plugin knows (Config.Models, Capture, captured models already
 //     seen); constraints added by hand-written migrations are not followed.
-//     ON DELETE SET DEFAULT is not followed.
+//     ON DELETE / ON UPDATE SET DEFAULT is not followed. An ON UPDATE
+//     CASCADE into a primary-key column of a captured model (a join table
+//     keyed by its foreign keys) is envelope.ErrUnsupported: the rewritten
+//     rows cannot be read again by their keys; the update is undone.
+//   - Savepoints are tracked from the SQL that creates, rolls back to and
+//     releases them (db.SavePoint, db.RollbackTo, nested Transaction, or
+//     db.Exec of SAVEPOINT / ROLLBACK [TRANSACTION] TO / RELEASE), names
+//     matched as the database matches them (without case on SQLite and
+//     unquoted on PostgreSQL).
+//   - Enqueue outside a transaction writes through the pool a captured
+//     Create would use: with dbresolver, its source (for the outbox table),
+//     not the pool given to gorm.Open. A transaction begun without
+//     Clauses(dbresolver.Write) is on the pool given to gorm.Open, for its
+//     captured writes and its Enqueue alike (dbresolver's rule).
 //   - Call db.Use(gormcapture.New(...)) right after gorm.Open, before
 //     registering dbresolver (so its sources are wrapped too) and before
 //     deriving sessions. A transaction begun on a pool the plugin does not
@@ -99,8 +148,11 @@
 //   - An upsert with ON CONFLICT ... DO UPDATE needs its conflict columns
 //     (clause.OnConflict.Columns) on SQLite and in BeforeAndAfter mode; an
 //     UPDATE that moves rows to new primary keys in BeforeAndAfter mode is
-//     supported for one row at a time. Both are envelope.ErrUnsupported
-//     otherwise.
+//     supported for one row at a time on SQLite (on PostgreSQL the UPDATE
+//     returns each row's old values beside its new ones: any number); with
+//     clause.Returning, for up to 30,000 key columns' worth of rows (the
+//     caller's rows are read again by their new keys). All are
+//     envelope.ErrUnsupported otherwise.
 //   - On SQLite, a captured write that reads before it writes (BeforeAndAfter,
 //     upserts, cascades) upgrades its transaction from reader to writer; under
 //     concurrent writers use _txlock=immediate in the DSN so the upgrade waits

@@ -77,6 +77,7 @@ type Plugin struct {
 	stmts    sync.Map // stmtKey -> *sql.Stmt (SQLite)
 	nstmts   atomic.Int64
 	arrays   sync.Map // *sql.DB -> bool: binds Go slices as arrays (pgx)
+	colTypes sync.Map // table name -> *columnTypes (PostgreSQL), for fused inserts
 
 	spSeq         atomic.Uint64
 	foreignWarned atomic.Bool
@@ -344,6 +345,12 @@ func (p *Plugin) compile(sch *schema.Schema, opts envelope.Options) (*envelope.S
 	for _, f := range sch.Fields {
 		if f.DBName != "" && isSensitive(f) {
 			info.Sensitive = append(info.Sensitive, f.DBName)
+		}
+		if scale, ok := declaredScale(f); ok && f.DBName != "" {
+			if info.Scales == nil {
+				info.Scales = map[string]int{}
+			}
+			info.Scales[f.DBName] = scale
 		}
 	}
 	p.mu.Lock()
