@@ -75,8 +75,23 @@ func bareDrain(batch, workers int) func(context.Context, config) (float64, strin
 	}
 }
 
-func fillHerald(ctx context.Context, db *sql.DB, n int) error {
+// resetHerald empties herald's table (creating it if needed) and, unless
+// -unordered-idx=false, adds the index the lease reads unordered events
+// from ({base}_pending_unordered_idx: the next schema version, not yet
+// created by envelope.Migrate).
+func resetHerald(ctx context.Context, db *sql.DB) error {
 	if err := relaybench.Reset(ctx, db, "herald_outbox"); err != nil {
+		return err
+	}
+	if !unorderedIdx {
+		return nil
+	}
+	_, err := db.ExecContext(ctx, relaybench.UnorderedIndexDDL)
+	return err
+}
+
+func fillHerald(ctx context.Context, db *sql.DB, n int) error {
+	if err := resetHerald(ctx, db); err != nil {
 		return err
 	}
 	if err := relaybench.Fill(ctx, db, "herald_outbox", n, 0); err != nil {

@@ -47,6 +47,9 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 )
 
+// unorderedIdx: see resetHerald.
+var unorderedIdx bool
+
 type config struct {
 	dsn        string // with search_path set to the run's schema
 	events     int
@@ -75,6 +78,7 @@ func main() {
 		sections = flag.String("sections", "drain,producer,bulk,latency", "what to measure")
 		out      = flag.String("out", "peerbench-results.md", "Markdown file written")
 	)
+	flag.BoolVar(&unorderedIdx, "unordered-idx", true, "create herald_outbox_pending_unordered_idx (the next schema version) on herald's table")
 	flag.Parse()
 	ctx := context.Background()
 	schema := "peerbench_" + randomHex(4)
@@ -168,7 +172,8 @@ func main() {
 	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %s; %s. Load average (1/5/15 min) at the start of each round and at the end: %s.\n\n",
 		runtime.NumCPU(), cpuModel(), runtime.Version(), serverInfo(ctx, admin), strings.Join(loads, " → "))
 	fmt.Fprintf(&b, "Versions: %s.\n\n", versions())
-	fmt.Fprintf(&b, "%d interleaved rounds; median and range (min–max) of the rounds.\n\n", *rounds)
+	fmt.Fprintf(&b, "%d interleaved rounds; median and range (min–max) of the rounds. herald_outbox_pending_unordered_idx created: %v. Session settings from the DSN: %s.\n\n",
+		*rounds, unorderedIdx, dsnParams(*dsn))
 	for _, sec := range []string{"drain", "producer", "bulk", "latency"} {
 		var seen bool
 		for _, k := range order {
@@ -295,4 +300,19 @@ func check(err error) {
 	if err != nil {
 		log.Fatal(err)
 	}
+}
+
+// dsnParams lists the DSN's query parameters other than sslmode (session
+// settings such as jit=off).
+func dsnParams(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "?"
+	}
+	q := u.Query()
+	q.Del("sslmode")
+	if len(q) == 0 {
+		return "none"
+	}
+	return q.Encode()
 }

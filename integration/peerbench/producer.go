@@ -20,7 +20,6 @@ import (
 
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/gormcapture"
-	"github.com/heraldgo/herald/integration/relaybench"
 	"github.com/heraldgo/herald/wakeup"
 )
 
@@ -55,7 +54,7 @@ func gormDBs(cfg config, w wakeup.Wakeup) (plain, herald *gorm.DB, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := relaybench.Reset(context.Background(), sqlDB, "herald_outbox"); err != nil {
+	if err := resetHerald(context.Background(), sqlDB); err != nil {
 		return nil, nil, err
 	}
 	if err := plain.AutoMigrate(&PlainRow{}, &CapturedRow{}, &PlainBulk{}, &CapturedBulk{}, &FloorBulk{}); err != nil {

@@ -46,6 +46,9 @@ import (
 // idempotency key's unique index partial, no index on id.
 var ddlVariants = map[string][]string{
 	"default": nil,
+	// The lease's unordered candidates' index (schema version 3, not yet
+	// created by envelope.Migrate).
+	"unordered-idx": {relaybench.UnorderedIndexDDL},
 	"ff100":   {`ALTER TABLE herald_outbox SET (fillfactor = 100)`},
 	"ff85":    {`ALTER TABLE herald_outbox SET (fillfactor = 85)`},
 	"ff70":    {`ALTER TABLE herald_outbox SET (fillfactor = 70)`},
