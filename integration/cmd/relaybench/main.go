@@ -120,11 +120,11 @@ func main() {
 	fmt.Printf("events per drain: %d (%s), median of %d drains, each on a freshly filled table\n\n", *events, orderedness(*keyCount), *rounds)
 
 	if *history != "" {
-		measureHistory(ctx, base, ints(*history))
+		measureHistory(ctx, drainDSN, ints(*history))
 		return
 	}
 	if *pollCost != "" {
-		measurePollCost(ctx, base, ints(*pollCost), ints(*pollKeys), *pollBatch, *unordIdx, *oldScan)
+		measurePollCost(ctx, drainDSN, ints(*pollCost), ints(*pollKeys), *pollBatch, *unordIdx, *oldScan)
 		return
 	}
 
