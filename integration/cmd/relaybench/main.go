@@ -49,9 +49,9 @@ var ddlVariants = map[string][]string{
 	// The lease's unordered candidates' index (schema version 3, not yet
 	// created by envelope.Migrate).
 	"unordered-idx": {relaybench.UnorderedIndexDDL},
-	"ff100":   {`ALTER TABLE herald_outbox SET (fillfactor = 100)`},
-	"ff85":    {`ALTER TABLE herald_outbox SET (fillfactor = 85)`},
-	"ff70":    {`ALTER TABLE herald_outbox SET (fillfactor = 70)`},
+	"ff100":         {`ALTER TABLE herald_outbox SET (fillfactor = 100)`},
+	"ff85":          {`ALTER TABLE herald_outbox SET (fillfactor = 85)`},
+	"ff70":          {`ALTER TABLE herald_outbox SET (fillfactor = 70)`},
 	// The topic index over every row: a mark adds an entry to it.
 	"topic-full": topicFull,
 	// Unique constraints over every row on id and idempotency_key (NULLs
