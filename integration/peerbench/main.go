@@ -168,7 +168,7 @@ func main() {
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "# peerbench %s\n\n", started.UTC().Format(time.RFC3339))
-	fmt.Fprintf(&b, "Command: `go run . %s` (in integration/peerbench)\n\n", strings.Join(os.Args[1:], " "))
+	fmt.Fprintf(&b, "Command: `go run . %s` (in integration/peerbench)\n\n", shellJoin(os.Args[1:]))
 	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %s; %s. Load average (1/5/15 min) at the start of each round and at the end: %s.\n\n",
 		runtime.NumCPU(), cpuModel(), runtime.Version(), serverInfo(ctx, admin), strings.Join(loads, " → "))
 	fmt.Fprintf(&b, "Versions: %s.\n\n", versions())
@@ -315,4 +315,17 @@ func dsnParams(dsn string) string {
 		return "none"
 	}
 	return q.Encode()
+}
+
+// shellJoin joins arguments for a shell, single-quoting those with
+// characters a shell would interpret.
+func shellJoin(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if strings.ContainsAny(a, "&?;|<>()$`\"' *") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		out[i] = a
+	}
+	return strings.Join(out, " ")
 }
