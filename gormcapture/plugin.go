@@ -52,6 +52,17 @@ type Config struct {
 	// transaction instead. nil = no signals; relays poll.
 	Wakeup wakeup.Wakeup
 
+	// CaptureAll, when set, captures every model written through GORM
+	// that neither declares Captured nor is registered with Capture, with
+	// these options: models declared anywhere (inside a function too),
+	// and the join tables GORM generates for many2many fields. Each model
+	// is compiled at its first write; options it cannot satisfy (Fields or
+	// Exclude naming a column it lacks, no key) make its writes fail with
+	// envelope.ErrConfiguration naming it. A model's database cascades
+	// are followed once the plugin has seen it (see Models). nil = only
+	// declared and registered models are captured.
+	CaptureAll *envelope.Options
+
 	// Logger receives warnings: a failed wakeup signal, a write in a
 	// transaction the plugin cannot see commit. nil = no logging.
 	Logger *slog.Logger
@@ -131,6 +142,15 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	p.mu.Unlock()
 
 	if first {
+		if o := p.cfg.CaptureAll; o != nil {
+			if err := o.Validate(); err != nil {
+				var e *envelope.Error
+				if errors.As(err, &e) {
+					e.Where = "Config.CaptureAll " + e.Where
+				}
+				return err
+			}
+		}
 		for _, m := range known {
 			if err := p.register(db, m); err != nil {
 				return err
@@ -317,6 +337,9 @@ func (p *Plugin) buildModel(sch *schema.Schema) *model {
 			opts, explicit = c.ChangeCapture(), true
 		}
 	}
+	if !explicit && p.cfg.CaptureAll != nil && !p.isOutbox(sch.Table) {
+		opts, explicit = *p.cfg.CaptureAll, true
+	}
 	m := &model{}
 	if explicit {
 		m.spec, m.err = p.compile(sch, opts)
@@ -346,13 +369,18 @@ func (p *Plugin) compile(sch *schema.Schema, opts envelope.Options) (*envelope.S
 			info.Sensitive = append(info.Sensitive, f.DBName)
 		}
 	}
-	p.mu.Lock()
-	w := p.writer
-	p.mu.Unlock()
-	if w != nil && strings.EqualFold(unqualified(sch.Table), unqualified(w.Table().Name)) {
+	if p.isOutbox(sch.Table) {
 		return nil, envelope.Configurationf(sch.Name, "table %s is the outbox table: the outbox cannot capture its own events", sch.Table)
 	}
 	return envelope.Compile(info, opts)
+}
+
+// isOutbox reports whether table is the plugin's outbox table.
+func (p *Plugin) isOutbox(table string) bool {
+	p.mu.Lock()
+	w := p.writer
+	p.mu.Unlock()
+	return w != nil && strings.EqualFold(unqualified(table), unqualified(w.Table().Name))
 }
 
 func unqualified(t string) string {
