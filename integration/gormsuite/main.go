@@ -338,20 +338,29 @@ func pgDatabase(name string) (string, func(), error) {
 		_ = admin.Close()
 		return "", nil, err
 	}
+	// The suite's own DSN form (keyword/value, TimeZone as GORM's
+	// postgres driver reads it).
 	u, err := url.Parse(base)
 	if err != nil {
 		_ = admin.Close()
 		return "", nil, err
 	}
-	u.Path = "/" + name
-	q := u.Query()
-	q.Set("TimeZone", "Asia/Shanghai") // as the suite's own default DSN
-	u.RawQuery = q.Encode()
+	kv := []string{"host=" + u.Hostname(), "dbname=" + name, "sslmode=disable", "TimeZone=Asia/Shanghai"}
+	if p := u.Port(); p != "" {
+		kv = append(kv, "port="+p)
+	}
+	if u.User != nil {
+		kv = append(kv, "user="+u.User.Username())
+		if pw, ok := u.User.Password(); ok {
+			kv = append(kv, "password="+pw)
+		}
+	}
+	dsn := strings.Join(kv, " ")
 	drop := func() {
 		_, _ = admin.ExecContext(ctx, `DROP DATABASE IF EXISTS "`+name+`" WITH (FORCE)`)
 		_ = admin.Close()
 	}
-	return u.String(), drop, nil
+	return dsn, drop, nil
 }
 
 func count(res map[string]string, top bool) (pass, fail, skip int) {
