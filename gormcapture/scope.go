@@ -173,14 +173,25 @@ func (p *Plugin) writeLock(ctx context.Context, st *gorm.Statement, cp gorm.Conn
 		return nil
 	}
 	col := quotedColumns(st, st.Schema.PrimaryFieldDBNames[:1], false)
-	q := "UPDATE " + st.Quote(clause.Table{Name: clause.CurrentTable}) + " SET " + col + "=" + col + " WHERE 0"
-	if _, err := cp.ExecContext(ctx, q); err != nil {
+	table, vars := tableSQL(st)
+	q := "UPDATE " + table + " SET " + col + "=" + col + " WHERE 0"
+	if _, err := cp.ExecContext(ctx, q, vars...); err != nil {
 		return fmt.Errorf("herald/gormcapture: take the write lock: %w", err)
 	}
 	if wc != nil {
 		wc.writeLocked = true
 	}
 	return nil
+}
+
+// tableSQL renders the statement's table — db.Table's expression when
+// there is one, with its arguments — without touching the statement:
+// st.Quote of the current table would build a TableExpr into the
+// statement's own SQL and return "".
+func tableSQL(st *gorm.Statement) (string, []any) {
+	t := &gorm.Statement{DB: st.DB, Table: st.Table, TableExpr: st.TableExpr, Schema: st.Schema, Clauses: map[string]clause.Clause{}}
+	t.WriteQuoted(clause.Table{Name: clause.CurrentTable})
+	return t.SQL.String(), t.Vars
 }
 
 // end is herald:end, the chain's last callback: it closes the scope the

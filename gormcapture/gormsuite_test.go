@@ -1,0 +1,86 @@
+package gormcapture_test
+
+import (
+	"testing"
+
+	"gorm.io/gorm"
+
+	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/gormcapture"
+)
+
+// Regressions found by running GORM's own test suite with every model
+// captured (integration/gormsuite), each in the shape the suite used.
+
+// allModes runs f once per payload mode.
+func allModes(t *testing.T, f func(t *testing.T, mode envelope.PayloadMode)) {
+	t.Helper()
+	for _, m := range []struct {
+		name string
+		mode envelope.PayloadMode
+	}{{"keys", envelope.Keys}, {"after", envelope.After}, {"beforeandafter", envelope.BeforeAndAfter}} {
+		t.Run(m.name, func(t *testing.T) { f(t, m.mode) })
+	}
+}
+
+// captureAllEnv opens a database with the plugin capturing every model in
+// mode (Config.CaptureAll), and migrates models.
+func captureAllEnv(t *testing.T, d envelope.Dialect, mode envelope.PayloadMode, gcfg *gorm.Config, models ...any) *env {
+	t.Helper()
+	return newEnv(t, d, gcfg, gormcapture.Config{CaptureAll: &envelope.Options{Payload: mode}}, models...)
+}
+
+type SuiteLang struct {
+	Code string `gorm:"primaryKey"`
+	Name string
+}
+
+type SuiteSoft struct {
+	gorm.Model
+	Name string
+}
+
+// db.Table(name) names the table: the SQLite write lock taken before a
+// read (BeforeAndAfter updates, Save's upsert, deletes) quoted an empty
+// name and appended the table to the caller's SQL ("near SET: syntax
+// error"). GORM's TestSaveWithPrimaryValue, TestUpdates,
+// TestDeleteWithTable.
+func TestTableNameWrites(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		allModes(t, func(t *testing.T, mode envelope.PayloadMode) {
+			e := captureAllEnv(t, d, mode, nil)
+			must(t, e.db.Table("suite_langs_x").AutoMigrate(&SuiteLang{}))
+			must(t, e.db.Table("suite_softs_x").AutoMigrate(&SuiteSoft{}))
+			l := SuiteLang{Code: "a", Name: "one"}
+			must(t, e.db.Table("suite_langs_x").Save(&l).Error) // insert
+			l.Name = "two"
+			must(t, e.db.Table("suite_langs_x").Save(&l).Error) // update
+			must(t, e.db.Table("suite_langs_x").Where("code IN ?", []string{"a"}).Updates(SuiteLang{Name: "three"}).Error)
+			s := SuiteSoft{Name: "s"}
+			must(t, e.db.Table("suite_softs_x").Create(&s).Error)
+			must(t, e.db.Table("suite_softs_x").Delete(&s).Error)            // soft
+			must(t, e.db.Table("suite_softs_x").Unscoped().Delete(&s).Error) // hard
+			must(t, e.db.Table("suite_langs_x").Delete(&l).Error)
+			var got []string
+			for _, ev := range e.events(t) {
+				got = append(got, ev.Topic)
+			}
+			want := []string{"suite_lang.inserted", "suite_lang.updated", "suite_lang.updated",
+				"suite_soft.inserted", "suite_soft.updated", "suite_soft.deleted", "suite_lang.deleted"}
+			if len(got) != len(want) {
+				t.Fatalf("events %q, want %q", got, want)
+			}
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("events %q, want %q", got, want)
+				}
+			}
+			var n int64
+			must(t, e.db.Table("suite_langs_x").Count(&n).Error)
+			if n != 0 {
+				t.Errorf("%d rows left", n)
+			}
+		})
+	})
+}
