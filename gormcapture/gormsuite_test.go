@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/gormcapture"
@@ -80,6 +81,52 @@ func TestTableNameWrites(t *testing.T) {
 			must(t, e.db.Table("suite_langs_x").Count(&n).Error)
 			if n != 0 {
 				t.Errorf("%d rows left", n)
+			}
+		})
+	})
+}
+
+type SuiteUser struct {
+	ID   int64
+	Name string
+}
+
+type SuiteAccount struct {
+	ID          int64
+	SuiteUserID int64
+	Number      string
+}
+
+// UPDATE … FROM (clause.From): the before image read the statement's
+// WHERE without the FROM's tables ("missing FROM-clause entry", SQLite
+// "no such column"), and the update affected no row. A user joined to two
+// accounts is updated, and captured, once. GORM's TestUpdateFrom.
+func TestUpdateFrom(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		allModes(t, func(t *testing.T, mode envelope.PayloadMode) {
+			e := captureAllEnv(t, d, mode, nil, &SuiteUser{}, &SuiteAccount{})
+			users := []SuiteUser{{Name: "a"}, {Name: "b"}, {Name: "c"}}
+			must(t, e.db.Create(&users).Error)
+			must(t, e.db.Create(&[]SuiteAccount{{SuiteUserID: 1, Number: "n1"}, {SuiteUserID: 1, Number: "n1b"}, {SuiteUserID: 2, Number: "n2"}}).Error)
+			clearEvents(t, e)
+			res := e.db.Model(&SuiteUser{}).Clauses(clause.From{Tables: []clause.Table{{Name: "suite_accounts"}}}).
+				Where("suite_accounts.suite_user_id = suite_users.id AND suite_accounts.number LIKE ?", "n%").
+				Update("name", gorm.Expr("suite_users.name || 'x'"))
+			must(t, res.Error)
+			if res.RowsAffected != 2 {
+				t.Errorf("RowsAffected = %d, want 2", res.RowsAffected)
+			}
+			evs := e.events(t)
+			wantLines(t, evs, "suite_user.updated 1 [name]", "suite_user.updated 2 [name]")
+			if mode == envelope.BeforeAndAfter && len(evs) == 2 {
+				for i, want := range []string{"a", "b"} {
+					b, _ := evs[i].Payload["before"].(map[string]any)
+					a, _ := evs[i].Payload["after"].(map[string]any)
+					if b["name"] != want || a["name"] != want+"x" {
+						t.Errorf("event %d: before %v after %v", i, b, a)
+					}
+				}
 			}
 		})
 	})
