@@ -130,7 +130,7 @@ func (p *Plugin) insert(db *gorm.DB, spec *envelope.Spec) error {
 		if err := p.writeLock(ctx, st, st.ConnPool); err != nil {
 			return err
 		}
-		keys := conflictKeys(values, conflictCols)
+		keys := literalKeys(conflictKeys(values, conflictCols))
 		cols := union(slices.Clone(conflictCols), pk...)
 		if wantUpd && spec.NeedsBefore(envelope.Updated) {
 			cols = union(cols, spec.Columns()...)
@@ -238,6 +238,25 @@ func conflictKeys(values clause.Values, cols []string) [][]any {
 		keys = append(keys, k)
 	}
 	return keys
+}
+
+// literalKeys drops the keys holding a SQL expression — the DEFAULT
+// GORM's PostgreSQL dialector puts in place of a zero key when a batch
+// mixes rows with and without keys (association saves): such a row gets
+// its key from the database, and a read of the conflicting rows cannot
+// name it.
+func literalKeys(keys [][]any) [][]any {
+	out := keys[:0:0]
+next:
+	for _, k := range keys {
+		for _, v := range k {
+			if _, ok := v.(clause.Expression); ok {
+				continue next
+			}
+		}
+		out = append(out, k)
+	}
+	return out
 }
 
 // upsertChanged names the columns an upsert's DO UPDATE sets, less those

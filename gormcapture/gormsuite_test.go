@@ -131,3 +131,55 @@ func TestUpdateFrom(t *testing.T) {
 		})
 	})
 }
+
+type SuiteOwner struct {
+	ID   int64
+	Name string
+	Pets []SuitePet
+}
+
+type SuitePet struct {
+	ID           int64
+	SuiteOwnerID int64
+	Name         string
+}
+
+// An association save mixing existing children and a new one: GORM's
+// PostgreSQL dialector puts DEFAULT in place of the new child's key, and
+// the before-read of the conflicting rows named it (`IN ('2','1',DEFAULT)`).
+// GORM's TestHasManyAssociation and its polymorphic, single-table and
+// many-to-many variants.
+func TestAssociationUpsertWithNewChild(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		allModes(t, func(t *testing.T, mode envelope.PayloadMode) {
+			e := captureAllEnv(t, d, mode, nil, &SuiteOwner{}, &SuitePet{})
+			o := SuiteOwner{Name: "o", Pets: []SuitePet{{Name: "p1"}, {Name: "p2"}}}
+			must(t, e.db.Create(&o).Error)
+			o2 := SuiteOwner{Name: "o2"}
+			must(t, e.db.Create(&o2).Error)
+			clearEvents(t, e)
+			// p2 and p1 move to o2, p3 is new.
+			must(t, e.db.Model(&o2).Association("Pets").Append(&o.Pets[1], &o.Pets[0], &SuitePet{Name: "p3"}))
+			evs := e.events(t)
+			wantLines(t, evs, "suite_pet.updated 1 [suite_owner_id]", "suite_pet.updated 2 [suite_owner_id]", "suite_pet.inserted 3")
+			if mode == envelope.BeforeAndAfter {
+				for _, ev := range evs {
+					if ev.Topic != "suite_pet.updated" {
+						continue
+					}
+					b, _ := ev.Payload["before"].(map[string]any)
+					a, _ := ev.Payload["after"].(map[string]any)
+					if b["suite_owner_id"] != float64(1) || a["suite_owner_id"] != float64(2) {
+						t.Errorf("pet %v: before %v after %v", ev.Payload["pk"], b, a)
+					}
+				}
+			}
+			var n int64
+			must(t, e.db.Model(&SuitePet{}).Where("suite_owner_id = ?", o2.ID).Count(&n).Error)
+			if n != 3 {
+				t.Errorf("o2 has %d pets, want 3", n)
+			}
+		})
+	})
+}
