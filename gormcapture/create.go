@@ -135,7 +135,7 @@ func (p *Plugin) insert(db *gorm.DB, spec *envelope.Spec) error {
 		if wantUpd && spec.NeedsBefore(envelope.Updated) {
 			cols = union(cols, spec.Columns()...)
 		}
-		imgs, err := p.selectByKeys(ctx, db, st.ConnPool, target{st.Table, st.TableExpr, sch}, cols, conflictCols, keys, true)
+		imgs, err := p.selectByKeys(ctx, db, own(st.ConnPool), target{st.Table, st.TableExpr, sch}, cols, conflictCols, keys, true)
 		if err != nil {
 			return err
 		}

@@ -1,6 +1,7 @@
 package gormcapture_test
 
 import (
+	"fmt"
 	"testing"
 
 	"gorm.io/gorm"
@@ -179,6 +180,57 @@ func TestAssociationUpsertWithNewChild(t *testing.T) {
 			must(t, e.db.Model(&SuitePet{}).Where("suite_owner_id = ?", o2.ID).Count(&n).Error)
 			if n != 3 {
 				t.Errorf("o2 has %d pets, want 3", n)
+			}
+		})
+	})
+}
+
+// With PrepareStmt, herald's own statements (event INSERTs, locks,
+// before-reads) went through the caller's prepared-statement cache: one
+// Update left 2 cached statements instead of 1, and could evict the
+// caller's. The cache holds what it holds without the plugin. GORM's
+// TestPreparedStmtDeadlock (with MaxOpenConns 1).
+func TestPrepareStmtCacheUntouched(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		allModes(t, func(t *testing.T, mode envelope.PayloadMode) {
+			work := func(db *gorm.DB, maxOpen int) []int {
+				sqlDB, err := db.DB()
+				must(t, err)
+				sqlDB.SetMaxOpenConns(maxOpen)
+				ps := db.Session(&gorm.Session{PrepareStmt: true})
+				cached := func() int { return len(ps.ConnPool.(*gorm.PreparedStmtDB).Stmts.Keys()) }
+				var out []int
+				u := SuiteUser{Name: "a"}
+				must(t, ps.Create(&u).Error)
+				out = append(out, cached())
+				must(t, ps.Create(&[]SuiteUser{{Name: "b"}, {Name: "c"}}).Error)
+				out = append(out, cached())
+				must(t, ps.Model(&u).Update("name", "x").Error)
+				out = append(out, cached())
+				must(t, ps.Transaction(func(tx *gorm.DB) error {
+					return tx.Model(&SuiteUser{}).Where("name <> ?", "zz").Update("name", "y").Error
+				}))
+				out = append(out, cached())
+				must(t, ps.Delete(&u).Error)
+				out = append(out, cached())
+				if n := sqlDB.Stats().InUse; n != 0 {
+					t.Errorf("%d connections in use", n)
+				}
+				return out
+			}
+			for _, maxOpen := range []int{0, 1} {
+				plain, _ := openDB(t, d, nil)
+				must(t, plain.AutoMigrate(&SuiteUser{}))
+				want := work(plain, maxOpen)
+				e := captureAllEnv(t, d, mode, nil, &SuiteUser{})
+				got := work(e.db, maxOpen)
+				if fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Errorf("MaxOpenConns %d: cached statements after each write: %v, without the plugin %v", maxOpen, got, want)
+				}
+				if n := len(e.events(t)); n != 8 {
+					t.Errorf("%d events, want 8", n)
+				}
 			}
 		})
 	})

@@ -175,7 +175,7 @@ func (p *Plugin) writeLock(ctx context.Context, st *gorm.Statement, cp gorm.Conn
 	col := quotedColumns(st, st.Schema.PrimaryFieldDBNames[:1], false)
 	table, vars := tableSQL(st)
 	q := "UPDATE " + table + " SET " + col + "=" + col + " WHERE 0"
-	if _, err := cp.ExecContext(ctx, q, vars...); err != nil {
+	if _, err := own(cp).ExecContext(ctx, q, vars...); err != nil {
 		return fmt.Errorf("herald/gormcapture: take the write lock: %w", err)
 	}
 	if wc != nil {
@@ -258,7 +258,7 @@ func (p *Plugin) signal(ctx context.Context, cp gorm.ConnPool, topics []string) 
 		if len(fresh) == 0 {
 			return nil
 		}
-		if err := ts.SignalTx(ctx, cp, fresh); err != nil {
+		if err := ts.SignalTx(ctx, own(cp), fresh); err != nil {
 			return fmt.Errorf("herald/gormcapture: wakeup in transaction: %w", err)
 		}
 		return nil
@@ -278,7 +278,8 @@ func (p *Plugin) signal(ctx context.Context, cp gorm.ConnPool, topics []string) 
 	return nil
 }
 
-// querier adapts a gorm.ConnPool to envelope.Querier, running small
+// querier adapts a gorm.ConnPool to envelope.Querier for herald's own
+// statements (the event INSERTs): they run on own(ConnPool), small
 // INSERTs prepared on SQLite (see Plugin.query).
 type querier struct {
 	gorm.ConnPool
@@ -286,9 +287,29 @@ type querier struct {
 }
 
 func (q querier) ExecContext(ctx context.Context, s string, args ...any) (sql.Result, error) {
-	return q.ConnPool.ExecContext(ctx, s, args...)
+	return own(q.ConnPool).ExecContext(ctx, s, args...)
 }
 
 func (q querier) QueryContext(ctx context.Context, s string, args ...any) (*sql.Rows, error) {
-	return q.p.query(ctx, q.ConnPool, s, args)
+	return q.p.query(ctx, own(q.ConnPool), s, args)
+}
+
+// own returns the connection herald runs its own statements on (event
+// INSERTs, locks, before-reads, NOTIFY): cp without GORM's
+// prepared-statement wrappers, so that with PrepareStmt they neither
+// enter the caller's statement cache nor evict the caller's statements
+// from it. The caller's own statement keeps going through cp.
+func own(cp gorm.ConnPool) gorm.ConnPool {
+	for {
+		switch c := cp.(type) {
+		case *gorm.PreparedStmtTX:
+			cp = c.Tx
+		case *gorm.PreparedStmtDB:
+			cp = c.ConnPool
+		case *capturePool:
+			cp = c.ConnPool
+		default:
+			return cp
+		}
+	}
 }

@@ -311,6 +311,11 @@ func sameJSONForm(f *schema.Field) bool {
 // a statement costs about as much as running it, small INSERTs (a single
 // row, an event) run as statements prepared once per connection.
 func (p *Plugin) query(ctx context.Context, cp gorm.ConnPool, q string, args []any) (*sql.Rows, error) {
+	switch cp.(type) {
+	case *gorm.PreparedStmtTX, *gorm.PreparedStmtDB:
+		// The caller's statement under PrepareStmt: GORM's cache prepares it.
+		return cp.QueryContext(ctx, q, args...)
+	}
 	// A statement of the transaction, closed by its Commit or Rollback.
 	if s := p.prepared(ctx, cp, q, len(args)); s != nil { //nolint:sqlclosecheck // closed with the transaction
 		return s.QueryContext(ctx, args...)

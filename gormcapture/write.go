@@ -198,7 +198,7 @@ func (c *capturePool) prepare(ctx context.Context, q string) error {
 		cols = union(cols, e.ref...)
 	}
 	q2, vars := c.p.selectWhere(c.db, cols, true)
-	rows, err := c.ConnPool.QueryContext(ctx, q2, vars...)
+	rows, err := own(c.ConnPool).QueryContext(ctx, q2, vars...)
 	if err != nil {
 		return fmt.Errorf("herald/gormcapture: lock %s rows: %w", st.Table, err)
 	}
@@ -206,13 +206,13 @@ func (c *capturePool) prepare(ctx context.Context, q string) error {
 	if err != nil {
 		return fmt.Errorf("herald/gormcapture: lock %s rows: %w", st.Table, err)
 	}
-	c.cascaded, err = c.p.readCascade(ctx, c.db, c.ConnPool, st.Table, parents, c.at)
+	c.cascaded, err = c.p.readCascade(ctx, c.db, own(c.ConnPool), st.Table, parents, c.at)
 	return err
 }
 
 func (c *capturePool) readBefore(ctx context.Context, cols []string) error {
 	q, vars := c.p.selectWhere(c.db, cols, true)
-	rows, err := c.ConnPool.QueryContext(ctx, q, vars...)
+	rows, err := own(c.ConnPool).QueryContext(ctx, q, vars...)
 	if err != nil {
 		return fmt.Errorf("herald/gormcapture: read rows before the write: %w", err)
 	}
@@ -367,7 +367,7 @@ func (c *capturePool) finish() error {
 				}
 				cols := payloadColumns(st.Schema, spec, spec.NeedsAfter(envelope.Updated))
 				var err error
-				c.after, err = c.p.selectByKeys(ctx, c.db, st.ConnPool, target{st.Table, st.TableExpr, st.Schema}, cols, pk, keys, false)
+				c.after, err = c.p.selectByKeys(ctx, c.db, own(st.ConnPool), target{st.Table, st.TableExpr, st.Schema}, cols, pk, keys, false)
 				if err != nil {
 					return err
 				}
