@@ -123,7 +123,9 @@ func (p *Plugin) insert(db *gorm.DB, spec *envelope.Spec) error {
 	var existing map[string]image
 	readFirst := doUpdate && (p.dialect == envelope.SQLite || (wantUpd && spec.NeedsBefore(envelope.Updated)))
 	if readFirst {
-		if len(conflictCols) == 0 {
+		// With OnConstraint the conflict target is the constraint, whatever
+		// Columns holds (UpdateAll fills in the primary key).
+		if len(conflictCols) == 0 || oc.OnConstraint != "" {
 			return &envelope.Error{Kind: envelope.ErrUnsupported, Where: spec.Label + " upsert",
 				Msg: "an ON CONFLICT ... DO UPDATE without conflict columns (OnConstraint, or none) cannot be captured here: name the conflict columns in clause.OnConflict.Columns"}
 		}

@@ -1,6 +1,7 @@
 package gormcapture_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 
@@ -234,4 +235,47 @@ func TestPrepareStmtCacheUntouched(t *testing.T) {
 			}
 		})
 	})
+}
+
+type SuiteTag struct {
+	ID    int64
+	Code  string
+	Label string
+}
+
+// OnConflict{OnConstraint, UpdateAll} in BeforeAndAfter: GORM fills
+// Columns with the primary key for UpdateAll, the before-read used them
+// instead of the constraint and found nothing, and the event said
+// "before": null. It is ErrUnsupported, as the docs say of any DO UPDATE
+// whose conflict columns are not named, and the write is undone.
+func TestOnConstraintUpdateAllUnsupported(t *testing.T) {
+	t.Parallel()
+	e := captureAllEnv(t, envelope.Postgres, envelope.BeforeAndAfter, nil, &SuiteTag{})
+	must(t, e.db.Exec(`ALTER TABLE suite_tags ADD CONSTRAINT suite_tags_code_uq UNIQUE (code)`).Error)
+	must(t, e.db.Create(&SuiteTag{Code: "a", Label: "A"}).Error)
+	for _, oc := range []clause.OnConflict{
+		{OnConstraint: "suite_tags_code_uq", UpdateAll: true},
+		{OnConstraint: "suite_tags_code_uq", DoUpdates: clause.AssignmentColumns([]string{"label"})},
+	} {
+		err := e.db.Clauses(oc).Create(&SuiteTag{Code: "a", Label: "B"}).Error
+		if !errors.Is(err, envelope.ErrUnsupported) {
+			t.Errorf("%+v: %v, want ErrUnsupported", oc, err)
+		}
+	}
+	var got SuiteTag
+	must(t, e.db.Where("code = ?", "a").First(&got).Error)
+	if got.Label != "A" {
+		t.Errorf("label %q: the write was not undone", got.Label)
+	}
+	if n := len(e.events(t)); n != 1 {
+		t.Errorf("%d events, want 1 (the insert)", n)
+	}
+	// In the modes without a before image it is captured.
+	for _, mode := range []envelope.PayloadMode{envelope.Keys, envelope.After} {
+		e := captureAllEnv(t, envelope.Postgres, mode, nil, &SuiteTag{})
+		must(t, e.db.Exec(`ALTER TABLE suite_tags ADD CONSTRAINT suite_tags_code_uq UNIQUE (code)`).Error)
+		must(t, e.db.Create(&SuiteTag{Code: "a", Label: "A"}).Error)
+		must(t, e.db.Clauses(clause.OnConflict{OnConstraint: "suite_tags_code_uq", UpdateAll: true}).Create(&SuiteTag{Code: "a", Label: "B"}).Error)
+		wantLines(t, e.events(t), "suite_tag.inserted 1", "suite_tag.updated 1 [code label]")
+	}
 }
