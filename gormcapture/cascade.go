@@ -30,23 +30,32 @@ type cascadeEdge struct {
 	setNull bool
 }
 
-// cascadesFor returns the edges from table that reach a captured model.
-func (p *Plugin) cascadesFor(db *gorm.DB, table string) []*cascadeEdge {
-	if v, ok := p.cascades.Load(table); ok {
+// cascadesFor returns the edges from rows of sch, written in table, that
+// reach a captured model. Edges belong to the model type that declares
+// them (or is referenced by them), not to a table name: two struct types
+// on one table may declare different constraints, and a delete follows
+// those of the type it deletes. A write of the model to another table
+// (db.Table) follows none: the constraints are the model's table's.
+func (p *Plugin) cascadesFor(db *gorm.DB, sch *schema.Schema, table string) []*cascadeEdge {
+	if sch == nil || table != sch.Table {
+		return nil
+	}
+	t := sch.ModelType
+	if v, ok := p.cascades.Load(t); ok {
 		return v.([]*cascadeEdge)
 	}
 	all := p.buildCascades(db)
-	if _, ok := all[table]; !ok {
-		all[table] = nil
+	if _, ok := all[t]; !ok {
+		all[t] = nil
 	}
-	for t, es := range all {
-		p.cascades.LoadOrStore(t, es)
+	for k, es := range all {
+		p.cascades.LoadOrStore(k, es)
 	}
-	v, _ := p.cascades.Load(table)
+	v, _ := p.cascades.Load(t)
 	return v.([]*cascadeEdge)
 }
 
-func (p *Plugin) buildCascades(db *gorm.DB) map[string][]*cascadeEdge {
+func (p *Plugin) buildCascades(db *gorm.DB) map[reflect.Type][]*cascadeEdge {
 	p.mu.Lock()
 	known := slices.Clone(p.known)
 	p.mu.Unlock()
@@ -56,8 +65,12 @@ func (p *Plugin) buildCascades(db *gorm.DB) map[string][]*cascadeEdge {
 		}
 		return true
 	})
-	edges := map[string][]*cascadeEdge{}
-	seen := map[string]bool{}
+	edges := map[reflect.Type][]*cascadeEdge{}
+	type edgeID struct {
+		parent, child reflect.Type
+		fk            string
+	}
+	seen := map[edgeID]bool{}
 	consider := func(c *schema.Constraint) {
 		if c == nil || c.Schema == nil || c.ReferenceSchema == nil || len(c.ForeignKeys) == 0 {
 			return
@@ -73,8 +86,8 @@ func (p *Plugin) buildCascades(db *gorm.DB) map[string][]*cascadeEdge {
 		for _, f := range c.References {
 			e.ref = append(e.ref, f.DBName)
 		}
-		parent := c.ReferenceSchema.Table
-		id := parent + "\x00" + c.Schema.Table + "\x00" + strings.Join(e.fk, ",")
+		parent := c.ReferenceSchema.ModelType
+		id := edgeID{parent, c.Schema.ModelType, strings.Join(e.fk, ",")}
 		if seen[id] {
 			return
 		}
@@ -99,32 +112,32 @@ func (p *Plugin) buildCascades(db *gorm.DB) map[string][]*cascadeEdge {
 	}
 	// Keep only edges that lead to a captured model: reading rows no event
 	// needs would only cost statements.
-	memo := map[string]int{} // 0 unknown, 1 visiting, 2 yes, 3 no
-	var reaches func(table string) bool
-	reaches = func(table string) bool {
-		switch memo[table] {
+	memo := map[reflect.Type]int{} // 0 unknown, 1 visiting, 2 yes, 3 no
+	var reaches func(t reflect.Type) bool
+	reaches = func(t reflect.Type) bool {
+		switch memo[t] {
 		case 1, 3:
 			return false
 		case 2:
 			return true
 		}
-		memo[table] = 1
+		memo[t] = 1
 		ok := false
-		for _, e := range edges[table] {
-			if p.isCaptured(e.child) || (!e.setNull && reaches(e.child.Table)) {
+		for _, e := range edges[t] {
+			if p.isCaptured(e.child) || (!e.setNull && reaches(e.child.ModelType)) {
 				ok = true
 			}
 		}
-		memo[table] = 3
+		memo[t] = 3
 		if ok {
-			memo[table] = 2
+			memo[t] = 2
 		}
 		return ok
 	}
-	out := map[string][]*cascadeEdge{}
+	out := map[reflect.Type][]*cascadeEdge{}
 	for parent, es := range edges {
 		for _, e := range es {
-			if p.isCaptured(e.child) || (!e.setNull && reaches(e.child.Table)) {
+			if p.isCaptured(e.child) || (!e.setNull && reaches(e.child.ModelType)) {
 				out[parent] = append(out[parent], e)
 			}
 		}
@@ -138,14 +151,15 @@ func (p *Plugin) isCaptured(sch *schema.Schema) bool {
 }
 
 // readCascade reads, locked, the rows that deleting parents (rows of
-// table) makes the database delete or null, level by level, and returns
+// sch in table) makes the database delete or null, level by level, and returns
 // their changes grouped per model.
-func (p *Plugin) readCascade(ctx context.Context, db *gorm.DB, q gorm.ConnPool, table string, parents []image, at time.Time) ([]batch, error) {
+func (p *Plugin) readCascade(ctx context.Context, db *gorm.DB, q gorm.ConnPool, sch *schema.Schema, table string, parents []image, at time.Time) ([]batch, error) {
 	type level struct {
+		sch   *schema.Schema
 		table string
 		rows  []image
 	}
-	queue := []level{{table, parents}}
+	queue := []level{{sch, table, parents}}
 	deleted := map[string]bool{}
 	var order []*schema.Schema
 	groups := map[*schema.Schema]*batch{}
@@ -161,7 +175,7 @@ func (p *Plugin) readCascade(ctx context.Context, db *gorm.DB, q gorm.ConnPool, 
 	for len(queue) > 0 {
 		lv := queue[0]
 		queue = queue[1:]
-		for _, e := range p.cascadesFor(db, lv.table) {
+		for _, e := range p.cascadesFor(db, lv.sch, lv.table) {
 			keys := distinctKeys(lv.rows, e.ref)
 			if len(keys) == 0 {
 				continue
@@ -171,7 +185,7 @@ func (p *Plugin) readCascade(ctx context.Context, db *gorm.DB, q gorm.ConnPool, 
 			pk := child.PrimaryFieldDBNames
 			cols := union(slices.Clone(pk), e.fk...)
 			if !e.setNull {
-				for _, ce := range p.cascadesFor(db, child.Table) {
+				for _, ce := range p.cascadesFor(db, child, child.Table) {
 					cols = union(cols, ce.ref...)
 				}
 			}
@@ -219,7 +233,7 @@ func (p *Plugin) readCascade(ctx context.Context, db *gorm.DB, q gorm.ConnPool, 
 				}
 			}
 			if len(fresh) > 0 {
-				queue = append(queue, level{child.Table, fresh})
+				queue = append(queue, level{child, child.Table, fresh})
 			}
 		}
 	}

@@ -279,3 +279,70 @@ func TestOnConstraintUpdateAllUnsupported(t *testing.T) {
 		wantLines(t, e.events(t), "suite_tag.inserted 1", "suite_tag.updated 1 [code label]")
 	}
 }
+
+// Two struct types on one table with different constraint tags (GORM's
+// TestForeignKeyConstraints and TestForeignKeyConstraintsBelongsTo
+// declare Member and Profile in each test): the cascade plan was keyed by
+// table name, so deleting the second test's profile followed the first
+// test's constraint and read members.refer, a column the table no longer
+// has. Each type's delete follows its own declared constraints.
+func TestTwoTypesOneTableCascade(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		e := captureAllEnv(t, d, envelope.After, nil)
+		{
+			type SuiteProfile struct {
+				ID            uint
+				Name          string
+				SuiteMemberID uint
+			}
+			type SuiteMember struct {
+				ID           uint
+				Refer        uint `gorm:"uniqueIndex"`
+				Name         string
+				SuiteProfile SuiteProfile `gorm:"constraint:OnUpdate:CASCADE,OnDelete:CASCADE;foreignKey:SuiteMemberID;references:Refer"`
+			}
+			must(t, e.db.AutoMigrate(&SuiteMember{}))
+			must(t, e.db.AutoMigrate(&SuiteProfile{}))
+			m := SuiteMember{Refer: 1, Name: "m", SuiteProfile: SuiteProfile{Name: "p"}}
+			must(t, e.db.Create(&m).Error)
+			clearEvents(t, e)
+			if r := e.db.Delete(&m); r.Error != nil || r.RowsAffected != 1 {
+				t.Fatalf("delete member: %v, %d rows", r.Error, r.RowsAffected)
+			}
+			wantLines(t, e.events(t), "suite_member.deleted 1", "suite_profile.deleted 1")
+			var n int64
+			must(t, e.db.Model(&SuiteProfile{}).Count(&n).Error)
+			if n != 0 {
+				t.Errorf("%d profiles left: the database did not cascade", n)
+			}
+			must(t, e.db.Migrator().DropTable(&SuiteProfile{}, &SuiteMember{}))
+		}
+		{
+			type SuiteProfile struct {
+				ID    uint
+				Name  string
+				Refer uint `gorm:"uniqueIndex"`
+			}
+			type SuiteMember struct {
+				ID             uint
+				Name           string
+				SuiteProfileID uint
+				SuiteProfile   SuiteProfile `gorm:"constraint:OnUpdate:CASCADE,OnDelete:CASCADE;foreignKey:SuiteProfileID;references:Refer"`
+			}
+			must(t, e.db.AutoMigrate(&SuiteProfile{}, &SuiteMember{}))
+			m := SuiteMember{Name: "m", SuiteProfile: SuiteProfile{Name: "p", Refer: 1}}
+			must(t, e.db.Create(&m).Error)
+			clearEvents(t, e)
+			if r := e.db.Delete(&m.SuiteProfile); r.Error != nil || r.RowsAffected != 1 {
+				t.Fatalf("delete profile: %v, %d rows", r.Error, r.RowsAffected)
+			}
+			wantLines(t, e.events(t), "suite_profile.deleted 1", "suite_member.deleted 1")
+			var n int64
+			must(t, e.db.Model(&SuiteMember{}).Count(&n).Error)
+			if n != 0 {
+				t.Errorf("%d members left: the database did not cascade", n)
+			}
+		}
+	})
+}

@@ -140,7 +140,7 @@ func (p *Plugin) relevant(db *gorm.DB, op envelope.Operation) bool {
 			}
 		}
 	}
-	return op == envelope.Deleted && len(p.cascadesFor(db, db.Statement.Table)) > 0
+	return op == envelope.Deleted && len(p.cascadesFor(db, db.Statement.Schema, db.Statement.Table)) > 0
 }
 
 // ensureSavepoint takes the write's savepoint if it needs one and has

@@ -88,7 +88,7 @@ func (p *Plugin) delete(orig func(*gorm.DB)) func(*gorm.DB) {
 		if spec != nil && !spec.Captures(envelope.Deleted) && !spec.Captures(envelope.Updated) {
 			spec = nil
 		}
-		if spec == nil && len(p.cascadesFor(db, st.Table)) == 0 {
+		if spec == nil && len(p.cascadesFor(db, st.Schema, st.Table)) == 0 {
 			orig(db)
 			return
 		}
@@ -183,7 +183,7 @@ func (c *capturePool) prepare(ctx context.Context, q string) error {
 	if c.spec != nil && !c.spec.Captures(envelope.Deleted) {
 		c.spec = nil
 	}
-	edges := c.p.cascadesFor(c.db, st.Table)
+	edges := c.p.cascadesFor(c.db, st.Schema, st.Table)
 	if len(edges) == 0 && (!c.userReturning || c.spec == nil) {
 		return nil
 	}
@@ -206,7 +206,7 @@ func (c *capturePool) prepare(ctx context.Context, q string) error {
 	if err != nil {
 		return fmt.Errorf("herald/gormcapture: lock %s rows: %w", st.Table, err)
 	}
-	c.cascaded, err = c.p.readCascade(ctx, c.db, own(c.ConnPool), st.Table, parents, c.at)
+	c.cascaded, err = c.p.readCascade(ctx, c.db, own(c.ConnPool), st.Schema, st.Table, parents, c.at)
 	return err
 }
 
