@@ -182,7 +182,7 @@ func (p *Plugin) readCascade(ctx context.Context, db *gorm.DB, q gorm.ConnPool, 
 			}
 			child := e.child
 			spec := p.modelFor(child).spec
-			pk := child.PrimaryFieldDBNames
+			pk := keyColumns(child)
 			cols := union(slices.Clone(pk), e.fk...)
 			if !e.setNull {
 				for _, ce := range p.cascadesFor(db, child, child.Table) {

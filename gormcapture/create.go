@@ -76,7 +76,7 @@ func (p *Plugin) insert(db *gorm.DB, spec *envelope.Spec) error {
 
 	// What to read back: the key, the fields GORM fills in, what the events
 	// hold, and the conflict target (to tell updates from inserts).
-	pk := sch.PrimaryFieldDBNames
+	pk := keyColumns(sch)
 	var fill []string
 	for _, f := range sch.FieldsWithDefaultDBValue {
 		if f.Readable {
@@ -344,7 +344,7 @@ func (p *Plugin) fillBack(ctx context.Context, st *gorm.Statement, imgs []image,
 		// An upsert returns the inserted and updated rows, not the skipped
 		// ones: match each to its element by primary key, else by conflict
 		// target, else take the next element without a key.
-		pk := sch.PrimaryFieldDBNames
+		pk := keyColumns(sch)
 		byPK := map[string]int{}
 		hasPK := make([]bool, n)
 		for i, e := range elems {
@@ -352,8 +352,13 @@ func (p *Plugin) fillBack(ctx context.Context, st *gorm.Statement, imgs []image,
 				continue
 			}
 			img := image{}
-			full := true
-			for _, f := range sch.PrimaryFields {
+			full := len(pk) > 0
+			for _, c := range pk {
+				f := sch.FieldsByDBName[c]
+				if f == nil {
+					full = false
+					break
+				}
 				v, zero := f.ValueOf(ctx, e)
 				if zero {
 					full = false

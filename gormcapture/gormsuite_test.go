@@ -3,7 +3,9 @@ package gormcapture_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -344,5 +346,97 @@ func TestTwoTypesOneTableCascade(t *testing.T) {
 				t.Errorf("%d members left: the database did not cascade", n)
 			}
 		}
+	})
+}
+
+type (
+	SuitePerson struct {
+		ID        int
+		Name      string
+		Addresses []SuiteAddress `gorm:"many2many:suite_person_addresses;"`
+	}
+	SuiteAddress struct {
+		ID   uint
+		Name string
+	}
+	// GORM's documented SetupJoinTable example: no primaryKey tags.
+	SuitePersonAddress struct {
+		SuitePersonID  int
+		SuiteAddressID int
+		CreatedAt      time.Time
+		DeletedAt      gorm.DeletedAt
+	}
+	SuiteKeyless struct {
+		A, B string
+	}
+)
+
+// A join model without primaryKey tags, given to db.SetupJoinTable, is
+// captured keyed by its foreign-key columns (Capture rejected it, and
+// CaptureAll failed its writes). GORM's TestOverrideJoinTable,
+// TestScanToEmbedded. A model without any key is an ErrConfiguration at
+// its first write when declared, and left uncaptured by CaptureAll
+// (TestCreateWithNoGORMPrimaryKey, TestBelongsToDefaultValue).
+func TestJoinModelWithoutPrimaryKey(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		for _, how := range []string{"CaptureAll", "Capture"} {
+			t.Run(how, func(t *testing.T) {
+				var e *env
+				if how == "CaptureAll" {
+					e = captureAllEnv(t, d, envelope.BeforeAndAfter, nil)
+				} else {
+					e = newEnv(t, d, nil, gormcapture.Config{})
+					must(t, e.plugin.Capture(&SuitePersonAddress{}, envelope.Options{Payload: envelope.BeforeAndAfter}))
+				}
+				// SetupJoinTable after db.Use and after Capture, as GORM's docs do it.
+				must(t, e.db.SetupJoinTable(&SuitePerson{}, "Addresses", &SuitePersonAddress{}))
+				must(t, e.db.AutoMigrate(&SuitePerson{}, &SuiteAddress{}))
+				p := SuitePerson{Name: "p", Addresses: []SuiteAddress{{Name: "a1"}, {Name: "a2"}}}
+				must(t, e.db.Create(&p).Error)
+				must(t, e.db.Model(&p).Association("Addresses").Delete(&p.Addresses[0])) // soft delete
+				a3 := SuiteAddress{Name: "a3"}
+				must(t, e.db.Create(&a3).Error)
+				must(t, e.db.Create(&SuitePersonAddress{SuitePersonID: p.ID, SuiteAddressID: int(a3.ID)}).Error)
+				var join []event
+				for _, ev := range e.events(t) {
+					if strings.HasPrefix(ev.Topic, "suite_person_address.") {
+						join = append(join, ev)
+					}
+				}
+				wantLines(t, join,
+					"suite_person_address.inserted suite_address_id=1,suite_person_id=1",
+					"suite_person_address.inserted suite_address_id=2,suite_person_id=1",
+					"suite_person_address.updated suite_address_id=1,suite_person_id=1 [deleted_at]",
+					"suite_person_address.inserted suite_address_id=3,suite_person_id=1")
+				for _, ev := range join {
+					if ev.Topic == "suite_person_address.updated" {
+						b, _ := ev.Payload["before"].(map[string]any)
+						a, _ := ev.Payload["after"].(map[string]any)
+						if b == nil || b["deleted_at"] != nil || a == nil || a["deleted_at"] == nil {
+							t.Errorf("soft delete images: before %v after %v", b, a)
+						}
+					}
+				}
+			})
+		}
+		t.Run("keyless", func(t *testing.T) {
+			e := captureAllEnv(t, d, envelope.After, nil, &SuiteKeyless{})
+			must(t, e.db.Create(&SuiteKeyless{A: "a", B: "b"}).Error) // uncaptured, not refused
+			if n := e.count(t); n != 0 {
+				t.Errorf("%d events for a model without a key", n)
+			}
+			e2 := newEnv(t, d, nil, gormcapture.Config{}, &SuiteKeyless{})
+			must(t, e2.plugin.Capture(&SuiteKeyless{}, envelope.Options{}))
+			err := e2.db.Create(&SuiteKeyless{A: "a", B: "b"}).Error
+			if !errors.Is(err, envelope.ErrConfiguration) || !strings.Contains(err.Error(), "SuiteKeyless") {
+				t.Errorf("declared keyless model: %v, want ErrConfiguration naming it", err)
+			}
+			var n int64
+			must(t, e2.db.Model(&SuiteKeyless{}).Count(&n).Error)
+			if n != 0 {
+				t.Errorf("%d rows written", n)
+			}
+		})
 	})
 }

@@ -86,6 +86,7 @@ type Plugin struct {
 	pools    sync.Map // *sql.DB -> *pool
 	parsed   sync.Map // schema cache for models parsed outside a statement
 	stmts    sync.Map // stmtKey -> *sql.Stmt (SQLite)
+	keyless  sync.Map // reflect.Type -> true: warned that CaptureAll skips it
 	nstmts   atomic.Int64
 	arrays   sync.Map // *sql.DB -> bool: binds Go slices as arrays (pgx)
 
@@ -274,7 +275,9 @@ func (p *Plugin) Capture(model any, opts envelope.Options) error {
 		if err != nil {
 			return envelope.Configurationf(t.Name(), "cannot parse model: %v", err)
 		}
-		if _, err := p.compile(sch, opts); err != nil {
+		// A model without a primary key is checked at its first write: this
+		// parse cannot see db.SetupJoinTable make it a keyed join model.
+		if _, err := p.compile(sch, opts); err != nil && len(keyColumns(sch)) > 0 {
 			return err
 		}
 	}
@@ -308,6 +311,9 @@ func (p *Plugin) register(db *gorm.DB, model any) error {
 	if err := stmt.Parse(model); err != nil {
 		return envelope.Configurationf(t.Name(), "cannot parse model: %v", err)
 	}
+	if len(keyColumns(stmt.Schema)) == 0 {
+		return nil // checked at its first write, after any db.SetupJoinTable
+	}
 	m := p.modelFor(stmt.Schema)
 	return m.err
 }
@@ -338,9 +344,19 @@ func (p *Plugin) buildModel(sch *schema.Schema) *model {
 		}
 	}
 	if !explicit && p.cfg.CaptureAll != nil && !p.isOutbox(sch.Table) {
-		opts, explicit = *p.cfg.CaptureAll, true
+		if len(keyColumns(sch)) > 0 {
+			opts, explicit = *p.cfg.CaptureAll, true
+		} else if _, warned := p.keyless.LoadOrStore(sch.ModelType, true); !warned {
+			p.logger().Warn("herald/gormcapture: CaptureAll leaves a model without a primary key uncaptured",
+				"model", sch.Name, "table", sch.Table)
+		}
 	}
 	m := &model{}
+	if explicit && len(keyColumns(sch)) == 0 {
+		// Not kept: db.SetupJoinTable may yet make it a keyed join model.
+		_, m.err = p.compile(sch, opts)
+		return m
+	}
 	if explicit {
 		m.spec, m.err = p.compile(sch, opts)
 		if m.spec != nil {
@@ -357,11 +373,16 @@ func (p *Plugin) buildModel(sch *schema.Schema) *model {
 }
 
 func (p *Plugin) compile(sch *schema.Schema, opts envelope.Options) (*envelope.Spec, error) {
+	key := keyColumns(sch)
+	if len(key) == 0 {
+		return nil, envelope.Configurationf(sch.Name, "table %s has no primary key to key its events by: tag one with gorm:\"primaryKey\" "+
+			"(a many-to-many join model without one is keyed by its foreign-key columns once given to db.SetupJoinTable)", sch.Table)
+	}
 	info := envelope.ModelInfo{
 		Name:             sch.Name,
 		Table:            sch.Table,
 		Columns:          slices.Clone(sch.DBNames),
-		PrimaryKey:       slices.Clone(sch.PrimaryFieldDBNames),
+		PrimaryKey:       slices.Clone(key),
 		DefaultNamespace: p.cfg.Namespace,
 	}
 	for _, f := range sch.Fields {
@@ -388,6 +409,43 @@ func unqualified(t string) string {
 		return t[i+1:]
 	}
 	return t
+}
+
+// keyColumns are the columns that identify a row of sch in events: its
+// primary key or, for a many-to-many join model without one given to
+// db.SetupJoinTable (GORM's PersonAddress example), the join table's
+// foreign-key columns, in table order. nil: the model has no key.
+func keyColumns(sch *schema.Schema) []string {
+	if len(sch.PrimaryFieldDBNames) > 0 {
+		return sch.PrimaryFieldDBNames
+	}
+	return joinKey(sch)
+}
+
+// joinKey recognises a join model by what db.SetupJoinTable leaves: the
+// owner's many2many relation has it as JoinTable, and the join model
+// holds that relation's belongs-to relations (whose Field is the owner's
+// many2many field); the relation's references name the join columns.
+func joinKey(sch *schema.Schema) []string {
+	for _, rel := range sch.Relationships.Relations {
+		if rel.Field == nil || rel.Field.Schema == nil || rel.Field.Schema == sch {
+			continue
+		}
+		owner := rel.Field.Schema.Relationships.Relations[rel.Field.Name]
+		if owner == nil || owner.JoinTable != sch {
+			continue
+		}
+		var cols []string
+		for _, ref := range owner.References {
+			if ref.ForeignKey != nil && sch.FieldsByDBName[ref.ForeignKey.DBName] != nil {
+				cols = union(cols, ref.ForeignKey.DBName)
+			}
+		}
+		if len(cols) > 0 {
+			return inTableOrder(sch, cols)
+		}
+	}
+	return nil
 }
 
 // isSensitive reports a `herald:"sensitive"` tag.

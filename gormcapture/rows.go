@@ -256,7 +256,7 @@ func (p *Plugin) selectWhere(db *gorm.DB, cols []string, lock bool) (string, []a
 		sel.Clauses["WHERE"] = w
 	}
 	if from, ok := src.Clauses["FROM"].Expression.(clause.From); ok && (len(from.Tables) > 0 || len(from.Joins) > 0) &&
-		src.Schema != nil && len(src.Schema.PrimaryFieldDBNames) > 0 {
+		src.Schema != nil && len(keyColumns(src.Schema)) > 0 {
 		return p.selectWhereFrom(sel, from, cols, lock)
 	}
 	sc := make([]clause.Column, len(cols))
@@ -265,11 +265,11 @@ func (p *Plugin) selectWhere(db *gorm.DB, cols []string, lock bool) (string, []a
 	}
 	sel.AddClause(clause.Select{Columns: sc})
 	sel.AddClause(clause.From{})
-	if src.Schema != nil && len(src.Schema.PrimaryFieldDBNames) > 0 {
+	if src.Schema != nil && len(keyColumns(src.Schema)) > 0 {
 		// A fixed lock order: two bulk writes over overlapping rows lock
 		// them in the same order and cannot deadlock on each other.
 		ob := clause.OrderBy{}
-		for _, c := range src.Schema.PrimaryFieldDBNames {
+		for _, c := range keyColumns(src.Schema) {
 			ob.Columns = append(ob.Columns, clause.OrderByColumn{Column: clause.Column{Table: clause.CurrentTable, Name: c}})
 		}
 		sel.AddClause(ob)
@@ -291,7 +291,7 @@ func (p *Plugin) selectWhere(db *gorm.DB, cols []string, lock bool) (string, []a
 //
 // On PostgreSQL FOR UPDATE locks only the rows of t.
 func (p *Plugin) selectWhereFrom(sel *gorm.Statement, from clause.From, cols []string, lock bool) (string, []any) {
-	pk := sel.Schema.PrimaryFieldDBNames
+	pk := keyColumns(sel.Schema)
 	list := func(names []string) {
 		for i, c := range names {
 			if i > 0 {

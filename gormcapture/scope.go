@@ -165,14 +165,14 @@ func (p *Plugin) ensureSavepoint(ctx context.Context, wc *writeCtx) error {
 // deferred transaction that write would instead fail with SQLITE_BUSY
 // when another writer committed after the read. Once per write.
 func (p *Plugin) writeLock(ctx context.Context, st *gorm.Statement, cp gorm.ConnPool) error {
-	if p.dialect != envelope.SQLite || st.Schema == nil || len(st.Schema.PrimaryFieldDBNames) == 0 {
+	if p.dialect != envelope.SQLite || st.Schema == nil || len(keyColumns(st.Schema)) == 0 {
 		return nil
 	}
 	wc := writeCtxOf(st)
 	if wc != nil && wc.writeLocked {
 		return nil
 	}
-	col := quotedColumns(st, st.Schema.PrimaryFieldDBNames[:1], false)
+	col := quotedColumns(st, keyColumns(st.Schema)[:1], false)
 	table, vars := tableSQL(st)
 	q := "UPDATE " + table + " SET " + col + "=" + col + " WHERE 0"
 	if _, err := own(cp).ExecContext(ctx, q, vars...); err != nil {

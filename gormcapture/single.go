@@ -43,7 +43,7 @@ func (p *Plugin) insertSingle(db *gorm.DB, spec *envelope.Spec, values clause.Va
 	st := db.Statement
 	sch := st.Schema
 	ctx := st.Context
-	pk := sch.PrimaryFieldDBNames
+	pk := keyColumns(sch)
 
 	// The instance's values, and the columns the database generates.
 	want := slices.Clone(pk)
@@ -178,7 +178,7 @@ func (p *Plugin) fusedInsert(st *gorm.Statement, spec *envelope.Spec, inst image
 		return "", nil, "", false
 	}
 	sch := st.Schema
-	pk := sch.PrimaryFieldDBNames
+	pk := keyColumns(sch)
 	genPK := ""
 	for _, c := range gen {
 		f := sch.FieldsByDBName[c]

@@ -193,7 +193,7 @@ func (c *capturePool) prepare(ctx context.Context, q string) error {
 	if len(edges) == 0 {
 		return nil
 	}
-	cols := slices.Clone(st.Schema.PrimaryFieldDBNames)
+	cols := slices.Clone(keyColumns(st.Schema))
 	for _, e := range edges {
 		cols = union(cols, e.ref...)
 	}
@@ -286,7 +286,7 @@ func (c *capturePool) updateWithBefore(ctx context.Context, before, after []stri
 	if _, set := st.Clauses["SET"]; !set {
 		return 0, false, nil
 	}
-	pk := st.Schema.PrimaryFieldDBNames
+	pk := keyColumns(st.Schema)
 	alias := func(i int) string { return "herald_b" + strconv.Itoa(i) }
 	u := &gorm.Statement{DB: c.db, Table: st.Table, TableExpr: st.TableExpr, Schema: st.Schema, Context: ctx, Clauses: map[string]clause.Clause{}}
 	for _, name := range []string{"UPDATE", "SET", "WHERE"} {
@@ -354,7 +354,7 @@ func (c *capturePool) finish() error {
 	spec := c.spec
 	var cs []envelope.Change
 	if spec != nil {
-		pk := st.Schema.PrimaryFieldDBNames
+		pk := keyColumns(st.Schema)
 		if c.update {
 			if c.userReturning {
 				// The rows GORM read went to the caller; read them again.
