@@ -2,6 +2,7 @@ package gormcapture
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"slices"
 
@@ -109,7 +110,6 @@ func (p *Plugin) insert(db *gorm.DB, spec *envelope.Spec) error {
 			conflictCols = append(conflictCols, c.Name)
 		}
 	}
-	ret = union(ret, conflictCols...)
 
 	if err := p.ensureSavepoint(ctx, wc); err != nil {
 		return err
@@ -122,12 +122,20 @@ func (p *Plugin) insert(db *gorm.DB, spec *envelope.Spec) error {
 	// images (BeforeAndAfter) are read first, locked, on both.
 	var existing map[string]image
 	readFirst := doUpdate && (p.dialect == envelope.SQLite || (wantUpd && spec.NeedsBefore(envelope.Updated)))
+	if readFirst && oc.OnConstraint != "" {
+		// The conflict target is the constraint, whatever Columns holds
+		// (UpdateAll fills in the primary key): read its columns.
+		cols, err := p.constraintColumns(ctx, st, oc.OnConstraint)
+		if err != nil {
+			return err
+		}
+		conflictCols = cols
+	}
+	ret = union(ret, conflictCols...)
 	if readFirst {
-		// With OnConstraint the conflict target is the constraint, whatever
-		// Columns holds (UpdateAll fills in the primary key).
-		if len(conflictCols) == 0 || oc.OnConstraint != "" {
+		if len(conflictCols) == 0 {
 			return &envelope.Error{Kind: envelope.ErrUnsupported, Where: spec.Label + " upsert",
-				Msg: "an ON CONFLICT ... DO UPDATE without conflict columns (OnConstraint, or none) cannot be captured here: name the conflict columns in clause.OnConflict.Columns"}
+				Msg: "an ON CONFLICT ... DO UPDATE without a conflict target cannot be captured here: name the conflict columns in clause.OnConflict.Columns"}
 		}
 		if err := p.writeLock(ctx, st, st.ConnPool); err != nil {
 			return err
@@ -240,6 +248,46 @@ func conflictKeys(values clause.Values, cols []string) [][]any {
 		keys = append(keys, k)
 	}
 	return keys
+}
+
+// constraintColumns returns the columns of the unique or primary-key
+// constraint an upsert names with OnConflict.OnConstraint (PostgreSQL; in
+// SQLite an ON CONFLICT names no constraint).
+func (p *Plugin) constraintColumns(ctx context.Context, st *gorm.Statement, name string) ([]string, error) {
+	unsupported := func(msg string) error {
+		return &envelope.Error{Kind: envelope.ErrUnsupported, Where: st.Schema.Name + " upsert", Msg: msg}
+	}
+	if p.dialect != envelope.Postgres {
+		return nil, unsupported(fmt.Sprintf("ON CONFLICT ON CONSTRAINT %s: %s has no named conflict targets; name the conflict columns in clause.OnConflict.Columns", name, p.dialect))
+	}
+	table, _ := tableSQL(st)
+	rows, err := own(st.ConnPool).QueryContext(ctx, `SELECT a.attname FROM pg_constraint c
+CROSS JOIN LATERAL unnest(c.conkey) WITH ORDINALITY AS k(attnum, ord)
+JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.attnum
+WHERE c.conname = $1 AND c.conrelid = to_regclass($2) AND c.contype IN ('p','u')
+ORDER BY k.ord`, name, table)
+	if err != nil {
+		return nil, fmt.Errorf("herald/gormcapture: read the columns of constraint %s: %w", name, err)
+	}
+	defer rows.Close()
+	var cols []string
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			return nil, fmt.Errorf("herald/gormcapture: read the columns of constraint %s: %w", name, err)
+		}
+		if st.Schema.FieldsByDBName[c] == nil {
+			return nil, unsupported(fmt.Sprintf("ON CONFLICT ON CONSTRAINT %s: column %s is not a field of the model", name, c))
+		}
+		cols = append(cols, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("herald/gormcapture: read the columns of constraint %s: %w", name, err)
+	}
+	if len(cols) == 0 {
+		return nil, unsupported(fmt.Sprintf("ON CONFLICT ON CONSTRAINT %s: no unique or primary-key constraint of that name on table %s", name, table))
+	}
+	return cols, nil
 }
 
 // literalKeys drops the keys holding a SQL expression — the DEFAULT

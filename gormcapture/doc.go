@@ -49,7 +49,11 @@
 // the delete, recursively); upserts with clause.OnConflict (a conflicting
 // row as "updated", an inserted one as "inserted", a skipped one not at
 // all); rows of a many-to-many join model given to db.SetupJoinTable
-// (Association Append, Replace, Delete, Clear); and the generic API
+// (Association Append, Replace, Delete, Clear) — one without primaryKey
+// tags, like GORM's PersonAddress example, is keyed by its foreign-key
+// columns (which identify a row only if the table has a unique constraint
+// on them); UPDATE … FROM (clause.From), its before images read through
+// the FROM's tables; writes to db.Table(…); and the generic API
 // (gorm.G[T]). "changed" lists the columns the caller set, not those GORM
 // adds itself (autoUpdateTime, an optimistic-lock version), in table order.
 //
@@ -57,7 +61,10 @@
 // locking SELECT when the mode needs the rows as they were
 // (BeforeAndAfter, or a delete the database cascades; on PostgreSQL an
 // update reads them in a FOR UPDATE subquery of the UPDATE itself), and
-// one multi-row event INSERT — never a query per row. A single-row Create
+// one multi-row event INSERT — never a query per row. The plugin's own
+// statements (event INSERTs, locks, before-reads, NOTIFY) never go through
+// GORM's PrepareStmt cache: with PrepareStmt the cache holds the caller's
+// statements, as many as without the plugin. A single-row Create
 // on PostgreSQL writes its row and its event in one statement. What the caller sees is
 // what GORM shows without the plugin: RowsAffected, generated keys and
 // defaults filled in, and a struct or slice never overwritten by the
@@ -87,7 +94,16 @@
 //   - Database cascades are known only from the constraint tags of models
 //     the plugin knows (Config.Models, Capture, captured models already
 //     seen); constraints added by hand-written migrations are not followed.
-//     ON DELETE SET DEFAULT is not followed.
+//     ON DELETE SET DEFAULT is not followed. Constraints belong to the model
+//     type that declares them: when two struct types map to one table, a
+//     delete through one follows that type's constraint tags (and those of
+//     models referring to it), not the other's; a delete through
+//     db.Table(another table) follows none.
+//   - A model without a primary key (and not a join model as above) cannot
+//     key its events: declaring it (ChangeCapture, Capture) is an
+//     envelope.ErrConfiguration at its first write, and CaptureAll leaves it
+//     uncaptured, logging a warning once. Give a join model to
+//     db.SetupJoinTable before its first write.
 //   - Call db.Use(gormcapture.New(...)) right after gorm.Open, before
 //     registering dbresolver (so its sources are wrapped too) and before
 //     deriving sessions. A transaction begun on a pool the plugin does not
@@ -96,8 +112,13 @@
 //     Begin/Transaction — still gets its events (they are written in it), but
 //     its commit cannot be seen: its wakeup is left to the relays' polling
 //     and a warning is logged once.
-//   - An upsert with ON CONFLICT ... DO UPDATE needs its conflict columns
-//     (clause.OnConflict.Columns) on SQLite and in BeforeAndAfter mode; an
+//   - An upsert with ON CONFLICT ... DO UPDATE on SQLite, or in
+//     BeforeAndAfter mode, reads the conflicting rows first, so it needs
+//     its conflict target: clause.OnConflict.Columns or, on PostgreSQL,
+//     OnConstraint naming a unique or primary-key constraint (its columns
+//     are read from the catalog, one query per such upsert; with UpdateAll
+//     GORM fills Columns with the primary key, but the constraint is what
+//     the database uses, and so does the plugin); an
 //     UPDATE that moves rows to new primary keys in BeforeAndAfter mode is
 //     supported for one row at a time. Both are envelope.ErrUnsupported
 //     otherwise.

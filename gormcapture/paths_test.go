@@ -518,9 +518,10 @@ func TestUnsupported(t *testing.T) {
 		if !errors.Is(err, envelope.ErrUnsupported) {
 			t.Errorf("multi-row key move: %v, want ErrUnsupported", err)
 		}
-		// An upsert that updates without conflict columns cannot read the
-		// conflicting rows first.
-		err = e.db.Clauses(clause.OnConflict{OnConstraint: "tags_pkey", DoUpdates: clause.AssignmentColumns([]string{"label"})}).
+		// An upsert whose conflict target cannot be resolved to columns
+		// cannot read the conflicting rows first: a constraint PostgreSQL
+		// does not have; in SQLite any named constraint.
+		err = e.db.Clauses(clause.OnConflict{OnConstraint: "no_such_constraint", DoUpdates: clause.AssignmentColumns([]string{"label"})}).
 			Create(&[]Tag{{Code: "b", Label: "x"}, {Code: "c", Label: "y"}}).Error
 		if !errors.Is(err, envelope.ErrUnsupported) {
 			t.Errorf("upsert without conflict columns: %v, want ErrUnsupported", err)
