@@ -1,0 +1,19 @@
+// Package kafka delivers herald events to Kafka with franz-go.
+//
+// Each event becomes one record: to Config.Topic, or to the event's own
+// topic (optionally mapped by Config.TopicFunc); the ordering key as the
+// record key, so the events of one key stay in one partition and keep
+// their order; the JSON payload as the value; the event's headers plus
+// herald-event-id and herald-topic as record headers. The Delivery is a
+// delivery.BatchDelivery: a relay's batch is produced at once — acks from
+// all in-sync replicas, the idempotent producer — and each record's result
+// is mapped back to its event, so one refused record fails only its event.
+//
+// The delivery takes a ready *kgo.Client (and never closes it) or builds
+// one from seed brokers (and flushes and closes it in Close).
+//
+// Guarantee: Deliver returns nil only for an event whose record Kafka
+// acknowledged; a record still unacknowledged when the relay's delivery
+// timeout ends fails its event, which is then produced again (receivers
+// de-duplicate on herald-event-id).
+package kafka

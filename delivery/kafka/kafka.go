@@ -1,0 +1,226 @@
+package kafka
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldgo/herald/delivery"
+	"github.com/heraldgo/herald/envelope"
+)
+
+// DefaultCloseTimeout bounds the flush of Close when Config.CloseTimeout
+// is zero.
+const DefaultCloseTimeout = 10 * time.Second
+
+// Config configures a Delivery. Exactly one of Brokers and Client is set.
+type Config struct {
+	// Brokers are the seed brokers ("host:9092") of a client the delivery
+	// builds and owns: acks from all in-sync replicas, the idempotent
+	// producer, no linger (a batch is produced at once). nil = use Client.
+	Brokers []string
+	// ClientOptions are added to the options of the client built from
+	// Brokers (TLS, SASL, a dialer); they come last and so win. Only with
+	// Brokers.
+	ClientOptions []kgo.Opt
+
+	// Client is a ready client to produce with; nil = build one from
+	// Brokers. The delivery never closes it. Its options are its own: keep
+	// acks=all and idempotent writes (franz-go's defaults) for herald's
+	// guarantee, and know that its linger (10 ms by default) adds to every
+	// batch.
+	Client *kgo.Client
+
+	// Topic is the Kafka topic of every event; "" = the event's own topic
+	// (or TopicFunc's answer).
+	Topic string
+	// TopicFunc maps an event to its Kafka topic; nil = the event's topic.
+	// Not together with Topic. An event it maps to "" fails (ErrDelivery).
+	TopicFunc func(e *envelope.Event) string
+
+	// CloseTimeout bounds how long Close waits for records still buffered
+	// in a client the delivery built; 0 = DefaultCloseTimeout.
+	CloseTimeout time.Duration
+}
+
+// Delivery produces events to Kafka. It is a delivery.BatchDelivery: a
+// relay's batch is produced at once and each record's result is mapped
+// back to its event.
+type Delivery struct {
+	cl           *kgo.Client
+	own          bool
+	topic        string
+	topicFunc    func(*envelope.Event) string
+	closeTimeout time.Duration
+	closeOnce    sync.Once
+	closeErr     error
+}
+
+var _ delivery.BatchDelivery = (*Delivery)(nil)
+
+func cfgErr(field, format string, args ...any) error {
+	return envelope.Configurationf("kafka.Config."+field, format, args...)
+}
+
+// New checks cfg and returns a Delivery; with Brokers it builds a client
+// (which does not connect until the first produce).
+func New(cfg Config) (*Delivery, error) {
+	switch {
+	case cfg.Client == nil && len(cfg.Brokers) == 0:
+		return nil, cfgErr("Brokers", "neither Brokers nor Client is set; give the seed brokers or a ready *kgo.Client")
+	case cfg.Client != nil && len(cfg.Brokers) > 0:
+		return nil, cfgErr("Client", "set together with Brokers; give one of them")
+	case cfg.Client != nil && len(cfg.ClientOptions) > 0:
+		return nil, cfgErr("ClientOptions", "set together with Client; options apply only to a client built from Brokers")
+	case cfg.Topic != "" && cfg.TopicFunc != nil:
+		return nil, cfgErr("TopicFunc", "set together with Topic; give one of them")
+	case cfg.CloseTimeout < 0:
+		return nil, cfgErr("CloseTimeout", "negative (%s)", cfg.CloseTimeout)
+	}
+	d := &Delivery{cl: cfg.Client, topic: cfg.Topic, topicFunc: cfg.TopicFunc, closeTimeout: cfg.CloseTimeout}
+	if d.closeTimeout == 0 {
+		d.closeTimeout = DefaultCloseTimeout
+	}
+	if d.cl == nil {
+		opts := []kgo.Opt{
+			kgo.SeedBrokers(cfg.Brokers...),
+			kgo.RequiredAcks(kgo.AllISRAcks()),
+			// A relay's batch is produced all at once and waited for;
+			// lingering would only delay it.
+			kgo.ProducerLinger(0),
+		}
+		cl, err := kgo.NewClient(append(opts, cfg.ClientOptions...)...)
+		if err != nil {
+			return nil, cfgErr("Brokers", "build client: %v", err)
+		}
+		d.cl, d.own = cl, true
+	}
+	return d, nil
+}
+
+// Client returns the client the delivery produces with.
+func (d *Delivery) Client() *kgo.Client { return d.cl }
+
+// Record returns the record the delivery produces for e: the topic, the
+// ordering key as key (nil for an unordered event), the payload as value,
+// the event's headers plus herald-event-id and herald-topic as headers.
+// The topic is "" when TopicFunc maps e to none.
+func (d *Delivery) Record(e *envelope.Event) *kgo.Record {
+	topic := d.topic
+	switch {
+	case topic != "":
+	case d.topicFunc != nil:
+		topic = d.topicFunc(e)
+	default:
+		topic = e.Topic
+	}
+	hs := delivery.HeaderList(e)
+	rh := make([]kgo.RecordHeader, len(hs))
+	for i, h := range hs {
+		rh[i] = kgo.RecordHeader{Key: h.Name, Value: []byte(h.Value)}
+	}
+	return &kgo.Record{Topic: topic, Key: delivery.Key(e), Value: delivery.Body(e), Headers: rh}
+}
+
+// Deliver produces one event and waits for Kafka's acknowledgement.
+func (d *Delivery) Deliver(ctx context.Context, e *envelope.Event) error {
+	if errs := d.DeliverBatch(ctx, []*envelope.Event{e}); errs != nil {
+		return errs[0]
+	}
+	return nil
+}
+
+// DeliverBatch produces every event of es at once and waits until Kafka
+// acknowledged or refused each record, or ctx ends. It returns one error
+// per event (nil slice when all were produced).
+func (d *Delivery) DeliverBatch(ctx context.Context, es []*envelope.Event) []error {
+	// The promises record their results under mu. When ctx ends first,
+	// the results so far are copied out and late promises write to what
+	// nobody reads any more.
+	var (
+		mu      sync.Mutex
+		pending = len(es)
+		done    = make(chan struct{})
+		results = make([]error, len(es))
+		settled = make([]bool, len(es))
+		failed  bool
+	)
+	finish := func(i int, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		results[i], settled[i] = err, true
+		if err != nil {
+			failed = true
+		}
+		if pending--; pending == 0 {
+			close(done)
+		}
+	}
+	for i, e := range es {
+		r := d.Record(e)
+		if r.Topic == "" {
+			finish(i, fmt.Errorf("herald/kafka: event %s (topic %q): TopicFunc gave no Kafka topic: %w", e.ID, e.Topic, delivery.ErrDelivery))
+			continue
+		}
+		d.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
+			if err != nil {
+				err = &ProduceError{EventID: e.ID.String(), Topic: r.Topic, Err: err}
+			}
+			finish(i, err)
+		})
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if pending > 0 {
+		// Records still out may yet be written: the relay tries their
+		// events again, and receivers de-duplicate on herald-event-id.
+		for i, e := range es {
+			if !settled[i] {
+				results[i] = fmt.Errorf("herald/kafka: event %s: no acknowledgement from Kafka before the delivery's context ended: %w", e.ID, ctx.Err())
+			}
+		}
+		failed = true
+	}
+	if !failed {
+		return nil
+	}
+	return slices.Clone(results)
+}
+
+// Close flushes and closes the client when the delivery built it; a
+// client given in Config is left alone. Safe to call twice.
+func (d *Delivery) Close() error {
+	d.closeOnce.Do(func() {
+		if !d.own {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), d.closeTimeout)
+		defer cancel()
+		if err := d.cl.Flush(ctx); err != nil {
+			d.closeErr = fmt.Errorf("herald/kafka: flush before close: %w", err)
+		}
+		d.cl.Close()
+	})
+	return d.closeErr
+}
+
+// ProduceError is the error of a record Kafka did not take.
+type ProduceError struct {
+	EventID string
+	Topic   string
+	Err     error // franz-go's error (kerr errors, kgo.ErrRecordTimeout, a context error…)
+}
+
+func (e *ProduceError) Error() string {
+	return fmt.Sprintf("herald/kafka: produce event %s to topic %q: %v", e.EventID, e.Topic, e.Err)
+}
+
+func (e *ProduceError) Unwrap() error { return e.Err }

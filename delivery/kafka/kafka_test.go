@@ -1,0 +1,266 @@
+package kafka_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/heraldgo/herald/delivery"
+	"github.com/heraldgo/herald/delivery/kafka"
+	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/deliverytest"
+	"github.com/heraldgo/herald/internal/testkit"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+// createTopic creates topic with partitions on the cluster at brokers
+// (kfake seeds it itself; a real cluster from HERALD_KAFKA_BROKERS may not
+// create topics on demand).
+func createTopic(t testing.TB, brokers []string, topic string, partitions int32) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, partitions, -1
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = 10000
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatalf("create topic %s: %v", topic, err)
+	}
+	for _, rt := range resp.Topics {
+		if rt.ErrorCode != 0 && rt.ErrorCode != 36 { // 36 = TOPIC_ALREADY_EXISTS
+			t.Fatalf("create topic %s: error code %d", topic, rt.ErrorCode)
+		}
+	}
+}
+
+// consumer reads a topic from its start into memory, from the first call
+// of Received on (so that it starts no goroutine before the suite's leak
+// check).
+type consumer struct {
+	brokers []string
+	topic   string
+
+	once   sync.Once
+	mu     sync.Mutex
+	msgs   []deliverytest.Message
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (c *consumer) start(t testing.TB) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.brokers...), kgo.ConsumeTopics(c.topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel, c.done = cancel, make(chan struct{})
+	go func() {
+		defer close(c.done)
+		defer cl.Close()
+		for ctx.Err() == nil {
+			fs := cl.PollFetches(ctx)
+			fs.EachRecord(func(r *kgo.Record) {
+				m := deliverytest.Message{Body: r.Value, Key: string(r.Key), Headers: map[string]string{}}
+				for _, h := range r.Headers {
+					m.Headers[strings.ToLower(h.Key)] = string(h.Value)
+				}
+				c.mu.Lock()
+				c.msgs = append(c.msgs, m)
+				c.mu.Unlock()
+			})
+		}
+	}()
+}
+
+func (c *consumer) stop() {
+	if c.cancel != nil {
+		c.cancel()
+		<-c.done
+	}
+}
+
+func (c *consumer) Received(t testing.TB) []deliverytest.Message {
+	c.once.Do(func() { c.start(t) })
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]deliverytest.Message(nil), c.msgs...)
+}
+
+// viaProxy makes a client dial every broker through the proxy.
+func viaProxy(p *deliverytest.Proxy) kgo.Opt {
+	var d net.Dialer
+	return kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return d.DialContext(ctx, network, p.Addr())
+	})
+}
+
+func newReceiver(t testing.TB) *deliverytest.Receiver {
+	topic := testkit.Name("herald-conf-")
+	brokers := testkit.Kafka(t, kfake.SeedTopics(3, topic))
+	createTopic(t, brokers, topic, 3)
+	// One broker behind the proxy: kfake.NumBrokers(1) unless a real
+	// cluster is given, whose tests then dial its first broker only.
+	proxy := deliverytest.NewProxy(t, brokers[0])
+	c := &consumer{brokers: brokers, topic: topic}
+	t.Cleanup(c.stop)
+	return &deliverytest.Receiver{
+		NewDelivery: func(t testing.TB) delivery.Delivery {
+			d, err := kafka.New(kafka.Config{Brokers: []string{proxy.Addr()}, Topic: topic, ClientOptions: []kgo.Opt{viaProxy(proxy)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d
+		},
+		Received: c.Received,
+		Down:     func(testing.TB) { proxy.Cut() },
+		Up:       func(testing.TB) { proxy.Restore() },
+		Conns:    proxy.Conns,
+	}
+}
+
+func TestConformance(t *testing.T) {
+	deliverytest.Run(t, deliverytest.Suite{NewReceiver: newReceiver, Keyed: true})
+}
+
+func event(topic, key string) *envelope.Event {
+	return &envelope.Event{ID: uuid.Must(uuid.NewV7()), Topic: topic, OrderingKey: key, Payload: []byte(`{"n":1}`)}
+}
+
+func TestEventTopicAndTopicFunc(t *testing.T) {
+	t.Parallel()
+	brokers := testkit.Kafka(t, kfake.SeedTopics(1, "billing.paid", "out.billing.refunded"))
+	createTopic(t, brokers, "billing.paid", 1)
+	createTopic(t, brokers, "out.billing.refunded", 1)
+	plain, err := kafka.New(kafka.Config{Brokers: brokers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	mapped, err := kafka.New(kafka.Config{Brokers: brokers, TopicFunc: func(e *envelope.Event) string {
+		if strings.HasPrefix(e.Topic, "billing.") {
+			return "out." + e.Topic
+		}
+		return ""
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mapped.Close()
+	ctx := context.Background()
+	if err := plain.Deliver(ctx, event("billing.paid", "")); err != nil {
+		t.Fatal(err)
+	}
+	errs := mapped.DeliverBatch(ctx, []*envelope.Event{event("billing.refunded", "k"), event("library.loan", "k2")})
+	if errs == nil || errs[0] != nil || !errors.Is(errs[1], delivery.ErrDelivery) || !strings.Contains(errs[1].Error(), "library.loan") {
+		t.Fatalf("mapped batch: %v", errs)
+	}
+	for _, topic := range []string{"billing.paid", "out.billing.refunded"} {
+		c := &consumer{brokers: brokers, topic: topic}
+		testkit.Eventually(t, 20*time.Second, func() bool { return len(c.Received(t)) == 1 }, "one record in %s", topic)
+		c.stop()
+	}
+}
+
+// A record Kafka refuses fails its own event only.
+func TestBatchMapsEachResult(t *testing.T) {
+	t.Parallel()
+	brokers := testkit.Kafka(t, kfake.SeedTopics(1, "exists"), kfake.BrokerConfigs(map[string]string{"auto.create.topics.enable": "false"}))
+	createTopic(t, brokers, "exists", 1)
+	d, err := kafka.New(kafka.Config{Brokers: brokers, ClientOptions: []kgo.Opt{kgo.RecordDeliveryTimeout(2 * time.Second)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	errs := d.DeliverBatch(ctx, []*envelope.Event{event("exists", "a"), event("missing-topic", "b"), event("exists", "c")})
+	if errs == nil || errs[0] != nil || errs[2] != nil || errs[1] == nil {
+		t.Fatalf("errors %v: want only the record of the missing topic to fail", errs)
+	}
+	var pe *kafka.ProduceError
+	if !errors.As(errs[1], &pe) || pe.Topic != "missing-topic" {
+		t.Fatalf("error %v: want a *kafka.ProduceError naming the topic", errs[1])
+	}
+	t.Logf("missing topic: %v", errs[1])
+}
+
+func TestGivenClientIsNotClosed(t *testing.T) {
+	t.Parallel()
+	brokers := testkit.Kafka(t, kfake.SeedTopics(1, "given"))
+	createTopic(t, brokers, "given", 1)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	d, err := kafka.New(kafka.Config{Client: cl, Topic: "given"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "given", Value: []byte("x")}).FirstErr(); err != nil {
+		t.Fatalf("the given client must stay usable after Close: %v", err)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for name, cfg := range map[string]kafka.Config{
+		"Brokers":       {},
+		"Client":        {Brokers: []string{"a:1"}, Client: cl},
+		"ClientOptions": {Client: cl, ClientOptions: []kgo.Opt{kgo.ClientID("x")}},
+		"TopicFunc":     {Brokers: []string{"a:1"}, Topic: "t", TopicFunc: func(*envelope.Event) string { return "" }},
+		"CloseTimeout":  {Brokers: []string{"a:1"}, CloseTimeout: -time.Second},
+	} {
+		_, err := kafka.New(cfg)
+		if !errors.Is(err, envelope.ErrConfiguration) || !strings.Contains(err.Error(), "kafka.Config."+name) {
+			t.Errorf("%s: %v, want ErrConfiguration naming kafka.Config.%s", name, err, name)
+		}
+	}
+}
+
+func TestRecord(t *testing.T) {
+	t.Parallel()
+	d, err := kafka.New(kafka.Config{Brokers: []string{"127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	e := event("library.loan.updated", "library.Loan:7")
+	e.Headers = map[string]string{"traceparent": "00-1"}
+	r := d.Record(e)
+	if r.Topic != e.Topic || string(r.Key) != e.OrderingKey || string(r.Value) != `{"n":1}` || len(r.Headers) != 3 {
+		t.Fatalf("record %+v", r)
+	}
+	if d.Record(event("t", "")).Key != nil {
+		t.Fatal("an unordered event must have a nil key (spread over partitions)")
+	}
+}

@@ -1,0 +1,20 @@
+// Package redisstream delivers herald events to Redis streams with
+// go-redis.
+//
+// Each event is one XADD to Config.Stream, or to the event's topic
+// (optionally mapped by Config.StreamFunc), with the fields id, topic,
+// ordering_key, headers (a JSON object: the event's headers plus
+// herald-event-id and herald-topic) and payload (the JSON payload as
+// stored); Config.MaxLen trims each stream with MAXLEN ~. The Delivery is
+// a delivery.BatchDelivery: a relay's batch goes in one pipeline — one
+// round trip — and each entry's result is mapped back to its event.
+//
+// The delivery takes a ready client (and never closes it) or builds one
+// from a URL (and closes it in Close).
+//
+// Guarantee: Deliver returns nil only for an event whose XADD Redis
+// answered with an entry id. Entries are appended in batch order, and a
+// relay hands over the next event of a key only after the one before it
+// was appended, so a stream holds each key's events in order (an entry
+// may repeat after a failure: consumers de-duplicate on the id field).
+package redisstream

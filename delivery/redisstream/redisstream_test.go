@@ -1,0 +1,189 @@
+package redisstream_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/heraldgo/herald/delivery"
+	"github.com/heraldgo/herald/delivery/redisstream"
+	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/deliverytest"
+	"github.com/heraldgo/herald/internal/testkit"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+// read returns the entries of a stream as messages.
+func read(t testing.TB, rdb *redis.Client, stream string) []deliverytest.Message {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	xs, err := rdb.XRange(ctx, stream, "-", "+").Result()
+	if err != nil {
+		t.Fatalf("XRANGE %s: %v", stream, err)
+	}
+	out := make([]deliverytest.Message, 0, len(xs))
+	for _, x := range xs {
+		m := deliverytest.Message{Headers: map[string]string{}}
+		m.Body = []byte(x.Values[redisstream.FieldPayload].(string))
+		m.Key = x.Values[redisstream.FieldOrderingKey].(string)
+		if err := json.Unmarshal([]byte(x.Values[redisstream.FieldHeaders].(string)), &m.Headers); err != nil {
+			t.Fatalf("entry %s: headers: %v", x.ID, err)
+		}
+		if m.Headers[delivery.HeaderEventID] != x.Values[redisstream.FieldID] || m.Headers[delivery.HeaderTopic] != x.Values[redisstream.FieldTopic] {
+			t.Fatalf("entry %s: id/topic fields %v disagree with the headers %v", x.ID, x.Values, m.Headers)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// connectedClients is the number of client connections to the server,
+// less the reader's own.
+func connectedClients(rdb *redis.Client) int {
+	info, err := rdb.Info(context.Background(), "clients").Result()
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_clients:"); ok {
+			n, _ := strconv.Atoi(v)
+			return n - 1
+		}
+	}
+	return -1
+}
+
+func newReceiver(t testing.TB) *deliverytest.Receiver {
+	srv := deliverytest.NewRedisServer(t)
+	reader := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 1, MaxRetries: -1})
+	t.Cleanup(func() { _ = reader.Close() })
+	stream := testkit.Name("herald-conf-")
+	return &deliverytest.Receiver{
+		NewDelivery: func(t testing.TB) delivery.Delivery {
+			d, err := redisstream.New(redisstream.Config{URL: srv.URL(), Stream: stream})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d
+		},
+		Received: func(t testing.TB) []deliverytest.Message { return read(t, reader, stream) },
+		Down:     srv.Stop,
+		Up:       srv.Start,
+		Conns:    func() int { return connectedClients(reader) },
+	}
+}
+
+func TestConformance(t *testing.T) {
+	deliverytest.Run(t, deliverytest.Suite{NewReceiver: newReceiver, Keyed: true})
+}
+
+func event(topic, key string) *envelope.Event {
+	return &envelope.Event{ID: uuid.Must(uuid.NewV7()), Topic: topic, OrderingKey: key, Payload: []byte(`{"n":1}`)}
+}
+
+// sharedClient is a client of the machine's Redis.
+func sharedClient(t testing.TB) *redis.Client {
+	opt, err := redis.ParseURL(testkit.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+func TestStreamPerTopicAndErrorsPerEntry(t *testing.T) {
+	t.Parallel()
+	rdb := sharedClient(t)
+	prefix := testkit.Name("herald-t-")
+	ctx := context.Background()
+	// A key of another type makes XADD to it fail: that entry only.
+	wrongType := prefix + ".wrongtype"
+	if err := rdb.Set(ctx, wrongType, "x", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := redisstream.New(redisstream.Config{Client: rdb, StreamFunc: func(e *envelope.Event) string {
+		if e.Topic == "none" {
+			return ""
+		}
+		return prefix + "." + e.Topic
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	es := []*envelope.Event{event("a", "k1"), event("wrongtype", "k2"), event("b", ""), event("none", "k3")}
+	errs := d.DeliverBatch(ctx, es)
+	if errs == nil || errs[0] != nil || errs[2] != nil || !strings.Contains(errs[1].Error(), "WRONGTYPE") || !errors.Is(errs[3], delivery.ErrDelivery) {
+		t.Fatalf("errors %v", errs)
+	}
+	t.Cleanup(func() { rdb.Del(context.Background(), wrongType, prefix+".a", prefix+".b") })
+	for _, s := range []string{prefix + ".a", prefix + ".b"} {
+		if n := rdb.XLen(ctx, s).Val(); n != 1 {
+			t.Fatalf("%s holds %d entries", s, n)
+		}
+	}
+	x := rdb.XRange(ctx, prefix+".a", "-", "+").Val()[0]
+	if x.Values["id"] != es[0].ID.String() || x.Values["topic"] != "a" || x.Values["ordering_key"] != "k1" || x.Values["payload"] != `{"n":1}` {
+		t.Fatalf("entry %v", x.Values)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatalf("the given client must stay open after Close: %v", err)
+	}
+}
+
+func TestMaxLen(t *testing.T) {
+	t.Parallel()
+	rdb := sharedClient(t)
+	stream := testkit.Name("herald-t-")
+	t.Cleanup(func() { rdb.Del(context.Background(), stream) })
+	d, err := redisstream.New(redisstream.Config{Client: rdb, Stream: stream, MaxLen: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for range 10 {
+		es := make([]*envelope.Event, 100)
+		for i := range es {
+			es[i] = event("t", "")
+		}
+		if errs := d.DeliverBatch(ctx, es); errs != nil {
+			t.Fatal(errs)
+		}
+	}
+	// MAXLEN ~ trims whole nodes (100 entries by default): about 10, far
+	// below the 1,000 written.
+	if n := rdb.XLen(ctx, stream).Val(); n < 10 || n > 200 {
+		t.Fatalf("stream holds %d entries after 1,000 with MaxLen 10", n)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	for name, cfg := range map[string]redisstream.Config{
+		"URL":        {},
+		"Client":     {URL: "redis://x", Client: rdb},
+		"StreamFunc": {URL: "redis://x", Stream: "s", StreamFunc: func(*envelope.Event) string { return "" }},
+		"MaxLen":     {URL: "redis://x", MaxLen: -1},
+	} {
+		_, err := redisstream.New(cfg)
+		if !errors.Is(err, envelope.ErrConfiguration) || !strings.Contains(err.Error(), "redisstream.Config."+name) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, err := redisstream.New(redisstream.Config{URL: "http://x"}); !errors.Is(err, envelope.ErrConfiguration) {
+		t.Errorf("bad URL: %v", err)
+	}
+}

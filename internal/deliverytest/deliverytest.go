@@ -1,0 +1,258 @@
+// Package deliverytest is the conformance suite every herald delivery
+// passes, through a real relay on PostgreSQL: the body is the payload as
+// stored, byte for byte; the event's headers, its id and its topic arrive
+// as headers; the events of one ordering key arrive in order (1,000 events
+// over 100 keys); a receiver that is down makes deliveries fail, and they
+// are retried and delivered once it is back; Close releases every
+// connection and goroutine.
+//
+// A transport's test calls Run with a Suite that builds a receiver (a
+// consumer of the broker, an HTTP server) and deliveries to it.
+package deliverytest
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"go.uber.org/goleak"
+
+	"github.com/heraldgo/herald/delivery"
+	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/testkit"
+)
+
+// Topic is the topic of the events the suite writes.
+const Topic = "conformance.loan.updated"
+
+// Message is one message as a receiver got it.
+type Message struct {
+	Body    []byte
+	Headers map[string]string // names lower-case
+	Key     string            // the message key; "" when the transport has none
+}
+
+// Receiver is one receiver of a transport and the way to reach it.
+type Receiver struct {
+	// NewDelivery builds a delivery to the receiver; the suite closes it.
+	NewDelivery func(t testing.TB) delivery.Delivery
+	// Received returns every message received so far, in order of receipt.
+	Received func(t testing.TB) []Message
+	// Down makes the receiver unreachable (a cut proxy, a stopped private
+	// server); Up makes it reachable again.
+	Down, Up func(t testing.TB)
+	// Conns, when set, counts the connections open to the receiver; the
+	// suite checks it drops to zero after Close.
+	Conns func() int
+}
+
+// Suite describes a transport to the suite.
+type Suite struct {
+	// NewReceiver starts a fresh receiver for one test.
+	NewReceiver func(t testing.TB) *Receiver
+	// Keyed says the transport carries the ordering key as the message key.
+	Keyed bool
+}
+
+// Run runs the conformance tests. Call it from a test that is not
+// parallel: its first subtest checks for leaked goroutines.
+func Run(t *testing.T, s Suite) {
+	t.Run("CloseReleases", func(t *testing.T) { closeReleases(t, s) })
+	t.Run("Content", func(t *testing.T) { t.Parallel(); content(t, s) })
+	t.Run("KeyOrder", func(t *testing.T) { t.Parallel(); keyOrder(t, s) })
+	t.Run("DownThenUp", func(t *testing.T) { t.Parallel(); downThenUp(t, s) })
+}
+
+// withDelivery builds a delivery closed when the test ends (after the
+// relay, which StartRelay stops first).
+func withDelivery(t testing.TB, rc *Receiver) delivery.Delivery {
+	t.Helper()
+	d := rc.NewDelivery(t)
+	t.Cleanup(func() {
+		if err := d.Close(); err != nil {
+			t.Errorf("deliverytest: Close: %v", err)
+		}
+	})
+	return d
+}
+
+// ByID returns the received messages by their herald-event-id header, the
+// first of each (delivery is at least once).
+func ByID(ms []Message) map[string]Message {
+	out := make(map[string]Message, len(ms))
+	for _, m := range ms {
+		id := m.Headers[delivery.HeaderEventID]
+		if _, ok := out[id]; !ok {
+			out[id] = m
+		}
+	}
+	return out
+}
+
+// WaitReceived waits until the receiver holds a message for every event
+// and returns them by event id.
+func WaitReceived(t testing.TB, rc *Receiver, es []*envelope.Event, within time.Duration) map[string]Message {
+	t.Helper()
+	var got map[string]Message
+	testkit.Eventually(t, within, func() bool {
+		got = ByID(rc.Received(t))
+		for _, e := range es {
+			if _, ok := got[e.ID.String()]; !ok {
+				return false
+			}
+		}
+		return true
+	}, "a message for each of %d events at the receiver", len(es))
+	return got
+}
+
+func closeReleases(t *testing.T, s Suite) {
+	rc := s.NewReceiver(t)
+	before := goleak.IgnoreCurrent()
+	d := rc.NewDelivery(t)
+	e := &envelope.Event{ID: uuid.Must(uuid.NewV7()), Topic: Topic, OrderingKey: "close:1", Payload: []byte(`{"close":1}`),
+		Headers: map[string]string{"tenant": "acme"}}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var err error
+	if b, ok := d.(delivery.BatchDelivery); ok {
+		err = delivery.CallBatch(ctx, b, []*envelope.Event{e})[0]
+	} else {
+		err = delivery.Call(ctx, d, e)
+	}
+	if err != nil {
+		_ = d.Close()
+		t.Fatalf("deliver: %v", err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if rc.Conns != nil {
+		testkit.Eventually(t, 10*time.Second, func() bool { return rc.Conns() == 0 }, "no connection open to the receiver after Close")
+	}
+	if err := goleak.Find(before); err != nil {
+		t.Fatalf("goroutines left after Close: %v", err)
+	}
+	WaitReceived(t, rc, []*envelope.Event{e}, 20*time.Second)
+}
+
+func content(t *testing.T, s Suite) {
+	env := NewEnv(t)
+	rc := s.NewReceiver(t)
+	d := withDelivery(t, rc)
+	es := env.Write(t,
+		envelope.Message{Topic: Topic, OrderingKey: "library.Loan:7",
+			Headers: map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tenant": "Zoë"},
+			Payload: map[string]any{"id": 7, "title": "Мастер и Маргарита", "price": "12.50", "tags": []string{"a", "b"},
+				"nested": map[string]any{"x": nil, "quote": `she said "hi" 🙂`}}},
+		envelope.Message{Topic: Topic},
+		envelope.Message{Topic: Topic, OrderingKey: "library.Loan:8", Payload: "a string payload\twith a tab",
+			Headers: map[string]string{"author": "42"}},
+	)
+	env.StartRelay(t, d, RelayConfig())
+	got := WaitReceived(t, rc, es, 30*time.Second)
+	for _, e := range es {
+		m := got[e.ID.String()]
+		stored := env.Row(t, e.ID.String()).Payload
+		if string(m.Body) != stored {
+			t.Errorf("event %s: body %q, want the payload as stored %q", e.ID, m.Body, stored)
+		}
+		want := maps.Clone(e.Headers)
+		if want == nil {
+			want = map[string]string{}
+		}
+		want[delivery.HeaderEventID] = e.ID.String()
+		want[delivery.HeaderTopic] = e.Topic
+		for k, v := range want {
+			if m.Headers[k] != v {
+				t.Errorf("event %s: header %s = %q, want %q (headers %v)", e.ID, k, m.Headers[k], v, m.Headers)
+			}
+		}
+		if s.Keyed && m.Key != e.OrderingKey {
+			t.Errorf("event %s: key %q, want the ordering key %q", e.ID, m.Key, e.OrderingKey)
+		}
+	}
+}
+
+func keyOrder(t *testing.T, s Suite) {
+	const events, keys = 1000, 100
+	env := NewEnv(t)
+	rc := s.NewReceiver(t)
+	d := withDelivery(t, rc)
+	env.StartRelay(t, d, RelayConfig())
+	wantOrder := map[string][]string{} // key -> event ids in write order
+	keyOf := map[string]string{}
+	var all []*envelope.Event
+	for w := range 10 {
+		ms := make([]envelope.Message, events/10)
+		for i := range ms {
+			n := w*len(ms) + i
+			ms[i] = envelope.Message{Topic: Topic, OrderingKey: fmt.Sprintf("key-%03d", n%keys), Payload: map[string]int{"n": n}}
+		}
+		for _, e := range env.Write(t, ms...) {
+			wantOrder[e.OrderingKey] = append(wantOrder[e.OrderingKey], e.ID.String())
+			keyOf[e.ID.String()] = e.OrderingKey
+			all = append(all, e)
+		}
+	}
+	WaitReceived(t, rc, all, 2*time.Minute)
+	gotOrder := map[string][]string{}
+	seen := map[string]bool{}
+	for _, m := range rc.Received(t) {
+		id := m.Headers[delivery.HeaderEventID]
+		if seen[id] {
+			continue // a duplicate: at least once
+		}
+		seen[id] = true
+		gotOrder[keyOf[id]] = append(gotOrder[keyOf[id]], id)
+	}
+	for k, want := range wantOrder {
+		if got := gotOrder[k]; strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Fatalf("key %s: received in order %v, written in order %v", k, got, want)
+		}
+	}
+}
+
+func downThenUp(t *testing.T, s Suite) {
+	env := NewEnv(t)
+	rc := s.NewReceiver(t)
+	d := withDelivery(t, rc)
+	// Deliver once while up, so the delivery's connections exist when the
+	// receiver goes down.
+	first := env.Write(t, envelope.Message{Topic: Topic, OrderingKey: "warm", Payload: 0})
+	env.StartRelay(t, d, RelayConfig())
+	WaitReceived(t, rc, first, 30*time.Second)
+	env.WaitPublished(t, 30*time.Second)
+
+	rc.Down(t)
+	var es []*envelope.Event
+	for i := range 5 {
+		es = append(es, env.Write(t, envelope.Message{Topic: Topic, OrderingKey: fmt.Sprintf("down-%d", i%2), Payload: i})...)
+	}
+	// The first event of each key fails (the later ones wait behind it).
+	failed := map[string]string{}
+	testkit.Eventually(t, 60*time.Second, func() bool {
+		for _, e := range es[:2] {
+			r := env.Row(t, e.ID.String())
+			if r.Published {
+				t.Fatalf("event %s published while the receiver is down", e.ID)
+			}
+			if r.Attempts == 0 || r.LastError == "" {
+				return false
+			}
+			failed[e.ID.String()] = r.LastError
+		}
+		return true
+	}, "deliveries failing while the receiver is down")
+	for id, err := range failed {
+		t.Logf("event %s failed while down: %s", id, err)
+	}
+
+	rc.Up(t)
+	env.WaitPublished(t, 60*time.Second)
+	WaitReceived(t, rc, es, 30*time.Second)
+}

@@ -1,0 +1,147 @@
+package testkit
+
+import (
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+)
+
+// Proxy is a TCP proxy on the loopback interface that a test puts between
+// a client and a server to cut connections: Cut closes every connection it
+// carries, SetDown refuses (accepts and at once closes) new ones until
+// SetDown(false). The shared servers of the machine are never touched; only
+// the connections through the proxy are.
+type Proxy struct {
+	ln     net.Listener
+	target string
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	down  bool
+	cuts  int
+	wg    sync.WaitGroup
+}
+
+// NewProxy starts a proxy to target ("host:port") and stops it when the
+// test ends.
+func NewProxy(t testing.TB, target string) *Proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("testkit: proxy: %v", err)
+	}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(p.Close)
+	return p
+}
+
+// Addr is the proxy's "127.0.0.1:port".
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Port is the proxy's port as a string.
+func (p *Proxy) Port() string {
+	_, port, _ := net.SplitHostPort(p.Addr())
+	return port
+}
+
+// Cut closes every connection the proxy carries now; new ones are accepted
+// unless the proxy is down.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	p.cuts++
+}
+
+// SetDown makes the proxy refuse new connections (down) or accept them
+// again; SetDown(true) also cuts the open ones.
+func (p *Proxy) SetDown(down bool) {
+	if down {
+		p.Cut()
+	}
+	p.mu.Lock()
+	p.down = down
+	p.mu.Unlock()
+}
+
+// Cuts is how many times Cut ran.
+func (p *Proxy) Cuts() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cuts
+}
+
+// Close stops the proxy and closes every connection.
+func (p *Proxy) Close() {
+	_ = p.ln.Close()
+	p.Cut()
+	p.wg.Wait()
+}
+
+func (p *Proxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.down {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *Proxy) untrack(c net.Conn) {
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		if !p.track(c) {
+			_ = c.Close()
+			continue
+		}
+		p.wg.Add(1)
+		go p.serve(c)
+	}
+}
+
+func (p *Proxy) serve(c net.Conn) {
+	defer p.wg.Done()
+	defer p.untrack(c)
+	defer c.Close()
+	s, err := net.Dial("tcp", p.target)
+	if err != nil {
+		return
+	}
+	if !p.track(s) {
+		_ = s.Close()
+		return
+	}
+	defer p.untrack(s)
+	defer s.Close()
+	done := make(chan struct{}, 2)
+	pipe := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		_ = dst.Close()
+		_ = src.Close()
+		done <- struct{}{}
+	}
+	go pipe(s, c)
+	go pipe(c, s)
+	<-done
+	<-done
+}
