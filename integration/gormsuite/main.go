@@ -306,7 +306,7 @@ func (r *run) exec(work, dir, bin, runRe string) error {
 		}
 	}
 	if len(r.results) == 0 {
-		return fmt.Errorf("no test results (%v); see %s", runErr, r.log)
+		return fmt.Errorf("no test results (%w); see %s", runErr, r.log)
 	}
 	if r.mode != "off" {
 		b, err := os.ReadFile(filepath.Join(work, tag+".json"))
