@@ -32,10 +32,14 @@
 // A model declares capture with ChangeCapture (on itself or on an embedded
 // base struct: one declaration covers every model built on it, each under
 // its own name), or is registered without touching it with
-// Plugin.Capture. Declarations are checked when the plugin is installed
-// (and by Capture): an unknown column in Fields or Exclude, an unknown
-// template name, or a model whose table is the outbox is an
-// envelope.ErrConfiguration naming the model and the option.
+// Plugin.Capture; Config.CaptureAll captures every other model written
+// through GORM (models declared inside functions and the join tables GORM
+// generates too), each from its first write. Declarations are checked when
+// the plugin is installed (and by Capture): an unknown column in Fields or
+// Exclude, an unknown template name, or a model whose table is the outbox
+// is an envelope.ErrConfiguration naming the model and the option. A
+// model without a primary key is checked at its first write, so that
+// db.SetupJoinTable may make it a join model first (see below).
 //
 // # What is captured
 //
