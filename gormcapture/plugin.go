@@ -346,9 +346,12 @@ func (p *Plugin) buildModel(sch *schema.Schema) *model {
 	if !explicit && p.cfg.CaptureAll != nil && !p.isOutbox(sch.Table) {
 		if len(keyColumns(sch)) > 0 {
 			opts, explicit = *p.cfg.CaptureAll, true
-		} else if _, warned := p.keyless.LoadOrStore(sch.ModelType, true); !warned {
-			p.logger().Warn("herald/gormcapture: CaptureAll leaves a model without a primary key uncaptured",
-				"model", sch.Name, "table", sch.Table)
+		} else {
+			if _, warned := p.keyless.LoadOrStore(sch.ModelType, true); !warned {
+				p.logger().Warn("herald/gormcapture: CaptureAll leaves a model without a primary key uncaptured",
+					"model", sch.Name, "table", sch.Table)
+			}
+			return &model{} // not kept: db.SetupJoinTable may yet make it a keyed join model
 		}
 	}
 	m := &model{}
