@@ -426,6 +426,18 @@ func TestJoinModelWithoutPrimaryKey(t *testing.T) {
 				}
 			})
 		}
+		t.Run("SetupJoinTable after a first write", func(t *testing.T) {
+			e := captureAllEnv(t, d, envelope.After, nil, &SuitePerson{}, &SuiteAddress{}, &SuitePersonAddress{})
+			p := SuitePerson{Name: "p"}
+			must(t, e.db.Create(&p).Error)
+			as := []SuiteAddress{{Name: "a1"}, {Name: "a2"}}
+			must(t, e.db.Create(&as).Error)
+			clearEvents(t, e)
+			must(t, e.db.Create(&SuitePersonAddress{SuitePersonID: p.ID, SuiteAddressID: int(as[0].ID)}).Error) // keyless yet
+			must(t, e.db.SetupJoinTable(&SuitePerson{}, "Addresses", &SuitePersonAddress{}))
+			must(t, e.db.Create(&SuitePersonAddress{SuitePersonID: p.ID, SuiteAddressID: int(as[1].ID)}).Error)
+			wantLines(t, e.events(t), "suite_person_address.inserted suite_address_id=2,suite_person_id=1")
+		})
 		t.Run("keyless", func(t *testing.T) {
 			e := captureAllEnv(t, d, envelope.After, nil, &SuiteKeyless{})
 			must(t, e.db.Create(&SuiteKeyless{A: "a", B: "b"}).Error) // uncaptured, not refused
