@@ -286,3 +286,59 @@ func ExampleRouter() {
 	// kafka <- billing.refunded
 	// fallback <- library.loan.updated
 }
+
+// wrapped is the usual middleware shape: a Delivery held by value. Its
+// type is comparable; its value is not when next holds a Func.
+type wrapped struct{ next delivery.Delivery }
+
+func (w wrapped) Deliver(ctx context.Context, e *envelope.Event) error { return w.next.Deliver(ctx, e) }
+func (w wrapped) Close() error                                         { return w.next.Close() }
+
+// Regression (issue 12 item 6): building a router over a by-value wrapper
+// of a Func panicked with "hash of unhashable type".
+func TestRouterTakesDeliveriesOfComparableTypeButUnhashableValue(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	f := delivery.Func(func(context.Context, *envelope.Event) error { calls.Add(1); return nil })
+	shared := &named{}
+	r, err := delivery.Router(map[string]delivery.Delivery{
+		"a.*": wrapped{next: f},
+		"b.*": wrapped{next: f},
+		"c.x": wrapped{next: shared}, // comparable value: kept once
+		"c.y": wrapped{next: shared},
+		"d.*": struct{ delivery.Delivery }{f},
+	}, wrapped{next: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	es := []*envelope.Event{{Topic: "a.1"}, {Topic: "b.1"}, {Topic: "c.x"}, {Topic: "c.y"}, {Topic: "d.1"}, {Topic: "zzz"}}
+	for i, err := range r.DeliverBatch(ctx, es) {
+		if err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+	}
+	if calls.Load() != 4 || len(shared.got()) != 2 {
+		t.Fatalf("the func got %d events, the shared delivery %v", calls.Load(), shared.got())
+	}
+	if err := r.Close(); err != nil || shared.closed != 1 {
+		t.Fatalf("Close: %v; the shared delivery closed %d times, want once", err, shared.closed)
+	}
+}
+
+// A zero Routing has no route and no fallback: every event is unrouted,
+// nothing panics.
+func TestZeroRoutingRefusesEverything(t *testing.T) {
+	t.Parallel()
+	var r delivery.Routing
+	e := &envelope.Event{Topic: "a"}
+	if err := r.Deliver(context.Background(), e); !errors.Is(err, delivery.ErrDelivery) {
+		t.Fatalf("Deliver: %v", err)
+	}
+	if errs := r.DeliverBatch(context.Background(), []*envelope.Event{e}); !errors.Is(errs[0], delivery.ErrDelivery) {
+		t.Fatalf("DeliverBatch: %v", errs)
+	}
+	if r.Route("a") != nil {
+		t.Fatal("Route on a zero Routing")
+	}
+}

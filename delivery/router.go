@@ -80,13 +80,16 @@ func Router(routes map[string]Delivery, fallback Delivery) (*Routing, error) {
 // Errors match envelope.ErrConfiguration and name the route.
 func RouterOf(routes []Route, fallback Delivery) (*Routing, error) {
 	r := &Routing{exact: map[string]int{}, fallback: -1}
-	// add returns d's index in targets. Deliveries of comparable types
-	// (pointers, mostly) are kept once, so a delivery behind two routes
-	// gets its events of both in one share and is closed once; a Func is
-	// not comparable and gets a share per route.
+	// add returns d's index in targets. Deliveries whose value is
+	// comparable (pointers, mostly) are kept once, so a delivery behind two
+	// routes gets its events of both in one share and is closed once; a
+	// Func is not comparable and gets a share per route. The value is
+	// asked, not its type: a struct holding an interface (a middleware
+	// wrapping a Func by value) has a comparable type, yet hashing it
+	// panics when the interface holds a Func.
 	seen := map[Delivery]int{}
 	add := func(d Delivery) int {
-		if reflect.TypeOf(d).Comparable() {
+		if reflect.ValueOf(d).Comparable() {
 			if i, ok := seen[d]; ok {
 				return i
 			}
@@ -140,6 +143,9 @@ func (r *Routing) route(topic string) int {
 		if strings.HasPrefix(topic, p.prefix) {
 			return p.target
 		}
+	}
+	if r.fallback >= len(r.targets) { // a zero Routing: no routes, no fallback
+		return -1
 	}
 	return r.fallback
 }

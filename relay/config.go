@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/wakeup"
@@ -28,6 +29,7 @@ const (
 	DefaultMaxPollIntervalWithWakeup = time.Minute
 	DefaultPollMultiplier            = 1.5
 	DefaultCleanupBatchSize          = 1000
+	DefaultCleanupInterval           = 10 * time.Minute
 )
 
 // Config configures a Relay. The zero value of every field means its
@@ -59,8 +61,10 @@ type Config struct {
 	RetryMax time.Duration
 
 	// Lease is how long a leased batch is this relay's before another relay
-	// may take it; the relay renews it three times per Lease while the
-	// batch is out. 0 = DefaultLease.
+	// may take it, counted on the database's clock from the lease
+	// statement; the relay renews it three times per Lease while the batch
+	// is out, and before delivering when the lease statement itself took a
+	// third of it. 0 = DefaultLease.
 	Lease time.Duration
 
 	// DeliveryTimeout bounds one Deliver call (or one DeliverBatch call).
@@ -120,6 +124,26 @@ type Config struct {
 	// CleanupBatchSize is how many rows each DELETE of CleanupPublished and
 	// CleanupDeadLettered removes; 0 = DefaultCleanupBatchSize.
 	CleanupBatchSize int
+
+	// RetainPublished, when positive, makes the running relay delete its
+	// published events once they were published longer ago than this,
+	// every CleanupInterval (CleanupPublished on a schedule). 0 = never:
+	// the relay deletes nothing unless asked, so the default keeps every
+	// event; a service that does not keep the outbox as a record sets it
+	// (a day is a common choice: long enough to look into a delivery).
+	RetainPublished time.Duration
+	// RetainDeadLettered, when positive, deletes the relay's dead-lettered
+	// events that died longer ago than this, on the same schedule
+	// (CleanupDeadLettered). Deleting a dead event gives up on it and
+	// releases the later events of its ordering key. 0 = never: dead
+	// letters wait for RetryDeadLettered or a person.
+	RetainDeadLettered time.Duration
+	// CleanupInterval is how often the scheduled cleanup runs (±10%
+	// jitter), the first time when the relay starts; it matters only when
+	// RetainPublished or RetainDeadLettered is set. 0 = DefaultCleanupInterval.
+	// Relays sharing a table may all run it: their DELETEs skip each
+	// other's rows.
+	CleanupInterval time.Duration
 }
 
 // withDefaults returns c with every zero field set to its default.
@@ -166,6 +190,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CleanupBatchSize == 0 {
 		c.CleanupBatchSize = DefaultCleanupBatchSize
+	}
+	if c.CleanupInterval == 0 {
+		c.CleanupInterval = DefaultCleanupInterval
 	}
 	return c
 }
@@ -222,10 +249,28 @@ func (c Config) validate() (filter, error) {
 		return f, cfgErr("MaxPollInterval", "%s is below MinPollInterval %s", c.MaxPollInterval, c.MinPollInterval)
 	case c.PollMultiplier < 1 || math.IsInf(c.PollMultiplier, 0) || math.IsNaN(c.PollMultiplier):
 		return f, cfgErr("PollMultiplier", "%v: want a finite number >= 1 (0 means %v)", c.PollMultiplier, DefaultPollMultiplier)
-	case len(c.Name) > 255:
+	case utf8.RuneCountInString(c.Name) > 255:
 		return f, cfgErr("Name", "longer than 255 characters")
+	case !utf8.ValidString(c.Name) || strings.IndexByte(c.Name, 0) >= 0:
+		return f, cfgErr("Name", "%q is not valid UTF-8 without NUL bytes (it is written to leased_by)", c.Name)
 	case c.CleanupBatchSize < 1:
 		return f, cfgErr("CleanupBatchSize", "%d: want at least 1 (0 means %d)", c.CleanupBatchSize, DefaultCleanupBatchSize)
+	case c.RetainPublished < 0:
+		return f, cfgErr("RetainPublished", "negative (%s); 0 means never delete", c.RetainPublished)
+	case c.RetainDeadLettered < 0:
+		return f, cfgErr("RetainDeadLettered", "negative (%s); 0 means never delete", c.RetainDeadLettered)
+	case c.CleanupInterval < 0:
+		return f, cfgErr("CleanupInterval", "negative (%s)", c.CleanupInterval)
+	}
+	for _, list := range []struct {
+		field string
+		ps    []string
+	}{{"Topics", c.Topics}, {"ExcludeTopics", c.ExcludeTopics}} {
+		for i, p := range list.ps {
+			if !utf8.ValidString(p) || strings.IndexByte(p, 0) >= 0 {
+				return f, cfgErr(fmt.Sprintf("%s[%d]", list.field, i), "%q is not valid UTF-8 without NUL bytes", p)
+			}
+		}
 	}
 	var err error
 	if c.Topics != nil {

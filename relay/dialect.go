@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"reflect"
 	"strings"
 
@@ -42,6 +43,10 @@ func detectDialect(ctx context.Context, db *sql.DB) (envelope.Dialect, error) {
 	}
 	if err := db.QueryRowContext(ctx, `SELECT current_setting('server_version_num')`).Scan(&v); err == nil {
 		return envelope.Postgres, nil
+	}
+	if err := db.PingContext(ctx); err != nil {
+		// Not a configuration error: the database may come back.
+		return "", fmt.Errorf("herald/relay: cannot tell the dialect of driver %s.%s while the database does not answer (set Config.Dialect to envelope.Postgres or envelope.SQLite to create the relay without it): %w", pkg, t.Name(), err)
 	}
 	return "", cfgErr("Dialect", "cannot tell the dialect of driver %s.%s; set Config.Dialect to envelope.Postgres or envelope.SQLite", pkg, t.Name())
 }

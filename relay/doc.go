@@ -3,40 +3,75 @@
 // marks them published — or, when a delivery fails, backs them off and in
 // the end dead-letters them. It also owns the operations on the table that
 // follow from that: RetryDeadLettered, CleanupPublished,
-// CleanupDeadLettered and Backlog, and the Observer hooks.
+// CleanupDeadLettered (also on a schedule: Config.RetainPublished,
+// Config.RetainDeadLettered) and Backlog, and the Observer hooks.
 //
-// One poll (see DESIGN.md §Relay):
+// One poll:
 //
 //  1. Lease: one statement leases the next batch — events not published,
 //     not dead, due, not under a live lease — in sequence order (PostgreSQL:
-//     UPDATE … WHERE sequence IN (SELECT … FOR UPDATE SKIP LOCKED LIMIT n)
-//     RETURNING …; SQLite: the same UPDATE … RETURNING under its single
-//     writer).
+//     UPDATE … WHERE sequence = ANY(ARRAY(SELECT … ORDER BY sequence LIMIT n
+//     FOR UPDATE SKIP LOCKED)) RETURNING …; SQLite: UPDATE … WHERE sequence
+//     IN (SELECT …) RETURNING … under its single writer).
 //  2. Order: an event with an ordering key is not leased while an earlier
 //     event of its key is unpublished (pending, failed or dead), so a batch
 //     holds at most one event per key; a failure holds back only its key.
-//  3. Deliver: a BatchDelivery gets the batch, a plain Delivery up to
+//  3. Hold: the lease runs Lease from the database's now during the
+//     statement, so by the relay's own clock it ends no earlier than
+//     Lease after the statement was sent. When the statement returned later
+//     than a renewal would be due (a lock, SQLite's busy timeout), the
+//     relay renews the lease before delivering anything and keeps only the
+//     events it still holds: a relay never delivers under a lease that has
+//     run out, which another relay may have taken.
+//  4. Deliver: a BatchDelivery gets the batch, a plain Delivery up to
 //     Concurrency events at once, each within DeliveryTimeout; a panic is
-//     that event's failure. The lease is renewed three times per Lease
-//     while the batch is out.
-//  4. Mark: one statement marks the delivered events published, one
-//     records the failures (attempts, last_error, next_attempt_at =
-//     now + min(RetryBase·2^(attempts−1), RetryMax) ±10%), dead-lettering
-//     those out of attempts. Marks are guarded by leased_by, so a relay
-//     that lost its lease cannot undo another's work, and are written even
-//     while the relay stops.
+//     that event's failure. The lease is renewed every Lease/3 while the
+//     batch is out.
+//  5. Mark: one statement marks the delivered events published, one
+//     records the failures (attempts, last_error, next_attempt_at = the
+//     database's now + min(RetryBase·2^(attempts−1), RetryMax) ±10%),
+//     dead-lettering those out of attempts. Marks are guarded by leased_by,
+//     so a relay that lost its lease cannot undo another's work, and are
+//     written even while the relay stops.
+//
+// A row the relay cannot decode — headers that are not an object of
+// strings, a payload that is not JSON, a time or id that does not parse,
+// as a hand-written INSERT or another tool may leave — is that event's own
+// failure (a *DecodeError naming the column, recorded and dead-lettered
+// like a failed delivery, its key held back); the rest of the batch is
+// delivered.
+//
+// Clocks: every time the relay stores or compares — lease expiry, due
+// times, published_at, dead_lettered_at, cleanup cutoffs, Backlog's oldest
+// age — is the database's clock (PostgreSQL's now(); for SQLite, the clock
+// of the machine that holds the file), never the relay host's, so relays
+// whose clocks disagree still agree on who holds a lease and what is due.
+// The relay's own clock only measures durations (the lease reckoning of
+// step 3) and schedules its own waits.
 //
 // A full batch polls again at once, and so does one that delivered events
 // with an ordering key (their keys' next events just became due; a backlog
 // of few keys never fills a batch); otherwise the wait grows from
 // MinPollInterval by PollMultiplier up to MaxPollInterval, and a Wakeup
-// signal for one of the relay's topics cuts it short. Topics and
-// ExcludeTopics let relays of different topics, each with its own settings,
-// share one table.
+// signal for one of the relay's topics cuts it short. While the wakeup is
+// not subscribed (still connecting, or lost — which also cuts the running
+// wait short) the wait is capped as without one. Topics and ExcludeTopics
+// let relays of different topics, each with its own settings, share one
+// table.
 //
 // Lifecycle: New validates and checks the table, Start starts the loop,
 // Stop finishes the batch in hand, Run is the blocking form; Start and Stop
-// are safe to call twice, and Stop before Start.
+// are safe to call twice, and Stop before Start. The database may be down
+// when New and Start run: they log, the loop keeps trying (its wait growing
+// to MaxPollInterval) and delivers once the database answers; an
+// unreachable database is never an envelope.ErrConfiguration error, a
+// missing table always is (from New, or from Run when the database first
+// answers after New).
+//
+// Behind a connection pooler in transaction mode (PgBouncer
+// pool_mode=transaction) pgx's default statement cache fails with SQLSTATE
+// 26000 or 42P05; the relay's errors then say so: open the database with
+// default_query_exec_mode=exec (or simple_protocol) in the pgx DSN.
 //
 // Guarantee: every event whose transaction committed is delivered at least
 // once — a relay that dies mid-batch lets its lease expire and the batch is

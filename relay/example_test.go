@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	_ "github.com/mattn/go-sqlite3"
@@ -14,6 +16,7 @@ import (
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/relay"
+	"github.com/heraldgo/herald/wakeup"
 )
 
 // openExampleDB opens a SQLite outbox in a temporary directory.
@@ -104,5 +107,51 @@ func ExampleObserverFuncs() {
 				fmt.Printf("page the on-call: event %s (%s) failed %d times: %v\n", d.Event.ID, d.Event.Topic, d.Attempts, d.Err)
 			},
 		},
+	}
+}
+
+// A relay that also keeps its table small: published events are deleted a
+// day after their delivery and dead letters after a week, every
+// CleanupInterval (ten minutes by default) while it runs. The lines between
+// the markers are quoted in the README.
+func ExampleConfig_retention() {
+	db, cleanup := openExampleDB()
+	defer cleanup()
+	w := wakeup.NewInProcess()
+	defer w.Close()
+	d := delivery.Func(func(ctx context.Context, e *envelope.Event) error { return nil })
+	// README: retention
+	r, err := relay.New(db, d, relay.Config{
+		Wakeup:             w,
+		RetainPublished:    24 * time.Hour,     // delete published events a day old
+		RetainDeadLettered: 7 * 24 * time.Hour, // and dead letters after a week (0 keeps them)
+	})
+	// README: end
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(r.Dialect())
+	// Output: sqlite
+}
+
+// TestReadmeQuotesTheRetentionExample keeps the README's relay snippet the
+// code ExampleConfig_retention compiles and runs.
+func TestReadmeQuotesTheRetentionExample(t *testing.T) {
+	src, err := os.ReadFile("example_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(src)
+	i, j := strings.Index(s, "// README: retention\n"), strings.Index(s, "\t// README: end")
+	if i < 0 || j < i {
+		t.Fatal("markers not found in example_test.go")
+	}
+	block := s[i+len("// README: retention\n") : j]
+	if !strings.Contains(string(readme), block) {
+		t.Fatalf("README.md does not quote ExampleConfig_retention verbatim; expected:\n%s", block)
 	}
 }

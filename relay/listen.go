@@ -10,19 +10,22 @@ import (
 )
 
 // listen listens on the wakeup until ctx ends and pokes the loop when a
-// signal names one of the relay's topics. When the wakeup cannot listen it
-// tries again with back-off (1s doubling to 1m) and the loop meanwhile
-// polls at least every MaxPollInterval-without-wakeup; a closed wakeup is
-// given up.
+// signal names one of the relay's topics. The relay counts as listening
+// from the wakeup's "subscribed" call (fn(nil)) until Listen returns, not
+// while Listen is still connecting. When the wakeup cannot listen it tries
+// again with back-off (1s doubling to 1m) and the loop meanwhile polls at
+// least every MaxPollInterval-without-wakeup; losing the wakeup pokes the
+// loop, so a long wait computed while it listened does not run on; a
+// closed wakeup is given up.
 func (r *Relay) listen(ctx context.Context) {
 	backoff := time.Second
 	for ctx.Err() == nil {
-		r.setListening(true)
 		err := r.cfg.Wakeup.Listen(ctx, func(topics []string) {
 			if topics == nil {
 				// Subscribed (or re-subscribed): a signal sent since the
 				// last poll reached no one, so poll now rather than at
 				// the next interval, up to MaxPollInterval away.
+				r.setListening(true)
 				r.wake()
 				return
 			}
@@ -33,7 +36,11 @@ func (r *Relay) listen(ctx context.Context) {
 				}
 			}
 		})
-		r.setListening(false)
+		if r.listeningFlag.Swap(false) {
+			// The wait running now may have been computed with the long
+			// interval of a listening relay: cut it short.
+			r.wake()
+		}
 		if ctx.Err() != nil {
 			return
 		}

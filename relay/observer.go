@@ -10,7 +10,8 @@ import (
 // Observer is told what happens to the events a relay handles: a hook for
 // metrics and alerts that adds no dependency. The relay calls it from its
 // own goroutine after the batch's marks are written, so it must be quick
-// and must not block; it must not modify the events.
+// and must not block; it must not modify the events. A panic in it is
+// recovered and logged at ERROR.
 //
 // ObserverFuncs adapts a set of functions, and embedding it (or
 // NopObserver) in a type lets that type implement only the methods it
@@ -36,16 +37,16 @@ type Delivered struct {
 type Failed struct {
 	Relay         string
 	Event         *envelope.Event // as leased
-	Err           error           // what the delivery returned
+	Err           error           // what the delivery returned (a *DecodeError for a row that could not be decoded)
 	Attempts      int             // failed deliveries so far, this one included
-	NextAttemptAt time.Time       // when it is due again
+	NextAttemptAt time.Time       // when it is due again, by the database's clock
 }
 
 // DeadLettered describes an event that ran out of attempts.
 type DeadLettered struct {
 	Relay    string
 	Event    *envelope.Event // as leased
-	Err      error           // what the last delivery returned
+	Err      error           // what the last delivery returned (a *DecodeError for a row that could not be decoded)
 	Attempts int             // failed deliveries, the last one included
 }
 

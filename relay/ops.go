@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"math"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -40,6 +43,11 @@ func (r *Relay) RetryDeadLettered(ctx context.Context, f Filter) (int64, error) 
 	next := 2 + len(r.fargs)
 	b := sqlBuilder{d: r.dialect, t: r.table}
 	if f.Topics != nil {
+		for i, p := range f.Topics {
+			if !utf8.ValidString(p) || strings.IndexByte(p, 0) >= 0 {
+				return 0, envelope.Validationf(fmt.Sprintf("relay.Filter.Topics[%d]", i), "%q is not valid UTF-8 without NUL bytes", p)
+			}
+		}
 		ps, err := envelope.ParseTopicPatterns("relay.Filter.Topics", f.Topics)
 		if err != nil {
 			var e *envelope.Error
@@ -107,7 +115,7 @@ func (r *Relay) RetryDeadLettered(ctx context.Context, f Filter) (int64, error) 
 func (r *Relay) retryBatch(ctx context.Context, q string, args []any, topics *wakeup.Topics) (int64, error) {
 	rows, err := r.db.QueryContext(ctx, q, args...)
 	if err != nil {
-		return 0, fmt.Errorf("herald/relay: retry dead-lettered: %w", err)
+		return 0, fmt.Errorf("herald/relay: retry dead-lettered: %w%s", err, poolerHint(err))
 	}
 	defer rows.Close()
 	var n int64
@@ -126,15 +134,17 @@ func (r *Relay) retryBatch(ctx context.Context, q string, args []any, topics *wa
 }
 
 // CleanupPublished deletes the relay's published events that were
-// published before now − olderThan, in batches of CleanupBatchSize (one
-// short statement each), and returns how many it deleted. The relay never
-// runs it by itself; schedule it. It stops between batches when ctx ends.
+// published before the database's now − olderThan, in batches of
+// CleanupBatchSize (one short statement each), and returns how many it
+// deleted. Config.RetainPublished runs it on a schedule; without it the
+// relay never runs it by itself. It stops between batches when ctx ends.
 func (r *Relay) CleanupPublished(ctx context.Context, olderThan time.Duration) (int64, error) {
 	return r.cleanup(ctx, r.sql.cleanupPublished, olderThan, "cleanup published")
 }
 
 // CleanupDeadLettered deletes the relay's dead-lettered events that died
-// before now − olderThan, like CleanupPublished. Deleting a dead event
+// before the database's now − olderThan, like CleanupPublished
+// (Config.RetainDeadLettered runs it on a schedule). Deleting a dead event
 // releases the events of its ordering key that waited behind it.
 func (r *Relay) CleanupDeadLettered(ctx context.Context, olderThan time.Duration) (int64, error) {
 	return r.cleanup(ctx, r.sql.cleanupDeadLettered, olderThan, "cleanup dead-lettered")
@@ -144,8 +154,13 @@ func (r *Relay) cleanup(ctx context.Context, q string, olderThan time.Duration, 
 	if olderThan < 0 {
 		return 0, envelope.Validationf("olderThan", "negative (%s)", olderThan)
 	}
-	cutoff := r.dialect.TimeArg(r.now().Add(-olderThan))
-	args := append([]any{cutoff, r.cfg.CleanupBatchSize}, r.fargs...)
+	var args []any
+	if r.dialect == envelope.Postgres {
+		args = []any{r.nowArg(), olderThan.Microseconds(), r.cfg.CleanupBatchSize}
+	} else {
+		args = []any{r.dialect.TimeArg(r.sqliteNow().Add(-olderThan)), r.cfg.CleanupBatchSize}
+	}
+	args = append(args, r.fargs...)
 	var total int64
 	for {
 		if err := ctx.Err(); err != nil {
@@ -153,7 +168,7 @@ func (r *Relay) cleanup(ctx context.Context, q string, olderThan time.Duration, 
 		}
 		res, err := r.db.ExecContext(ctx, q, args...)
 		if err != nil {
-			return total, fmt.Errorf("herald/relay: %s: %w", what, err)
+			return total, fmt.Errorf("herald/relay: %s: %w%s", what, err, poolerHint(err))
 		}
 		n, err := res.RowsAffected()
 		if err != nil {
@@ -166,11 +181,56 @@ func (r *Relay) cleanup(ctx context.Context, q string, olderThan time.Duration, 
 	}
 }
 
+// cleanupLoop runs the scheduled cleanup (Config.RetainPublished,
+// RetainDeadLettered) when the run starts and then every CleanupInterval
+// ±10%, until ctx ends.
+func (r *Relay) cleanupLoop(ctx context.Context) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		r.scheduledCleanup(ctx)
+		r.cleanups.Add(1)
+		wait := float64(r.cfg.CleanupInterval) * (0.9 + 0.2*r.jitter())
+		t.Reset(time.Duration(min(wait, math.MaxInt64/2)))
+	}
+}
+
+func (r *Relay) scheduledCleanup(ctx context.Context) {
+	for _, c := range []struct {
+		age  time.Duration
+		run  func(context.Context, time.Duration) (int64, error)
+		what string
+	}{
+		{r.cfg.RetainPublished, r.CleanupPublished, "published"},
+		{r.cfg.RetainDeadLettered, r.CleanupDeadLettered, "dead-lettered"},
+	} {
+		if c.age <= 0 {
+			continue
+		}
+		n, err := c.run(ctx, c.age)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			r.log.WarnContext(ctx, "herald/relay: scheduled cleanup failed; it runs again at the next interval",
+				slog.String("relay", r.cfg.Name), slog.String("events", c.what), slog.Any("error", err))
+		case n > 0:
+			r.log.InfoContext(ctx, "herald/relay: scheduled cleanup deleted old events",
+				slog.String("relay", r.cfg.Name), slog.String("events", c.what), slog.Int64("deleted", n), slog.Duration("older_than", c.age))
+		}
+	}
+}
+
 // Backlog is the state of a relay's share of the outbox, for health
 // checks and metrics.
 type Backlog struct {
 	Pending          int64         // events still to deliver (due, waiting to retry, leased)
-	OldestPendingAge time.Duration // age of the oldest pending event by the relay's clock; 0 when none
+	OldestPendingAge time.Duration // age of the oldest pending event by the database's clock; 0 when none
 	DeadLettered     int64         // events out of attempts
 }
 
@@ -178,14 +238,15 @@ type Backlog struct {
 // Topics / ExcludeTopics) in one statement.
 func (r *Relay) Backlog(ctx context.Context) (Backlog, error) {
 	var (
-		b      Backlog
-		oldest envelope.NullTime
+		b           Backlog
+		oldest, now envelope.NullTime
 	)
-	if err := r.db.QueryRowContext(ctx, r.sql.backlog, r.fargs...).Scan(&b.Pending, &oldest, &b.DeadLettered); err != nil {
-		return Backlog{}, fmt.Errorf("herald/relay: backlog: %w", err)
+	args := append([]any{r.nowArg()}, r.fargs...)
+	if err := r.db.QueryRowContext(ctx, r.sql.backlog, args...).Scan(&b.Pending, &oldest, &b.DeadLettered, &now); err != nil {
+		return Backlog{}, fmt.Errorf("herald/relay: backlog: %w%s", err, poolerHint(err))
 	}
-	if oldest.Valid {
-		b.OldestPendingAge = max(0, r.now().Sub(oldest.Time))
+	if oldest.Valid && now.Valid {
+		b.OldestPendingAge = max(0, now.Time.Sub(oldest.Time))
 	}
 	return b, nil
 }

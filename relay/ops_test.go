@@ -111,7 +111,7 @@ func TestCleanupDeletesInBatches(t *testing.T) {
 		}}
 		clk := &clock{t: time.Now()}
 		r := e.newRelay(t, rec, Config{MaxAttempts: 1, CleanupBatchSize: 10})
-		r.now = clk.now
+		r.dbClock = clk.now
 		ctx := context.Background()
 		for {
 			if res, err := r.poll(ctx); err != nil {

@@ -8,11 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
@@ -30,7 +32,7 @@ const minStatementTimeout = 5 * time.Second
 type pollResult struct {
 	leased  int       // events leased (and handled)
 	keyed   int       // events with an ordering key that were delivered
-	nextDue time.Time // the earliest next attempt of a failure recorded, or zero
+	nextDue time.Time // the earliest next attempt of a failure recorded (relay's clock), or zero
 }
 
 // withTimeout bounds ctx by d, naming what timed out.
@@ -38,25 +40,37 @@ func withTimeout(ctx context.Context, d time.Duration, what string) (context.Con
 	return context.WithTimeoutCause(ctx, d, fmt.Errorf("herald/relay: %s timed out after %s", what, d))
 }
 
-// stmtErr names a statement's error, or its timeout.
+// stmtErr names a statement's error, or its timeout, and adds what to
+// change when the error says the statement ran through a pooler that
+// loses prepared statements.
 func stmtErr(ctx context.Context, what string, err error) error {
 	if ctx.Err() != nil {
 		if c := context.Cause(ctx); c != nil && !errors.Is(c, ctx.Err()) {
 			return fmt.Errorf("%w (%w)", c, err)
 		}
 	}
-	return fmt.Errorf("herald/relay: %s: %w", what, err)
+	return fmt.Errorf("herald/relay: %s: %w%s", what, err, poolerHint(err))
 }
 
 // poll is one poll: lease a batch, deliver it, mark it. ctx is the run's
 // forced-stop context: it cancels the lease query and the deliveries, never
 // the marks.
 func (r *Relay) poll(ctx context.Context) (pollResult, error) {
-	batch, err := r.lease(ctx)
+	t0 := r.now()
+	batch, errs, err := r.lease(ctx)
 	if err != nil || len(batch) == 0 {
 		return pollResult{}, err
 	}
-	errs := r.deliver(ctx, batch)
+	// The lease runs Lease from the database's now during the statement,
+	// which is after t0: by the relay's own clock it ends no earlier than
+	// t0 + Lease, however long the statement waited (a lock, SQLite's busy
+	// timeout). hold makes sure the lease is still live before anything is
+	// delivered.
+	batch, errs, since, err := r.hold(ctx, batch, errs, t0)
+	if err != nil || len(batch) == 0 {
+		return pollResult{leased: len(batch)}, err
+	}
+	r.deliver(ctx, batch, errs, since)
 	res, err := r.mark(ctx, batch, errs)
 	res.leased = len(batch)
 	return res, err
@@ -65,57 +79,161 @@ func (r *Relay) poll(ctx context.Context) (pollResult, error) {
 func (r *Relay) statementTimeout() time.Duration { return max(r.cfg.Lease, minStatementTimeout) }
 
 // lease leases the next batch (one statement) and returns it in sequence
-// order.
-func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, error) {
-	now := r.now()
-	until := now.Add(r.cfg.Lease)
+// order, with one error per event: nil, or why the row could not be
+// decoded (a *DecodeError: that event's own failure).
+func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 	ctx, cancel := withTimeout(ctx, r.statementTimeout(), "lease query")
 	defer cancel()
-	args := append([]any{r.dialect.TimeArg(until), r.cfg.Name, r.dialect.TimeArg(now), r.cfg.BatchSize}, r.fargs...)
+	var args []any
+	if r.dialect == envelope.Postgres {
+		args = append(args, r.cfg.Lease.Microseconds(), r.cfg.Name, r.nowArg(), r.cfg.BatchSize, r.walk.Load())
+	} else {
+		now := r.sqliteNow()
+		args = append(args, r.dialect.TimeArg(now.Add(r.cfg.Lease)), r.cfg.Name, r.dialect.TimeArg(now), r.cfg.BatchSize, r.walk.Load())
+	}
+	args = append(args, r.fargs...)
 	rows, err := r.db.QueryContext(ctx, r.sql.lease, args...)
 	if err != nil {
-		return nil, stmtErr(ctx, "lease query", err)
+		return nil, nil, stmtErr(ctx, "lease query", err)
 	}
 	defer rows.Close()
-	batch := make([]*envelope.Event, 0, r.cfg.BatchSize)
-	sc := newLeaseScanner(r.extra, r.cfg.Name, until)
+	type leased struct {
+		e   *envelope.Event
+		err error
+	}
+	got := make([]leased, 0, r.cfg.BatchSize)
+	sc := newLeaseScanner(r.extra, r.cfg.Name, r.dialect != envelope.Postgres)
 	for rows.Next() {
 		e, err := sc.scan(rows)
-		if err != nil {
-			return nil, err
+		if e == nil {
+			// Not even its sequence could be read: give back what this
+			// lease took so far (the rest waits for its lease to run out).
+			_ = rows.Close()
+			es := make([]*envelope.Event, len(got))
+			for i, l := range got {
+				es[i] = l.e
+			}
+			r.releaseEvents(ctx, es)
+			return nil, nil, err
 		}
-		batch = append(batch, e)
+		got = append(got, leased{e, err})
 	}
 	if err := rows.Err(); err != nil {
-		return nil, stmtErr(ctx, "lease query", err)
+		return nil, nil, stmtErr(ctx, "lease query", err)
 	}
 	if err := rows.Close(); err != nil {
-		return nil, stmtErr(ctx, "lease query", err)
+		return nil, nil, stmtErr(ctx, "lease query", err)
 	}
-	slices.SortFunc(batch, func(a, b *envelope.Event) int { return cmp.Compare(a.Sequence, b.Sequence) })
-	return batch, nil
-}
-
-// deliver hands the batch to the delivery, outside any transaction, and
-// renews the lease three times per Lease until it returns. It returns one
-// error per event.
-func (r *Relay) deliver(ctx context.Context, batch []*envelope.Event) []error {
-	ren := r.startRenewal(ctx, batch)
-	defer ren.stop()
-	if r.batch == nil {
-		return delivery.Each(ctx, r.d, batch, r.cfg.Concurrency, r.cfg.DeliveryTimeout)
+	// A full batch needs no key walk next time; a short one may have
+	// missed heads beyond the first BatchSize pending events (see
+	// leaseBatchPostgres), so the next lease walks keys too.
+	if len(got) >= r.cfg.BatchSize {
+		r.walk.Store(0)
+	} else {
+		r.walk.Store(int64(r.cfg.BatchSize))
 	}
-	dctx, cancel := context.WithTimeoutCause(ctx, r.cfg.DeliveryTimeout, &delivery.TimeoutError{Timeout: r.cfg.DeliveryTimeout})
-	defer cancel()
-	errs := delivery.CallBatch(dctx, r.batch, batch)
-	if dctx.Err() != nil && ctx.Err() == nil {
-		for i, err := range errs {
-			if err != nil && errors.Is(err, context.DeadlineExceeded) {
-				errs[i] = &delivery.TimeoutError{Timeout: r.cfg.DeliveryTimeout, Err: err}
-			}
+	slices.SortFunc(got, func(a, b leased) int { return cmp.Compare(a.e.Sequence, b.e.Sequence) })
+	batch := make([]*envelope.Event, len(got))
+	errs := make([]error, len(got))
+	for i, l := range got {
+		batch[i], errs[i] = l.e, l.err
+		if l.err != nil {
+			r.log.WarnContext(ctx, "herald/relay: leased an event it cannot decode; recording it as the event's failure",
+				slog.String("relay", r.cfg.Name), slog.Int64("sequence", l.e.Sequence), slog.Any("error", l.err))
 		}
 	}
-	return errs
+	return batch, errs, nil
+}
+
+// hold makes sure the batch is still this relay's before it is delivered.
+// The lease statement started at t0 (relay's clock); when it returned
+// later than a renewal would be due (Lease/3 after t0), the lease is
+// renewed now, before any delivery, and only the events the renewal still
+// found leased by this relay are kept: a lease that ran out may have been
+// taken by another relay, which then delivers those events itself. It
+// returns the batch and errors kept and the time (relay's clock) from
+// which their lease runs, for the renewals.
+func (r *Relay) hold(ctx context.Context, batch []*envelope.Event, errs []error, t0 time.Time) ([]*envelope.Event, []error, time.Time, error) {
+	took := r.now().Sub(t0)
+	if took < r.cfg.Lease/3 {
+		return batch, errs, t0, nil
+	}
+	t1 := r.now()
+	held, err := r.renew(ctx, r.seqArg(batch))
+	if err == nil && r.now().Sub(t1) >= r.cfg.Lease {
+		err = fmt.Errorf("herald/relay: the lease renewal itself took %s, longer than the Lease %s", r.now().Sub(t1), r.cfg.Lease)
+	}
+	if err != nil {
+		if took < r.cfg.Lease {
+			// The first lease is still live: deliver under it; the
+			// renewals try again.
+			return batch, errs, t0, nil
+		}
+		r.releaseEvents(ctx, batch)
+		return nil, nil, t0, fmt.Errorf("herald/relay: the lease statement took %s, longer than the Lease %s, and the lease could not be renewed; nothing of the batch was delivered: %w", took, r.cfg.Lease, err)
+	}
+	if len(held) == len(batch) {
+		return batch, errs, t1, nil
+	}
+	keep := batch[:0:0]
+	var keepErrs []error
+	for i, e := range batch {
+		if held[e.Sequence] {
+			keep = append(keep, e)
+			keepErrs = append(keepErrs, errs[i])
+		}
+	}
+	r.log.WarnContext(ctx, "herald/relay: the lease ran out before delivery (the lease statement was slow) and another relay took part of the batch; those events are left to it",
+		slog.String("relay", r.cfg.Name), slog.Duration("lease_statement", took), slog.Int("leased", len(batch)), slog.Int("kept", len(keep)))
+	return keep, keepErrs, t1, nil
+}
+
+// deliver hands the events of the batch that decoded (errs[i] == nil) to
+// the delivery, outside any transaction, renewing the lease every Lease/3
+// from since until it returns, and stores each delivery's error in errs.
+func (r *Relay) deliver(ctx context.Context, batch []*envelope.Event, errs []error, since time.Time) {
+	ren := r.startRenewal(ctx, batch, since)
+	defer ren.stop()
+	out, idx := batch, []int(nil)
+	for i, err := range errs {
+		if err != nil {
+			if idx == nil {
+				out = make([]*envelope.Event, 0, len(batch))
+				for j := range i {
+					out = append(out, batch[j])
+					idx = append(idx, j)
+				}
+			}
+		} else if idx != nil {
+			out = append(out, batch[i])
+			idx = append(idx, i)
+		}
+	}
+	if idx != nil && len(out) == 0 {
+		return
+	}
+	var got []error
+	if r.batch == nil {
+		got = delivery.Each(ctx, r.d, out, r.cfg.Concurrency, r.cfg.DeliveryTimeout)
+	} else {
+		dctx, cancel := context.WithTimeoutCause(ctx, r.cfg.DeliveryTimeout, &delivery.TimeoutError{Timeout: r.cfg.DeliveryTimeout})
+		got = delivery.CallBatch(dctx, r.batch, out)
+		if dctx.Err() != nil && ctx.Err() == nil {
+			for i, err := range got {
+				if err != nil && errors.Is(err, context.DeadlineExceeded) {
+					got[i] = &delivery.TimeoutError{Timeout: r.cfg.DeliveryTimeout, Err: err}
+				}
+			}
+		}
+		cancel()
+	}
+	if idx == nil {
+		copy(errs, got)
+		return
+	}
+	for j, i := range idx {
+		errs[i] = got[j]
+	}
 }
 
 // renewal extends a batch's lease every Lease/3 while the batch is out, so
@@ -131,13 +249,16 @@ type renewal struct {
 	running sync.WaitGroup // a renewal statement in flight
 }
 
-func (r *Relay) startRenewal(ctx context.Context, batch []*envelope.Event) *renewal {
+// startRenewal renews the batch's lease, which runs from since (relay's
+// clock), Lease/3 after since and then Lease/3 after each renewal
+// started.
+func (r *Relay) startRenewal(ctx context.Context, batch []*envelope.Event, since time.Time) *renewal {
 	ren := &renewal{}
 	every := r.cfg.Lease / 3
 	var seqs string // built on the first renewal only
 	ren.mu.Lock()
 	defer ren.mu.Unlock()
-	ren.timer = time.AfterFunc(every, func() {
+	ren.timer = time.AfterFunc(max(0, every-r.now().Sub(since)), func() {
 		ren.mu.Lock()
 		if ren.stopped {
 			ren.mu.Unlock()
@@ -149,10 +270,11 @@ func (r *Relay) startRenewal(ctx context.Context, batch []*envelope.Event) *rene
 		if seqs == "" {
 			seqs = r.seqArg(batch)
 		}
-		r.renew(ctx, len(batch), seqs)
+		started := r.now()
+		r.renewBatch(ctx, len(batch), seqs)
 		ren.mu.Lock()
 		if !ren.stopped {
-			ren.timer.Reset(every)
+			ren.timer.Reset(max(0, every-r.now().Sub(started)))
 		}
 		ren.mu.Unlock()
 	})
@@ -168,26 +290,90 @@ func (ren *renewal) stop() {
 	ren.running.Wait()
 }
 
-// renew extends the lease of the n events in seqs by one Lease.
-func (r *Relay) renew(ctx context.Context, n int, seqs string) {
+// renewBatch extends the lease of the n events in seqs by one Lease,
+// logging what went wrong.
+func (r *Relay) renewBatch(ctx context.Context, n int, seqs string) {
 	if ctx.Err() != nil {
 		return
 	}
-	until := r.now().Add(r.cfg.Lease)
-	c, cancel := withTimeout(ctx, r.statementTimeout(), "lease renewal")
-	defer cancel()
-	res, err := r.db.ExecContext(c, r.sql.renew, r.dialect.TimeArg(until), seqs, r.cfg.Name)
+	held, err := r.renew(ctx, seqs)
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.WarnContext(ctx, "herald/relay: lease renewal failed; the batch may be delivered again by another relay if its lease runs out",
-				slog.String("relay", r.cfg.Name), slog.Int("events", n), slog.Any("error", stmtErr(c, "lease renewal", err)))
+				slog.String("relay", r.cfg.Name), slog.Int("events", n), slog.Any("error", err))
 		}
 		return
 	}
-	if m, err := res.RowsAffected(); err == nil && m < int64(n) {
+	if len(held) < n {
 		r.log.WarnContext(ctx, "herald/relay: lease lost for part of the batch (taken over by another relay after it expired)",
-			slog.String("relay", r.cfg.Name), slog.Int("events", n), slog.Int64("renewed", m))
+			slog.String("relay", r.cfg.Name), slog.Int("events", n), slog.Int("renewed", len(held)))
 	}
+}
+
+// renew extends the lease of the events in seqs by one Lease from the
+// database's now and returns the sequences this relay still held.
+func (r *Relay) renew(ctx context.Context, seqs string) (map[int64]bool, error) {
+	c, cancel := withTimeout(ctx, r.statementTimeout(), "lease renewal")
+	defer cancel()
+	var args []any
+	if r.dialect == envelope.Postgres {
+		args = []any{r.cfg.Lease.Microseconds(), seqs, r.cfg.Name, r.nowArg()}
+	} else {
+		args = []any{r.dialect.TimeArg(r.sqliteNow().Add(r.cfg.Lease)), seqs, r.cfg.Name}
+	}
+	rows, err := r.db.QueryContext(c, r.sql.renew, args...)
+	if err != nil {
+		return nil, stmtErr(c, "lease renewal", err)
+	}
+	defer rows.Close()
+	held := map[int64]bool{}
+	for rows.Next() {
+		var s int64
+		if err := rows.Scan(&s); err != nil {
+			return nil, stmtErr(c, "lease renewal", err)
+		}
+		held[s] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, stmtErr(c, "lease renewal", err)
+	}
+	return held, nil
+}
+
+// releaseEvents clears the lease of events this relay will not deliver, so
+// another relay may take them at once. A failure is only logged: the lease
+// expires on its own.
+func (r *Relay) releaseEvents(ctx context.Context, es []*envelope.Event) {
+	if len(es) == 0 {
+		return
+	}
+	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
+	defer cancel()
+	if _, err := r.db.ExecContext(c, r.sql.release, r.seqArg(es), r.cfg.Name); err != nil {
+		r.log.DebugContext(ctx, "herald/relay: could not release events", slog.String("relay", r.cfg.Name), slog.Any("error", err))
+	}
+}
+
+// nowArg binds the database's now for the statements that take it: on
+// PostgreSQL NULL, so the statement uses now() (a test's dbClock
+// instead, when set); on SQLite the clock of this machine, which is the
+// database's, as text.
+func (r *Relay) nowArg() any {
+	if r.dialect == envelope.Postgres {
+		if r.dbClock != nil {
+			return r.dbClock()
+		}
+		return nil
+	}
+	return r.dialect.TimeArg(r.sqliteNow())
+}
+
+// sqliteNow is SQLite's clock: the machine's (a test's dbClock instead).
+func (r *Relay) sqliteNow() time.Time {
+	if r.dbClock != nil {
+		return r.dbClock()
+	}
+	return time.Now()
 }
 
 // seqArg binds a list of sequences: a bigint[] literal on PostgreSQL, a
@@ -210,21 +396,42 @@ func (r *Relay) seqArg(batch []*envelope.Event) string {
 	return b.String()
 }
 
-// failure is one failed delivery as markFailed binds it.
+// failure is one failed delivery as markFailed binds it. On PostgreSQL
+// the statement computes next_attempt_at (now + backoff_us) and
+// dead_lettered_at (now, when dead) from the database's now; on SQLite
+// they come computed from SQLite's clock.
 type failure struct {
 	Sequence      int64  `json:"sequence"`
 	Attempts      int    `json:"attempts"`
 	Error         string `json:"error"`
+	BackoffUS     int64  `json:"backoff_us"`
+	Dead          bool   `json:"dead"`
 	NextAttemptAt any    `json:"next_attempt_at"`
 	DeadLettered  any    `json:"dead_lettered_at"`
 
 	event *envelope.Event
 	err   error
-	next  time.Time
+	next  time.Time // when it is due again, by the relay's clock
 }
 
 // maxErrorLength cuts last_error.
 const maxErrorLength = 4000
+
+// lastError is err's text as last_error stores it: at most maxErrorLength
+// bytes of valid UTF-8 without NUL. A delivery's error may hold any bytes
+// (a broker's or an endpoint's answer), and PostgreSQL refuses NUL in
+// text and jsonb (22P05) and invalid UTF-8 (22021): one such error would
+// make the whole batch's failures unrecordable. Both become U+FFFD.
+func lastError(err error) string {
+	s := err.Error()
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	}
+	return cut(s, maxErrorLength)
+}
 
 // mark writes the outcome of a batch: one statement for the delivered
 // events, one for the failures. It runs even while the relay stops.
@@ -234,6 +441,10 @@ func (r *Relay) mark(runCtx context.Context, batch []*envelope.Event, errs []err
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), markTimeout)
 	defer cancel()
 	now := r.now()
+	var dbNow time.Time // SQLite's clock
+	if r.dialect != envelope.Postgres {
+		dbNow = r.sqliteNow()
+	}
 	var (
 		delivered, released []*envelope.Event
 		failures            []failure
@@ -252,12 +463,19 @@ func (r *Relay) mark(runCtx context.Context, batch []*envelope.Event, errs []err
 			// Cancelled by a forced stop: not the event's fault.
 			released = append(released, e)
 		default:
-			f := failure{Sequence: e.Sequence, Attempts: e.Attempts + 1, Error: cut(err.Error(), maxErrorLength), event: e, err: err}
+			f := failure{Sequence: e.Sequence, Attempts: e.Attempts + 1, Error: lastError(err), event: e, err: err}
 			if f.Attempts >= r.cfg.MaxAttempts {
-				f.DeadLettered = r.dialect.TimeArg(now)
+				f.Dead = true
+				if r.dialect != envelope.Postgres {
+					f.DeadLettered = r.dialect.TimeArg(dbNow)
+				}
 			} else {
-				f.next = now.Add(r.backoff(f.Attempts))
-				f.NextAttemptAt = r.dialect.TimeArg(f.next)
+				b := r.backoff(f.Attempts)
+				f.next = now.Add(b)
+				f.BackoffUS = b.Microseconds()
+				if r.dialect != envelope.Postgres {
+					f.NextAttemptAt = r.dialect.TimeArg(dbNow.Add(b))
+				}
 			}
 			failures = append(failures, f)
 		}
@@ -266,7 +484,7 @@ func (r *Relay) mark(runCtx context.Context, batch []*envelope.Event, errs []err
 	if len(delivered) > 0 {
 		var marked sql.Result
 		err := retryMark(ctx, func() (err error) {
-			marked, err = r.db.ExecContext(ctx, r.sql.markPublished, r.dialect.TimeArg(now), r.seqArg(delivered), r.cfg.Name)
+			marked, err = r.db.ExecContext(ctx, r.sql.markPublished, r.nowArg(), r.seqArg(delivered), r.cfg.Name)
 			return err
 		})
 		if err != nil {
@@ -280,12 +498,14 @@ func (r *Relay) mark(runCtx context.Context, batch []*envelope.Event, errs []err
 		}
 		if r.cfg.Observer != nil {
 			for _, e := range delivered {
-				r.cfg.Observer.Delivered(ctx, Delivered{Relay: r.cfg.Name, Event: e, Delay: now.Sub(e.CreatedAt)})
+				r.observe(ctx, "Delivered", func() {
+					r.cfg.Observer.Delivered(ctx, Delivered{Relay: r.cfg.Name, Event: e, Delay: now.Sub(e.CreatedAt)})
+				})
 			}
 		}
 	}
 	if len(failures) > 0 {
-		var recorded map[int64]bool
+		var recorded map[int64]envelope.NullTime
 		err := retryMark(ctx, func() (err error) {
 			recorded, err = r.markFailed(ctx, failures)
 			return err
@@ -302,22 +522,27 @@ func (r *Relay) mark(runCtx context.Context, batch []*envelope.Event, errs []err
 			if e.OrderingKey != "" {
 				attrs = append(attrs, slog.String("ordering_key", e.OrderingKey))
 			}
+			next, ok := recorded[e.Sequence]
 			switch {
 			case err != nil:
-			case !recorded[e.Sequence]:
+			case !ok:
 				r.log.WarnContext(ctx, "herald/relay: delivery failed; not recorded because the event is no longer leased by this relay",
 					attrs...)
-			case f.DeadLettered != nil:
+			case f.Dead:
 				r.log.ErrorContext(ctx, "herald/relay: event dead-lettered: out of attempts; it and later events of its ordering key wait for RetryDeadLettered",
 					append(attrs, slog.Int("max_attempts", r.cfg.MaxAttempts))...)
 				if r.cfg.Observer != nil {
-					r.cfg.Observer.DeadLettered(ctx, DeadLettered{Relay: r.cfg.Name, Event: e, Err: f.err, Attempts: f.Attempts})
+					r.observe(ctx, "DeadLettered", func() {
+						r.cfg.Observer.DeadLettered(ctx, DeadLettered{Relay: r.cfg.Name, Event: e, Err: f.err, Attempts: f.Attempts})
+					})
 				}
 			default:
 				r.log.WarnContext(ctx, "herald/relay: delivery failed; will retry",
-					append(attrs, slog.Time("next_attempt_at", f.next))...)
+					append(attrs, slog.Time("next_attempt_at", next.Time))...)
 				if r.cfg.Observer != nil {
-					r.cfg.Observer.Failed(ctx, Failed{Relay: r.cfg.Name, Event: e, Err: f.err, Attempts: f.Attempts, NextAttemptAt: f.next})
+					r.observe(ctx, "Failed", func() {
+						r.cfg.Observer.Failed(ctx, Failed{Relay: r.cfg.Name, Event: e, Err: f.err, Attempts: f.Attempts, NextAttemptAt: next.Time})
+					})
 				}
 				if res.nextDue.IsZero() || f.next.Before(res.nextDue) {
 					res.nextDue = f.next
@@ -325,13 +550,20 @@ func (r *Relay) mark(runCtx context.Context, batch []*envelope.Event, errs []err
 			}
 		}
 	}
-	if len(released) > 0 {
-		if _, err := r.db.ExecContext(ctx, r.sql.renew, nil, r.seqArg(released), r.cfg.Name); err != nil {
-			// Not an error worth more: the lease expires on its own.
-			r.log.DebugContext(ctx, "herald/relay: could not release events of a cancelled batch", slog.String("relay", r.cfg.Name), slog.Any("error", err))
-		}
-	}
+	r.releaseEvents(ctx, released)
 	return res, errors.Join(errOut...)
+}
+
+// observe calls an Observer method. A panic in it is logged, not let
+// through: it would end the relay's loop (and the process) over a metric.
+func (r *Relay) observe(ctx context.Context, method string, call func()) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.log.ErrorContext(ctx, "herald/relay: the Observer panicked; the relay goes on",
+				slog.String("relay", r.cfg.Name), slog.String("method", method), slog.Any("panic", v))
+		}
+	}()
+	call()
 }
 
 // markRetries are the waits before the second and later tries of a mark
@@ -362,23 +594,28 @@ func retryMark(ctx context.Context, mark func() error) error {
 	return err
 }
 
-func (r *Relay) markFailed(ctx context.Context, failures []failure) (map[int64]bool, error) {
+func (r *Relay) markFailed(ctx context.Context, failures []failure) (map[int64]envelope.NullTime, error) {
 	doc, err := json.Marshal(failures)
 	if err != nil {
 		return nil, fmt.Errorf("herald/relay: mark failed: %w", err)
 	}
-	rows, err := r.db.QueryContext(ctx, r.sql.markFailed, string(doc), r.cfg.Name)
+	args := []any{string(doc), r.cfg.Name}
+	if r.dialect == envelope.Postgres {
+		args = append(args, r.nowArg())
+	}
+	rows, err := r.db.QueryContext(ctx, r.sql.markFailed, args...)
 	if err != nil {
 		return nil, stmtErr(ctx, "mark failed", err)
 	}
 	defer rows.Close()
-	recorded := make(map[int64]bool, len(failures))
+	recorded := make(map[int64]envelope.NullTime, len(failures))
 	for rows.Next() {
 		var s int64
-		if err := rows.Scan(&s); err != nil {
+		var next envelope.NullTime
+		if err := rows.Scan(&s, &next); err != nil {
 			return nil, stmtErr(ctx, "mark failed", err)
 		}
-		recorded[s] = true
+		recorded[s] = next
 	}
 	if err := rows.Err(); err != nil {
 		return nil, stmtErr(ctx, "mark failed", err)
@@ -395,7 +632,13 @@ func (r *Relay) backoff(attempts int) time.Duration {
 			d = b
 		}
 	}
-	return time.Duration(float64(d) * (0.9 + 0.2*r.jitter()))
+	// ±10% jitter, computed in float64 and clamped: RetryMax may be near
+	// the largest Duration ("no cap"), and 1.1 times it overflows.
+	f := float64(d) * (0.9 + 0.2*r.jitter())
+	if f >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(f)
 }
 
 // cut shortens s to at most n bytes, on a rune boundary.

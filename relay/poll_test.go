@@ -66,7 +66,7 @@ func TestOrderingKeyHoldsBackOnlyItsKey(t *testing.T) {
 		}}
 		clk := &clock{t: time.Now()}
 		r := e.newRelay(t, rec, Config{Concurrency: 1, RetryBase: time.Hour, RetryMax: time.Hour})
-		r.now = clk.now
+		r.dbClock = clk.now
 
 		// a1 fails; b1 and the unordered events go; a2, b2, a3 wait for
 		// their key's earlier event.
@@ -97,19 +97,19 @@ func TestLeaseSkipsLiveLeasesAndMarksAreGuarded(t *testing.T) {
 		rec := &recorder{}
 		r1 := e.newRelay(t, rec, Config{Name: "r1", Lease: time.Minute})
 		r2 := e.newRelay(t, rec, Config{Name: "r2", Lease: time.Minute})
-		r1.now, r2.now = clk.now, clk.now
+		r1.dbClock, r2.dbClock = clk.now, clk.now
 		ctx := context.Background()
 
-		b1, err := r1.lease(ctx)
+		b1, _, err := r1.lease(ctx)
 		if err != nil || len(b1) != 1 {
 			t.Fatalf("r1 lease: %v %v", b1, err)
 		}
-		if b2, err := r2.lease(ctx); err != nil || len(b2) != 0 {
+		if b2, _, err := r2.lease(ctx); err != nil || len(b2) != 0 {
 			t.Fatalf("r2 leased an event under r1's live lease: %v %v", describe(b2), err)
 		}
 		// r1's lease runs out; r2 takes the event and publishes it.
 		clk.add(2 * time.Minute)
-		b2, err := r2.lease(ctx)
+		b2, _, err := r2.lease(ctx)
 		if err != nil || len(b2) != 1 {
 			t.Fatalf("r2 lease after expiry: %v %v", b2, err)
 		}
@@ -144,7 +144,7 @@ func TestFailuresBackOffThenDeadLetter(t *testing.T) {
 		clk := &clock{t: time.Now().UTC().Truncate(time.Microsecond)}
 		r := e.newRelay(t, rec, Config{MaxAttempts: 3, RetryBase: time.Second, RetryMax: time.Minute,
 			Logger: slog.New(logs), Observer: obs})
-		r.now = clk.now
+		r.dbClock = clk.now
 		r.jitter = func() float64 { return 0.5 } // no jitter
 
 		for attempt, wait := range []time.Duration{time.Second, 2 * time.Second} {

@@ -39,8 +39,23 @@ type Relay struct {
 	// MaxPollInterval the relay would have without one.
 	maxPollNoWakeup time.Duration
 
-	now    func() time.Time // the relay's clock: leases and backoff
-	jitter func() float64   // uniform in [0, 1)
+	// now is the relay host's clock. It only measures how long things took
+	// (the lease reckoning) and when this relay's own retries fall due;
+	// every time stored or compared in the table is the database's.
+	now func() time.Time
+	// dbClock, when set (tests), stands for the database's clock: bound
+	// instead of PostgreSQL's now(), read instead of SQLite's time.Now.
+	dbClock func() time.Time
+	jitter  func() float64 // uniform in [0, 1)
+
+	// tableOK is set once the table was found with every column; New
+	// leaves it unset when the database did not answer, and the loop
+	// checks the table when it first does.
+	tableOK  atomic.Bool
+	walk     atomic.Int64 // keys the next lease walks for heads (see leaseBatchPostgres)
+	cleanups atomic.Int64 // scheduled cleanup passes finished, for tests
+	// onWait, when set (tests), is told of each wait between polls.
+	onWait func(time.Duration)
 
 	// poke asks the loop to poll now (a wakeup, RetryDeadLettered).
 	poke          chan struct{}
@@ -59,6 +74,7 @@ type run struct {
 	soft    context.Context
 	done    chan struct{}
 	waiting chan struct{} // closed when the loop waits between polls (tests)
+	err     error         // why the run ended by itself (a configuration error); set before done closes
 }
 
 // errStopped is the cause of a graceful stop.
@@ -67,7 +83,16 @@ var errStopped = errors.New("herald/relay: stopped")
 // New returns a relay that delivers the events of cfg.Table in db through
 // d. It validates cfg (errors match envelope.ErrConfiguration and name the
 // field), detects the dialect when cfg.Dialect is empty, and checks that
-// the table exists with every column the relay reads (within 30 s).
+// the table exists with every column the relay reads (within 30 s): a
+// missing table or column is an envelope.ErrConfiguration error.
+//
+// The database need not be up: when it does not answer, New logs a
+// warning and returns the relay anyway, and the relay checks the table
+// when the database first answers (a missing table then ends the run, and
+// Run returns the ErrConfiguration error). An unreachable database is never
+// an ErrConfiguration error. Only a driver New does not know, with
+// cfg.Dialect empty, needs the database to tell the dialect; New then
+// returns the connection error.
 func New(db *sql.DB, d delivery.Delivery, cfg Config) (*Relay, error) {
 	if db == nil {
 		return nil, cfgErr("db", "nil *sql.DB")
@@ -114,6 +139,7 @@ func New(db *sql.DB, d delivery.Delivery, cfg Config) (*Relay, error) {
 		poke: make(chan struct{}, 1), stopped: make(chan struct{}),
 		maxPollNoWakeup: cfg.MaxPollInterval,
 	}
+	r.walk.Store(int64(cfg.BatchSize)) // the first lease looks at every ready key
 	if cfg.Wakeup != nil && !explicitMax {
 		r.maxPollNoWakeup = max(DefaultMaxPollInterval, cfg.MinPollInterval)
 	}
@@ -121,20 +147,42 @@ func New(db *sql.DB, d delivery.Delivery, cfg Config) (*Relay, error) {
 	if bd, ok := d.(delivery.BatchDelivery); ok {
 		r.batch = bd
 	}
-	if err := r.checkTable(ctx); err != nil {
+	switch err := r.checkTable(ctx); {
+	case err == nil:
+	case errors.Is(err, envelope.ErrConfiguration):
 		return nil, err
+	default:
+		r.log.WarnContext(ctx, "herald/relay: the database does not answer; the relay is created anyway and checks the outbox table when it does",
+			slog.String("relay", r.cfg.Name), slog.String("table", r.table.Name), slog.Any("error", err))
 	}
 	return r, nil
 }
 
+// errUnreachable marks a checkTable error that says nothing about the
+// table: the database did not answer.
+var errUnreachable = errors.New("herald/relay: the database does not answer")
+
+// checkTable checks that the table has every column the relay reads. It
+// returns nil and remembers it, an envelope.ErrConfiguration error when
+// the database answers that the table or a column is missing (or refuses
+// the statement), or an error wrapping errUnreachable when the database
+// does not answer.
 func (r *Relay) checkTable(ctx context.Context) error {
 	err := r.checkColumns(ctx)
+	if err != nil && !isMissing(err) {
+		// The statement failed for another reason: is the database up?
+		if perr := r.db.PingContext(ctx); perr != nil {
+			return fmt.Errorf("%w: %w%s", errUnreachable, perr, poolerHint(perr))
+		}
+		err = r.checkColumns(ctx) // it is now; ask again
+	}
 	if err != nil {
 		return &envelope.Error{Kind: envelope.ErrConfiguration, Where: "relay.Config.Table",
-			Msg: fmt.Sprintf("outbox table %s is missing or lacks a column the relay reads (%s%s); create it with envelope.Migrate(ctx, db, %q, %q) or the statements of envelope.DDL",
-				r.table.Name, envelope.EventColumns, extraList(r.extra), r.dialect, r.table.Name),
+			Msg: fmt.Sprintf("outbox table %s is missing or lacks a column the relay reads (%s%s); create it with envelope.Migrate(ctx, db, %q, %q) or the statements of envelope.DDL%s",
+				r.table.Name, envelope.EventColumns, extraList(r.extra), r.dialect, r.table.Name, poolerHint(err)),
 			Err: err}
 	}
+	r.tableOK.Store(true)
 	return nil
 }
 
@@ -164,14 +212,24 @@ func (r *Relay) Name() string { return r.cfg.Name }
 // Dialect returns the dialect the relay speaks.
 func (r *Relay) Dialect() envelope.Dialect { return r.dialect }
 
-// Start pings the database and starts the relay's poll loop (and its
-// wakeup listener) in the background. ctx bounds the start only: the relay
-// runs until Stop (use Run to tie it to a context); its values are passed
-// on to deliveries. Start on a running relay does nothing; Start after
-// Stop starts it again.
+// Start starts the relay's poll loop (and its wakeup listener and
+// scheduled cleanup, when configured) in the background. ctx bounds the
+// start only: the relay runs until Stop (use Run to tie it to a context);
+// its values are passed on to deliveries. A database that does not answer
+// does not stop it: the loop logs and keeps trying, its wait growing up to
+// MaxPollInterval, and delivers once the database is back. Start fails
+// only on a closed *sql.DB. Start on a running relay does nothing; Start
+// after Stop starts it again.
 func (r *Relay) Start(ctx context.Context) error {
-	if err := r.db.PingContext(ctx); err != nil {
-		return fmt.Errorf("herald/relay: start %s: ping database: %w", r.cfg.Name, err)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second) // a ping only tells; it must not hold Start
+	err := r.db.PingContext(pctx)
+	cancel()
+	if err != nil {
+		if isClosedDB(err) {
+			return fmt.Errorf("herald/relay: start %s: %w", r.cfg.Name, err)
+		}
+		r.log.WarnContext(ctx, "herald/relay: starting while the database does not answer; the relay keeps trying",
+			slog.String("relay", r.cfg.Name), slog.Any("error", err))
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -202,6 +260,9 @@ func (r *Relay) Start(ctx context.Context) error {
 	wg.Go(func() { r.loop(soft, hard, ru) })
 	if r.cfg.Wakeup != nil {
 		wg.Go(func() { r.listen(soft) })
+	}
+	if r.cfg.RetainPublished > 0 || r.cfg.RetainDeadLettered > 0 {
+		wg.Go(func() { r.cleanupLoop(soft) })
 	}
 	go func() {
 		wg.Wait()
@@ -258,15 +319,23 @@ func (r *Relay) Stopped() <-chan struct{} {
 }
 
 // Run starts the relay, waits for ctx to end, then stops it gracefully
-// (bounded by the Lease). It returns nil after a stop caused by ctx.
+// (bounded by the Lease). It returns nil after a stop caused by ctx, and
+// the envelope.ErrConfiguration error of a run that ended by itself
+// because the outbox table was missing when the database first answered.
 func (r *Relay) Run(ctx context.Context) error {
 	if err := r.Start(ctx); err != nil {
 		return err
 	}
+	r.mu.Lock()
+	ru := r.run
+	r.mu.Unlock()
+	if ru == nil {
+		return nil
+	}
 	select {
 	case <-ctx.Done():
-	case <-r.Stopped():
-		return nil
+	case <-ru.done:
+		return ru.err
 	}
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease)
 	defer cancel()
@@ -289,8 +358,23 @@ func (r *Relay) loop(soft, hard context.Context, ru *run) {
 		if !due.IsZero() && !start.Before(due) {
 			due = time.Time{}
 		}
-		r.polls.Add(1)
-		res, err := r.poll(hard)
+		var res pollResult
+		var err error
+		if !r.tableOK.Load() {
+			// New could not check the table: the database did not answer.
+			cctx, cancel := withTimeout(hard, r.statementTimeout(), "outbox table check")
+			err = r.checkTable(cctx)
+			cancel()
+			if errors.Is(err, envelope.ErrConfiguration) {
+				r.log.ErrorContext(hard, "herald/relay: stopping: the outbox table is missing", slog.String("relay", r.cfg.Name), slog.Any("error", err))
+				ru.err = err
+				return
+			}
+		}
+		if err == nil {
+			r.polls.Add(1)
+			res, err = r.poll(hard)
+		}
 		if err != nil {
 			if hard.Err() != nil {
 				return // forced stop: not an error
@@ -321,6 +405,9 @@ func (r *Relay) loop(soft, hard context.Context, ru *run) {
 		if !waitingClosed {
 			close(ru.waiting)
 			waitingClosed = true
+		}
+		if r.onWait != nil {
+			r.onWait(wait)
 		}
 		timer.Reset(wait)
 		select {

@@ -3,8 +3,10 @@ package relay
 import (
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -14,36 +16,60 @@ import (
 )
 
 // leaseColumns are the columns the lease returns: envelope.EventColumns
-// without the four whose values the relay knows already (lease_until and
-// leased_by it just set; published_at and dead_lettered_at are NULL for
-// any event it can lease). leaseScanner reads them; Config.ExtraColumns
-// follow.
-const leaseColumns = "sequence, id, topic, payload, headers, ordering_key, idempotency_key, created_at, attempts, last_error, next_attempt_at"
+// without the three whose values the relay knows already (leased_by it
+// just set; published_at and dead_lettered_at are NULL for any event it
+// can lease). leaseScanner reads them; Config.ExtraColumns follow.
+const leaseColumns = "sequence, id, topic, payload, headers, ordering_key, idempotency_key, created_at, attempts, last_error, next_attempt_at, lease_until"
+
+// leaseColumnNames are leaseColumns one by one, for DecodeError.
+var leaseColumnNames = strings.Split(leaseColumns, ", ")
+
+// DecodeError is the error of an outbox row the relay leased but cannot
+// decode: a value of a column that is not what herald writes (headers that
+// are not an object of strings, a payload that is not JSON, a time or an
+// id that does not parse), left by a hand-written INSERT, another tool or
+// an older version. It is that event's own failure, recorded like a failed
+// delivery (attempts, last_error naming the column, dead-lettered at
+// MaxAttempts, its ordering key held back); the other events of the batch
+// are delivered. Observer.Failed and Observer.DeadLettered receive it as
+// Err, with the Event holding what could be decoded.
+type DecodeError struct {
+	Sequence int64  // the row's sequence
+	Column   string // the column that could not be decoded
+	Err      error
+}
+
+func (e *DecodeError) Error() string {
+	return fmt.Sprintf("herald/relay: event %d: column %s cannot be decoded: %v", e.Sequence, e.Column, e.Err)
+}
+
+func (e *DecodeError) Unwrap() error { return e.Err }
 
 // leaseScanner scans the rows of one lease. Its destinations are reused
 // from row to row, so a row costs only the allocations its Event keeps
 // (the event, its payload, strings and headers): it runs once per
 // delivered event, on the relay's critical path.
 type leaseScanner struct {
-	extra      []string
-	name       string
-	leaseUntil time.Time
+	extra        []string
+	name         string
+	checkPayload bool // the payload column does not validate JSON (SQLite TEXT)
 
 	seq                 int64
 	id                  uuid.UUID
 	topic               string
 	payload             []byte
-	headers             sql.RawBytes // parsed before the next row
+	headers             bufBytes // copied into a reused buffer, parsed before the next row
 	okey, ikey, lastErr sql.NullString
 	created, next       envelope.NullTime
 	attempts            int
+	leaseUntil          leaseTime
 	xv                  []any
 	dest                []any
 }
 
-func newLeaseScanner(extra []string, name string, leaseUntil time.Time) *leaseScanner {
-	s := &leaseScanner{extra: extra, name: name, leaseUntil: leaseUntil}
-	s.dest = []any{&s.seq, &s.id, &s.topic, &s.payload, &s.headers, &s.okey, &s.ikey, &s.created, &s.attempts, &s.lastErr, &s.next}
+func newLeaseScanner(extra []string, name string, checkPayload bool) *leaseScanner {
+	s := &leaseScanner{extra: extra, name: name, checkPayload: checkPayload}
+	s.dest = []any{&s.seq, &s.id, &s.topic, &s.payload, &s.headers, &s.okey, &s.ikey, &s.created, &s.attempts, &s.lastErr, &s.next, &s.leaseUntil}
 	if len(extra) > 0 {
 		s.xv = make([]any, len(extra))
 		for i := range s.xv {
@@ -55,23 +81,35 @@ func newLeaseScanner(extra []string, name string, leaseUntil time.Time) *leaseSc
 
 // scan reads one row of leaseColumns (and the extras) into a new Event:
 // what envelope.ScanEvent does for EventColumns, with the headers object
-// decoded by a fast path (encoding/json was half of ScanEvent's cost).
+// decoded by a fast path (encoding/json was half of ScanEvent's cost). A
+// row it cannot decode returns the event (Sequence set, the rest as far as
+// it decoded) and a *DecodeError, or several joined; any other error means
+// the row could not be read at all.
 func (s *leaseScanner) scan(rows *sql.Rows) (*envelope.Event, error) {
 	s.payload = nil // database/sql copies into a nil slice: the event keeps it
+	var bad []error
 	if err := rows.Scan(s.dest...); err != nil {
-		return nil, fmt.Errorf("herald/relay: scan leased event: %w", err)
+		if bad, err = s.rescan(rows); err != nil {
+			return nil, err
+		}
 	}
-	lu := s.leaseUntil
 	e := &envelope.Event{
 		Sequence: s.seq, ID: s.id, Topic: s.topic, Payload: json.RawMessage(s.payload),
 		OrderingKey: s.okey.String, IdempotencyKey: s.ikey.String, CreatedAt: s.created.Time,
 		Attempts: s.attempts, LastError: s.lastErr.String, NextAttemptAt: s.next.Ptr(),
-		LeaseUntil: &lu, LeasedBy: s.name,
+		LeasedBy: s.name,
+	}
+	if s.leaseUntil.valid {
+		lu := s.leaseUntil.t
+		e.LeaseUntil = &lu
+	}
+	if s.checkPayload && !json.Valid(s.payload) {
+		bad = append(bad, &DecodeError{Sequence: e.Sequence, Column: "payload", Err: errors.New("not valid JSON")})
 	}
 	if len(s.headers) > 0 && string(s.headers) != "{}" {
 		h, err := decodeHeaders(s.headers)
 		if err != nil {
-			return nil, fmt.Errorf("herald/relay: event %d: headers: %w", e.Sequence, err)
+			bad = append(bad, &DecodeError{Sequence: e.Sequence, Column: "headers", Err: err})
 		}
 		e.Headers = h
 	}
@@ -86,7 +124,113 @@ func (s *leaseScanner) scan(rows *sql.Rows) (*envelope.Event, error) {
 			s.xv[i] = nil
 		}
 	}
+	if len(bad) > 0 {
+		return e, errors.Join(bad...)
+	}
 	return e, nil
+}
+
+// rescan is the slow path of a row whose Scan failed: it finds each column
+// that cannot be converted (scanning it alone, the others into any), then
+// scans the rest, leaving the bad ones at their zero value. Only the
+// sequence is indispensable: without it the row is not attributable.
+func (s *leaseScanner) rescan(rows *sql.Rows) ([]error, error) {
+	sink := make([]any, len(s.dest))
+	probe := make([]any, len(s.dest))
+	for i := range probe {
+		probe[i] = &sink[i]
+	}
+	var failed []int
+	var errs []error
+	for i, d := range s.dest {
+		probe[i] = d
+		if err := rows.Scan(probe...); err != nil {
+			failed = append(failed, i)
+			errs = append(errs, err)
+		}
+		probe[i] = &sink[i]
+	}
+	if len(failed) > 0 && failed[0] == 0 {
+		return nil, fmt.Errorf("herald/relay: scan leased event: %w", errs[0])
+	}
+	// Reset what a failed conversion may have left half-set, then scan the
+	// good columns for real.
+	s.seq, s.id, s.topic, s.payload = 0, uuid.UUID{}, "", nil
+	s.headers = s.headers[:0]
+	s.okey, s.ikey, s.lastErr = sql.NullString{}, sql.NullString{}, sql.NullString{}
+	s.created, s.next, s.attempts, s.leaseUntil = envelope.NullTime{}, envelope.NullTime{}, 0, leaseTime{}
+	copy(probe, s.dest)
+	for _, i := range failed {
+		probe[i] = &sink[i]
+	}
+	if err := rows.Scan(probe...); err != nil {
+		return nil, fmt.Errorf("herald/relay: scan leased event: %w", err)
+	}
+	bad := make([]error, len(failed))
+	for j, i := range failed {
+		var col string
+		if i < len(leaseColumnNames) {
+			col = leaseColumnNames[i]
+		} else {
+			col = s.extra[i-len(leaseColumnNames)]
+		}
+		bad[j] = &DecodeError{Sequence: s.seq, Column: col, Err: errs[j]}
+	}
+	return bad, nil
+}
+
+// bufBytes scans a text or bytes column into a buffer it reuses from row
+// to row: what sql.RawBytes saves, without RawBytes' rule that a row is
+// scanned once (the slow path of leaseScanner scans a row again).
+type bufBytes []byte
+
+func (b *bufBytes) Scan(v any) error {
+	switch x := v.(type) {
+	case nil:
+		*b = (*b)[:0]
+	case []byte:
+		*b = append((*b)[:0], x...)
+	case string:
+		*b = append((*b)[:0], x...)
+	default:
+		return fmt.Errorf("herald/relay: cannot scan %T into text", v)
+	}
+	return nil
+}
+
+// leaseTime scans the lease_until of a lease's rows, which all hold the
+// same value: text (SQLite) is parsed once per lease, not once per row.
+type leaseTime struct {
+	t     time.Time
+	valid bool
+	raw   string
+}
+
+func (l *leaseTime) Scan(v any) error {
+	switch x := v.(type) {
+	case time.Time:
+		l.t, l.valid = x, true
+		return nil
+	case string:
+		if l.valid && x == l.raw {
+			return nil
+		}
+		l.raw = x
+	case []byte:
+		if l.valid && string(x) == l.raw {
+			return nil
+		}
+		l.raw = string(x)
+	default:
+		var n envelope.NullTime
+		err := n.Scan(v)
+		l.t, l.valid, l.raw = n.Time, n.Valid, ""
+		return err
+	}
+	var n envelope.NullTime
+	err := n.Scan(l.raw)
+	l.t, l.valid = n.Time, n.Valid
+	return err
 }
 
 // decodeHeaders decodes a JSON object of strings. The common case — no
