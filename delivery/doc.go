@@ -3,9 +3,10 @@
 // that picks a delivery by topic, and the helpers every transport uses to
 // turn an event into a message body, headers and a key.
 //
-// Transports live in subpackages (delivery/kafka…, delivery/redis…,
-// delivery/webhook, delivery/amqp…), so their client libraries stay out of
-// the build of services that do not import them.
+// Transports live in subpackages — delivery/kafka (franz-go),
+// delivery/redisstream (go-redis), delivery/webhook (net/http) and
+// delivery/amqp (amqp091-go) — so their client libraries stay out of the
+// build of services that do not import them.
 //
 // Every transport sends the event's JSON payload as the body (Body) and the
 // event's headers plus its id and topic (HeaderEventID, HeaderTopic) as

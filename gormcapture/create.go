@@ -43,9 +43,11 @@ func (p *Plugin) create(orig func(*gorm.DB)) func(*gorm.DB) {
 			orig(db)
 			return
 		}
-		if err := p.insert(db, m.spec); err != nil {
-			fail(db, err)
-		}
+		p.inOwnTx(db, func() {
+			if err := p.insert(db, m.spec); err != nil {
+				fail(db, err)
+			}
+		})
 	}
 }
 

@@ -50,7 +50,11 @@
 // Unscoped().Delete; Select(clause.Associations).Delete; the rows the
 // database itself deletes or nulls through ON DELETE CASCADE / SET NULL
 // constraints declared in the models' constraint tags (read, locked, before
-// the delete, recursively); upserts with clause.OnConflict (a conflicting
+// the delete, recursively), and the rows whose foreign key it rewrites
+// through ON UPDATE CASCADE / SET NULL when an update changes the columns
+// they reference (read, locked, before the update and again by key after
+// it; an "updated" event with changed = the foreign-key columns, only for
+// rows whose key did change); upserts with clause.OnConflict (a conflicting
 // row as "updated", an inserted one as "inserted", a skipped one not at
 // all); rows of a many-to-many join model given to db.SetupJoinTable
 // (Association Append, Replace, Delete, Clear) — one without primaryKey
@@ -66,10 +70,18 @@
 // (BeforeAndAfter, or a delete the database cascades; on PostgreSQL an
 // update reads them in a FOR UPDATE subquery of the UPDATE itself), and
 // one multi-row event INSERT — never a query per row. The plugin's own
-// statements (event INSERTs, locks, before-reads, NOTIFY) never go through
-// GORM's PrepareStmt cache: with PrepareStmt the cache holds the caller's
-// statements, as many as without the plugin. A single-row Create
-// on PostgreSQL writes its row and its event in one statement. What the caller sees is
+// statements (event INSERTs, locks, before-reads, read-backs, NOTIFY) never
+// go through GORM's PrepareStmt cache: with PrepareStmt the cache holds the
+// caller's statements, as many as without the plugin. Events hold the rows
+// as the database stored them (read back with RETURNING: timestamps at the
+// column's precision, numerics at their scale, defaults), in one JSON form
+// whatever the path. A single-row Create on PostgreSQL writes its row and
+// its event in one statement, the event's row rendered by PostgreSQL from
+// the stored row, when every column has a rendering known to match
+// (integers, text, booleans, uuids, floats, numerics into decimals or
+// strings, json/jsonb into strings, timestamps into time.Time — timestamptz
+// only through pgx with time.Local UTC); the table's first single-row
+// Create, and any other, takes two statements. What the caller sees is
 // what GORM shows without the plugin: RowsAffected, generated keys and
 // defaults filled in, and a struct or slice never overwritten by the
 // plugin's RETURNING.
@@ -78,7 +90,13 @@
 //
 // A write outside a transaction runs in one with its events: GORM's
 // default transaction, or one the plugin opens under SkipDefaultTransaction
-// (config or session). A write inside the caller's transaction runs in a
+// (config or session). That one covers the statement and its events only:
+// the model's hooks and association saves run outside it, as they run
+// outside any transaction in plain GORM, so a hook that fails or panics
+// after the statement leaves the write committed with its event (where
+// plain GORM leaves it committed) and no transaction open; a panic during
+// the capture itself (a user's Extend) rolls back the plugin's transaction,
+// or GORM's default one. A write inside the caller's transaction runs in a
 // savepoint, so an event that fails after its row was written undoes the
 // row even if the caller catches the error and goes on, and a PostgreSQL
 // transaction stays usable. Statements nested in a captured write
@@ -98,16 +116,29 @@
 //   - Database cascades are known only from the constraint tags of models
 //     the plugin knows (Config.Models, Capture, captured models already
 //     seen); constraints added by hand-written migrations are not followed.
-//     ON DELETE SET DEFAULT is not followed. Constraints belong to the model
-//     type that declares them: when two struct types map to one table, a
-//     delete through one follows that type's constraint tags (and those of
-//     models referring to it), not the other's; a delete through
-//     db.Table(another table) follows none.
+//     ON DELETE / ON UPDATE SET DEFAULT is not followed. An ON UPDATE
+//     CASCADE into a primary-key column of a captured model (a join table
+//     keyed by its foreign keys) is envelope.ErrUnsupported: the rewritten
+//     rows cannot be read again by their keys; the update is undone.
+//     Constraints belong to the model type that declares them: when two
+//     struct types map to one table, a delete or update through one follows
+//     that type's constraint tags (and those of models referring to it), not
+//     the other's; a write through db.Table(another table) follows none.
 //   - A model without a primary key (and not a join model as above) cannot
 //     key its events: declaring it (ChangeCapture, Capture) is an
 //     envelope.ErrConfiguration at its first write, and CaptureAll leaves it
 //     uncaptured, logging a warning once. Give a join model to
 //     db.SetupJoinTable before its first write.
+//   - Savepoints are tracked from the SQL that creates, rolls back to and
+//     releases them (db.SavePoint, db.RollbackTo, nested Transaction, or
+//     db.Exec of SAVEPOINT / ROLLBACK [TRANSACTION] TO / RELEASE), names
+//     matched as the database matches them (without case on SQLite and
+//     unquoted on PostgreSQL).
+//   - Enqueue outside a transaction writes through the pool a captured
+//     Create would use: with dbresolver, its source (for the outbox table),
+//     not the pool given to gorm.Open. A transaction begun without
+//     Clauses(dbresolver.Write) is on the pool given to gorm.Open, for its
+//     captured writes and its Enqueue alike (dbresolver's rule).
 //   - Call db.Use(gormcapture.New(...)) right after gorm.Open, before
 //     registering dbresolver (so its sources are wrapped too) and before
 //     deriving sessions. A transaction begun on a pool the plugin does not
@@ -124,8 +155,11 @@
 //     GORM fills Columns with the primary key, but the constraint is what
 //     the database uses, and so does the plugin); an
 //     UPDATE that moves rows to new primary keys in BeforeAndAfter mode is
-//     supported for one row at a time. Both are envelope.ErrUnsupported
-//     otherwise.
+//     supported for one row at a time on SQLite (on PostgreSQL the UPDATE
+//     returns each row's old values beside its new ones: any number); with
+//     clause.Returning, for up to 30,000 key columns' worth of rows (the
+//     caller's rows are read again by their new keys). All are
+//     envelope.ErrUnsupported otherwise.
 //   - On SQLite, a captured write that reads before it writes (BeforeAndAfter,
 //     upserts, cascades) upgrades its transaction from reader to writer; under
 //     concurrent writers use _txlock=immediate in the DSN so the upgrade waits

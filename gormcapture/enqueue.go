@@ -1,6 +1,7 @@
 package gormcapture
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 
@@ -28,7 +29,9 @@ func Enqueue(db *gorm.DB, m envelope.Message) (*envelope.Event, error) {
 // In a transaction (db.Transaction, db.Begin) the events are written in a
 // savepoint of it, so a failure leaves the caller's transaction usable and
 // without them; they commit with the caller's writes. Outside one they are
-// written in a transaction of their own. The configured Wakeup is
+// written in a transaction of their own, on the pool a captured Create
+// would write through (with dbresolver: its source for the outbox table,
+// not the pool given to gorm.Open). The configured Wakeup is
 // signalled with the topics of the events actually inserted, once, after
 // the outermost commit, and never after a rollback (a wakeup.TxSignaler is
 // signalled inside the transaction instead). A rejected message
@@ -76,7 +79,7 @@ func EnqueueMany(db *gorm.DB, ms []envelope.Message) ([]*envelope.Event, error) 
 		return res.Events, nil
 	}
 
-	tx, err := beginOn(ctx, cp)
+	tx, err := beginOn(ctx, p.writePool(db))
 	if err != nil {
 		return nil, fmt.Errorf("herald/gormcapture: begin: %w", err)
 	}
@@ -94,3 +97,28 @@ func EnqueueMany(db *gorm.DB, ms []envelope.Message) ([]*envelope.Event, error) 
 	}
 	return res.Events, nil
 }
+
+// writePool returns the pool a captured Create on db would write through
+// outside a transaction: dbresolver (and any plugin that switches pools
+// the same way) swaps the statement's pool in a callback of the create
+// chain, which Enqueue does not run, so that callback is run here on a
+// statement of the outbox table. Without it, db's own pool.
+func (p *Plugin) writePool(db *gorm.DB) gorm.ConnPool {
+	if fc := db.Callback().Create().Get(dbresolverCallback); fc != nil {
+		ctx := db.Statement.Context
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		// A Session with a Context clones the statement, keeping its
+		// clauses (dbresolver.Use, Write): the callback changes the clone.
+		tx := db.Session(&gorm.Session{Context: ctx})
+		tx.Statement.Table = p.writer.Table().Name
+		fc(tx)
+		return p.wrap(tx.Statement.ConnPool)
+	}
+	return p.wrap(db.Statement.ConnPool)
+}
+
+// dbresolverCallback is the name of the callback dbresolver registers
+// before every create, update and delete to pick the write source.
+const dbresolverCallback = "gorm:db_resolver"

@@ -89,6 +89,7 @@ type Plugin struct {
 	keyless  sync.Map // reflect.Type -> true: warned that CaptureAll skips it
 	nstmts   atomic.Int64
 	arrays   sync.Map // *sql.DB -> bool: binds Go slices as arrays (pgx)
+	colTypes sync.Map // table name -> *columnTypes (PostgreSQL), for fused inserts
 
 	spSeq         atomic.Uint64
 	foreignWarned atomic.Bool

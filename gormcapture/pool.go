@@ -4,12 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"gorm.io/gorm"
 
+	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/wakeup"
 )
 
@@ -221,16 +223,27 @@ next:
 	return out
 }
 
-// inBatches reports whether the innermost level was opened by
-// CreateInBatches.
+// inBatches reports whether the innermost level was opened by a
+// CreateInBatches that is still running. GORM never releases the
+// savepoint CreateInBatches takes in a caller's transaction, so its level
+// stays on the stack after it returned: the stack walk tells a write of
+// its batches from a later write, which needs a savepoint of its own. It
+// runs only while such a level is innermost.
 func (t *txConn) inBatches() bool {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.levels) > 0 && t.levels[len(t.levels)-1].batches
+	batches := len(t.levels) > 0 && t.levels[len(t.levels)-1].batches
+	t.mu.Unlock()
+	return batches && calledFromCreateInBatches()
 }
 
+// savepointPrefixes are the savepoint statements, as both databases
+// spell them (ROLLBACK [TRANSACTION|WORK] TO [SAVEPOINT] n, RELEASE
+// [SAVEPOINT] n).
+var savepointPrefixes = [...]string{"SAVEPOINT ", "ROLLBACK TO ", "ROLLBACK TRANSACTION TO ", "ROLLBACK WORK TO ", "RELEASE "}
+
 func isSavepointSQL(q string) bool {
-	for _, p := range [...]string{"SAVEPOINT ", "ROLLBACK TO ", "RELEASE "} {
+	q = strings.TrimLeft(q, " \t\r\n")
+	for _, p := range savepointPrefixes {
 		if len(q) >= len(p) && strings.EqualFold(q[:len(p)], p) {
 			return true
 		}
@@ -241,28 +254,29 @@ func isSavepointSQL(q string) bool {
 // savepointSQL updates the level stack for a savepoint statement that
 // succeeded:
 //
-//	SAVEPOINT n               push a level named n
-//	ROLLBACK TO [SAVEPOINT] n drop the levels above n and n's topics (n stays open)
-//	RELEASE [SAVEPOINT] n     merge n and the levels above it into the level below
+//	SAVEPOINT n                      push a level named n
+//	ROLLBACK [TRANSACTION] TO [SAVEPOINT] n  drop the levels above n and n's topics (n stays open)
+//	RELEASE [SAVEPOINT] n            merge n and the levels above it into the level below
 //
+// Names are compared as the database compares them (see savepointName).
 // A name not on the stack is ignored: the database would have refused it.
 func (t *txConn) savepointSQL(q string) {
-	f := strings.Fields(q)
+	f := strings.Fields(strings.TrimRight(strings.TrimSpace(q), ";"))
 	if len(f) < 2 {
 		return
 	}
-	var kind, name string
+	var kind string
 	switch {
 	case strings.EqualFold(f[0], "SAVEPOINT") && len(f) == 2:
-		kind, name = "push", f[1]
-	case strings.EqualFold(f[0], "ROLLBACK") && len(f) >= 3 && strings.EqualFold(f[1], "TO"):
-		kind, name = "rollback", f[len(f)-1]
+		kind = "push"
+	case strings.EqualFold(f[0], "ROLLBACK") && len(f) >= 3 && slices.ContainsFunc(f[1:3], func(w string) bool { return strings.EqualFold(w, "TO") }):
+		kind = "rollback"
 	case strings.EqualFold(f[0], "RELEASE"):
-		kind, name = "release", f[len(f)-1]
+		kind = "release"
 	default:
 		return
 	}
-	name = strings.Trim(name, "\"`")
+	name := t.p.savepointName(f[len(f)-1])
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.done {
@@ -289,6 +303,20 @@ func (t *txConn) savepointSQL(q string) {
 		}
 		t.levels = t.levels[:i]
 	}
+}
+
+// savepointName is a savepoint's identity as the database sees it:
+// SQLite ignores the case of every name; PostgreSQL folds an unquoted
+// name to lower case and keeps a quoted one ("Sp2") as written.
+func (p *Plugin) savepointName(n string) string {
+	quoted := len(n) >= 2 && (n[0] == '"' && n[len(n)-1] == '"' || n[0] == '`' && n[len(n)-1] == '`')
+	if quoted {
+		n = strings.ReplaceAll(n[1:len(n)-1], `""`, `"`)
+	}
+	if p.dialect == envelope.SQLite || !quoted {
+		n = strings.ToLower(n)
+	}
+	return n
 }
 
 // calledFromCreateInBatches reports whether gorm's CreateInBatches is on

@@ -27,7 +27,6 @@ type scanner struct {
 	cols   []string
 	fields []*schema.Field // nil: not a field (a flag column)
 	dests  []any
-	tmp    reflect.Value // a model value, for fields with a serializer
 
 	// split > 0: columns [0, split) of each row are a second image,
 	// collected in firsts (an UPDATE's before image beside its after).
@@ -41,9 +40,6 @@ func newScanner(sch *schema.Schema, cols []string) *scanner {
 		f := sch.LookUpField(c)
 		if f != nil && f.DBName == c && f.Readable {
 			s.fields[i] = f
-			if f.Serializer != nil && !s.tmp.IsValid() {
-				s.tmp = reflect.New(sch.ModelType).Elem()
-			}
 		}
 	}
 	return s
@@ -67,7 +63,7 @@ func (s *scanner) scan(ctx context.Context, rows *sql.Rows, flag int) (imgs []im
 			case f == nil:
 				s.dests[i] = new(any)
 			case f.Serializer != nil:
-				s.dests[i] = f.NewValuePool.Get()
+				s.dests[i] = &nullScanner{Scanner: f.NewValuePool.Get().(sql.Scanner)}
 			default:
 				// A pointer to a pointer of the field's type: NULL scans as
 				// nil whatever the type, as gorm's own scan does.
@@ -77,6 +73,7 @@ func (s *scanner) scan(ctx context.Context, rows *sql.Rows, flag int) (imgs []im
 		if err := rows.Scan(s.dests...); err != nil {
 			return nil, nil, err
 		}
+		var tmp reflect.Value // this row's model value for serializers
 		img := make(image, len(s.cols)-s.split)
 		var first image
 		if s.split > 0 {
@@ -95,12 +92,26 @@ func (s *scanner) scan(ctx context.Context, rows *sql.Rows, flag int) (imgs []im
 			case f == nil:
 				dst[s.cols[i]] = *(s.dests[i].(*any))
 			case f.Serializer != nil:
-				if err := f.Set(ctx, s.tmp, s.dests[i]); err != nil {
+				// NULL is null, whatever the serializer makes of it; a
+				// stored value is the field's value as GORM reads it, in
+				// GORM's serializer wrapper (jsonform writes what its Value
+				// gives; fillBack sets the field from it), on a model
+				// value of the row's own, which the wrapper keeps.
+				ns := s.dests[i].(*nullScanner)
+				if ns.null {
+					f.NewValuePool.Put(ns.Scanner)
+					dst[s.cols[i]] = nil
+					continue
+				}
+				if !tmp.IsValid() {
+					tmp = reflect.New(s.sch.ModelType).Elem()
+				}
+				if err := f.Set(ctx, tmp, ns.Scanner); err != nil {
 					return nil, nil, err
 				}
-				f.NewValuePool.Put(s.dests[i])
-				v, zero := f.ValueOf(ctx, s.tmp)
-				if zero && reflect.ValueOf(v).Kind() == reflect.Pointer {
+				f.NewValuePool.Put(ns.Scanner)
+				v, _ := f.ValueOf(ctx, tmp)
+				if isNil(f.ReflectValueOf(ctx, tmp)) {
 					v = nil
 				}
 				dst[s.cols[i]] = v
@@ -329,7 +340,7 @@ func (p *Plugin) selectByKeys(ctx context.Context, db *gorm.DB, q gorm.ConnPool,
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	per := 30000 / max(1, len(keyCols))
+	per := maxBindKeys / max(1, len(keyCols))
 	var out []image
 	for start := 0; start < len(keys); start += per {
 		chunk := keys[start:min(len(keys), start+per)]
@@ -338,27 +349,9 @@ func (p *Plugin) selectByKeys(ctx context.Context, db *gorm.DB, q gorm.ConnPool,
 		for i, c := range cols {
 			sc[i] = clause.Column{Table: clause.CurrentTable, Name: c}
 		}
-		var in clause.Expression
-		if len(keyCols) == 1 {
-			vals := make([]any, len(chunk))
-			for i, k := range chunk {
-				vals[i] = k[0]
-			}
-			in = clause.IN{Column: clause.Column{Table: clause.CurrentTable, Name: keyCols[0]}, Values: vals}
-		} else {
-			kc := make([]clause.Column, len(keyCols))
-			for i, c := range keyCols {
-				kc[i] = clause.Column{Table: clause.CurrentTable, Name: c}
-			}
-			vals := make([]any, len(chunk))
-			for i, k := range chunk {
-				vals[i] = k
-			}
-			in = clause.IN{Column: kc, Values: vals}
-		}
 		st.AddClause(clause.Select{Columns: sc})
 		st.AddClause(clause.From{})
-		st.AddClause(clause.Where{Exprs: []clause.Expression{in}})
+		st.AddClause(clause.Where{Exprs: []clause.Expression{keysIn(keyCols, chunk)}})
 		if lock && p.dialect == envelope.Postgres {
 			st.AddClause(clause.Locking{Strength: clause.LockingStrengthUpdate})
 		}
@@ -374,4 +367,50 @@ func (p *Plugin) selectByKeys(ctx context.Context, db *gorm.DB, q gorm.ConnPool,
 		out = append(out, imgs...)
 	}
 	return out, nil
+}
+
+// maxBindKeys bounds the bind parameters of one key lookup, under both
+// databases' limits (SQLite 32766, PostgreSQL 65535).
+const maxBindKeys = 30000
+
+// keysIn is "keyCols IN keys" (one tuple per key); no keys match nothing.
+func keysIn(keyCols []string, keys [][]any) clause.Expression {
+	if len(keys) == 0 {
+		return clause.Expr{SQL: "1 = 0"}
+	}
+	if len(keyCols) == 1 {
+		vals := make([]any, len(keys))
+		for i, k := range keys {
+			vals[i] = k[0]
+		}
+		return clause.IN{Column: clause.Column{Table: clause.CurrentTable, Name: keyCols[0]}, Values: vals}
+	}
+	kc := make([]clause.Column, len(keyCols))
+	for i, c := range keyCols {
+		kc[i] = clause.Column{Table: clause.CurrentTable, Name: c}
+	}
+	vals := make([]any, len(keys))
+	for i, k := range keys {
+		vals[i] = k
+	}
+	return clause.IN{Column: kc, Values: vals}
+}
+
+// nullScanner scans through Scanner and remembers a NULL.
+type nullScanner struct {
+	sql.Scanner
+	null bool
+}
+
+func (n *nullScanner) Scan(v any) error {
+	n.null = v == nil
+	return n.Scanner.Scan(v)
+}
+
+func isNil(v reflect.Value) bool {
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
 }

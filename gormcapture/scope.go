@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"reflect"
 	"strconv"
 
 	"gorm.io/gorm"
@@ -16,8 +17,14 @@ import (
 // A captured write must commit or roll back together with its events:
 //
 //   - outside a transaction (SkipDefaultTransaction, in the config or a
-//     session) herald:begin opens one on the statement's pool and
-//     herald:end commits it, or rolls it back when the chain failed;
+//     session) the write's statement runs in a transaction the plugin
+//     opens around that statement and its events only (inOwnTx), inside
+//     gorm:create / gorm:update / gorm:delete: the model's hooks and
+//     association saves run outside it, as they run outside any
+//     transaction in plain GORM, so a hook that panics or fails cannot
+//     leave the plugin's transaction open (holding its connection, row
+//     locks, SQLite's write lock) and the write commits as plain GORM's
+//     does;
 //   - in GORM's own default transaction nothing is needed: GORM rolls it
 //     back when a callback added an error;
 //   - in the caller's transaction the first captured write of the chain
@@ -46,8 +53,7 @@ type writeCtx struct {
 	failed        bool   // a nested capture failed: fail the whole write
 	writeLocked   bool   // SQLite: the transaction already holds the write lock
 
-	ownTx    gorm.ConnPool // a transaction the plugin opened
-	prevPool gorm.ConnPool
+	needTx bool // outside a transaction: the statement runs in one of the plugin's (inOwnTx)
 }
 
 func writeCtxOf(st *gorm.Statement) *writeCtx {
@@ -83,14 +89,7 @@ func (p *Plugin) begin(op envelope.Operation) func(*gorm.DB) {
 				wc.needSavepoint = !inBatches(raw)
 			}
 		} else {
-			tx, err := beginOn(st.Context, st.ConnPool)
-			if err != nil {
-				_ = db.AddError(fmt.Errorf("herald/gormcapture: begin: %w", err))
-				return
-			}
-			wc.prevPool, wc.ownTx = st.ConnPool, tx
-			st.ConnPool = tx
-			wc.raw = rawTx(tx)
+			wc.needTx = true
 		}
 		st.Context = context.WithValue(st.Context, writeKey{}, wc)
 	}
@@ -140,7 +139,13 @@ func (p *Plugin) relevant(db *gorm.DB, op envelope.Operation) bool {
 			}
 		}
 	}
-	return op == envelope.Deleted && len(p.cascadesFor(db, db.Statement.Schema, db.Statement.Table)) > 0
+	switch op {
+	case envelope.Deleted:
+		return len(p.cascadesFor(db, db.Statement.Schema, db.Statement.Table)) > 0
+	case envelope.Updated:
+		return len(p.updateCascadesFor(db, db.Statement.Schema, db.Statement.Table)) > 0
+	}
+	return false
 }
 
 // ensureSavepoint takes the write's savepoint if it needs one and has
@@ -218,21 +223,72 @@ func (p *Plugin) end(db *gorm.DB) {
 		if _, err := wc.raw.ExecContext(ctx, "RELEASE SAVEPOINT "+wc.savepoint); err != nil {
 			_ = db.AddError(fmt.Errorf("herald/gormcapture: release savepoint: %w", err))
 		}
-	case wc.ownTx != nil:
-		tc := wc.ownTx.(gorm.TxCommitter)
-		if db.Error != nil {
-			_ = tc.Rollback()
-		} else if err := tc.Commit(); err != nil {
-			_ = db.AddError(fmt.Errorf("herald/gormcapture: commit: %w", err))
+	}
+}
+
+// inOwnTx runs a captured statement (run: the INSERT, UPDATE or DELETE,
+// its snapshot reads and its events) in a transaction of the plugin's when
+// the write began outside any transaction, committing it when run left no
+// error and rolling it back otherwise — also when run panics (a Valuer, an
+// Extend), before the panic goes on. In GORM's default transaction a panic
+// in run rolls that transaction back. Elsewhere it just calls run (a
+// caller's transaction is the caller's to roll back).
+func (p *Plugin) inOwnTx(db *gorm.DB, run func()) {
+	st := db.Statement
+	wc := writeCtxOf(st)
+	if wc == nil || wc.owner != st || !wc.needTx {
+		if _, started := db.InstanceGet("gorm:started_transaction"); started {
+			// GORM's default transaction: GORM does not roll it back on a
+			// panic, so a panic in the capture (a user's Extend, TopicFunc)
+			// would leave it open with its connection; roll it back here.
+			finished := false
+			defer func() {
+				if !finished {
+					if tc, ok := st.ConnPool.(gorm.TxCommitter); ok {
+						_ = tc.Rollback()
+					}
+				}
+			}()
+			run()
+			finished = true
+			return
 		}
-		st.ConnPool = wc.prevPool
+		run()
+		return
+	}
+	wc.needTx = false
+	prev := st.ConnPool
+	tx, err := beginOn(st.Context, prev)
+	if err != nil {
+		_ = db.AddError(fmt.Errorf("herald/gormcapture: begin: %w", err))
+		return
+	}
+	tc := tx.(gorm.TxCommitter)
+	st.ConnPool, wc.raw = tx, rawTx(tx)
+	finished := false
+	defer func() {
+		st.ConnPool, wc.raw = prev, nil
+		if !finished { // run panicked
+			_ = tc.Rollback()
+		}
+	}()
+	run()
+	finished = true
+	if db.Error != nil || wc.failed {
+		_ = tc.Rollback()
+	} else if err := tc.Commit(); err != nil {
+		_ = db.AddError(fmt.Errorf("herald/gormcapture: commit: %w", err))
 	}
 }
 
 // fail marks the write's scope failed, so the outer write fails too even
-// if a hook swallowed the nested error.
+// if a hook swallowed the nested error. An error GORM already added (the
+// statement's own error, returned by the capturePool to gorm:update or
+// gorm:delete) is not added a second time.
 func fail(db *gorm.DB, err error) {
-	_ = db.AddError(err)
+	if !holds(db.Error, err) {
+		_ = db.AddError(err)
+	}
 	if wc := writeCtxOf(db.Statement); wc != nil {
 		wc.failed = true
 	}
@@ -310,6 +366,35 @@ func own(cp gorm.ConnPool) gorm.ConnPool {
 			cp = c.ConnPool
 		default:
 			return cp
+		}
+	}
+}
+
+// holds reports whether err is target itself or wraps it: identity, not
+// errors.Is, whose Is methods (envelope.Error matches by kind) would take
+// another error of the same kind for this one.
+func holds(err, target error) bool {
+	if err == nil || target == nil || !reflect.TypeOf(target).Comparable() {
+		return false
+	}
+	for {
+		if reflect.TypeOf(err).Comparable() && err == target { //nolint:errorlint // identity on purpose: this walks the chain itself
+			return true
+		}
+		switch u := err.(type) { //nolint:errorlint // unwraps one level at a time, by hand
+		case interface{ Unwrap() error }:
+			if err = u.Unwrap(); err == nil {
+				return false
+			}
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if e != nil && holds(e, target) {
+					return true
+				}
+			}
+			return false
+		default:
+			return false
 		}
 	}
 }

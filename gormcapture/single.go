@@ -3,10 +3,13 @@ package gormcapture
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
+	"math/big"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -18,44 +21,45 @@ import (
 	"github.com/heraldgo/herald/envelope"
 )
 
-// insertSingle captures a single-row INSERT without ON CONFLICT. As
-// DESIGN.md's mode table says, its event holds the instance's values and,
-// read back with RETURNING, what the database generated (the key,
-// defaults, columns left out by Omit).
+// insertSingle captures a single-row INSERT without ON CONFLICT. Its
+// event holds the row as the database stored it (timestamps at the
+// column's precision, numerics at their scale, defaults, what triggers
+// set), read back with RETURNING — never the instance's Go values, which
+// the database may have rounded or changed.
 //
 // On PostgreSQL the event is written by the same statement as its row
 // when that is possible:
 //
-//	WITH herald_row AS (INSERT INTO loans … RETURNING id),
+//	WITH herald_row AS (INSERT INTO loans … RETURNING id, status, …),
 //	     herald_event AS (INSERT INTO herald_outbox (…)
-//	         SELECT $9, $10, jsonb_set($11::jsonb, '{pk}', to_jsonb(herald_row.id)), '{}',
-//	                $12 || herald_row.id::text, $13 FROM herald_row)
+//	         SELECT $9, $10, $11::jsonb || jsonb_build_object('pk', to_jsonb(herald_row.id),
+//	                'after', jsonb_build_object('id', to_jsonb(herald_row.id), 'status', to_jsonb(herald_row.status), …)),
+//	                '{}', $12 || herald_row.id::text, $13 FROM herald_row)
 //	SELECT id FROM herald_row
 //
 // One round trip instead of two, and no savepoint in a caller's
-// transaction: a single statement is atomic. It is possible when no Go
-// callback needs the generated key (Extend, ExtendMany, TopicFunc,
-// OrderingKeyFunc), the topic does not contain the key, and every
-// generated value has the same JSON form in PostgreSQL as in Go
-// (integers, text, booleans, uuids). Otherwise the event is written by
-// its own INSERT, as for any other write.
+// transaction: a single statement is atomic. The row's JSON is rendered by
+// PostgreSQL from the stored row, in exactly the form jsonform gives the
+// value herald's other paths scan into the field (renderJSON: decided by
+// the field's Go type and the column's real type, learned from the
+// RETURNING of the table's first single-row insert). It is possible when
+// no Go callback needs the stored row (Extend, ExtendMany, TopicFunc,
+// OrderingKeyFunc), the topic does not contain a generated key, and every
+// column of the event has such a rendering; otherwise the event is
+// written by its own INSERT, as for any other write.
 func (p *Plugin) insertSingle(db *gorm.DB, spec *envelope.Spec, values clause.Values, fill []string, at time.Time) error {
 	st := db.Statement
 	sch := st.Schema
 	ctx := st.Context
 	pk := keyColumns(sch)
 
-	// The instance's values, and the columns the database generates.
-	want := slices.Clone(pk)
-	if spec.NeedsAfter(envelope.Inserted) {
-		want = union(want, spec.Columns()...)
-	}
-	inst, gen := p.instanceValues(ctx, st, values, want)
 	ret := union(slices.Clone(pk), fill...)
-	ret = union(ret, gen...)
+	if spec.Captures(envelope.Inserted) && spec.NeedsAfter(envelope.Inserted) {
+		ret = union(ret, spec.Columns()...)
+	}
 
 	if p.dialect == envelope.Postgres && spec.Captures(envelope.Inserted) {
-		if sqlText, args, topic, ok := p.fusedInsert(st, spec, inst, gen, ret, at); ok {
+		if sqlText, args, topic, ok := p.fusedInsert(st, spec, values, ret, at); ok {
 			st.SQL.Reset()
 			st.SQL.WriteString(sqlText)
 			st.Vars = args
@@ -80,6 +84,9 @@ func (p *Plugin) insertSingle(db *gorm.DB, spec *envelope.Spec, values clause.Va
 	if err != nil {
 		return err
 	}
+	if p.dialect == envelope.Postgres {
+		p.learnColumnTypes(st.Table, rows)
+	}
 	imgs, _, err := newScanner(sch, ret).scan(ctx, rows, -1)
 	if err != nil {
 		return err
@@ -89,14 +96,11 @@ func (p *Plugin) insertSingle(db *gorm.DB, spec *envelope.Spec, values clause.Va
 		return nil
 	}
 	row := imgs[0]
-	for _, c := range gen {
-		inst[c] = row[c]
-	}
 	var after image
 	if spec.NeedsAfter(envelope.Inserted) {
-		after = inst
+		after = row
 	}
-	return p.emit(db, batch{spec, []envelope.Change{change(spec, st.Table, envelope.Inserted, pkOf(inst, pk), nil, after, nil, at)}})
+	return p.emit(db, batch{spec, []envelope.Change{change(spec, st.Table, envelope.Inserted, pkOf(row, pk), nil, after, nil, at)}})
 }
 
 func (p *Plugin) finishSingle(db *gorm.DB, imgs []image, fill []string) {
@@ -125,12 +129,11 @@ func (p *Plugin) build(st *gorm.Statement, ret []string, flag bool) {
 	}
 }
 
-// instanceValues returns the values of cols the instance provides, and
-// the columns it leaves to the database (absent from the INSERT, or set
-// by a SQL expression).
-func (p *Plugin) instanceValues(ctx context.Context, st *gorm.Statement, values clause.Values, cols []string) (image, []string) {
-	inst := make(image, len(cols))
-	var gen []string
+// instanceKey returns the instance's primary-key values as the INSERT
+// sends them, and the key column the database generates (absent from the
+// INSERT, or set by a SQL expression); ok is false for a generated
+// composite key.
+func instanceKey(ctx context.Context, st *gorm.Statement, values clause.Values) (inst image, genPK string, ok bool) {
 	var rv reflect.Value
 	switch st.ReflectValue.Kind() {
 	case reflect.Struct:
@@ -140,22 +143,23 @@ func (p *Plugin) instanceValues(ctx context.Context, st *gorm.Statement, values 
 			rv = reflect.Indirect(st.ReflectValue.Index(0))
 		}
 	}
-	for _, c := range cols {
-		idx := -1
-		for i, vc := range values.Columns {
-			if vc.Name == c {
-				idx = i
-				break
-			}
+	pk := keyColumns(st.Schema)
+	inst = make(image, len(pk))
+	for _, c := range pk {
+		idx := slices.IndexFunc(values.Columns, func(vc clause.Column) bool { return vc.Name == c })
+		var v any
+		if idx >= 0 {
+			v = values.Values[0][idx]
 		}
-		if idx < 0 {
-			gen = append(gen, c)
-			continue
-		}
-		v := values.Values[0][idx]
 		switch v.(type) {
 		case clause.Expression, gorm.Valuer:
-			gen = append(gen, c) // computed by the database
+			idx = -1
+		}
+		if idx < 0 {
+			if len(pk) > 1 {
+				return nil, "", false
+			}
+			genPK = c
 			continue
 		}
 		if f := st.Schema.FieldsByDBName[c]; f != nil && rv.IsValid() && rv.Kind() == reflect.Struct {
@@ -163,7 +167,7 @@ func (p *Plugin) instanceValues(ctx context.Context, st *gorm.Statement, values 
 		}
 		inst[c] = v
 	}
-	return inst, gen
+	return inst, genPK, true
 }
 
 // fusedSentinel stands for the generated key while the topic and ordering
@@ -171,26 +175,61 @@ func (p *Plugin) instanceValues(ctx context.Context, st *gorm.Statement, values 
 const fusedSentinel = "\x00herald:pk\x00"
 
 // fusedInsert builds the data-modifying CTE that inserts the row and its
-// event; ok is false when the event cannot be built before the row exists.
-func (p *Plugin) fusedInsert(st *gorm.Statement, spec *envelope.Spec, inst image, gen, ret []string, at time.Time) (sqlText string, args []any, topic string, ok bool) {
+// event; ok is false when the event cannot be built before the row exists
+// or a column of it has no rendering in SQL.
+func (p *Plugin) fusedInsert(st *gorm.Statement, spec *envelope.Spec, values clause.Values, ret []string, at time.Time) (sqlText string, args []any, topic string, ok bool) {
 	o := spec.Options
 	if o.Extend != nil || o.ExtendMany != nil || o.TopicFunc != nil || o.OrderingKeyFunc != nil {
 		return "", nil, "", false
 	}
 	sch := st.Schema
 	pk := keyColumns(sch)
-	genPK := ""
-	for _, c := range gen {
+	if len(pk) == 0 {
+		return "", nil, "", false
+	}
+	types, _ := p.colTypes.Load(st.Table)
+	if types == nil {
+		return "", nil, "", false
+	}
+	pgx := p.bindsArrays(st.ConnPool)
+	render := func(c string, key bool) (string, bool) {
 		f := sch.FieldsByDBName[c]
-		if f == nil || !sameJSONForm(f) || !envelope.IsIdentifier(c) {
+		dbType := types.(*columnTypes).get(c)
+		if f == nil || dbType == "" || !envelope.IsIdentifier(c) {
+			return "", false
+		}
+		return renderJSON(f, dbType, `"herald_row".`+envelope.QuoteIdent(c), key, pgx)
+	}
+	pkExprs := make([]string, len(pk))
+	for i, c := range pk {
+		e, ok := render(c, true)
+		if !ok {
 			return "", nil, "", false
 		}
-		if slices.Contains(pk, c) {
-			if len(pk) > 1 {
+		pkExprs[i] = e
+	}
+	var afterExpr string
+	if spec.NeedsAfter(envelope.Inserted) {
+		var b strings.Builder
+		b.WriteString("jsonb_build_object(")
+		for i, c := range spec.Columns() {
+			e, ok := render(c, false)
+			if !ok {
 				return "", nil, "", false
 			}
-			genPK = c
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(sqlString(c))
+			b.WriteByte(',')
+			b.WriteString(e)
 		}
+		b.WriteByte(')')
+		afterExpr = b.String()
+	}
+	inst, genPK, ok := instanceKey(st.Context, st, values)
+	if !ok {
+		return "", nil, "", false
 	}
 	c := envelope.Change{Model: spec.Label, Table: st.Table, Operation: envelope.Inserted, PK: pkOf(inst, pk), OccurredAt: at}
 	if genPK != "" {
@@ -215,19 +254,9 @@ func (p *Plugin) fusedInsert(st *gorm.Statement, spec *envelope.Spec, inst image
 	} else if genPK != "" && (strings.Contains(key, fusedSentinel) || utf8.RuneCountInString(key) >= envelope.MaxKeyLength) {
 		return "", nil, "", false // the key was cut to its hashed form
 	}
-	if genPK != "" {
-		c.PK = nil
-	}
-	if spec.NeedsAfter(envelope.Inserted) {
-		after := make(map[string]any, len(inst)+len(gen))
-		for k, v := range inst {
-			after[k] = v
-		}
-		for _, g := range gen {
-			after[g] = nil
-		}
-		c.After = after
-	}
+	// The envelope without the row: "pk" and "after" are set from the
+	// stored row in SQL.
+	c.PK = nil
 	payload, err := spec.AppendEnvelope(nil, &c, nil)
 	if err != nil {
 		return "", nil, "", false
@@ -244,7 +273,7 @@ func (p *Plugin) fusedInsert(st *gorm.Statement, spec *envelope.Spec, inst image
 		return "$" + strconv.Itoa(len(args))
 	}
 	var b strings.Builder
-	b.Grow(st.SQL.Len() + 400)
+	b.Grow(st.SQL.Len() + 400 + len(afterExpr))
 	b.WriteString(`WITH "herald_row" AS (`)
 	b.WriteString(st.SQL.String())
 	b.WriteString(`), "herald_event" AS (INSERT INTO `)
@@ -254,20 +283,27 @@ func (p *Plugin) fusedInsert(st *gorm.Statement, spec *envelope.Spec, inst image
 	b.WriteByte(',')
 	b.WriteString(ph(topic))
 	b.WriteByte(',')
-	expr := ph(string(payload)) + "::jsonb"
-	if genPK != "" {
-		expr = `jsonb_set(` + expr + `,'{pk}',COALESCE(to_jsonb("herald_row".` + envelope.QuoteIdent(genPK) + `),'null'))`
-	}
-	if c.After != nil {
-		cols := spec.Columns()
-		for _, g := range gen {
-			if slices.Contains(cols, g) {
-				expr = `jsonb_set(` + expr + `,'{after,` + g + `}',COALESCE(to_jsonb("herald_row".` + envelope.QuoteIdent(g) + `),'null'))`
+	b.WriteString(ph(string(payload)))
+	b.WriteString(`::jsonb || jsonb_build_object('pk',`)
+	if len(pk) == 1 {
+		b.WriteString(pkExprs[0])
+	} else {
+		b.WriteString("jsonb_build_object(")
+		for i, c := range pk {
+			if i > 0 {
+				b.WriteByte(',')
 			}
+			b.WriteString(sqlString(c))
+			b.WriteByte(',')
+			b.WriteString(pkExprs[i])
 		}
+		b.WriteByte(')')
 	}
-	b.WriteString(expr)
-	b.WriteString(`,'{}',`)
+	if afterExpr != "" {
+		b.WriteString(`,'after',`)
+		b.WriteString(afterExpr)
+	}
+	b.WriteString(`),'{}',`)
 	switch {
 	case key == "":
 		b.WriteString("NULL")
@@ -285,27 +321,148 @@ func (p *Plugin) fusedInsert(st *gorm.Statement, spec *envelope.Spec, inst image
 	return b.String(), args, topic, true
 }
 
-// sameJSONForm reports whether PostgreSQL's to_jsonb gives a column of
-// the field's type the same JSON as jsonform gives its Go value.
-func sameJSONForm(f *schema.Field) bool {
+// columnTypes are the database type names (database/sql's
+// DatabaseTypeName: "INT8", "TIMESTAMPTZ", …) of a table's columns, as
+// the RETURNING of a single-row insert showed them.
+type columnTypes struct {
+	mu sync.RWMutex
+	m  map[string]string
+}
+
+func (c *columnTypes) get(col string) string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.m[col]
+}
+
+// learnColumnTypes records the column types of a RETURNING, so the
+// table's next single-row inserts can render their event in SQL.
+func (p *Plugin) learnColumnTypes(table string, rows *sql.Rows) {
+	cts, err := rows.ColumnTypes()
+	if err != nil {
+		return
+	}
+	v, _ := p.colTypes.LoadOrStore(table, &columnTypes{m: map[string]string{}})
+	ct := v.(*columnTypes)
+	ct.mu.Lock()
+	defer ct.mu.Unlock()
+	for _, c := range cts {
+		ct.m[c.Name()] = strings.ToUpper(c.DatabaseTypeName())
+	}
+}
+
+// renderJSON returns a PostgreSQL expression giving, as jsonb, the JSON
+// form jsonform gives the value of field f that herald's other paths read
+// from a column of dbType (scanned through database/sql into the field's
+// Go type); ok is false where no such expression is known, and the event
+// is then built in Go from the row read back. key: the column is a
+// primary key, whose text must also equal envelope.KeyText of its value.
+// pgx: the driver is pgx's, which scans timestamptz in time.Local.
+func renderJSON(f *schema.Field, dbType, col string, key, pgx bool) (string, bool) {
+	if f.Serializer != nil {
+		return "", false
+	}
 	t := f.FieldType
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if t == reflect.TypeFor[uuid.UUID]() {
-		return true
+	// database/sql's Null types and gorm.DeletedAt: null, or their value's
+	// form (jsonform writes what Value, or DeletedAt's MarshalJSON, gives).
+	if base, ok := nullBase[t]; ok {
+		t = base
 	}
-	if f.Serializer != nil || t.Implements(reflect.TypeFor[interface{ Value() (any, error) }]()) {
-		return false
+	switch {
+	case t == reflect.TypeFor[uuid.UUID]():
+		return "to_jsonb(" + col + ")", dbType == "UUID"
+	case t == reflect.TypeFor[time.Time]():
+		// RFC 3339 with the fraction's trailing zeros cut, as
+		// time.RFC3339Nano: a timestamp scans as UTC, a timestamptz (pgx)
+		// in time.Local, rendered "Z" only when Local is UTC.
+		var at string
+		switch {
+		case key:
+			return "", false
+		case dbType == "TIMESTAMP":
+			at = col
+		case dbType == "TIMESTAMPTZ" && pgx && localIsUTC():
+			at = col + ` AT TIME ZONE 'UTC'`
+		default:
+			return "", false
+		}
+		return `to_jsonb(rtrim(rtrim(to_char(` + at + `,'YYYY-MM-DD"T"HH24:MI:SS.US'),'0'),'.')||'Z')`, true
+	case isDecimal(t):
+		// shopspring's decimal (and the like) keeps the scale of the text
+		// it scans: the numeric's own text.
+		return "to_jsonb(" + col + "::text)", dbType == "NUMERIC" && !key
+	}
+	if t.Implements(reflect.TypeFor[driver.Valuer]()) || reflect.PointerTo(t).Implements(reflect.TypeFor[sql.Scanner]()) {
+		return "", false
 	}
 	switch t.Kind() {
-	case reflect.Bool, reflect.String,
-		reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32:
+	case reflect.Bool:
+		return "to_jsonb(" + col + ")", dbType == "BOOL"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "to_jsonb(" + col + ")", dbType == "INT2" || dbType == "INT4" || dbType == "INT8"
+	case reflect.Float64:
+		return "to_jsonb(" + col + ")", dbType == "FLOAT8" && !key
+	case reflect.Float32:
+		return "to_jsonb(" + col + ")", dbType == "FLOAT4" && !key
+	case reflect.String:
+		switch dbType {
+		case "TEXT", "VARCHAR":
+			return "to_jsonb(" + col + ")", true
+		case "BPCHAR":
+			return "to_jsonb(" + col + ")", !key
+		case "NUMERIC", "UUID", "JSON", "JSONB":
+			// Scanned into a string as the column's text output.
+			return "to_jsonb(" + col + "::text)", !key
+		}
+	}
+	return "", false
+}
+
+// nullBase maps the nullable types whose JSON form is their value's (or
+// null) to that value's type.
+var nullBase = map[reflect.Type]reflect.Type{
+	reflect.TypeFor[sql.NullTime]():    reflect.TypeFor[time.Time](),
+	reflect.TypeFor[gorm.DeletedAt]():  reflect.TypeFor[time.Time](),
+	reflect.TypeFor[sql.NullString]():  reflect.TypeFor[string](),
+	reflect.TypeFor[sql.NullInt64]():   reflect.TypeFor[int64](),
+	reflect.TypeFor[sql.NullInt32]():   reflect.TypeFor[int32](),
+	reflect.TypeFor[sql.NullInt16]():   reflect.TypeFor[int16](),
+	reflect.TypeFor[sql.NullByte]():    reflect.TypeFor[uint8](),
+	reflect.TypeFor[sql.NullBool]():    reflect.TypeFor[bool](),
+	reflect.TypeFor[sql.NullFloat64](): reflect.TypeFor[float64](),
+}
+
+// isDecimal reports a decimal type jsonform writes as a string that keeps
+// its scale: Coefficient() *big.Int and Exponent() int32 (shopspring's).
+func isDecimal(t reflect.Type) bool {
+	c, ok := t.MethodByName("Coefficient")
+	if !ok || c.Type.NumIn() != 1 || c.Type.NumOut() != 1 || c.Type.Out(0) != reflect.TypeFor[*big.Int]() {
+		return false
+	}
+	e, ok := t.MethodByName("Exponent")
+	return ok && e.Type.NumIn() == 1 && e.Type.NumOut() == 1 && e.Type.Out(0).Kind() == reflect.Int32
+}
+
+// localIsUTC reports whether time.Local is UTC at every instant: pgx
+// scans timestamptz in time.Local, and jsonform writes a time with its
+// zone's offset ("Z" only for offset 0).
+var localIsUTC = sync.OnceValue(func() bool {
+	if time.Local.String() == "UTC" {
 		return true
 	}
-	return false
-}
+	for y := 1970; y <= 2100; y++ {
+		for _, m := range []time.Month{time.January, time.April, time.July, time.October} {
+			if _, off := time.Date(y, m, 1, 0, 0, 0, 0, time.Local).Zone(); off != 0 {
+				return false
+			}
+		}
+	}
+	return true
+})
 
 // query runs a statement of a captured write. On SQLite, where preparing
 // a statement costs about as much as running it, small INSERTs (a single
@@ -371,3 +528,6 @@ func (p *Plugin) prepared(ctx context.Context, cp gorm.ConnPool, q string, nargs
 	}
 	return tx.StmtContext(ctx, v.(*sql.Stmt))
 }
+
+// sqlString is s as a SQL string literal.
+func sqlString(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

@@ -52,6 +52,8 @@ type capturePool struct {
 	changed       []string
 	before, after []image
 	cascaded      []batch
+	updCascade    []updateCascade // an UPDATE's ON UPDATE cascades, as read before it
+	paired        bool            // before[i] is after[i] as it was (updateWithBefore)
 }
 
 func (p *Plugin) update(orig func(*gorm.DB)) func(*gorm.DB) {
@@ -65,11 +67,15 @@ func (p *Plugin) update(orig func(*gorm.DB)) func(*gorm.DB) {
 			return
 		}
 		m := p.modelFor(st.Schema)
-		if m.spec == nil || !m.spec.Captures(envelope.Updated) {
+		spec := m.spec
+		if spec != nil && !spec.Captures(envelope.Updated) {
+			spec = nil
+		}
+		if spec == nil && len(p.updateCascadesFor(db, st.Schema, st.Table)) == 0 { // SET is not built yet
 			orig(db)
 			return
 		}
-		p.intercept(db, orig, m.spec)
+		p.inOwnTx(db, func() { p.intercept(db, orig, spec) })
 	}
 }
 
@@ -92,7 +98,7 @@ func (p *Plugin) delete(orig func(*gorm.DB)) func(*gorm.DB) {
 			orig(db)
 			return
 		}
-		p.intercept(db, orig, spec)
+		p.inOwnTx(db, func() { p.intercept(db, orig, spec) })
 	}
 }
 
@@ -141,11 +147,15 @@ func (c *capturePool) QueryContext(ctx context.Context, q string, args ...any) (
 		return c.ConnPool.QueryContext(ctx, q, args...)
 	}
 	c.hit, c.userReturning = true, true
+	st := c.db.Statement
+	if c.spec != nil && c.spec.Captures(envelope.Updated) && len(q) >= 6 && strings.EqualFold(q[:6], "UPDATE") &&
+		setsKey(changedColumns(st), keyColumns(st.Schema)) {
+		return c.queryMovingKeys(ctx, q, args)
+	}
 	if err := c.prepare(ctx, q); err != nil {
 		c.err = err
 		return nil, err
 	}
-	st := c.db.Statement
 	if c.update && c.spec != nil {
 		cols := payloadColumns(st.Schema, c.spec, c.spec.NeedsBefore(envelope.Updated))
 		if err := c.readBefore(ctx, cols); err != nil {
@@ -162,6 +172,55 @@ func (c *capturePool) QueryContext(ctx context.Context, q string, args ...any) (
 	return c.ConnPool.QueryContext(ctx, q, args...)
 }
 
+// queryMovingKeys runs an UPDATE with the caller's RETURNING that sets a
+// primary-key column. Its rows cannot be read again by their old keys
+// afterwards, so the pool runs the UPDATE with its own RETURNING, as
+// without clause.Returning (run), and answers the caller with the rows it
+// asked for, read by their new keys. Statements: those of run, and the
+// SELECT.
+func (c *capturePool) queryMovingKeys(ctx context.Context, q string, args []any) (*sql.Rows, error) {
+	st := c.db.Statement
+	i := strings.LastIndex(q, " RETURNING ")
+	if i < 0 || strings.ContainsAny(q[i:], "?$") {
+		c.err = &envelope.Error{Kind: envelope.ErrUnsupported, Where: c.spec.Label + " update",
+			Msg: "cannot find the RETURNING of an UPDATE that moves rows to new primary keys"}
+		return nil, c.err
+	}
+	c.userReturning = false
+	if _, err := c.run(ctx, q[:i], args); err != nil {
+		c.err = err
+		return nil, err
+	}
+	pk := keyColumns(st.Schema)
+	keys := make([][]any, len(c.after))
+	for j, a := range c.after {
+		keys[j] = make([]any, len(pk))
+		for k, col := range pk {
+			keys[j][k] = a[col]
+		}
+	}
+	var cols []clause.Column
+	if r, ok := st.Clauses["RETURNING"].Expression.(clause.Returning); ok {
+		cols = r.Columns
+	}
+	if len(keys)*len(pk) > maxBindKeys {
+		c.err = &envelope.Error{Kind: envelope.ErrUnsupported, Where: c.spec.Label + " update",
+			Msg: fmt.Sprintf("an UPDATE with RETURNING that moves %d rows to new primary keys: at most %d at once", len(keys), maxBindKeys/len(pk))}
+		return nil, c.err
+	}
+	sel := &gorm.Statement{DB: c.db, Table: st.Table, TableExpr: st.TableExpr, Schema: st.Schema, Context: ctx, Clauses: map[string]clause.Clause{}}
+	sel.AddClause(clause.Select{Columns: cols})
+	sel.AddClause(clause.From{})
+	sel.AddClause(clause.Where{Exprs: []clause.Expression{keysIn(pk, keys)}})
+	sel.Build("SELECT", "FROM", "WHERE")
+	rows, err := own(c.ConnPool).QueryContext(ctx, sel.SQL.String(), sel.Vars...)
+	if err != nil {
+		c.err = fmt.Errorf("herald/gormcapture: read the updated rows: %w", err)
+		return nil, c.err
+	}
+	return rows, nil
+}
+
 // prepare takes the write's savepoint and, for a real DELETE, reads what
 // the database will cascade to.
 func (c *capturePool) prepare(ctx context.Context, q string) error {
@@ -174,6 +233,30 @@ func (c *capturePool) prepare(ctx context.Context, q string) error {
 		c.changed = changedColumns(st)
 		if c.spec != nil && !c.spec.Captures(envelope.Updated) {
 			c.spec = nil
+		}
+		set := setColumns(st)
+		if edges := c.p.updateEdges(c.db, st.Schema, st.Table, set); len(edges) > 0 {
+			// ON UPDATE cascades: the parents' referenced values, then the
+			// children referencing them, locked, before the UPDATE.
+			if err := c.p.writeLock(ctx, st, c.ConnPool); err != nil {
+				return err
+			}
+			cols := slices.Clone(keyColumns(st.Schema))
+			for _, e := range edges {
+				cols = union(cols, e.ref...)
+			}
+			q2, vars := c.p.selectWhere(c.db, cols, true)
+			rows, err := own(c.ConnPool).QueryContext(ctx, q2, vars...)
+			if err != nil {
+				return fmt.Errorf("herald/gormcapture: lock %s rows: %w", st.Table, err)
+			}
+			parents, _, err := newScanner(st.Schema, cols).scan(ctx, rows, -1)
+			if err != nil {
+				return fmt.Errorf("herald/gormcapture: lock %s rows: %w", st.Table, err)
+			}
+			if c.updCascade, err = c.p.readUpdateCascade(ctx, c.db, own(c.ConnPool), st.Schema, st.Table, parents, set); err != nil {
+				return err
+			}
 		}
 		if c.spec != nil && (c.spec.NeedsBefore(envelope.Updated) || c.userReturning) {
 			return c.p.writeLock(ctx, st, c.ConnPool)
@@ -206,7 +289,7 @@ func (c *capturePool) prepare(ctx context.Context, q string) error {
 	if err != nil {
 		return fmt.Errorf("herald/gormcapture: lock %s rows: %w", st.Table, err)
 	}
-	c.cascaded, err = c.p.readCascade(ctx, c.db, own(c.ConnPool), st.Schema, st.Table, parents, c.at)
+	c.cascaded, c.updCascade, err = c.p.readCascade(ctx, c.db, own(c.ConnPool), st.Schema, st.Table, parents, c.at)
 	return err
 }
 
@@ -343,7 +426,7 @@ func (c *capturePool) updateWithBefore(ctx context.Context, before, after []stri
 	if err != nil {
 		return 0, true, err
 	}
-	c.before = sc.firsts
+	c.before, c.paired = sc.firsts, true
 	return int64(len(c.after)), true, nil
 }
 
@@ -382,10 +465,16 @@ func (c *capturePool) finish() error {
 					beforeBy[keyOf(c.after[0], pk)] = c.before[0]
 				}
 			}
+			// PostgreSQL's UPDATE … FROM (SELECT … FOR UPDATE) returns each
+			// row's old values beside its new ones: paired by position, also
+			// when keys moved.
+			paired := c.paired && len(c.before) == len(c.after)
 			cs = make([]envelope.Change, 0, len(c.after))
-			for _, a := range c.after {
+			for i, a := range c.after {
 				var before, after image
-				if beforeBy != nil {
+				if paired && beforeBy != nil {
+					before = c.before[i]
+				} else if beforeBy != nil {
 					before = beforeBy[keyOf(a, pk)]
 					if before == nil {
 						return &envelope.Error{Kind: envelope.ErrUnsupported, Where: spec.Label + " update",
@@ -407,6 +496,13 @@ func (c *capturePool) finish() error {
 				cs = append(cs, change(spec, st.Table, envelope.Deleted, pkOf(b, pk), before, nil, nil, c.at))
 			}
 		}
+	}
+	if len(c.updCascade) > 0 {
+		bs, err := c.p.finishUpdateCascade(ctx, c.db, own(st.ConnPool), c.updCascade, c.at)
+		if err != nil {
+			return err
+		}
+		c.cascaded = append(c.cascaded, bs...)
 	}
 	batches := append([]batch{{spec, cs}}, c.cascaded...)
 	if spec == nil {

@@ -29,10 +29,10 @@ type Config struct {
 	ClientOptions []kgo.Opt
 
 	// Client is a ready client to produce with; nil = build one from
-	// Brokers. The delivery never closes it. Its options are its own: keep
-	// acks=all and idempotent writes (franz-go's defaults) for herald's
-	// guarantee, and know that its linger (10 ms by default) adds to every
-	// batch.
+	// Brokers. The delivery never closes it. It must require acks from all
+	// in-sync replicas (franz-go's default; New refuses it otherwise); its
+	// other options are its own — keep idempotent writes on, and know that
+	// its linger (10 ms by default) adds to every batch.
 	Client *kgo.Client
 
 	// Topic is the Kafka topic of every event; "" = the event's own topic
@@ -98,6 +98,17 @@ func New(cfg Config) (*Delivery, error) {
 			return nil, cfgErr("Brokers", "build client: %v", err)
 		}
 		d.cl, d.own = cl, true
+	}
+	// A record acknowledged by the leader alone is lost when the leader
+	// dies before a follower copied it: herald would have marked its
+	// event published.
+	if acks, _ := d.cl.OptValue(kgo.RequiredAcks).(kgo.Acks); acks != kgo.AllISRAcks() {
+		field := "Client"
+		if d.own {
+			d.cl.Close()
+			field = "ClientOptions"
+		}
+		return nil, cfgErr(field, "the client does not require acks from all in-sync replicas (kgo.RequiredAcks(kgo.AllISRAcks()), franz-go's default): an event would count as delivered on the leader's word alone")
 	}
 	return d, nil
 }
@@ -166,6 +177,11 @@ func (d *Delivery) DeliverBatch(ctx context.Context, es []*envelope.Event) []err
 			finish(i, fmt.Errorf("herald/kafka: event %s (topic %q): TopicFunc gave no Kafka topic: %w", e.ID, e.Topic, delivery.ErrDelivery))
 			continue
 		}
+		if !legalTopic(r.Topic) {
+			finish(i, fmt.Errorf("herald/kafka: event %s: %q is not a legal Kafka topic name (at most 249 of a-z A-Z 0-9 . _ -); map it with Config.TopicFunc: %w",
+				e.ID, r.Topic, delivery.ErrDelivery))
+			continue
+		}
 		d.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
 			if err != nil {
 				err = &ProduceError{EventID: e.ID.String(), Topic: r.Topic, Err: err}
@@ -224,3 +240,17 @@ func (e *ProduceError) Error() string {
 }
 
 func (e *ProduceError) Unwrap() error { return e.Err }
+
+// legalTopic reports whether Kafka accepts name as a topic name.
+func legalTopic(name string) bool {
+	if name == "" || len(name) > 249 || name == "." || name == ".." {
+		return false
+	}
+	for i := range len(name) {
+		c := name[i]
+		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '.' && c != '_' && c != '-' {
+			return false
+		}
+	}
+	return true
+}

@@ -106,7 +106,7 @@ func (c *consumer) Received(t testing.TB) []deliverytest.Message {
 }
 
 // viaProxy makes a client dial every broker through the proxy.
-func viaProxy(p *deliverytest.Proxy) kgo.Opt {
+func viaProxy(p *testkit.Proxy) kgo.Opt {
 	var d net.Dialer
 	return kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) {
 		return d.DialContext(ctx, network, p.Addr())
@@ -119,7 +119,7 @@ func newReceiver(t testing.TB) *deliverytest.Receiver {
 	createTopic(t, brokers, topic, 3)
 	// One broker behind the proxy: kfake.NumBrokers(1) unless a real
 	// cluster is given, whose tests then dial its first broker only.
-	proxy := deliverytest.NewProxy(t, brokers[0])
+	proxy := testkit.NewProxy(t, brokers[0])
 	c := &consumer{brokers: brokers, topic: topic}
 	t.Cleanup(c.stop)
 	return &deliverytest.Receiver{
@@ -131,9 +131,9 @@ func newReceiver(t testing.TB) *deliverytest.Receiver {
 			return d
 		},
 		Received: c.Received,
-		Down:     func(testing.TB) { proxy.Cut() },
-		Up:       func(testing.TB) { proxy.Restore() },
-		Conns:    proxy.Conns,
+		Down:     func(testing.TB) { proxy.SetDown(true) },
+		Up:       func(testing.TB) { proxy.SetDown(false) },
+		Conns:    proxy.Open,
 	}
 }
 
@@ -172,6 +172,10 @@ func TestEventTopicAndTopicFunc(t *testing.T) {
 	errs := mapped.DeliverBatch(ctx, []*envelope.Event{event("billing.refunded", "k"), event("library.loan", "k2")})
 	if errs == nil || errs[0] != nil || !errors.Is(errs[1], delivery.ErrDelivery) || !strings.Contains(errs[1].Error(), "library.loan") {
 		t.Fatalf("mapped batch: %v", errs)
+	}
+	// A topic Kafka would refuse fails at once, naming the fix.
+	if err := plain.Deliver(ctx, event("tenant/acme:orders", "")); !errors.Is(err, delivery.ErrDelivery) || !strings.Contains(err.Error(), "TopicFunc") {
+		t.Fatalf("illegal topic: %v", err)
 	}
 	for _, topic := range []string{"billing.paid", "out.billing.refunded"} {
 		c := &consumer{brokers: brokers, topic: topic}
@@ -233,15 +237,23 @@ func TestConfigErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
+	leaderOnly, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"), kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leaderOnly.Close()
 	for name, cfg := range map[string]kafka.Config{
-		"Brokers":       {},
-		"Client":        {Brokers: []string{"a:1"}, Client: cl},
-		"ClientOptions": {Client: cl, ClientOptions: []kgo.Opt{kgo.ClientID("x")}},
-		"TopicFunc":     {Brokers: []string{"a:1"}, Topic: "t", TopicFunc: func(*envelope.Event) string { return "" }},
-		"CloseTimeout":  {Brokers: []string{"a:1"}, CloseTimeout: -time.Second},
+		"Client (acks)":        {Client: leaderOnly},
+		"ClientOptions (acks)": {Brokers: []string{"a:1"}, ClientOptions: []kgo.Opt{kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite()}},
+		"Brokers":              {},
+		"Client":               {Brokers: []string{"a:1"}, Client: cl},
+		"ClientOptions":        {Client: cl, ClientOptions: []kgo.Opt{kgo.ClientID("x")}},
+		"TopicFunc":            {Brokers: []string{"a:1"}, Topic: "t", TopicFunc: func(*envelope.Event) string { return "" }},
+		"CloseTimeout":         {Brokers: []string{"a:1"}, CloseTimeout: -time.Second},
 	} {
 		_, err := kafka.New(cfg)
-		if !errors.Is(err, envelope.ErrConfiguration) || !strings.Contains(err.Error(), "kafka.Config."+name) {
+		field, _, _ := strings.Cut(name, " ")
+		if !errors.Is(err, envelope.ErrConfiguration) || !strings.Contains(err.Error(), "kafka.Config."+field) {
 			t.Errorf("%s: %v, want ErrConfiguration naming kafka.Config.%s", name, err, name)
 		}
 	}

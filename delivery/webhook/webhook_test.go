@@ -90,7 +90,7 @@ func (s *server) messages(testing.TB) []deliverytest.Message {
 
 func newReceiver(t testing.TB) *deliverytest.Receiver {
 	s := newServer(t, nil)
-	proxy := deliverytest.NewProxy(t, s.Listener.Addr().String())
+	proxy := testkit.NewProxy(t, s.Listener.Addr().String())
 	return &deliverytest.Receiver{
 		NewDelivery: func(t testing.TB) delivery.Delivery {
 			d, err := webhook.New(webhook.Config{URL: "http://" + proxy.Addr() + "/hook", Secret: "s3cret", AllowNetworks: loopback})
@@ -100,9 +100,9 @@ func newReceiver(t testing.TB) *deliverytest.Receiver {
 			return d
 		},
 		Received: s.messages,
-		Down:     func(testing.TB) { proxy.Cut() },
-		Up:       func(testing.TB) { proxy.Restore() },
-		Conns:    proxy.Conns,
+		Down:     func(testing.TB) { proxy.SetDown(true) },
+		Up:       func(testing.TB) { proxy.SetDown(false) },
+		Conns:    proxy.Open,
 	}
 }
 

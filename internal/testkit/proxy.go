@@ -145,3 +145,11 @@ func (p *Proxy) serve(c net.Conn) {
 	<-done
 	<-done
 }
+
+// Open is the number of connections open through the proxy, both sides
+// counted: zero once every client closed its connections.
+func (p *Proxy) Open() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns)
+}

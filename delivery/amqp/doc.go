@@ -1,0 +1,21 @@
+// Package amqp delivers herald events to RabbitMQ with amqp091-go.
+//
+// Each event is one persistent message, published to an existing exchange
+// (Config.Exchange; "" = the default exchange) with the event's topic as
+// routing key — or Config.RoutingKey, or Config.RoutingKeyFunc's answer —
+// the JSON payload as body, the event id as message id, and the event's
+// headers plus herald-event-id and herald-topic as headers. The Delivery
+// is a delivery.BatchDelivery: a relay's batch is published on one channel
+// in confirm mode and the broker's confirmations are awaited for the whole
+// batch; an event succeeds only when its message is confirmed. A lost
+// connection or channel is re-opened on the next call.
+//
+// The broker drops a message its exchange cannot route (no binding
+// matches) — what pub/sub wants when nobody subscribes to a topic. With
+// Config.Mandatory such a message is returned instead, and its event
+// fails.
+//
+// Guarantee: Deliver returns nil only for an event whose message the
+// broker confirmed; anything else fails the event, which is published
+// again (consumers de-duplicate on the message id or herald-event-id).
+package amqp

@@ -1,0 +1,194 @@
+package gormcapture_test
+
+import (
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/gormcapture"
+)
+
+// What events hold: the rows as the database stored them, in one JSON form
+// whatever the path that wrote them.
+
+// An UPDATE with clause.Returning that moves rows to new primary keys
+// writes their events, with the rows as they are now; the caller gets the
+// returned rows as without the plugin.
+func TestReturningUpdateMovesKey(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		for _, mode := range []envelope.PayloadMode{envelope.After, envelope.BeforeAndAfter} {
+			e := newEnv(t, d, nil, gormcapture.Config{}, &Tag{})
+			must(t, e.plugin.Capture(&Tag{}, envelope.Options{Payload: mode}))
+			must(t, e.db.Create(&[]Tag{{Code: "a", Label: "A"}, {Code: "b", Label: "B"}, {Code: "c", Label: "C"}}).Error)
+			clearEvents(t, e)
+
+			var out []Tag
+			tx := e.db.Model(&out).Clauses(clause.Returning{}).Where("code = ?", "a").Update("code", "z")
+			must(t, tx.Error)
+			if tx.RowsAffected != 1 || fmt.Sprint(out) != "[{z A}]" {
+				t.Errorf("%s: RowsAffected %d, returned %v; want 1, [{z A}]", mode, tx.RowsAffected, out)
+			}
+			evs := e.events(t)
+			if len(evs) != 1 || evs[0].Payload["pk"] != "z" || evs[0].Payload["after"].(map[string]any)["code"] != "z" {
+				t.Fatalf("%s: events %s, want one for z", mode, dump(evs))
+			}
+			if b, _ := evs[0].Payload["before"].(map[string]any); mode == envelope.BeforeAndAfter && b["code"] != "a" {
+				t.Errorf("%s: before %v, want code a", mode, b)
+			}
+			if mode == envelope.After {
+				// Several rows at once, with an expression.
+				clearEvents(t, e)
+				var many []Tag
+				tx = e.db.Model(&many).Clauses(clause.Returning{Columns: []clause.Column{{Name: "code"}}}).
+					Where("code IN ?", []string{"b", "c"}).Update("code", gorm.Expr("code || 'x'"))
+				must(t, tx.Error)
+				codes := []string{}
+				for _, m := range many {
+					codes = append(codes, m.Code+m.Label)
+				}
+				sort.Strings(codes)
+				if tx.RowsAffected != 2 || fmt.Sprint(codes) != "[bx cx]" {
+					t.Errorf("RowsAffected %d, returned %v; want 2, [bx cx] (only code returned)", tx.RowsAffected, codes)
+				}
+				wantLines(t, e.events(t), "tag.updated bx [code]", "tag.updated cx [code]")
+			}
+		}
+	})
+}
+
+type (
+	// Stored has columns the database stores otherwise than the Go value
+	// given (precision, scale, zone) and database defaults of non-text
+	// types read into strings; every one has a rendering in SQL, so its
+	// single-row creates are fused on PostgreSQL.
+	Stored struct {
+		ID        int64
+		Name      string
+		At        time.Time
+		Fee       decimal.Decimal `gorm:"type:numeric(10,2)"`
+		Price     string          `gorm:"type:numeric(10,2);default:2"`
+		Doc       string          `gorm:"type:jsonb;default:'{\"b\": 2, \"a\": 1}'"`
+		Level     *int
+		Note      sql.NullString
+		CreatedAt time.Time
+		DeletedAt gorm.DeletedAt
+	}
+	// Odd has columns without a rendering in SQL: a string read from a
+	// timestamptz, a serializer.
+	Odd struct {
+		ID    int64
+		Name  string
+		Stamp string `gorm:"type:timestamptz;default:'2026-01-02 03:04:05.5+00'"`
+		Prefs Prefs  `gorm:"serializer:json"`
+		More  *Prefs `gorm:"serializer:json"`
+		Def   Prefs  `gorm:"serializer:json;default:'{\"theme\":\"d\",\"size\":1}'"`
+	}
+	Prefs struct {
+		Theme string `json:"theme"`
+		Size  int    `json:"size"`
+	}
+)
+
+// Every create path's event holds the row as the database stored it, in
+// the JSON form every other path gives it: the inserted image equals the
+// before image the next update reads from the database, for a single-row
+// create (fused on PostgreSQL, or not), a batch create, and on both
+// dialects.
+func TestCreateEventHoldsStoredRow(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		db, log := countingDB(t, d)
+		must(t, db.AutoMigrate(&Stored{}, &Odd{}))
+		p := gormcapture.New(gormcapture.Config{})
+		must(t, db.Use(p))
+		must(t, p.Capture(&Stored{}, envelope.Options{Payload: envelope.BeforeAndAfter}))
+		must(t, p.Capture(&Odd{}, envelope.Options{Payload: envelope.BeforeAndAfter}))
+		at := time.Date(2026, 10, 6, 12, 4, 5, 123456789, time.FixedZone("", 3600))
+		stored := func(name string) *Stored {
+			return &Stored{Name: name, At: at, Fee: decimal.RequireFromString("1.005"), Note: sql.NullString{String: name, Valid: name != "first"},
+				DeletedAt: gorm.DeletedAt{Time: at, Valid: name == "batch2"}}
+		}
+		must(t, db.Create(stored("first")).Error) // learns the column types
+		stmts := log.record(func() { must(t, db.Create(stored("fused")).Error) })
+		if d == envelope.Postgres && !slices.Equal(kinds(stmts), []string{"WITH"}) {
+			t.Errorf("second single-row create: %q, want one fused statement", kinds(stmts))
+		}
+		must(t, db.Create(&[]*Stored{stored("batch1"), stored("batch2")}).Error)
+		single := Odd{Name: "single"}
+		must(t, db.Create(&single).Error)
+		if single.Def != (Prefs{Theme: "d", Size: 1}) {
+			t.Errorf("the serializer field's default was not filled in: %+v", single.Def)
+		}
+		must(t, db.Create(&Odd{Name: "again", More: &Prefs{}}).Error)
+		must(t, db.Create(&[]Odd{{Name: "batch1"}, {Name: "batch2", Prefs: Prefs{Theme: "dark", Size: 2}}}).Error)
+		must(t, db.Unscoped().Model(&Stored{}).Where("id > 0").Update("name", "x").Error)
+		must(t, db.Model(&Odd{}).Where("id > 0").Update("name", "x").Error)
+
+		var evs []event
+		rows, err := db.Raw(`SELECT topic, payload FROM herald_outbox ORDER BY sequence`).Rows()
+		must(t, err)
+		defer rows.Close()
+		for rows.Next() {
+			var topic string
+			var payload []byte
+			must(t, rows.Scan(&topic, &payload))
+			var pl map[string]any
+			must(t, json.Unmarshal(payload, &pl))
+			evs = append(evs, event{Topic: topic, Payload: pl})
+		}
+		must(t, rows.Err())
+		inserted := map[string]map[string]any{}
+		for _, ev := range evs {
+			key := fmt.Sprintf("%s %v", ev.Payload["model"], ev.Payload["pk"])
+			switch ev.Payload["operation"] {
+			case "inserted":
+				inserted[key] = ev.Payload["after"].(map[string]any)
+			case "updated":
+				before := ev.Payload["before"].(map[string]any)
+				if !reflect.DeepEqual(inserted[key], before) {
+					t.Errorf("%s: inserted as\n  %v\nbut the database holds\n  %v", key, inserted[key], before)
+				}
+			}
+		}
+		if len(inserted) != 8 {
+			t.Fatalf("%d inserted events, want 8: %v", len(inserted), evs)
+		}
+		// The stored values themselves.
+		wantFee, wantAt := "1.01", "2026-10-06T11:04:05.123456Z" // pgx sends microseconds
+		if d == envelope.SQLite {
+			// SQLite keeps what it is given: the decimal's text, the time
+			// with its offset.
+			wantFee, wantAt = "1.005", "2026-10-06T12:04:05.123456789+01:00"
+		}
+		for _, k := range []string{"Stored 1", "Stored 2", "Stored 3"} {
+			a := inserted[k]
+			if a["fee"] != wantFee || a["at"] != wantAt || a["price"] != "2.00" && d == envelope.Postgres || a["level"] != nil {
+				t.Errorf("%s: fee %v at %v price %v level %v; want %s, %s, 2.00, nil", k, a["fee"], a["at"], a["price"], a["level"], wantFee, wantAt)
+			}
+			if doc, ok := a["doc"].(string); !ok || !strings.Contains(doc, `"a": 1`) && d == envelope.Postgres {
+				t.Errorf("%s: doc %#v, want the jsonb's text", k, a["doc"])
+			}
+		}
+		for _, k := range []string{"Odd 1", "Odd 3"} {
+			if a := inserted[k]; a["prefs"] != `{"theme":"","size":0}` || a["more"] != nil {
+				t.Errorf("%s: prefs %#v more %#v, want the zero struct serialized and null", k, a["prefs"], a["more"])
+			}
+		}
+		if a := inserted["Odd 2"]; a["more"] != `{"theme":"","size":0}` {
+			t.Errorf("Odd 2: more %#v, want the zero struct serialized", a["more"])
+		}
+	})
+}
