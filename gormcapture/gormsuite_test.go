@@ -458,3 +458,106 @@ func TestJoinModelWithoutPrimaryKey(t *testing.T) {
 		})
 	})
 }
+
+// ON UPDATE cascade plans belong to model types too (gormfix's ON UPDATE
+// capture merged with per-type plans): with plans keyed by table name, the
+// second pair of types below inherited the first pair's plan for
+// suite_u_profiles (no ON UPDATE edge) and the member row the database
+// rewrote got no event. Each type's update follows its own constraints.
+func TestTwoTypesOneTableUpdateCascade(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		e := captureAllEnv(t, d, envelope.BeforeAndAfter, nil)
+		{
+			type SuiteUProfile struct {
+				ID             uint
+				Name           string
+				SuiteUMemberID uint
+			}
+			type SuiteUMember struct {
+				ID            uint
+				Refer         uint `gorm:"uniqueIndex"`
+				Name          string
+				SuiteUProfile SuiteUProfile `gorm:"constraint:OnUpdate:CASCADE,OnDelete:CASCADE;foreignKey:SuiteUMemberID;references:Refer"`
+			}
+			must(t, e.db.AutoMigrate(&SuiteUMember{}))
+			must(t, e.db.AutoMigrate(&SuiteUProfile{}))
+			m := SuiteUMember{Refer: 1, Name: "m", SuiteUProfile: SuiteUProfile{Name: "p"}}
+			must(t, e.db.Create(&m).Error)
+			clearEvents(t, e)
+			// Not Model(&m): GORM would also upsert m's loaded profile.
+			must(t, e.db.Model(&SuiteUMember{}).Where("id = ?", m.ID).Update("refer", 2).Error)
+			wantLines(t, e.events(t), "suite_u_member.updated 1 [refer]", "suite_u_profile.updated 1 [suite_u_member_id]")
+			must(t, e.db.Migrator().DropTable(&SuiteUProfile{}, &SuiteUMember{}))
+		}
+		{
+			type SuiteUProfile struct {
+				ID    uint
+				Name  string
+				Refer uint `gorm:"uniqueIndex"`
+			}
+			type SuiteUMember struct {
+				ID              uint
+				Name            string
+				SuiteUProfileID uint
+				SuiteUProfile   SuiteUProfile `gorm:"constraint:OnUpdate:CASCADE,OnDelete:CASCADE;foreignKey:SuiteUProfileID;references:Refer"`
+			}
+			must(t, e.db.AutoMigrate(&SuiteUProfile{}, &SuiteUMember{}))
+			m := SuiteUMember{Name: "m", SuiteUProfile: SuiteUProfile{Name: "p", Refer: 1}}
+			must(t, e.db.Create(&m).Error)
+			clearEvents(t, e)
+			must(t, e.db.Model(&m.SuiteUProfile).Update("refer", 2).Error)
+			evs := e.events(t)
+			wantLines(t, evs, "suite_u_profile.updated 1 [refer]", "suite_u_member.updated 1 [suite_u_profile_id]")
+			for _, ev := range evs {
+				if ev.Topic != "suite_u_member.updated" {
+					continue
+				}
+				b, _ := ev.Payload["before"].(map[string]any)
+				a, _ := ev.Payload["after"].(map[string]any)
+				if b["suite_u_profile_id"] != float64(1) || a["suite_u_profile_id"] != float64(2) {
+					t.Errorf("member: before %v after %v", b, a)
+				}
+			}
+		}
+	})
+}
+
+// With PrepareStmt, the statements herald runs for an ON UPDATE cascade
+// (the parents' lock, the children's reads before and after) go on the
+// unwrapped connection like its other statements: the caller's cache
+// holds what it holds without the plugin.
+func TestUpdateCascadePrepareStmtCacheUntouched(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		work := func(db *gorm.DB) []int {
+			ps := db.Session(&gorm.Session{PrepareStmt: true})
+			cached := func() int { return len(ps.ConnPool.(*gorm.PreparedStmtDB).Stmts.Keys()) }
+			must(t, ps.Create(&[]Genre{{Code: "sf", Name: "SF", Titles: []Title{{Name: "Dune"}}, Shelfs: []Stack{{}}}}).Error)
+			out := []int{cached()}
+			must(t, ps.Model(&Genre{}).Where("code = ?", "sf").Update("code", "scifi").Error)
+			out = append(out, cached())
+			must(t, ps.Transaction(func(tx *gorm.DB) error {
+				return tx.Model(&Genre{}).Where("code = ?", "scifi").Update("code", "sf").Error
+			}))
+			return append(out, cached())
+		}
+		plain, _ := openDB(t, d, nil)
+		must(t, plain.AutoMigrate(&Genre{}, &Title{}, &Stack{}))
+		want := work(plain)
+		e := captureAllEnv(t, d, envelope.BeforeAndAfter, nil, &Genre{}, &Title{}, &Stack{})
+		got := work(e.db)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("cached statements after each write: %v, without the plugin %v", got, want)
+		}
+		var titles []string
+		for _, ev := range e.events(t) {
+			if ev.Topic == "title.updated" {
+				titles = append(titles, fmt.Sprint(ev.Payload["after"].(map[string]any)["genre_code"]))
+			}
+		}
+		if fmt.Sprint(titles) != "[scifi sf]" {
+			t.Errorf("title events after genre_code: %v, want [scifi sf]", titles)
+		}
+	})
+}
