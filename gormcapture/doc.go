@@ -80,8 +80,9 @@
 // the stored row, when every column has a rendering known to match
 // (integers, text, booleans, uuids, floats, numerics into decimals or
 // strings, json/jsonb into strings, timestamps into time.Time — timestamptz
-// only through pgx with time.Local UTC); the table's first single-row
-// Create, and any other, takes two statements. What the caller sees is
+// only through pgx with time.Local UTC; the column types are read once
+// per table, by a SELECT of no rows before its first single-row Create);
+// any other takes two statements. What the caller sees is
 // what GORM shows without the plugin: RowsAffected, generated keys and
 // defaults filled in, and a struct or slice never overwritten by the
 // plugin's RETURNING.
