@@ -379,9 +379,9 @@ func (p *Plugin) probeColumnTypes(ctx context.Context, st *gorm.Statement, cols 
 	if err != nil {
 		return err
 	}
+	defer rows.Close()
 	p.learnColumnTypes(st.Table, rows)
-	if err := rows.Close(); err != nil {
-		return err
+	for rows.Next() { // none: WHERE false
 	}
 	if err := rows.Err(); err != nil {
 		return err
