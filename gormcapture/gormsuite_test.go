@@ -460,10 +460,10 @@ func TestJoinModelWithoutPrimaryKey(t *testing.T) {
 }
 
 // ON UPDATE cascade plans belong to model types too (gormfix's ON UPDATE
-// capture merged with per-type plans): with plans keyed by table name, the
-// second pair of types below inherited the first pair's plan for
-// suite_u_profiles (no ON UPDATE edge) and the member row the database
-// rewrote got no event. Each type's update follows its own constraints.
+// capture merged with per-type plans): with plans keyed by table name, an
+// update of the second SuiteUMember's refer followed the first type's
+// constraint and read suite_u_profiles.suite_u_member_id, a column the
+// table no longer has. Each type's update follows its own constraints.
 func TestTwoTypesOneTableUpdateCascade(t *testing.T) {
 	t.Parallel()
 	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
@@ -499,6 +499,7 @@ func TestTwoTypesOneTableUpdateCascade(t *testing.T) {
 			type SuiteUMember struct {
 				ID              uint
 				Name            string
+				Refer           uint // referenced by nothing, this time
 				SuiteUProfileID uint
 				SuiteUProfile   SuiteUProfile `gorm:"constraint:OnUpdate:CASCADE,OnDelete:CASCADE;foreignKey:SuiteUProfileID;references:Refer"`
 			}
@@ -519,6 +520,9 @@ func TestTwoTypesOneTableUpdateCascade(t *testing.T) {
 					t.Errorf("member: before %v after %v", b, a)
 				}
 			}
+			clearEvents(t, e)
+			must(t, e.db.Model(&SuiteUMember{}).Where("id = ?", m.ID).Update("refer", 7).Error)
+			wantLines(t, e.events(t), "suite_u_member.updated 1 [refer]")
 		}
 	})
 }
