@@ -2,6 +2,7 @@ package envelope
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,16 +16,20 @@ const maxArrayRows = 100000
 
 // WriteCapturedArrays is WriteCaptured for large batches on PostgreSQL
 // through a driver that binds Go slices as arrays (pgx's database/sql
-// driver does; lib/pq does not): each run of messages is one
+// driver does; lib/pq does not): each chunk of up to 100,000 messages is
+// one
 //
 //	INSERT INTO outbox (…) SELECT … FROM unnest($1::uuid[], $2::varchar[], …) WITH ORDINALITY … RETURNING sequence, id
 //
-// binding seven parameters whatever the number of events, where
+// binding nine parameters whatever the number of events, where
 // WriteCaptured's multi-row VALUES binds eight per event and the server
 // parses them all: for ten thousand events it costs about a third. The
-// events, their order and the result are those of WriteCaptured. On
-// SQLite, and for messages with an idempotency key or Extra columns, it
-// is WriteCaptured.
+// first chunk takes the key locks as Write does. The events, their order
+// and the result are those of WriteCaptured, and so is atomicity: given a
+// *sql.DB or *sql.Conn, the chunks run in one transaction of its own, so
+// a failing chunk leaves none of the call's events committed. On SQLite,
+// and for messages with an idempotency key or Extra columns, it is
+// WriteCaptured.
 func (w *Writer) WriteCapturedArrays(ctx context.Context, q Querier, ms []Message) (*WriteResult, error) {
 	if w.d != Postgres || len(ms) < 2 {
 		return w.WriteCaptured(ctx, q, ms)
@@ -36,18 +41,56 @@ func (w *Writer) WriteCapturedArrays(ctx context.Context, q Querier, ms []Messag
 	}
 	now := w.now().UTC().Truncate(time.Microsecond)
 	rows := make([]row, len(ms))
+	var locks keyLocks
 	for i := range ms {
 		if err := w.prepare(&rows[i], &ms[i], i, len(ms)); err != nil {
 			return nil, err
 		}
+		if rows[i].okey != "" {
+			if locks == nil {
+				locks = keyLocks{}
+			}
+			locks.add(rows[i].okey, !rows[i].rowKey)
+		}
 	}
+	if b, ok := q.(interface {
+		BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
+	}); ok && len(rows) > w.arrayRows() {
+		tx, err := b.BeginTx(ctx, nil)
+		if err != nil {
+			return nil, fmt.Errorf("herald/envelope: begin: %w", err)
+		}
+		res, err := w.writeArrays(ctx, tx, rows, locks, now)
+		if err != nil {
+			_ = tx.Rollback()
+			return nil, err
+		}
+		if err := tx.Commit(); err != nil {
+			return nil, fmt.Errorf("herald/envelope: commit: %w", err)
+		}
+		return res, nil
+	}
+	return w.writeArrays(ctx, q, rows, locks, now)
+}
+
+// arrayRows bounds the events of one array INSERT; a variable so that a
+// test can make chunks small.
+func (w *Writer) arrayRows() int {
+	if w.maxArrayRows > 0 {
+		return w.maxArrayRows
+	}
+	return maxArrayRows
+}
+
+func (w *Writer) writeArrays(ctx context.Context, q Querier, rows []row, locks keyLocks, now time.Time) (*WriteResult, error) {
 	res := &WriteResult{Events: make([]*Event, len(rows))}
-	for start := 0; start < len(rows); start += maxArrayRows {
-		chunk := rows[start:min(len(rows), start+maxArrayRows)]
-		seq, err := w.insertArrays(ctx, q, chunk, now)
+	for start := 0; start < len(rows); start += w.arrayRows() {
+		chunk := rows[start:min(len(rows), start+w.arrayRows())]
+		seq, err := w.insertArrays(ctx, q, chunk, now, locks)
 		if err != nil {
 			return nil, err
 		}
+		locks = nil // the first INSERT took them
 		for i := range chunk {
 			r := &chunk[i]
 			s, ok := seq[r.id]
@@ -80,7 +123,7 @@ func cloneHeaders(h map[string]string) map[string]string {
 	return out
 }
 
-func (w *Writer) insertArrays(ctx context.Context, q Querier, rows []row, now time.Time) (map[uuid.UUID]int64, error) {
+func (w *Writer) insertArrays(ctx context.Context, q Querier, rows []row, now time.Time, locks keyLocks) (map[uuid.UUID]int64, error) {
 	n := len(rows)
 	ids := make([]string, n)
 	topics := make([]string, n)
@@ -105,9 +148,17 @@ func (w *Writer) insertArrays(ctx context.Context, q Querier, rows []row, now ti
 	b.WriteString(" (id, topic, payload, headers, ordering_key, created_at, next_attempt_at)" +
 		" SELECT u.id, u.topic, u.payload, u.headers, u.okey, $7, u.next" +
 		" FROM unnest($1::uuid[], $2::varchar[], $3::jsonb[], $4::jsonb[], $5::varchar[], $6::timestamptz[])" +
-		" WITH ORDINALITY AS u(id, topic, payload, headers, okey, next, ord) ORDER BY u.ord" +
-		" RETURNING sequence, id")
-	res, err := q.QueryContext(ctx, b.String(), ids, topics, payloads, headers, keys, next, now)
+		" WITH ORDINALITY AS u(id, topic, payload, headers, okey, next, ord)")
+	args := []any{ids, topics, payloads, headers, keys, next, now}
+	if len(locks) > 0 {
+		// A one-time filter: the locks are taken before the first row is
+		// read, so before any sequence value is drawn.
+		lk, lx := locks.args()
+		args = append(args, lk, lx)
+		b.WriteString(" WHERE " + w.lockKeysSQL("$8", "$9") + " >= 0")
+	}
+	b.WriteString(" ORDER BY u.ord RETURNING sequence, id")
+	res, err := q.QueryContext(ctx, b.String(), args...)
 	if err != nil {
 		return nil, fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err)
 	}

@@ -14,7 +14,38 @@
 //
 // Errors match ErrValidation (a bad argument or value), ErrConfiguration (a
 // bad declaration) or ErrUnsupported with errors.Is, and name what is at
-// fault.
+// fault. The Writer checks every message before its first statement, on
+// both dialects alike, so a rejected message never reaches the database
+// (and never aborts the caller's PostgreSQL transaction): an empty or
+// over-long topic; a topic, ordering key, idempotency key or header that
+// is not valid UTF-8 or holds a NUL byte; a payload with no JSON form, or
+// whose JSON holds \u0000 or a lone UTF-16 surrogate escape ("\ud800" in
+// a json.RawMessage); a DeliverAt outside the years 1 to 9999 (UTC); an
+// Extra column the table does not have (the table's columns are read once,
+// the first time Extra is used) or a string value of it that is not valid
+// UTF-8 or holds NUL.
+//
+// Per-key order: on PostgreSQL every statement that inserts events with
+// an ordering key first takes a transaction-scoped advisory lock for each
+// key, before it draws any sequence value, so two transactions writing one
+// key are serialized and a key's sequence order is its commit order —
+// whatever wrote the events: Write, Enqueue, a captured change keyed by
+// its row, by a template without {pk} ("{label}") or by an
+// OrderingKeyFunc. A consumer may keep a per-key high-water mark. The
+// locks are per bucket of keys (hashtextextended(key) mod 1024, in a lock
+// space of the table's own), so a write of any number of keys takes at
+// most 1024 locks; a captured change keyed by its own row (the default
+// "{label}:{pk}") takes its lock shared — the row's lock already orders
+// its writers — so captured writes of different rows never wait on each
+// other, while every other writer takes it exclusive. Two exclusive
+// writers of different keys in one bucket (1 in 1024) wait for each other,
+// and a write of many keys holds many buckets until it commits. A
+// transaction that makes a captured row-keyed write and then enqueues an
+// event with a key in the same bucket upgrades its shared lock; two such
+// transactions at once deadlock, and PostgreSQL aborts one (SQLSTATE
+// 40P01, retryable): rare for a single row (1 in 1024 pairs), likely after
+// a bulk captured write that holds most buckets. SQLite has one writer at
+// a time, which orders every key already.
 //
 // Guarantee: an event is written in the caller's transaction or not at all —
 // a rejected message writes nothing, and an idempotency key yields at most

@@ -97,6 +97,12 @@ type ModelInfo struct {
 	PrimaryKey       []string // primary-key columns, in order
 	Sensitive        []string // columns left out unless named in Fields
 	DefaultNamespace string   // used when Options.Namespace is ""
+	// Scales gives the declared scale of decimal columns (numeric(10,2):
+	// 2). A decimal value of such a column with fewer fractional digits is
+	// padded to that many ("12.50", "0.00"), as PostgreSQL returns it,
+	// whatever the database held (SQLite keeps 12.5); see
+	// jsonform.AppendScaled.
+	Scales map[string]int
 }
 
 // Spec is a model's capture declaration compiled against its schema: what
@@ -174,6 +180,20 @@ func Compile(m ModelInfo, o Options) (*Spec, error) {
 	return s, nil
 }
 
+// RowKeyed reports whether every event's ordering key is its row's own:
+// the default template "{label}:{pk}", no OrderingKeyFunc, not Unordered.
+// Writers of such a key hold the row's lock (the write locks the rows it
+// changes), so their events need the key's advisory lock only shared —
+// enough to order them against an Enqueue of the same key, without making
+// writers of different rows wait on each other. Any other key (a template
+// without {pk}, one naming only {model} or {pk}, an OrderingKeyFunc) may be
+// shared by rows that different transactions lock, so it is locked
+// exclusively.
+func (s *Spec) RowKeyed() bool {
+	o := s.Options
+	return !o.Unordered && o.OrderingKeyFunc == nil && (o.OrderingKey == "" || o.OrderingKey == DefaultOrderingKey)
+}
+
 // Captures reports whether the spec captures op.
 func (s *Spec) Captures(op Operation) bool { return s.ops[op] }
 
@@ -248,6 +268,7 @@ func (s *Spec) Messages(ctx context.Context, cs []Change) ([]Message, error) {
 		return nil, err
 	}
 	ms := make([]Message, len(cs))
+	rowKeyed := s.RowKeyed()
 	for i := range cs {
 		c := &cs[i]
 		var ext *Extension
@@ -266,6 +287,7 @@ func (s *Spec) Messages(ctx context.Context, cs []Change) ([]Message, error) {
 			return nil, err
 		}
 		m.Payload = trustedJSON(p)
+		m.rowKeyed = rowKeyed
 		if ext != nil {
 			m.Headers, m.Extra = ext.Headers, ext.Extra
 		}
@@ -399,7 +421,12 @@ func (s *Spec) appendRow(dst []byte, name string, row map[string]any, absent boo
 		dst = jsonform.AppendString(dst, col)
 		dst = append(dst, ':')
 		var err error
-		if dst, err = jsonform.Append(dst, col, v, jsonform.Field); err != nil {
+		if scale, ok := s.Model.Scales[col]; ok {
+			dst, err = jsonform.AppendScaled(dst, col, v, scale)
+		} else {
+			dst, err = jsonform.Append(dst, col, v, jsonform.Field)
+		}
+		if err != nil {
 			return nil, wrapValidation(s.Label+" "+name, "column value has no JSON form", err)
 		}
 	}

@@ -105,7 +105,12 @@ type Message struct {
 	OrderingKey    string            // "" = unordered; events of one key are delivered in order
 	Headers        map[string]string // names must be non-empty
 	Extra          map[string]any    // values for the service's own extra outbox columns
-	DeliverAt      time.Time         // zero = now; otherwise not delivered before it
+	DeliverAt      time.Time         // zero = now; otherwise not before it (years 1 to 9999)
+
+	// rowKeyed: a captured change's event whose ordering key is its row's
+	// own and whose row the write locks (Spec.RowKeyed); set only by
+	// Spec.Messages. Its key lock is taken shared (see keyLockBuckets).
+	rowKeyed bool
 }
 
 // Change is one captured row change, as given to Extend, TopicFunc and

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -20,10 +21,16 @@ import (
 // Writer inserts events into the outbox table. It is safe for concurrent
 // use; one Writer serves a whole service.
 type Writer struct {
-	d     Dialect
-	t     Table
-	now   func() time.Time
-	newID func() (uuid.UUID, error)
+	d         Dialect
+	t         Table
+	now       func() time.Time
+	newID     func() (uuid.UUID, error)
+	lockClass int32 // advisory lock classid of the table's key locks
+
+	maxArrayRows int // tests: WriteCapturedArrays's chunk size; 0 = maxArrayRows
+
+	mu   sync.Mutex
+	cols map[string]bool // the table's columns, read when Extra is first used
 }
 
 // NewWriter returns a Writer for the table ("" = DefaultTable) in dialect d.
@@ -35,7 +42,7 @@ func NewWriter(d Dialect, table string) (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Writer{d: d, t: t, now: time.Now, newID: uuid.NewV7}, nil
+	return &Writer{d: d, t: t, now: time.Now, newID: uuid.NewV7, lockClass: lockClass(t)}, nil
 }
 
 // Dialect returns the writer's dialect.
@@ -60,24 +67,37 @@ type WriteResult struct {
 // per run of consecutive messages of the same shape (same extra columns,
 // with or without an idempotency key), split to stay under the dialect's
 // bind-parameter limit, then one SELECT for idempotency keys that were
-// already stored. On PostgreSQL it first takes a transaction-scoped
-// advisory lock on each distinct ordering key, in key order, so writers of
-// one key are serialized and their sequence order is their commit order,
-// while writers of different keys never wait on each other.
+// already stored.
+//
+// On PostgreSQL the first INSERT also takes a transaction-scoped advisory
+// lock for the ordering keys of the call before it draws any sequence
+// value, so that writers of one key are serialized and a key's sequence
+// order is its commit order, whoever wrote its events (Write, a captured
+// row change, Enqueue), while writers of different keys do not wait on each
+// other (but for the bucket sharing the package documentation describes).
+// SQLite has one writer at a time, which orders every key already.
 //
 // q is the caller's transaction (*sql.Tx) to commit the events with the
-// caller's writes; given a *sql.DB or *sql.Conn, Write runs its statements
-// in a transaction of its own and the events commit before it returns.
-// Nothing is written when a message is rejected (ErrValidation).
+// caller's writes; given a *sql.DB or *sql.Conn (anything with BeginTx),
+// Write runs its statements in a transaction of its own and the events
+// commit before it returns. A Querier that is neither a transaction nor can
+// begin one runs each statement as it comes: give it one message shape
+// below the bind-parameter limit, or a transaction. Nothing is written
+// when a message is rejected (ErrValidation): every check runs before the
+// first statement.
 func (w *Writer) Write(ctx context.Context, q Querier, ms []Message) (*WriteResult, error) {
-	return w.write(ctx, q, ms, true)
+	return w.write(ctx, q, ms)
 }
 
-// WriteCaptured is Write for events of captured row changes: it skips the
-// advisory key locks, because the write already holds the locks of the
-// rows the keys name, which orders their events just as well.
+// WriteCaptured is Write for the events of captured row changes (the
+// messages Spec.Messages returns); it is Write itself. It used to skip the
+// key locks, relying on the rows' locks, which ordered a row's captured
+// events but not against an Enqueue of the row's key nor the events of a
+// key template shared by several rows; now the messages of a row-keyed
+// spec take their key's lock shared, which costs no wait between writers
+// of rows (see Spec.RowKeyed).
 func (w *Writer) WriteCaptured(ctx context.Context, q Querier, ms []Message) (*WriteResult, error) {
-	return w.write(ctx, q, ms, false)
+	return w.write(ctx, q, ms)
 }
 
 // row is one validated message, ready to bind.
@@ -93,9 +113,20 @@ type row struct {
 	extra   map[string]any
 	shape   string // sorted extra column names, and whether an idempotency key is set
 	dupOf   int    // index of an earlier message with the same idempotency key, or -1
+	rowKey  bool   // the key is its row's own, and the row is locked (Message.rowKeyed)
+	i, n    int    // the message's index, and the call's message count
 }
 
-func (w *Writer) write(ctx context.Context, q Querier, ms []Message, lockKeys bool) (*WriteResult, error) {
+// where names a field of the row's message: "Message.Topic" in a call
+// with one message, "Message[2].Topic" otherwise.
+func (r *row) where(field string) string {
+	if r.n == 1 {
+		return "Message." + field
+	}
+	return "Message[" + itoa(int64(r.i)) + "]." + field
+}
+
+func (w *Writer) write(ctx context.Context, q Querier, ms []Message) (*WriteResult, error) {
 	if len(ms) == 0 {
 		return &WriteResult{}, nil
 	}
@@ -115,28 +146,33 @@ func (w *Writer) write(ctx context.Context, q Querier, ms []Message, lockKeys bo
 			}
 		}
 	}
-
-	var keys []string
-	if lockKeys && w.d == Postgres {
-		for i := range rows {
-			if rows[i].okey != "" && rows[i].dupOf < 0 {
-				keys = append(keys, rows[i].okey)
-			}
-		}
-		slices.Sort(keys)
-		keys = slices.Compact(keys)
+	if err := w.extraColumns(ctx, q, rows); err != nil {
+		return nil, err
 	}
 
-	// Statements: the key locks, one INSERT per chunk of each run, and the
-	// SELECT of stored idempotency keys. More than one needs a transaction.
+	var locks keyLocks
+	if w.d == Postgres {
+		for i := range rows {
+			if rows[i].okey != "" && rows[i].dupOf < 0 {
+				if locks == nil {
+					locks = keyLocks{}
+				}
+				locks.add(rows[i].okey, !rows[i].rowKey)
+			}
+		}
+	}
+
+	// Statements: one INSERT per chunk of each run (the first takes the key
+	// locks), and the SELECT of stored idempotency keys. More than one
+	// needs a transaction.
 	if b, ok := q.(interface {
 		BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
-	}); ok && (len(keys) > 0 || len(firstKey) > 0 || w.statements(rows) > 1) {
+	}); ok && (len(firstKey) > 0 || w.statements(rows) > 1) {
 		tx, err := b.BeginTx(ctx, nil)
 		if err != nil {
 			return nil, fmt.Errorf("herald/envelope: begin: %w", err)
 		}
-		res, err := w.run(ctx, tx, rows, keys, now)
+		res, err := w.run(ctx, tx, rows, locks, now)
 		if err != nil {
 			_ = tx.Rollback()
 			return nil, err
@@ -146,27 +182,37 @@ func (w *Writer) write(ctx context.Context, q Querier, ms []Message, lockKeys bo
 		}
 		return res, nil
 	}
-	return w.run(ctx, q, rows, keys, now)
+	return w.run(ctx, q, rows, locks, now)
 }
 
 func (w *Writer) prepare(r *row, m *Message, i, n int) error {
-	where := func(field string) string {
-		if n == 1 {
-			return "Message." + field
-		}
-		return "Message[" + itoa(int64(i)) + "]." + field
-	}
+	r.i, r.n = i, n
+	where := r.where
 	switch l := utf8.RuneCountInString(m.Topic); {
 	case l == 0:
 		return Validationf(where("Topic"), "empty topic")
 	case l > MaxTopicLength:
 		return Validationf(where("Topic"), "%d characters, longer than %d", l, MaxTopicLength)
 	}
+	if why := checkText(m.Topic); why != "" {
+		return Validationf(where("Topic"), "%s", why)
+	}
 	if l := utf8.RuneCountInString(m.IdempotencyKey); l > MaxKeyLength {
 		return Validationf(where("IdempotencyKey"), "%d characters, longer than %d", l, MaxKeyLength)
 	}
+	if why := checkText(m.IdempotencyKey); why != "" {
+		return Validationf(where("IdempotencyKey"), "%s", why)
+	}
 	if l := utf8.RuneCountInString(m.OrderingKey); l > MaxKeyLength {
 		return Validationf(where("OrderingKey"), "%d characters, longer than %d", l, MaxKeyLength)
+	}
+	if why := checkText(m.OrderingKey); why != "" {
+		return Validationf(where("OrderingKey"), "%s", why)
+	}
+	if !m.DeliverAt.IsZero() {
+		if why := checkTime(m.DeliverAt); why != "" {
+			return Validationf(where("DeliverAt"), "%s", why)
+		}
 	}
 	switch p := m.Payload.(type) {
 	case trustedJSON:
@@ -178,12 +224,21 @@ func (w *Writer) prepare(r *row, m *Message, i, n int) error {
 		}
 		r.payload = string(b)
 	}
+	if why := checkJSONText([]byte(r.payload)); why != "" {
+		return Validationf(where("Payload"), "%s", why)
+	}
 	hb := []byte("{")
 	if len(m.Headers) > 0 {
 		names := make([]string, 0, len(m.Headers))
 		for k := range m.Headers {
 			if k == "" {
 				return Validationf(where("Headers"), "empty header name")
+			}
+			if why := checkText(k); why != "" {
+				return Validationf(where("Headers"), "header name %q %s", k, why)
+			}
+			if why := checkText(m.Headers[k]); why != "" {
+				return Validationf(where("Headers"), "header %q: value %s", k, why)
 			}
 			names = append(names, k)
 		}
@@ -211,6 +266,9 @@ func (w *Writer) prepare(r *row, m *Message, i, n int) error {
 			case !IsIdentifier(c):
 				return Validationf(where("Extra"), "column %q is not an identifier", c)
 			}
+			if why := checkExtraValue(m.Extra[c]); why != "" {
+				return Validationf(where("Extra"), "column %q: value %s", c, why)
+			}
 			cols = append(cols, c)
 		}
 		sort.Strings(cols)
@@ -224,7 +282,8 @@ func (w *Writer) prepare(r *row, m *Message, i, n int) error {
 		return fmt.Errorf("herald/envelope: new event id: %w", err)
 	}
 	*r = row{id: id, topic: m.Topic, payload: r.payload, headers: r.headers, hdrs: m.Headers,
-		okey: m.OrderingKey, ikey: m.IdempotencyKey, at: m.DeliverAt, extra: m.Extra, shape: shape.String()}
+		okey: m.OrderingKey, ikey: m.IdempotencyKey, at: m.DeliverAt, extra: m.Extra, shape: shape.String(),
+		rowKey: m.rowKeyed, i: i, n: n}
 	return nil
 }
 
@@ -257,7 +316,7 @@ func (w *Writer) runs(rows []row) []run {
 
 func (w *Writer) chunkRows(r run) int {
 	per := len(ownInsertColumns) + len(r.extras)
-	return w.d.MaxBindParams() / per
+	return (w.d.MaxBindParams() - 2) / per // 2: the key locks' arrays
 }
 
 func (w *Writer) statements(rows []row) int {
@@ -269,12 +328,7 @@ func (w *Writer) statements(rows []row) int {
 	return n
 }
 
-func (w *Writer) run(ctx context.Context, q Querier, rows []row, keys []string, now time.Time) (*WriteResult, error) {
-	if len(keys) > 0 {
-		if err := w.lockKeys(ctx, q, keys); err != nil {
-			return nil, err
-		}
-	}
+func (w *Writer) run(ctx context.Context, q Querier, rows []row, locks keyLocks, now time.Time) (*WriteResult, error) {
 	seq := make(map[uuid.UUID]int64, len(rows))
 	for _, r := range w.runs(rows) {
 		chunk := w.chunkRows(r)
@@ -285,16 +339,17 @@ func (w *Writer) run(ctx context.Context, q Querier, rows []row, keys []string, 
 			}
 			batch = append(batch, i)
 			if len(batch) == chunk {
-				if err := w.insert(ctx, q, rows, batch, r, now, seq); err != nil {
+				if err := w.insert(ctx, q, rows, batch, r, now, seq, locks); err != nil {
 					return nil, err
 				}
-				batch = batch[:0]
+				batch, locks = batch[:0], nil // the first INSERT took the locks
 			}
 		}
 		if len(batch) > 0 {
-			if err := w.insert(ctx, q, rows, batch, r, now, seq); err != nil {
+			if err := w.insert(ctx, q, rows, batch, r, now, seq, locks); err != nil {
 				return nil, err
 			}
+			locks = nil
 		}
 	}
 	res := &WriteResult{Events: make([]*Event, len(rows))}
@@ -349,37 +404,15 @@ func (w *Writer) run(ctx context.Context, q Querier, rows []row, keys []string, 
 	return res, nil
 }
 
-func (w *Writer) lockKeys(ctx context.Context, q Querier, keys []string) error {
-	// One statement for all keys; the subquery fixes the order in which the
-	// locks are taken (sorted), so two writers of overlapping key sets
-	// cannot deadlock on each other.
+// insert writes one chunk with one INSERT … RETURNING. When locks is not
+// nil (PostgreSQL, the call's first INSERT), the statement takes the key
+// locks before it draws a sequence value (see keyLockBuckets): one row as
+// "INSERT … SELECT $1, … WHERE (locks) >= 0", several with the locks in the
+// first row's created_at.
+func (w *Writer) insert(ctx context.Context, q Querier, rows []row, batch []int, r run, now time.Time, seq map[uuid.UUID]int64, locks keyLocks) error {
 	var b strings.Builder
-	b.WriteString(`SELECT pg_advisory_xact_lock(hashtextextended(k, 7281)) FROM (SELECT DISTINCT k FROM (VALUES `)
-	args := make([]any, len(keys))
-	for i, k := range keys {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString("(" + w.d.Placeholder(i+1) + "::text)")
-		args[i] = k
-	}
-	b.WriteString(`) AS v(k) ORDER BY k) AS s`)
-	rows, err := q.QueryContext(ctx, b.String(), args...)
-	if err != nil {
-		return fmt.Errorf("herald/envelope: lock ordering keys: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("herald/envelope: lock ordering keys: %w", err)
-	}
-	return nil
-}
-
-func (w *Writer) insert(ctx context.Context, q Querier, rows []row, batch []int, r run, now time.Time, seq map[uuid.UUID]int64) error {
-	var b strings.Builder
-	b.Grow(64 + len(batch)*(len(ownInsertColumns)+len(r.extras))*5)
+	per := len(ownInsertColumns) + len(r.extras)
+	b.Grow(64 + len(batch)*per*5)
 	b.WriteString("INSERT INTO ")
 	b.WriteString(w.t.Quoted)
 	b.WriteString(" (id, topic, payload, headers, ordering_key, idempotency_key, created_at, next_attempt_at")
@@ -387,24 +420,40 @@ func (w *Writer) insert(ctx context.Context, q Querier, rows []row, batch []int,
 		b.WriteString(", ")
 		b.WriteString(QuoteIdent(c))
 	}
-	b.WriteString(") VALUES ")
-	per := len(ownInsertColumns) + len(r.extras)
-	args := make([]any, 0, len(batch)*per)
+	args := make([]any, 0, len(batch)*per+2)
+	var lockSQL string
+	if len(locks) > 0 {
+		keys, excl := locks.args()
+		args = append(args, keys, excl)
+		lockSQL = w.lockKeysSQL("$1", "$2")
+	}
+	single := lockSQL != "" && len(batch) == 1
+	if single {
+		b.WriteString(") SELECT ")
+	} else {
+		b.WriteString(") VALUES ")
+	}
 	created := w.d.TimeArg(now)
-	n := 0
 	for bi, i := range batch {
 		if bi > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteByte('(')
+		if !single {
+			b.WriteByte('(')
+		}
 		for c := range per {
 			if c > 0 {
 				b.WriteByte(',')
 			}
-			n++
-			b.WriteString(w.d.Placeholder(n))
+			ph := w.d.Placeholder(len(args) + c + 1)
+			if bi == 0 && c == 6 && lockSQL != "" && !single { // created_at
+				ph = "CASE WHEN " + lockSQL + " >= 0 THEN " + ph + "::timestamptz END"
+			}
+			b.WriteString(ph)
 		}
-		b.WriteByte(')')
+		if !single {
+			b.WriteByte(')')
+		}
 		row := &rows[i]
 		var next any
 		if !row.at.IsZero() {
@@ -414,6 +463,9 @@ func (w *Writer) insert(ctx context.Context, q Querier, rows []row, batch []int,
 		for _, c := range r.extras {
 			args = append(args, row.extra[c])
 		}
+	}
+	if single {
+		b.WriteString(" WHERE " + lockSQL + " >= 0")
 	}
 	if r.idem {
 		b.WriteString(" ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING")
@@ -445,39 +497,53 @@ func nullString(s string) any {
 	return s
 }
 
+// selectByIdempotencyKey reads the stored events of keys: on PostgreSQL
+// one statement binding the keys as one text[] parameter, on SQLite one
+// per MaxBindParams keys.
 func (w *Writer) selectByIdempotencyKey(ctx context.Context, q Querier, keys []string) (map[string]*Event, error) {
-	var b strings.Builder
-	b.WriteString("SELECT ")
-	b.WriteString(EventColumns)
-	b.WriteString(" FROM ")
-	b.WriteString(w.t.Quoted)
-	b.WriteString(" WHERE idempotency_key IN (")
-	args := make([]any, len(keys))
-	for i, k := range keys {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(w.d.Placeholder(i + 1))
-		args[i] = k
+	out := make(map[string]*Event, len(keys))
+	base := "SELECT " + EventColumns + " FROM " + w.t.Quoted + " WHERE idempotency_key "
+	if w.d == Postgres {
+		return out, w.selectEvents(ctx, q, base+"= ANY($1::text[])", []any{textArray(keys)}, out)
 	}
-	b.WriteByte(')')
-	rows, err := q.QueryContext(ctx, b.String(), args...)
+	for start := 0; start < len(keys); start += w.d.MaxBindParams() {
+		chunk := keys[start:min(len(keys), start+w.d.MaxBindParams())]
+		var b strings.Builder
+		b.WriteString(base)
+		b.WriteString("IN (")
+		args := make([]any, len(chunk))
+		for i, k := range chunk {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(w.d.Placeholder(i + 1))
+			args[i] = k
+		}
+		b.WriteByte(')')
+		if err := w.selectEvents(ctx, q, b.String(), args, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (w *Writer) selectEvents(ctx context.Context, q Querier, query string, args []any, out map[string]*Event) error {
+	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("herald/envelope: select stored idempotency keys: %w", err)
+		return fmt.Errorf("herald/envelope: select stored idempotency keys: %w", err)
 	}
 	defer rows.Close()
-	out := make(map[string]*Event, len(keys))
 	for rows.Next() {
 		e, err := ScanEvent(rows, nil)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		out[e.IdempotencyKey] = e
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("herald/envelope: select stored idempotency keys: %w", err)
+		return fmt.Errorf("herald/envelope: select stored idempotency keys: %w", err)
 	}
-	return out, nil
+	return nil
 }
 
 // EventColumns lists the outbox columns ScanEvent reads, in its order.

@@ -431,12 +431,17 @@ func TestOrderingKeyLock(t *testing.T) {
 	var mu sync.Mutex
 	var order []string
 	done := make(chan *envelope.WriteResult, 1)
+	pids := make(chan int, 1)
 	go func() {
 		tx2, err := db.BeginTx(ctx, nil)
 		if err != nil {
+			pids <- 0
 			done <- nil
 			return
 		}
+		var pid int
+		_ = tx2.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid)
+		pids <- pid
 		r2, err := w.Write(ctx, tx2, []envelope.Message{{Topic: "t", Payload: 2, OrderingKey: "k"}})
 		if err != nil {
 			_ = tx2.Rollback()
@@ -452,10 +457,11 @@ func TestOrderingKeyLock(t *testing.T) {
 		mu.Unlock()
 		done <- r2
 	}()
+	pid := <-pids
 	testkit.Eventually(t, 10*time.Second, func() bool {
 		var waiting int
-		_ = db.QueryRow(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&waiting)
-		return waiting > 0
+		_ = db.QueryRow(`SELECT count(*) FROM pg_locks WHERE pid = $1 AND locktype = 'advisory' AND NOT granted`, pid).Scan(&waiting)
+		return waiting > 0 || len(done) > 0
 	}, "second writer of key k never waited on the advisory lock")
 	select {
 	case <-done:

@@ -87,6 +87,24 @@
 // defaults filled in, and a struct or slice never overwritten by the
 // plugin's RETURNING.
 //
+// # Order per key, and decimals
+//
+// On PostgreSQL every event with an ordering key is inserted after its
+// transaction took the key's advisory lock (see the envelope package), so
+// for every key — the default row key, a template without {pk} such as
+// "{label}", an OrderingKeyFunc, or an Enqueue with a row's key beside
+// that row's captured writes — sequence order is commit order. The lock is
+// taken by the event INSERT itself (for the single-row Create, by its one
+// statement), so it adds no round trip; a row-keyed event takes it shared,
+// so captured writes of different rows never wait on each other.
+//
+// A decimal column declared with a scale (`gorm:"type:numeric(10,2)"`, or a
+// numeric/decimal type with `scale:2`) keeps it in events on every
+// database: "12.50", "0.00", as PostgreSQL returns it, although SQLite
+// stores 12.5 and 0. Values are padded, never changed: one with more
+// fractional digits is in the event as the database holds it (PostgreSQL
+// rounded it into the column; SQLite keeps it as given).
+//
 // # Transactions
 //
 // A write outside a transaction runs in one with its events: GORM's

@@ -8,6 +8,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/wakeup"
 )
 
 // Enqueue writes one event through db: in db's transaction when db is one
@@ -26,16 +27,29 @@ func Enqueue(db *gorm.DB, m envelope.Message) (*envelope.Event, error) {
 // in ms) the stored event comes back unchanged and nothing new is written
 // for it.
 //
-// In a transaction (db.Transaction, db.Begin) the events are written in a
-// savepoint of it, so a failure leaves the caller's transaction usable and
-// without them; they commit with the caller's writes. Outside one they are
-// written in a transaction of their own, on the pool a captured Create
-// would write through (with dbresolver: its source for the outbox table,
-// not the pool given to gorm.Open). The configured Wakeup is
-// signalled with the topics of the events actually inserted, once, after
-// the outermost commit, and never after a rollback (a wakeup.TxSignaler is
-// signalled inside the transaction instead). A rejected message
-// (envelope.ErrValidation) writes nothing.
+// In a transaction (db.Transaction, db.Begin) the events commit with the
+// caller's writes. Every message is checked before any statement runs, so
+// a rejected message (envelope.ErrValidation) writes nothing and leaves
+// the transaction usable. When the events take one INSERT — no Extra
+// columns, all with or all without an idempotency key, and at most a few
+// thousand — that INSERT is the whole write, atomic by itself, with no
+// savepoint around it: the cost of a hand-written INSERT. A database
+// failure of it (a deadlock, a lost connection) fails the caller's
+// transaction as a failure of any of its statements does. Otherwise (Extra
+// columns, whose values only the database checks, several INSERTs, or a
+// wakeup.TxSignaler that signals inside the transaction) the events are
+// written in a savepoint of the transaction, so a failure leaves it usable
+// and without them. Outside a transaction they are written in a
+// transaction of their own, on the pool a captured Create would write
+// through (with dbresolver: its source for the outbox table, not the pool
+// given to gorm.Open).
+//
+// On PostgreSQL through pgx, many events without idempotency keys or Extra
+// columns are one INSERT … SELECT FROM unnest(…) (envelope's
+// WriteCapturedArrays). The configured Wakeup is signalled with the topics
+// of the events actually inserted, once, after the outermost commit, and
+// never after a rollback (a wakeup.TxSignaler is signalled inside the
+// transaction instead).
 //
 // The plugin must be installed on db (db.Use(gormcapture.New(...))): it
 // knows the outbox table and the dialect.
@@ -57,12 +71,27 @@ func EnqueueMany(db *gorm.DB, ms []envelope.Message) ([]*envelope.Event, error) 
 	ctx := st.Context
 	cp := p.wrap(st.ConnPool)
 
+	write := p.writer.Write
+	if len(ms) > 1 && p.bindsArrays(cp) {
+		write = p.writer.WriteCapturedArrays // unnest; Write when a message has an idempotency key or Extra
+	}
+
 	if raw := rawTx(cp); raw != nil {
+		if p.oneStatement(ms) {
+			res, err := write(ctx, querier{cp, p}, ms)
+			if err == nil {
+				err = p.signal(ctx, cp, res.Topics)
+			}
+			if err != nil {
+				return nil, err
+			}
+			return res.Events, nil
+		}
 		name := "herald_sp" + strconv.FormatUint(p.spSeq.Add(1), 10)
 		if _, err := raw.ExecContext(ctx, "SAVEPOINT "+name); err != nil {
 			return nil, fmt.Errorf("herald/gormcapture: savepoint: %w", err)
 		}
-		res, err := p.writer.Write(ctx, querier{cp, p}, ms)
+		res, err := write(ctx, querier{cp, p}, ms)
 		if err == nil {
 			err = p.signal(ctx, cp, res.Topics)
 		}
@@ -79,12 +108,18 @@ func EnqueueMany(db *gorm.DB, ms []envelope.Message) ([]*envelope.Event, error) 
 		return res.Events, nil
 	}
 
-	tx, err := beginOn(ctx, p.writePool(db))
+	pool := p.writePool(db)
+	if len(ms) > 1 && p.bindsArrays(pool) {
+		write = p.writer.WriteCapturedArrays
+	} else {
+		write = p.writer.Write
+	}
+	tx, err := beginOn(ctx, pool)
 	if err != nil {
 		return nil, fmt.Errorf("herald/gormcapture: begin: %w", err)
 	}
 	tc := tx.(gorm.TxCommitter)
-	res, err := p.writer.Write(ctx, querier{tx, p}, ms)
+	res, err := write(ctx, querier{tx, p}, ms)
 	if err == nil {
 		err = p.signal(ctx, tx, res.Topics)
 	}
@@ -96,6 +131,31 @@ func EnqueueMany(db *gorm.DB, ms []envelope.Message) ([]*envelope.Event, error) 
 		return nil, fmt.Errorf("herald/gormcapture: commit: %w", err)
 	}
 	return res.Events, nil
+}
+
+// oneStatement reports whether writing ms in a caller's transaction is a
+// single INSERT that needs no savepoint: a statement is atomic, and every
+// message is validated before it runs. Extra values are checked only by
+// the database (a type a column refuses), several INSERTs could fail
+// half-way, and a wakeup.TxSignaler runs a statement after the INSERT:
+// those keep the savepoint. (A second, read-only statement may follow, to
+// read the events of idempotency keys already stored.)
+func (p *Plugin) oneStatement(ms []envelope.Message) bool {
+	if _, ok := p.cfg.Wakeup.(wakeup.TxSignaler); ok {
+		return false
+	}
+	// A VALUES INSERT binds 8 parameters per event plus the key locks' 2;
+	// beyond that the write is several INSERTs.
+	if len(ms)*8+2 > p.writer.Dialect().MaxBindParams() {
+		return false
+	}
+	idem := ms[0].IdempotencyKey != ""
+	for i := range ms {
+		if len(ms[i].Extra) > 0 || (ms[i].IdempotencyKey != "") != idem {
+			return false
+		}
+	}
+	return true
 }
 
 // writePool returns the pool a captured Create on db would write through

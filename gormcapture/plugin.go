@@ -393,6 +393,12 @@ func (p *Plugin) compile(sch *schema.Schema, opts envelope.Options) (*envelope.S
 		if f.DBName != "" && isSensitive(f) {
 			info.Sensitive = append(info.Sensitive, f.DBName)
 		}
+		if scale, ok := declaredScale(f); ok && f.DBName != "" {
+			if info.Scales == nil {
+				info.Scales = map[string]int{}
+			}
+			info.Scales[f.DBName] = scale
+		}
 	}
 	if p.isOutbox(sch.Table) {
 		return nil, envelope.Configurationf(sch.Name, "table %s is the outbox table: the outbox cannot capture its own events", sch.Table)

@@ -307,17 +307,24 @@ func (p *Plugin) fusedInsert(st *gorm.Statement, spec *envelope.Spec, values cla
 		b.WriteString(afterExpr)
 	}
 	b.WriteString(`),'{}',`)
+	keySQL := "NULL"
 	switch {
 	case key == "":
-		b.WriteString("NULL")
 	case keyHasPK:
-		b.WriteString("(" + ph(pre) + "::text||\"herald_row\"." + envelope.QuoteIdent(genPK) + "::text||" + ph(post) + "::text)")
+		keySQL = "(" + ph(pre) + "::text||\"herald_row\"." + envelope.QuoteIdent(genPK) + "::text||" + ph(post) + "::text)"
 	default:
-		b.WriteString(ph(key))
+		keySQL = ph(key) + "::text"
 	}
+	b.WriteString(keySQL)
 	b.WriteByte(',')
 	b.WriteString(ph(at.Truncate(time.Microsecond)))
-	b.WriteString(` FROM "herald_row") SELECT `)
+	b.WriteString(` FROM "herald_row"`)
+	if key != "" {
+		// The key's advisory lock, evaluated before the event's sequence
+		// value is drawn (see envelope.Writer.KeyLockSQL).
+		b.WriteString(` WHERE ` + p.writer.KeyLockSQL(keySQL, spec.RowKeyed()))
+	}
+	b.WriteString(`) SELECT `)
 	b.WriteString(quotedColumns(st, ret, false))
 	b.WriteString(` FROM "herald_row"`)
 	st.SQL.Reset()

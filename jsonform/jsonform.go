@@ -1,9 +1,11 @@
 package jsonform
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"math/big"
 	"reflect"
 	"slices"
 	"strconv"
@@ -353,4 +355,98 @@ func appendSliceAny(st state, dst []byte, s []any) ([]byte, *Error) {
 		}
 	}
 	return append(dst, ']'), nil
+}
+
+// AppendScaled is Append in Field mode for a value of a decimal column
+// declared with a scale (numeric(10,2): scale 2): a decimal whose JSON form
+// is a string holding a number with fewer fractional digits than scale
+// ("12.5", "0") is written with exactly scale of them ("12.50", "0.00"),
+// as PostgreSQL returns the column. A value is never changed: one with
+// more fractional digits ("1.005", which PostgreSQL would have rounded on
+// the way in and SQLite stores as given) is written as it is. Any other
+// form (null, a JSON number of a float or integer field, text that is not
+// a number) is Append's.
+func AppendScaled(dst []byte, path string, v any, scale int) ([]byte, error) {
+	n := len(dst)
+	out, err := Append(dst, path, v, Field)
+	if err != nil || scale < 0 || scale > maxScale {
+		return out, err
+	}
+	s := out[n:]
+	if len(s) < 3 || s[0] != '"' || s[len(s)-1] != '"' || !plainDecimal(s[1:len(s)-1]) {
+		return out, nil
+	}
+	digits := s[1 : len(s)-1]
+	if bytes.ContainsAny(digits, "eE") {
+		var r big.Rat
+		if _, ok := r.SetString(string(digits)); !ok {
+			return out, nil
+		}
+		t := r.FloatString(scale)
+		if back, ok := new(big.Rat).SetString(t); !ok || back.Cmp(&r) != 0 {
+			return out, nil // more digits than the scale: as it is
+		}
+		out = append(out[:n], '"')
+		out = append(out, t...)
+		return append(out, '"'), nil
+	}
+	frac := 0
+	if i := bytes.IndexByte(digits, '.'); i >= 0 {
+		frac = len(digits) - i - 1
+	}
+	if frac >= scale {
+		return out, nil
+	}
+	out = out[:len(out)-1] // the closing quote
+	if frac == 0 {
+		out = append(out, '.')
+	}
+	for range scale - frac {
+		out = append(out, '0')
+	}
+	return append(out, '"'), nil
+}
+
+// maxScale is NUMERIC's largest scale.
+const maxScale = 16383
+
+// plainDecimal reports whether b is a plain decimal number: an optional
+// minus, digits, an optional fraction, an optional exponent of at most
+// five digits.
+func plainDecimal(b []byte) bool {
+	i := 0
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	start := i
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
+	}
+	if i == start {
+		return false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		f := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == f {
+			return false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		e := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == e || i-e > 5 {
+			return false
+		}
+	}
+	return i == len(b)
 }

@@ -8,4 +8,11 @@
 //
 // Guarantee: a writer signals only after its transaction committed, once per
 // topic per transaction, and never for a rollback.
+//
+// InProcess wakes the relays of the writer's own process. Relays in other
+// processes are woken by the transports in the subpackages — pgnotify
+// (PostgreSQL LISTEN/NOTIFY, a TxSignaler), redispubsub, kafkasignal and
+// amqpfanout — each in its own package so a service compiles only the
+// client it uses. Create one value per process and give it to both the
+// capture plugin and the relays.
 package wakeup

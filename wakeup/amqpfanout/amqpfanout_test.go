@@ -1,0 +1,101 @@
+package amqpfanout_test
+
+import (
+	"context"
+	"log/slog"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/heraldgo/herald/internal/testkit"
+	"github.com/heraldgo/herald/internal/wakeuptest"
+	"github.com/heraldgo/herald/wakeup/amqpfanout"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+// pair returns a writer-side Wakeup and a relay-side one whose connection
+// goes through a TCP proxy the test can cut, on one exchange of the
+// test's own.
+func pair(t *testing.T, mods ...func(*amqpfanout.Config)) (writer, relaySide *amqpfanout.Wakeup, proxy *testkit.Proxy) {
+	t.Helper()
+	raw := testkit.AMQPURL(t)
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := u.Host
+	if u.Port() == "" {
+		host += ":5672"
+	}
+	proxy = testkit.NewProxy(t, host)
+	u.Host = proxy.Addr()
+	ex := testkit.Name("herald.t.")
+	writer, err = amqpfanout.New(raw, amqpfanout.Config{Exchange: ex})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = writer.Close() })
+	cfg := amqpfanout.Config{Exchange: ex, MinBackoff: 10 * time.Millisecond}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	relaySide, err = amqpfanout.New(u.String(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = relaySide.Close() })
+	t.Cleanup(func() { deleteExchange(t, raw, ex) })
+	return writer, relaySide, proxy
+}
+
+func TestCommitWakesIdleRelay(t *testing.T) {
+	t.Parallel()
+	w, rw, _ := pair(t)
+	env := wakeuptest.NewEnv(t, w)
+	n, probe := env.Relay(t, rw)
+	wakeuptest.WakesIdleRelay(t, env, n, probe, rw.Up)
+}
+
+func TestRollbackSendsNothing(t *testing.T) {
+	t.Parallel()
+	w, rw, _ := pair(t)
+	env := wakeuptest.NewEnv(t, w)
+	rec := &wakeuptest.Recorder{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rw.Listen(ctx, rec.Fn) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	testkit.Eventually(t, 30*time.Second, rw.Up, "not subscribed")
+	wakeuptest.RollbackSendsNothing(t, env, rec)
+}
+
+// TestSurvivesCutConnection: the listener's connection cut at a TCP proxy
+// is survived; the next commit still wakes the idle relay.
+func TestSurvivesCutConnection(t *testing.T) {
+	t.Parallel()
+	w, rw, proxy := pair(t)
+	env := wakeuptest.NewEnv(t, w)
+	n, probe := env.Relay(t, rw)
+	wakeuptest.SurvivesKill(t, env, n, probe, rw.Up, true, proxy.Cut)
+}
+
+// TestServerDown: with the server unreachable (a proxy refusing
+// connections) the relay polls, the fifth failure in a row is an ERROR,
+// and once reachable again commits wake the idle relay.
+func TestServerDown(t *testing.T) {
+	t.Parallel()
+	logs := &wakeuptest.Logs{}
+	w, rw, proxy := pair(t, func(c *amqpfanout.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+		c.MinBackoff, c.MaxBackoff, c.PollWhileDown = time.Millisecond, 20*time.Millisecond, 10*time.Millisecond
+	})
+	env := wakeuptest.NewEnv(t, w)
+	n, probe := env.Relay(t, rw)
+	wakeuptest.DownThenBack(t, env, n, probe, rw.Up, logs.String, proxy.SetDown)
+}

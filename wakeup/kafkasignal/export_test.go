@@ -1,0 +1,4 @@
+package kafkasignal
+
+// Up reports whether the shared consumer is up.
+func (w *Wakeup) Up() bool { return w.hub.Up() }

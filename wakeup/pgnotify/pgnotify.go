@@ -1,0 +1,398 @@
+package pgnotify
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/wakehub"
+	"github.com/heraldgo/herald/wakeup"
+)
+
+// DefaultChannel is the NOTIFY channel when Config.Channel is empty.
+const DefaultChannel = "herald_wakeup"
+
+// MaxPayload is the longest NOTIFY payload PostgreSQL accepts (its limit is
+// 8000 bytes). A longer topic is signalled with an empty payload, which
+// wakes every listening relay.
+const MaxPayload = 7999
+
+// Defaults of Config.
+const (
+	DefaultMinBackoff    = 100 * time.Millisecond
+	DefaultMaxBackoff    = 30 * time.Second
+	DefaultPollWhileDown = time.Second
+	DefaultProbeTimeout  = 5 * time.Second
+	DefaultSignalTimeout = 5 * time.Second
+)
+
+// Config configures a Wakeup. The zero value of every field means its
+// default.
+type Config struct {
+	// Channel is the NOTIFY channel, the same for writers and relays of
+	// one outbox; "" = DefaultChannel. At most 63 bytes (PostgreSQL's
+	// identifier limit); it is quoted, so case and punctuation are kept.
+	Channel string
+
+	// Logger receives a WARN for each lost connection or failed reconnect,
+	// an ERROR from the fifth failure in a row on, and an INFO when
+	// listening again; nil = slog.Default().
+	Logger *slog.Logger
+
+	// MinBackoff and MaxBackoff bound the wait between reconnects of the
+	// listening connection; it doubles after each failure in a row.
+	MinBackoff, MaxBackoff time.Duration
+
+	// PollWhileDown is how often listening relays are told to poll while
+	// the listening connection is down; 0 = DefaultPollWhileDown.
+	PollWhileDown time.Duration
+
+	// ProbeTimeout is how long a new listening connection waits for a
+	// NOTIFY sent from another connection before it decides it cannot
+	// listen (a transaction-pooling proxy); 0 = DefaultProbeTimeout.
+	ProbeTimeout time.Duration
+
+	// SignalTimeout bounds one Signal sent outside a transaction;
+	// 0 = DefaultSignalTimeout.
+	SignalTimeout time.Duration
+}
+
+// Wakeup is a PostgreSQL LISTEN/NOTIFY wakeup. Writers NOTIFY inside the
+// events' transaction (SignalTx); relays listen on one connection per
+// Wakeup value, shared by all of them. Create one per process and give it
+// to both the capture plugin and the relays. Safe for concurrent use.
+type Wakeup struct {
+	connCfg   *pgx.ConnConfig
+	signalCfg *pgx.ConnConfig // connCfg with synchronous_commit=off
+	channel   string
+	ident     string // the quoted channel, for LISTEN
+	cfg       Config
+	hub       *wakehub.Hub
+	sender    *wakehub.Sender
+
+	mu     sync.Mutex // guards conn: the Signal connection, used by the sender goroutine
+	conn   *pgx.Conn
+	closed bool
+}
+
+var (
+	_ wakeup.Wakeup     = (*Wakeup)(nil)
+	_ wakeup.TxSignaler = (*Wakeup)(nil)
+)
+
+// New returns a Wakeup that connects with connString (a pgx connection
+// string: a URL or key=value pairs) when it first listens or signals
+// outside a transaction. The listening connection must reach PostgreSQL
+// directly or through a session-pooling proxy: LISTEN does not work
+// through a transaction-pooling one.
+func New(connString string, cfg Config) (*Wakeup, error) {
+	connCfg, err := pgx.ParseConfig(connString)
+	if err != nil {
+		return nil, envelope.Configurationf("pgnotify.New", "connection string: %v", err)
+	}
+	if _, ok := connCfg.RuntimeParams["application_name"]; !ok {
+		connCfg.RuntimeParams["application_name"] = "herald/wakeup/pgnotify"
+	}
+	if cfg.Channel == "" {
+		cfg.Channel = DefaultChannel
+	}
+	if err := validChannel(cfg.Channel); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MinBackoff <= 0 {
+		cfg.MinBackoff = DefaultMinBackoff
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = max(DefaultMaxBackoff, cfg.MinBackoff)
+	}
+	if cfg.MaxBackoff < cfg.MinBackoff {
+		return nil, envelope.Configurationf("pgnotify.Config.MaxBackoff", "%s is below MinBackoff %s", cfg.MaxBackoff, cfg.MinBackoff)
+	}
+	if cfg.PollWhileDown <= 0 {
+		cfg.PollWhileDown = DefaultPollWhileDown
+	}
+	if cfg.ProbeTimeout <= 0 {
+		cfg.ProbeTimeout = DefaultProbeTimeout
+	}
+	if cfg.SignalTimeout <= 0 {
+		cfg.SignalTimeout = DefaultSignalTimeout
+	}
+	// The Signal connection commits without waiting for the WAL flush: a
+	// NOTIFY lost in a server crash costs a poll, and the notify lock
+	// (see AfterCommit) is held only for a moment.
+	signalCfg := connCfg.Copy()
+	signalCfg.RuntimeParams["synchronous_commit"] = "off"
+	w := &Wakeup{
+		signalCfg: signalCfg,
+		connCfg:   connCfg,
+		channel:   cfg.Channel,
+		ident:     pgx.Identifier{cfg.Channel}.Sanitize(),
+		cfg:       cfg,
+	}
+	opt := wakehub.Options{
+		Name: "herald/wakeup/pgnotify", Logger: cfg.Logger,
+		MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff, PollWhileDown: cfg.PollWhileDown,
+	}
+	w.hub = wakehub.New(w.session, opt)
+	w.sender = wakehub.NewSender(w.publish, cfg.SignalTimeout, opt)
+	return w, nil
+}
+
+func validChannel(ch string) error {
+	switch {
+	case len(ch) > 63:
+		return envelope.Configurationf("pgnotify.Config.Channel", "%q is %d bytes; PostgreSQL channel names are at most 63", ch, len(ch))
+	case strings.ContainsRune(ch, 0):
+		return envelope.Configurationf("pgnotify.Config.Channel", "%q contains a NUL byte", ch)
+	}
+	return nil
+}
+
+// Channel returns the NOTIFY channel.
+func (w *Wakeup) Channel() string { return w.channel }
+
+// payload is what a topic is signalled as: its name, or "" (wake every
+// relay) when it is longer than NOTIFY allows.
+func payload(topic string) string {
+	if len(topic) > MaxPayload {
+		return ""
+	}
+	return topic
+}
+
+// notifySQL returns one statement that NOTIFYs each distinct topic once,
+// with its arguments: SELECT pg_notify($1, $2), pg_notify($1, $3), ...
+func (w *Wakeup) notifySQL(topics []string) (string, []any) {
+	var seen wakeup.Topics
+	for _, t := range topics {
+		seen.Add(payload(t))
+	}
+	var b strings.Builder
+	b.WriteString("SELECT ")
+	args := []any{w.channel}
+	for i, p := range seen.List() {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		args = append(args, p)
+		b.WriteString("pg_notify($1, $" + strconv.Itoa(len(args)) + ")")
+	}
+	return b.String(), args
+}
+
+// SignalTx NOTIFYs each topic once inside the transaction q belongs to:
+// PostgreSQL delivers the notifications when it commits, and never when it
+// rolls back (nor those of a savepoint rolled back to). The payload is the
+// topic name only, never event data. q must be a PostgreSQL connection or
+// transaction of any driver (pgx stdlib, lib/pq). The capture plugins call
+// it; call it yourself only for events you write with envelope.Writer
+// (see the example).
+func (w *Wakeup) SignalTx(ctx context.Context, q envelope.Querier, topics []string) error {
+	if len(topics) == 0 {
+		return nil
+	}
+	s, args := w.notifySQL(topics)
+	if _, err := q.ExecContext(ctx, s, args...); err != nil {
+		return fmt.Errorf("herald/wakeup/pgnotify: NOTIFY %s: %w", w.channel, err)
+	}
+	return nil
+}
+
+// Signal NOTIFYs topics from a connection of its own, for events already
+// committed (RetryDeadLettered, a write that did not go through SignalTx).
+// It does not wait: topics signalled while a NOTIFY is in flight go out
+// together in the next one.
+func (w *Wakeup) Signal(_ context.Context, topics []string) error {
+	return w.sender.Signal(topics)
+}
+
+// publish runs on the sender goroutine.
+func (w *Wakeup) publish(ctx context.Context, topics []string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return wakeup.ErrClosed
+	}
+	if w.conn == nil {
+		c, err := pgx.ConnectConfig(ctx, w.signalCfg.Copy())
+		if err != nil {
+			return err
+		}
+		w.conn = c
+	}
+	s, args := w.notifySQL(topics)
+	if _, err := w.conn.Exec(ctx, s, args...); err != nil {
+		_ = w.conn.Close(context.Background())
+		w.conn = nil
+		return err
+	}
+	return nil
+}
+
+// AfterCommit returns w as a Wakeup that is not a wakeup.TxSignaler:
+// writers given it signal after their commit (Signal), from w's own
+// connection, coalescing the topics of commits that happen while a NOTIFY
+// is in flight. It shares w's listening connection; closing it closes w.
+//
+// Use it on the writer side when many transactions commit at once.
+// PostgreSQL (15, where it was measured) takes one server-wide lock for a
+// transaction that NOTIFYs and holds it through its commit, including the
+// WAL flush, so notifying commits cannot share a flush (group commit) and
+// run one at a time: at most about one per WAL flush time. On a
+// disk that flushes in 9 ms, 8 concurrent writers commit 115 notifying
+// transactions per second against 790 without NOTIFY (BENCHMARKS.md).
+// After commit, writers never wait on that lock, and the one notifying
+// transaction per burst commits without waiting for the flush. The cost:
+// a signal lost when the process dies between a commit and its NOTIFY
+// (the relays find the event by polling), and one more hop.
+func (w *Wakeup) AfterCommit() wakeup.Wakeup { return afterCommit{w} }
+
+type afterCommit struct{ w *Wakeup }
+
+func (a afterCommit) Signal(ctx context.Context, topics []string) error {
+	return a.w.Signal(ctx, topics)
+}
+
+func (a afterCommit) Listen(ctx context.Context, fn func([]string)) error {
+	return a.w.Listen(ctx, fn)
+}
+
+func (a afterCommit) Close() error { return a.w.Close() }
+
+// Listen calls fn with the topics of each NOTIFY on the channel until ctx
+// ends; see wakeup.Wakeup. All Listen calls of w share one connection,
+// opened by the first and closed when the last returns. While it is down
+// it reconnects with back-off and calls fn(nil) every PollWhileDown, so
+// relays poll meanwhile. When the connection cannot LISTEN — a hot
+// standby, a server without LISTEN, or a transaction-pooling proxy such as
+// PgBouncer in pool_mode=transaction, found by a NOTIFY sent from another
+// connection that never arrives — Listen returns an error matching
+// envelope.ErrUnsupported, and a relay keeps polling.
+func (w *Wakeup) Listen(ctx context.Context, fn func(topics []string)) error {
+	return w.hub.Listen(ctx, fn)
+}
+
+// Close stops listening and closes the connections w opened; Listen calls
+// running return, later calls to Signal and Listen return
+// wakeup.ErrClosed. SignalTx keeps working: it uses the caller's
+// transaction.
+func (w *Wakeup) Close() error {
+	w.hub.Close()
+	w.sender.Close()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
+	if w.conn != nil {
+		_ = w.conn.Close(context.Background())
+		w.conn = nil
+	}
+	return nil
+}
+
+// probePrefix starts the payload of the NOTIFY a new listening connection
+// sends itself; such payloads are never handed to listeners.
+const probePrefix = "\x01herald-probe:"
+
+func unsupported(format string, args ...any) error {
+	return &envelope.Error{Kind: envelope.ErrUnsupported, Where: "pgnotify.Listen", Msg: fmt.Sprintf(format, args...)}
+}
+
+// session is one listening connection.
+func (w *Wakeup) session(ctx context.Context, ready func(), deliver func([]string)) error {
+	conn, err := pgx.ConnectConfig(ctx, w.connCfg.Copy())
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+w.ident); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && (pgErr.Code == "0A000" || pgErr.Code == "25006") {
+			return unsupported("this connection cannot LISTEN (SQLSTATE %s: %s); relays keep polling", pgErr.Code, pgErr.Message)
+		}
+		return fmt.Errorf("LISTEN %s: %w", w.ident, err)
+	}
+	// Prove that a NOTIFY from another session reaches this connection:
+	// through a transaction-pooling proxy LISTEN succeeds but nothing
+	// ever arrives.
+	probe, err := w.probe(ctx)
+	if err != nil {
+		return err
+	}
+	pctx, cancel := context.WithTimeout(ctx, w.cfg.ProbeTimeout)
+	for {
+		n, err := conn.WaitForNotification(pctx)
+		if err != nil {
+			cancel()
+			if ctx.Err() != nil {
+				return nil
+			}
+			if pctx.Err() != nil {
+				return unsupported("a NOTIFY sent on channel %q from another connection did not arrive on the listening one within %s: "+
+					"is the connection string pointing at a transaction-pooling proxy (PgBouncer pool_mode=transaction)? "+
+					"Listen needs a direct or session-pooled connection; relays keep polling", w.channel, w.cfg.ProbeTimeout)
+			}
+			return err
+		}
+		if n.Channel == w.channel && n.Payload == probe {
+			break
+		}
+		w.handle(n, deliver)
+	}
+	cancel()
+	ready()
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		w.handle(n, deliver)
+	}
+}
+
+func (w *Wakeup) handle(n *pgconn.Notification, deliver func([]string)) {
+	switch {
+	case n.Channel != w.channel, strings.HasPrefix(n.Payload, probePrefix):
+	case n.Payload == "":
+		deliver(nil) // a topic too long for NOTIFY: every relay polls
+	default:
+		deliver([]string{n.Payload})
+	}
+}
+
+// probe sends a NOTIFY with a fresh payload from a short connection of
+// its own and returns the payload.
+func (w *Wakeup) probe(ctx context.Context) (string, error) {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	p := probePrefix + hex.EncodeToString(b)
+	c, err := pgx.ConnectConfig(ctx, w.connCfg.Copy())
+	if err != nil {
+		return "", fmt.Errorf("connect (probe): %w", err)
+	}
+	defer func() { _ = c.Close(context.Background()) }()
+	if _, err := c.Exec(ctx, "SELECT pg_notify($1, $2)", w.channel, p); err != nil {
+		return "", fmt.Errorf("NOTIFY (probe): %w", err)
+	}
+	return p, nil
+}
