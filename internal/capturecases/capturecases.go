@@ -312,3 +312,59 @@ var Cases = []Case{
 		Want:  []Change{{Op: envelope.Inserted, PK: "d", After: Row{"code": "d", "label": "Dee"}}},
 	},
 }
+
+// EntUnsupported lists, in one place, the cases ent cannot express, and
+// why: ent has no composite primary key outside edge schemas, so
+// Membership cannot be declared as an ent schema.
+var EntUnsupported = map[string]string{
+	"insert one, composite key": "ent has no composite primary key outside edge schemas",
+	"update one, composite key": "ent has no composite primary key outside edge schemas",
+}
+
+// ExpectJSON renders the exact payload bytes a case's events must carry
+// in mode mode, with occurred_at at the given time: what both ORMs'
+// events must equal byte for byte once their occurred_at is replaced.
+func ExpectJSON(c Case, mode envelope.PayloadMode, occurredAt string) ([][]byte, error) {
+	m := ModelByName(c.Model)
+	spec, err := envelope.Compile(envelope.ModelInfo{Name: m.Name, Table: m.Table, Columns: m.Columns, PrimaryKey: m.PK,
+		Sensitive: m.Sensitive, DefaultNamespace: Namespace}, envelope.Options{Payload: mode})
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]byte, 0, len(c.Want))
+	for _, ch := range c.Want {
+		pk := ch.PK
+		if r, ok := pk.(Row); ok {
+			pk = map[string]any(r)
+		}
+		change := envelope.Change{Model: spec.Label, Table: m.Table, Operation: ch.Op, PK: pk, Changed: ch.Changed}
+		if ch.Before != nil {
+			change.Before = map[string]any(ch.Before)
+		}
+		if ch.After != nil {
+			change.After = map[string]any(ch.After)
+		}
+		b, err := spec.AppendEnvelope(nil, &change, nil)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ReplaceOccurredAt(b, occurredAt))
+	}
+	return out, nil
+}
+
+// ReplaceOccurredAt returns payload with its occurred_at value replaced
+// by at, for comparing payloads byte for byte.
+func ReplaceOccurredAt(payload []byte, at string) []byte {
+	s := string(payload)
+	const key = `"occurred_at":"`
+	i := strings.Index(s, key)
+	if i < 0 {
+		return payload
+	}
+	j := strings.IndexByte(s[i+len(key):], '"')
+	if j < 0 {
+		return payload
+	}
+	return []byte(s[:i+len(key)] + at + s[i+len(key)+j:])
+}

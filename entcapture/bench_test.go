@@ -1,0 +1,130 @@
+package entcapture_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	entsql "entgo.io/ent/dialect/sql"
+
+	"github.com/heraldgo/herald/entcapture"
+	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/capturecases/entcc/ent"
+	"github.com/heraldgo/herald/internal/capturecases/entcc/ent/loan"
+)
+
+// Benchmarks compare a captured ent write with the same write on a second
+// database whose client does not capture that operation (the schema's
+// hook only returns at once), alternating the two in one loop so that
+// both see the same machine state; each reports both times and the ratio.
+//
+//	go test -run '^$' -bench . -benchtime 2000x ./entcapture/
+
+type benchPair struct {
+	plain, captured *ent.Client
+	trunc           func()
+}
+
+func newBenchPair(b *testing.B, d envelope.Dialect, mode envelope.PayloadMode) benchPair {
+	b.Helper()
+	open := func(ops []envelope.Operation) (*ent.Client, func()) {
+		db := openDB(b, d)
+		drv := entcapture.Driver(entsql.OpenDB(entDialect(d), db),
+			entcapture.Config{Options: map[string]envelope.Options{"Loan": {Payload: mode, Operations: ops}}})
+		c := ent.NewClient(ent.Driver(drv))
+		createSchema(b, func(ctx context.Context) error { return c.Schema.Create(ctx) })
+		trunc := func() { _, err := db.Exec(`DELETE FROM herald_outbox`); must(b, err) }
+		return c, trunc
+	}
+	plain, _ := open([]envelope.Operation{envelope.Deleted})
+	captured, trunc := open(nil)
+	return benchPair{plain, captured, trunc}
+}
+
+func report(b *testing.B, plain, captured time.Duration, n int) {
+	b.ReportMetric(float64(plain.Nanoseconds())/float64(n), "plain-ns/op")
+	b.ReportMetric(float64(captured.Nanoseconds())/float64(n), "captured-ns/op")
+	b.ReportMetric(float64(captured)/float64(plain), "ratio")
+}
+
+// BenchmarkCreate: a single-row Create, After mode, in a caller's
+// transaction (client.Tx, Create, Commit), and without one (through
+// entcapture.Driver, which opens the transaction).
+func BenchmarkCreate(b *testing.B) {
+	for _, d := range dialects {
+		for _, inTx := range []bool{true, false} {
+			name := d.name + "/caller-tx"
+			if !inTx {
+				name = d.name + "/no-tx"
+			}
+			b.Run(name, func(b *testing.B) {
+				bp := newBenchPair(b, d.dialect, envelope.After)
+				ctx := context.Background()
+				create := func(c *ent.Client, i int) {
+					if !inTx {
+						c.Loan.Create().SetStatus("lent").SetDays(i).SetReturned(false).SaveX(ctx)
+						return
+					}
+					tx, err := c.Tx(ctx)
+					must(b, err)
+					tx.Loan.Create().SetStatus("lent").SetDays(i).SetReturned(false).SaveX(ctx)
+					must(b, tx.Commit())
+				}
+				for i := range 50 {
+					create(bp.plain, i)
+					create(bp.captured, i)
+				}
+				var tp, tc time.Duration
+				b.ResetTimer()
+				for i := 0; b.Loop(); i++ {
+					s := time.Now()
+					create(bp.plain, i)
+					m := time.Now()
+					create(bp.captured, i)
+					tp, tc = tp+m.Sub(s), tc+time.Since(m)
+				}
+				report(b, tp, tc, b.N)
+			})
+		}
+	}
+}
+
+// BenchmarkUpdateWhere: Update().Where() matching 10,000 rows,
+// BeforeAndAfter, without a caller transaction.
+func BenchmarkUpdateWhere(b *testing.B) {
+	const rows = 10000
+	for _, d := range dialects {
+		b.Run(d.name, func(b *testing.B) {
+			bp := newBenchPair(b, d.dialect, envelope.BeforeAndAfter)
+			ctx := context.Background()
+			for _, c := range []*ent.Client{bp.plain, bp.captured} {
+				for start := 0; start < rows; start += 2000 {
+					bs := make([]*ent.LoanCreate, 2000)
+					for i := range bs {
+						bs[i] = c.Loan.Create().SetStatus("lent").SetDays(start + i).SetReturned(false)
+					}
+					c.Loan.CreateBulk(bs...).ExecX(ctx)
+				}
+			}
+			bp.trunc()
+			update := func(c *ent.Client) {
+				if n := c.Loan.Update().Where(loan.DaysGTE(0)).AddDays(1).SaveX(ctx); n != rows {
+					b.Fatalf("updated %d rows", n)
+				}
+			}
+			var tp, tc time.Duration
+			b.ResetTimer()
+			for b.Loop() {
+				s := time.Now()
+				update(bp.plain)
+				m := time.Now()
+				update(bp.captured)
+				tp, tc = tp+m.Sub(s), tc+time.Since(m)
+				b.StopTimer()
+				bp.trunc()
+				b.StartTimer()
+			}
+			report(b, tp, tc, b.N)
+		})
+	}
+}

@@ -1,0 +1,89 @@
+// Package entcapture captures ent writes into herald's outbox: every
+// mutation of a captured schema writes one event per affected row in the
+// write's transaction, with the same envelope, topic and ordering key as
+// gormcapture gives the same change. An event is delivered at least once
+// if and only if its transaction commits.
+//
+// Three pieces, each installed once:
+//
+//   - Mixin declares capture on a schema (or on a helper every schema
+//     uses): func (Loan) Mixin() []ent.Mixin { return []ent.Mixin{entcapture.Mixin(envelope.Options{…})} }.
+//   - Extension, added to the code generation in entc.go
+//     (entc.Extensions(entcapture.Extension())), generates the typed glue a
+//     generic hook lacks — table and column names, the id, .Sensitive()
+//     fields (left out of events unless named in Options.Fields), typed row
+//     scans, the foreign keys whose ON DELETE reaches captured rows — and
+//     enables the sql/execquery and sql/upsert features. It fails `go
+//     generate` naming the schema and option for an unknown column in
+//     Fields or Exclude, a schema on the outbox table, or a schema without a
+//     single id field.
+//   - Driver wraps the client's driver: a captured write made without a
+//     transaction runs, with its events, in a transaction the hook opens
+//     and the wrapper routes the write's statements into. Without it such a
+//     write fails with envelope.ErrConfiguration and writes nothing. Its
+//     Config names the outbox table, the default namespace and the Wakeup.
+//
+// The program must import the generated ent/runtime package: it installs
+// schema hooks (without it ent itself fails the write with "uninitialized
+// hook (forgotten import ent/runtime?)").
+//
+// # What each write captures, and how
+//
+//   - Create: the entity ent returns (no statement besides the INSERT);
+//     optional fields the create leaves unset are null.
+//   - CreateBulk: every item, with one event INSERT for the bulk (ent runs
+//     the items' hooks nested; the generated CreateBulk marks its context so
+//     they share one scope).
+//   - Update by predicate: the rows are read first with SELECT … FOR UPDATE
+//     (on SQLite after taking the write lock), the write is pinned to
+//     exactly those ids (WhereP), and the after images are read by id: rows
+//     that appear concurrently are neither written uncaptured nor captured
+//     unwritten. UpdateOne reads first only in BeforeAndAfter mode.
+//   - Delete, DeleteOne: the rows read locked before the delete (their ids
+//     only in Keys mode), the delete pinned to them.
+//   - ON DELETE CASCADE / SET NULL (entsql.OnDelete, and ent's defaults as
+//     the migrated tables have them): the rows of captured schemas the
+//     database will delete or null, read locked before the delete, one
+//     statement per foreign key per level, recursively.
+//   - Upserts (OnConflict…): the rows the new ones conflict with are read
+//     locked before the INSERT, the rows read again by conflict key after
+//     it: a conflicting row is an update (its changed columns those the
+//     conflict action sets), a new one an insert, a row skipped by DoNothing
+//     or Ignore nothing — with the ids the database holds, even where ent's
+//     bulk upsert returns shifted ids under DO NOTHING. A conflict clause
+//     herald cannot classify (no conflict columns, ON CONSTRAINT, a partial
+//     index, an update with a WHERE) fails with envelope.ErrUnsupported
+//     naming the schema, and writes nothing.
+//   - Edge schemas (edge.To(…).Through(…)): their rows written through
+//     their own client are captured like any schema's; the join rows that
+//     edge setters write past every hook (AddGroups, RemoveGroups,
+//     ClearGroups, on create and update) are read before and after the
+//     write and captured as inserted and deleted rows of the edge schema.
+//   - Edge setters on the side without the foreign key (user.AddPets,
+//     ClearPets, a bidirectional one-to-one's other row) update rows of
+//     another captured table past every hook: the rows they can touch are
+//     read before (locked) and after, and each row whose foreign key
+//     changed is captured as an update of that column. A setter on the
+//     side with the foreign key (SetOwner, ClearOwner) is an update of the
+//     row's own column, listed in "changed".
+//
+// Each bulk write costs the same number of statements whatever its number
+// of rows: one snapshot statement (two for an upsert), the write, one
+// multi-row event INSERT.
+//
+// # Transactions
+//
+// In the caller's *ent.Tx the capture takes a savepoint: an event that
+// fails (an Extend that returns an error, a bad value) rolls the write back
+// to it, the error is returned, and the transaction stays usable. The
+// Wakeup is signalled after the outermost commit (never after a rollback);
+// a wakeup.TxSignaler is signalled inside the transaction.
+//
+// # Not captured
+//
+// Statements that bypass ent's hooks: ExecContext/QueryContext and other
+// raw SQL; join rows of a many-to-many edge without an edge schema (there
+// is no schema to capture them as — declare one with Through); rows of
+// tables that are not captured, and what a cascade reaches through them;
+// schemas with a composite id.
+package entcapture

@@ -1,0 +1,222 @@
+package entcapture
+
+import (
+	"context"
+	stdsql "database/sql"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"sync"
+
+	"entgo.io/ent/dialect"
+
+	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/wakeup"
+)
+
+// Config configures capture for the clients opened on a CaptureDriver.
+// The zero value is usable.
+type Config struct {
+	// Table is the outbox table; "" = envelope.DefaultTable.
+	Table string
+	// Namespace is the {namespace} (and the model label's prefix) of
+	// captured schemas whose Options set none; "" = no namespace.
+	Namespace string
+	// Wakeup, when set, is signalled with the topics of the events a
+	// transaction wrote, once it commits (never after a rollback); a
+	// wakeup.TxSignaler is signalled inside the transaction instead.
+	// nil = no signals; relays poll.
+	Wakeup wakeup.Wakeup
+	// Logger receives warnings (a failed wakeup signal). nil = none.
+	Logger *slog.Logger
+	// Options, by schema name ("Loan"), replace the Options of that
+	// schema's Mixin for clients on this driver: capture declared without
+	// touching the schema. nil = every schema as its Mixin declares.
+	Options map[string]envelope.Options
+}
+
+// CaptureDriver is the dialect.Driver that Driver returns.
+type CaptureDriver struct {
+	dialect.Driver
+	cfg Config
+
+	once    sync.Once
+	writer  *envelope.Writer
+	dialect envelope.Dialect
+	arrays  bool // PostgreSQL through pgx: binds Go slices as arrays
+	err     error
+}
+
+// Driver wraps an ent driver so that a captured write made without a
+// caller transaction runs, with its events, in one transaction that the
+// capture hook opens: the wrapper routes the statements of a context that
+// carries that transaction into it. Install it once, where the client is
+// opened:
+//
+//	client := ent.NewClient(ent.Driver(entcapture.Driver(entsql.OpenDB(dialect.Postgres, db))))
+//
+// cfg (at most one) sets the outbox table, the default namespace and the
+// wakeup. Without the wrapper a captured write outside client.Tx fails
+// with envelope.ErrConfiguration; inside client.Tx capture works either
+// way, but only the wrapper knows cfg.
+func Driver(drv dialect.Driver, cfg ...Config) *CaptureDriver {
+	d := &CaptureDriver{Driver: drv}
+	if len(cfg) > 0 {
+		d.cfg = cfg[0]
+	}
+	if len(cfg) > 1 {
+		d.err = envelope.Configurationf("entcapture.Driver", "at most one Config, got %d", len(cfg))
+	}
+	return d
+}
+
+// Unwrap returns the wrapped driver.
+func (d *CaptureDriver) Unwrap() dialect.Driver { return d.Driver }
+
+// Config returns the driver's configuration.
+func (d *CaptureDriver) Config() Config { return d.cfg }
+
+// init resolves the dialect and the writer once.
+func (d *CaptureDriver) init() error {
+	d.once.Do(func() {
+		if d.err != nil {
+			return
+		}
+		d.dialect, d.err = dialectOf(d.Dialect())
+		if d.err != nil {
+			return
+		}
+		d.writer, d.err = envelope.NewWriter(d.dialect, d.cfg.Table)
+		if db, ok := d.Driver.(interface{ DB() *stdsql.DB }); ok && d.dialect == envelope.Postgres {
+			d.arrays = reflect.TypeOf(db.DB().Driver()).String() == "*stdlib.Driver" // github.com/jackc/pgx/v5/stdlib
+		}
+	})
+	return d.err
+}
+
+func dialectOf(name string) (envelope.Dialect, error) {
+	switch name {
+	case dialect.Postgres:
+		return envelope.Postgres, nil
+	case dialect.SQLite:
+		return envelope.SQLite, nil
+	}
+	return "", &envelope.Error{Kind: envelope.ErrUnsupported, Where: "entcapture", Msg: fmt.Sprintf("dialect %q is not supported (want postgres or sqlite3)", name)}
+}
+
+type txKey struct{}
+
+// hookTx is a transaction the capture hook opened, carried in the
+// context of the write's statements.
+type hookTx struct {
+	d      *CaptureDriver
+	tx     dialect.Tx
+	topics []string // of nested writes, signalled after the commit
+}
+
+func (d *CaptureDriver) route(ctx context.Context) dialect.ExecQuerier {
+	if t, ok := ctx.Value(txKey{}).(*hookTx); ok && t.d == d {
+		return t.tx
+	}
+	return d.Driver
+}
+
+// Exec implements dialect.Driver, in the context's capture transaction
+// when there is one.
+func (d *CaptureDriver) Exec(ctx context.Context, query string, args, v any) error {
+	return d.route(ctx).Exec(ctx, query, args, v)
+}
+
+// Query implements dialect.Driver, in the context's capture transaction
+// when there is one.
+func (d *CaptureDriver) Query(ctx context.Context, query string, args, v any) error {
+	return d.route(ctx).Query(ctx, query, args, v)
+}
+
+// Tx implements dialect.Driver. In a capture transaction it returns that
+// transaction with no-op Commit and Rollback (as ent's own transactional
+// driver does): ent's internal transactions become part of the write's.
+func (d *CaptureDriver) Tx(ctx context.Context) (dialect.Tx, error) {
+	if t, ok := ctx.Value(txKey{}).(*hookTx); ok && t.d == d {
+		return nopTx{t.tx}, nil
+	}
+	return d.Driver.Tx(ctx)
+}
+
+// BeginTx starts a transaction with options, when the wrapped driver can
+// (ent's client.BeginTx uses it).
+func (d *CaptureDriver) BeginTx(ctx context.Context, opts *stdsql.TxOptions) (dialect.Tx, error) {
+	if t, ok := ctx.Value(txKey{}).(*hookTx); ok && t.d == d {
+		return nopTx{t.tx}, nil
+	}
+	b, ok := d.Driver.(interface {
+		BeginTx(context.Context, *stdsql.TxOptions) (dialect.Tx, error)
+	})
+	if !ok {
+		return nil, fmt.Errorf("herald/entcapture: driver %T does not support BeginTx", d.Driver)
+	}
+	return b.BeginTx(ctx, opts)
+}
+
+type stdExecQuerier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (stdsql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*stdsql.Rows, error)
+}
+
+func (d *CaptureDriver) std(ctx context.Context) (stdExecQuerier, error) {
+	var x any = d.Driver
+	if t, ok := ctx.Value(txKey{}).(*hookTx); ok && t.d == d {
+		x = t.tx
+	}
+	q, ok := x.(stdExecQuerier)
+	if !ok {
+		return nil, fmt.Errorf("herald/entcapture: %T has no ExecContext/QueryContext (use an entgo.io/ent/dialect/sql driver)", x)
+	}
+	return q, nil
+}
+
+// ExecContext runs a statement, in the context's capture transaction when
+// there is one (the sql/execquery feature's generated methods call it).
+func (d *CaptureDriver) ExecContext(ctx context.Context, query string, args ...any) (stdsql.Result, error) {
+	q, err := d.std(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return q.ExecContext(ctx, query, args...)
+}
+
+// QueryContext runs a query, in the context's capture transaction when
+// there is one.
+func (d *CaptureDriver) QueryContext(ctx context.Context, query string, args ...any) (*stdsql.Rows, error) {
+	q, err := d.std(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return q.QueryContext(ctx, query, args...)
+}
+
+// nopTx is a transaction whose Commit and Rollback are left to its owner.
+type nopTx struct{ dialect.Tx }
+
+func (nopTx) Commit() error   { return nil }
+func (nopTx) Rollback() error { return nil }
+
+func (t nopTx) ExecContext(ctx context.Context, query string, args ...any) (stdsql.Result, error) {
+	q, ok := t.Tx.(stdExecQuerier)
+	if !ok {
+		return nil, fmt.Errorf("herald/entcapture: %T has no ExecContext", t.Tx)
+	}
+	return q.ExecContext(ctx, query, args...)
+}
+
+func (t nopTx) QueryContext(ctx context.Context, query string, args ...any) (*stdsql.Rows, error) {
+	q, ok := t.Tx.(stdExecQuerier)
+	if !ok {
+		return nil, fmt.Errorf("herald/entcapture: %T has no QueryContext", t.Tx)
+	}
+	return q.QueryContext(ctx, query, args...)
+}
+
+// bindsArrays reports whether many events can be written with one unnest
+// INSERT (envelope.Writer.WriteCapturedArrays).
+func (d *CaptureDriver) bindsArrays() bool { return d.arrays }

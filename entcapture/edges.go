@@ -1,0 +1,253 @@
+package entcapture
+
+import (
+	"fmt"
+	"slices"
+
+	"entgo.io/ent/dialect/sql"
+
+	"github.com/heraldgo/herald/envelope"
+)
+
+// Join rows that an edge setter (AddClubs, RemoveClubs, ClearClubs) writes
+// go straight from ent's sqlgraph to the table, past every hook. When the
+// join table is a captured edge schema, the owner's capture reads the join
+// rows the setter can touch before the write (locked) and after it, and
+// captures the difference: rows that appeared as inserted, rows that went
+// as deleted. Two statements per edge per write, whatever the number of
+// rows.
+
+// edgeWrite is one edge a mutation changes.
+type edgeWrite struct {
+	e       ThroughEdge
+	spec    *envelope.Spec
+	others  []any // the other side's ids the setter names; nil when cleared
+	cleared bool
+	before  map[string]map[string]any
+}
+
+// edgeWrites lists the mutation's changes to edges through captured edge
+// schemas.
+func (s *scope) edgeWrites(w *write) ([]*edgeWrite, error) {
+	var out []*edgeWrite
+	for _, e := range w.sch.Edges {
+		added, removed, cleared := w.g.AddedIDs(e.Name), w.g.RemovedIDs(e.Name), w.g.EdgeCleared(e.Name)
+		if len(added) == 0 && len(removed) == 0 && !cleared {
+			continue
+		}
+		h := hookOf(e.Through)
+		if h == nil || e.Through.Scan == nil {
+			continue
+		}
+		spec, err := h.spec(e.Through, s.cd, s.writer)
+		if err != nil {
+			return nil, err
+		}
+		ew := &edgeWrite{e: e, spec: spec, cleared: cleared}
+		if !cleared {
+			for _, id := range slices.Concat(added, removed) {
+				ew.others = append(ew.others, id)
+			}
+		}
+		out = append(out, ew)
+	}
+	return out, nil
+}
+
+// joinRows reads the join rows of the owners that the edge write can
+// touch, keyed by the edge schema's id.
+func (s *scope) joinRows(ew *edgeWrite, owners []any, lock bool) (map[string]map[string]any, error) {
+	t := ew.e.Through
+	cols := []string{t.PK}
+	for _, c := range append(ew.spec.Columns(), ew.e.Own, ew.e.Other) {
+		if !slices.Contains(cols, c) {
+			cols = append(cols, c)
+		}
+	}
+	sel := sql.Dialect(dialectName(s.d)).Select().From(sql.Table(t.Table))
+	qc := make([]string, len(cols))
+	for i, c := range cols {
+		qc[i] = sel.C(c)
+	}
+	sel.Select(qc...).Where(sql.In(sel.C(ew.e.Own), owners...))
+	if !ew.cleared {
+		sel.Where(sql.In(sel.C(ew.e.Other), ew.others...))
+	}
+	if lock && s.d == envelope.Postgres {
+		sel.ForUpdate()
+	}
+	got, err := s.query(sel, cols, t.Scan)
+	if err != nil {
+		return nil, fmt.Errorf("herald/entcapture: %s: read join rows: %w", t.Name, err)
+	}
+	out := make(map[string]map[string]any, len(got))
+	for _, r := range got {
+		out[envelope.KeyText(r[t.PK])] = r
+	}
+	return out, nil
+}
+
+// edgesBefore reads, locked, the join rows the mutation's edge setters
+// can touch, before the write.
+func (s *scope) edgesBefore(ews []*edgeWrite, owners []any) error {
+	if len(owners) == 0 {
+		return nil
+	}
+	for _, ew := range ews {
+		rows, err := s.joinRows(ew, owners, true)
+		if err != nil {
+			return err
+		}
+		ew.before = rows
+	}
+	return nil
+}
+
+// edgesAfter reads the join rows again after the write and records what
+// appeared (inserted) and what went (deleted).
+func (s *scope) edgesAfter(ews []*edgeWrite, owners []any) error {
+	if len(owners) == 0 {
+		return nil
+	}
+	at := now()
+	for _, ew := range ews {
+		after, err := s.joinRows(ew, owners, false)
+		if err != nil {
+			return err
+		}
+		t := ew.e.Through
+		var cs []envelope.Change
+		for k, r := range after {
+			if _, ok := ew.before[k]; !ok {
+				cs = append(cs, envelope.Change{Model: ew.spec.Label, Table: t.Table, Operation: envelope.Inserted, PK: r[t.PK], After: r, OccurredAt: at})
+			}
+		}
+		for k, r := range ew.before {
+			if _, ok := after[k]; !ok {
+				cs = append(cs, envelope.Change{Model: ew.spec.Label, Table: t.Table, Operation: envelope.Deleted, PK: r[t.PK], Before: r, OccurredAt: at})
+			}
+		}
+		s.add(ew.spec, cs...)
+	}
+	return nil
+}
+
+// An edge setter on the side without the foreign key (user.AddPets,
+// ClearPets; a bidirectional one-to-one's other row) updates the foreign
+// key of rows of another table, again past every hook. When that table is
+// captured, the rows the setter can touch are read before (locked) and
+// after the write, and each row whose foreign key changed is captured as
+// an update of that column. Two statements per edge per write.
+
+// childWrite is one such edge a mutation changes.
+type childWrite struct {
+	e       ChildEdge
+	spec    *envelope.Spec
+	ids     []any // the child rows the setter names
+	cleared bool
+	before  map[string]map[string]any
+}
+
+func (s *scope) childWrites(w *write) ([]*childWrite, error) {
+	var out []*childWrite
+	for _, e := range w.sch.ChildEdges {
+		added, removed, cleared := w.g.AddedIDs(e.Name), w.g.RemovedIDs(e.Name), w.g.EdgeCleared(e.Name)
+		if len(added) == 0 && len(removed) == 0 && !cleared {
+			continue
+		}
+		h := hookOf(e.Child)
+		if h == nil || e.Child.Scan == nil {
+			continue
+		}
+		spec, err := h.spec(e.Child, s.cd, s.writer)
+		if err != nil {
+			return nil, err
+		}
+		if !spec.Captures(envelope.Updated) {
+			continue
+		}
+		cw := &childWrite{e: e, spec: spec, cleared: cleared}
+		for _, id := range slices.Concat(added, removed) {
+			cw.ids = append(cw.ids, id)
+		}
+		out = append(out, cw)
+	}
+	return out, nil
+}
+
+// childRows reads the child rows the setter names, and with a clear those
+// that point at the owners.
+func (s *scope) childRows(cw *childWrite, owners, also []any, lock bool) (map[string]map[string]any, error) {
+	c := cw.e.Child
+	cols := []string{c.PK}
+	for _, col := range append(cw.spec.Columns(), cw.e.Column) {
+		if !slices.Contains(cols, col) {
+			cols = append(cols, col)
+		}
+	}
+	sel := sql.Dialect(dialectName(s.d)).Select().From(sql.Table(c.Table))
+	qc := make([]string, len(cols))
+	for i, col := range cols {
+		qc[i] = sel.C(col)
+	}
+	ps := []*sql.Predicate{sql.In(sel.C(c.PK), slices.Concat(cw.ids, also)...)}
+	if cw.cleared && len(owners) > 0 {
+		ps = append(ps, sql.In(sel.C(cw.e.Column), owners...))
+	}
+	sel.Select(qc...).Where(sql.Or(ps...))
+	if lock && s.d == envelope.Postgres {
+		sel.ForUpdate()
+	}
+	got, err := s.query(sel, cols, c.Scan)
+	if err != nil {
+		return nil, fmt.Errorf("herald/entcapture: %s: read rows an edge setter updates: %w", c.Name, err)
+	}
+	out := make(map[string]map[string]any, len(got))
+	for _, r := range got {
+		out[envelope.KeyText(r[c.PK])] = r
+	}
+	return out, nil
+}
+
+func (s *scope) childrenBefore(cws []*childWrite, owners []any) error {
+	for _, cw := range cws {
+		rows, err := s.childRows(cw, owners, nil, true)
+		if err != nil {
+			return err
+		}
+		cw.before = rows
+	}
+	return nil
+}
+
+func (s *scope) childrenAfter(cws []*childWrite, owners []any) error {
+	at := now()
+	for _, cw := range cws {
+		// The rows read before too: a clear moves them out of the
+		// owners' reach.
+		var also []any
+		for _, r := range cw.before {
+			also = append(also, r[cw.e.Child.PK])
+		}
+		after, err := s.childRows(cw, owners, also, false)
+		if err != nil {
+			return err
+		}
+		c := cw.e.Child
+		var cs []envelope.Change
+		for k, a := range after {
+			b, ok := cw.before[k]
+			if !ok || envelope.KeyText(b[cw.e.Column]) == envelope.KeyText(a[cw.e.Column]) && (b[cw.e.Column] == nil) == (a[cw.e.Column] == nil) {
+				continue
+			}
+			ch := envelope.Change{Model: cw.spec.Label, Table: c.Table, Operation: envelope.Updated, PK: a[c.PK],
+				Changed: []string{cw.e.Column}, OccurredAt: at}
+			if cw.spec.Options.Payload != envelope.Keys {
+				ch.Before, ch.After = b, a
+			}
+			cs = append(cs, ch)
+		}
+		s.add(cw.spec, cs...)
+	}
+	return nil
+}

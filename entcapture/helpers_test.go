@@ -1,0 +1,120 @@
+package entcapture_test
+
+import (
+	"context"
+	"database/sql"
+	"sync"
+	"testing"
+
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
+	_ "github.com/mattn/go-sqlite3" // registers "sqlite3"
+
+	"github.com/heraldgo/herald/entcapture"
+	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/capturecases/entcc/ent"
+	_ "github.com/heraldgo/herald/internal/capturecases/entcc/ent/runtime"
+	"github.com/heraldgo/herald/internal/testkit"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+type dialectCase struct {
+	name    string
+	dialect envelope.Dialect
+}
+
+var dialects = []dialectCase{{"postgres", envelope.Postgres}, {"sqlite", envelope.SQLite}}
+
+// env is one test database with an ent client on entcapture.Driver.
+type env struct {
+	dialect envelope.Dialect
+	db      *sql.DB
+	drv     *entcapture.CaptureDriver
+	client  *ent.Client
+	plain   *ent.Client // the same database, without the wrapper
+}
+
+// schemaMu serializes ent's migrations: Schema.Create writes the
+// generated package's table descriptions (ent's Atlas.setupTables), so two
+// at once race.
+var schemaMu sync.Mutex
+
+func createSchema(t testing.TB, create func(context.Context) error) {
+	t.Helper()
+	schemaMu.Lock()
+	defer schemaMu.Unlock()
+	must(t, create(context.Background()))
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// openDB opens a fresh database of the dialect and migrates the outbox.
+func openDB(t testing.TB, d envelope.Dialect) *sql.DB {
+	t.Helper()
+	var db *sql.DB
+	switch d {
+	case envelope.Postgres:
+		db, _ = testkit.Postgres(t)
+	default:
+		var err error
+		db, err = sql.Open("sqlite3", testkit.MattnDSN(testkit.SQLitePath(t)))
+		must(t, err)
+		t.Cleanup(func() { _ = db.Close() })
+	}
+	must(t, envelope.Migrate(context.Background(), db, d, ""))
+	return db
+}
+
+func entDialect(d envelope.Dialect) string {
+	if d == envelope.Postgres {
+		return dialect.Postgres
+	}
+	return dialect.SQLite
+}
+
+// newEnv opens a database, an ent client of the conformance schemas on
+// entcapture.Driver(cfg), and creates their tables.
+func newEnv(t testing.TB, d envelope.Dialect, cfg entcapture.Config) *env {
+	t.Helper()
+	db := openDB(t, d)
+	raw := entsql.OpenDB(entDialect(d), db)
+	e := &env{dialect: d, db: db, drv: entcapture.Driver(raw, cfg)}
+	e.client = ent.NewClient(ent.Driver(e.drv))
+	e.plain = ent.NewClient(ent.Driver(raw))
+	createSchema(t, func(ctx context.Context) error { return e.client.Schema.Create(ctx) })
+	return e
+}
+
+type event struct {
+	Topic, OrderingKey string
+	Payload            []byte
+}
+
+// events returns the committed events in sequence order.
+func (e *env) events(t testing.TB) []event {
+	t.Helper()
+	rows, err := e.db.Query(`SELECT topic, COALESCE(ordering_key, ''), payload FROM herald_outbox ORDER BY sequence`)
+	must(t, err)
+	defer rows.Close()
+	var out []event
+	for rows.Next() {
+		var ev event
+		must(t, rows.Scan(&ev.Topic, &ev.OrderingKey, &ev.Payload))
+		out = append(out, ev)
+	}
+	must(t, rows.Err())
+	return out
+}
+
+func (e *env) count(t testing.TB, table string) int {
+	t.Helper()
+	var n int
+	must(t, e.db.QueryRow(`SELECT COUNT(*) FROM `+table).Scan(&n))
+	return n
+}

@@ -1,0 +1,121 @@
+package entcapture
+
+import (
+	"context"
+	stdsql "database/sql"
+	"database/sql/driver"
+
+	"entgo.io/ent"
+	"entgo.io/ent/dialect"
+	"entgo.io/ent/dialect/sql"
+)
+
+// Schema is what the generated glue tells the capture hook about one
+// captured schema: what a generic hook cannot learn from an ent.Mutation
+// at run time. Extension generates one per captured schema; it is not
+// meant to be written by hand.
+type Schema struct {
+	Name      string   // the schema's Go name: "Loan"
+	Table     string   // "loans"
+	Columns   []string // every column, in table order (fields, then foreign keys)
+	PK        string   // the id column
+	Sensitive []string // columns of .Sensitive() fields
+	// Fields maps an ent field name to its column, for the columns an
+	// update sets.
+	Fields map[string]string
+	// Nullable lists the columns of optional fields without a default:
+	// NULL when a create does not set them.
+	Nullable []string
+	// Cascades are the foreign keys of captured tables that reference
+	// this one with ON DELETE CASCADE or SET NULL: the rows a delete makes
+	// the database delete or update.
+	Cascades []Cascade
+	// Edges are the schema's many-to-many edges through a captured edge
+	// schema: the join rows their setters (AddX, RemoveX, ClearX) write.
+	Edges []ThroughEdge
+	// ChildEdges are the schema's one-to-many (and one-to-one) edges whose
+	// foreign key is in a captured table: the rows their setters update.
+	ChildEdges []ChildEdge
+	// EdgeColumns maps an edge whose foreign key is in this table to that
+	// column, for the columns an update sets (SetOwner, ClearOwner).
+	EdgeColumns map[string]string
+	// Scan reads rows of the given columns as the schema's entity reads
+	// them (HeraldScan, for rows reached by a cascade).
+	Scan func(rows *stdsql.Rows, cols []string) ([]map[string]any, error)
+	// Hooks returns the schema's hooks, among them its capture hook.
+	Hooks func() []ent.Hook
+}
+
+// ThroughEdge is a many-to-many edge whose join table is a captured edge
+// schema.
+type ThroughEdge struct {
+	Name    string  // the edge: "clubs"
+	Through *Schema // the edge schema
+	Own     string  // its column holding this schema's id
+	Other   string  // its column holding the other side's id
+}
+
+// ChildEdge is an edge whose foreign key lives in another captured table
+// (or, for a bidirectional one-to-one edge, in this one): its setters
+// update that table's rows.
+type ChildEdge struct {
+	Name   string
+	Child  *Schema
+	Column string // the foreign-key column in Child's table
+}
+
+// Cascade is one foreign key that a delete of its referenced rows makes
+// the database follow.
+type Cascade struct {
+	Child   *Schema // the referencing schema
+	Column  string  // its foreign-key column
+	SetNull bool    // ON DELETE SET NULL; otherwise CASCADE
+}
+
+// Glue is implemented by the generated mutation types of captured
+// schemas (Extension generates the methods): the typed access a generic
+// hook lacks. Its methods are for entcapture only.
+type Glue interface {
+	ent.Mutation
+	HeraldSchema() *Schema
+	// HeraldDriver is the client's driver (the caller transaction's
+	// driver's own driver when in one).
+	HeraldDriver() dialect.Driver
+	// HeraldTx is the caller's transaction, or nil.
+	HeraldTx() dialect.Tx
+	// HeraldID is the id of an UpdateOne/DeleteOne (or a done Create).
+	HeraldID() (any, bool)
+	// HeraldBeforeInsert sets the function a create calls right before
+	// its INSERT with its upsert's conflict options (nil: no upsert).
+	HeraldBeforeInsert(f func([]sql.ConflictOption))
+	// HeraldPredicates are the mutation's Where predicates.
+	HeraldPredicates() []func(*sql.Selector)
+	// HeraldRow turns an entity returned by the mutation into columns.
+	HeraldRow(v ent.Value) (map[string]any, bool)
+	// HeraldScan reads rows of the given columns as the schema's entity
+	// reads them, one column map per row, NULL as nil.
+	HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error)
+	// HeraldOnCommit runs f after the caller's transaction commits;
+	// false when the mutation is not in one.
+	HeraldOnCommit(f func()) bool
+	WhereP(ps ...func(*sql.Selector))
+	ExecContext(ctx context.Context, query string, args ...any) (stdsql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*stdsql.Rows, error)
+}
+
+// IsNull reports whether v, a scan destination filled by rows.Scan, holds
+// SQL NULL. Generated glue calls it.
+func IsNull(v any) bool {
+	switch x := v.(type) {
+	case nil:
+		return true
+	case *[]byte:
+		return x == nil || *x == nil
+	case *any:
+		return x == nil || *x == nil
+	case driver.Valuer:
+		dv, err := x.Value()
+		return err == nil && dv == nil
+	}
+	return false
+}

@@ -1,0 +1,316 @@
+package entcapture
+
+import (
+	"context"
+	"slices"
+
+	"entgo.io/ent"
+	"entgo.io/ent/dialect/sql"
+
+	"github.com/heraldgo/herald/envelope"
+)
+
+// write is one captured mutation.
+type write struct {
+	g    Glue
+	sch  *Schema
+	spec *envelope.Spec
+	op   envelope.Operation
+	d    envelope.Dialect
+}
+
+// bulk marks the context of one CreateBulk.Save (the generated code puts
+// it there), so that its items, whose hooks run nested, share one scope.
+type bulk struct{ scope *scope }
+
+type bulkKey struct{}
+
+// WithBulk returns ctx marked as the context of one CreateBulk; the code
+// Extension generates calls it. Not for use by hand.
+func WithBulk(ctx context.Context) context.Context {
+	return context.WithValue(ctx, bulkKey{}, &bulk{})
+}
+
+func bulkOf(ctx context.Context) *bulk {
+	b, _ := ctx.Value(bulkKey{}).(*bulk)
+	return b
+}
+
+// columns are what a snapshot of the write reads: the key, plus the
+// payload columns when the mode keeps rows.
+func (w *write) columns(rows bool) []string {
+	cols := []string{w.sch.PK}
+	if rows {
+		for _, c := range w.spec.Columns() {
+			if c != w.sch.PK {
+				cols = append(cols, c)
+			}
+		}
+	}
+	return cols
+}
+
+func (w *write) run(ctx context.Context, s *scope, next ent.Mutator) (ent.Value, error) {
+	switch w.op {
+	case envelope.Inserted:
+		return w.create(ctx, s, next)
+	case envelope.Updated:
+		return w.update(ctx, s, next)
+	}
+	return w.delete(ctx, s, next)
+}
+
+// create registers the mutation with its scope and runs it: its events
+// are built when the scope's creates are done (finishCreates), from the
+// entity ent returns, or for an upsert from the rows read around it.
+func (w *write) create(ctx context.Context, s *scope, next ent.Mutator) (ent.Value, error) {
+	it := &created{w: w}
+	s.creates = append(s.creates, it)
+	w.g.HeraldBeforeInsert(func(conflict []sql.ConflictOption) {
+		if len(conflict) > 0 && s.upsertErr == nil {
+			s.upsertErr = s.beforeUpsert(conflict)
+		}
+	})
+	ews, err := s.edgeWrites(w)
+	if err != nil {
+		return nil, err
+	}
+	cws, err := s.childWrites(w)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.childrenBefore(cws, nil); err != nil {
+		return nil, err
+	}
+	v, err := next.Mutate(ctx, w.g)
+	w.g.HeraldBeforeInsert(nil)
+	if s.upsertErr != nil {
+		return v, s.upsertErr
+	}
+	if err != nil {
+		return v, err
+	}
+	it.v = v
+	if id, ok := w.g.HeraldID(); ok && len(ews)+len(cws) > 0 {
+		if err := s.edgesAfter(ews, []any{id}); err != nil {
+			return v, err
+		}
+		if err := s.childrenAfter(cws, []any{id}); err != nil {
+			return v, err
+		}
+	}
+	return v, nil
+}
+
+// created is one create of a scope.
+type created struct {
+	w *write
+	v ent.Value // what ent returned
+}
+
+// BulkConflict is called by the generated CreateBulk right before its
+// INSERT, with the bulk's upsert conflict options: it reads the rows they
+// conflict with. Not for use by hand.
+func BulkConflict(ctx context.Context, conflict []sql.ConflictOption) error {
+	b := bulkOf(ctx)
+	if b == nil || b.scope == nil || len(conflict) == 0 {
+		return nil
+	}
+	return b.scope.beforeUpsert(conflict)
+}
+
+// finishCreates turns the scope's creates into changes.
+func (s *scope) finishCreates() error {
+	if len(s.creates) == 0 {
+		return nil
+	}
+	defer func() { s.creates, s.upsert = nil, nil }()
+	if s.upsert != nil {
+		return s.afterUpsert()
+	}
+	at := now()
+	for _, it := range s.creates {
+		w := it.w
+		row, ok := w.g.HeraldRow(it.v)
+		if !ok {
+			return envelope.Configurationf(w.sch.Name, "create returned %T, not the schema's entity: regenerate the code with entcapture.Extension()", it.v)
+		}
+		for _, c := range w.sch.Nullable {
+			if f := fieldOf(w.sch, c); f != "" {
+				if _, set := w.g.Field(f); !set {
+					row[c] = nil
+				}
+			}
+		}
+		s.add(w.spec, envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Inserted,
+			PK: row[w.sch.PK], After: row, OccurredAt: at})
+	}
+	return nil
+}
+
+func fieldOf(s *Schema, col string) string {
+	for f, c := range s.Fields {
+		if c == col {
+			return f
+		}
+	}
+	return ""
+}
+
+// changed lists the columns the mutation sets, in table order.
+func (w *write) changed() []string {
+	set := map[string]bool{}
+	for _, fs := range [][]string{w.g.Fields(), w.g.AddedFields(), w.g.ClearedFields()} {
+		for _, f := range fs {
+			if c, ok := w.sch.Fields[f]; ok {
+				set[c] = true
+			}
+		}
+	}
+	for _, es := range [][]string{w.g.AddedEdges(), w.g.ClearedEdges()} {
+		for _, e := range es {
+			if c, ok := w.sch.EdgeColumns[e]; ok {
+				set[c] = true
+			}
+		}
+	}
+	out := []string{}
+	for _, c := range w.sch.Columns {
+		if set[c] {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// update: the rows are read locked first (their ids, and the before
+// images in BeforeAndAfter), the write is pinned to exactly those ids, and
+// the after images are read by id after it. UpdateOne in After or Keys
+// mode reads nothing first: the UPDATE itself locks its row.
+func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Value, error) {
+	rows := w.spec.Options.Payload != envelope.Keys
+	needBefore := w.spec.Options.Payload == envelope.BeforeAndAfter
+	one := w.g.Op().Is(ent.OpUpdateOne)
+	id, _ := w.g.HeraldID()
+	var before []map[string]any
+	var ids []any
+	if !one || needBefore {
+		if err := s.writeLock(w.sch.Table, w.sch.PK); err != nil {
+			return nil, err
+		}
+		var err error
+		before, err = s.selectRows(w, w.columns(needBefore), id, one, nil)
+		if err != nil {
+			return nil, err
+		}
+		ids = pks(before, w.sch.PK)
+		if !one {
+			w.g.WhereP(sql.FieldIn(w.sch.PK, ids...))
+		}
+	}
+	ews, err := s.edgeWrites(w)
+	if err != nil {
+		return nil, err
+	}
+	owners := ids
+	if one {
+		owners = []any{id}
+	}
+	cws, err := s.childWrites(w)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.edgesBefore(ews, owners); err != nil {
+		return nil, err
+	}
+	if err := s.childrenBefore(cws, owners); err != nil {
+		return nil, err
+	}
+	v, err := next.Mutate(ctx, w.g)
+	if err != nil {
+		return v, err
+	}
+	if err := s.edgesAfter(ews, owners); err != nil {
+		return v, err
+	}
+	if err := s.childrenAfter(cws, owners); err != nil {
+		return v, err
+	}
+	ids = owners
+	changed := w.changed()
+	if len(ids) == 0 || !w.spec.Captures(envelope.Updated) || (len(changed) == 0 && len(ews)+len(cws) > 0) {
+		return v, nil // an update of edges only changes no column of its own
+	}
+	after := make([]map[string]any, len(ids))
+	if rows {
+		got, err := s.selectRows(w, w.columns(true), nil, false, ids)
+		if err != nil {
+			return v, err
+		}
+		after = got
+	} else {
+		for i, id := range ids {
+			after[i] = map[string]any{w.sch.PK: id}
+		}
+	}
+	byID := map[string]map[string]any{}
+	for _, r := range before {
+		byID[envelope.KeyText(r[w.sch.PK])] = r
+	}
+	cs := make([]envelope.Change, 0, len(after))
+	at := now()
+	for _, a := range after {
+		c := envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Updated,
+			PK: a[w.sch.PK], Changed: changed, OccurredAt: at}
+		if rows {
+			c.After = a
+		}
+		if needBefore {
+			c.Before = byID[envelope.KeyText(a[w.sch.PK])]
+		}
+		cs = append(cs, c)
+	}
+	s.add(w.spec, cs...)
+	return v, nil
+}
+
+// delete: the rows are read locked before the write (the before images,
+// or only their ids in Keys mode), and the write is pinned to them.
+func (w *write) delete(ctx context.Context, s *scope, next ent.Mutator) (ent.Value, error) {
+	rows := w.spec.Options.Payload != envelope.Keys
+	if err := s.writeLock(w.sch.Table, w.sch.PK); err != nil {
+		return nil, err
+	}
+	before, err := s.selectRows(w, w.columns(rows), nil, false, nil)
+	if err != nil {
+		return nil, err
+	}
+	ids := pks(before, w.sch.PK)
+	w.g.WhereP(sql.FieldIn(w.sch.PK, ids...))
+	if err := s.cascade(w.sch, ids, 0); err != nil {
+		return nil, err
+	}
+	v, err := next.Mutate(ctx, w.g)
+	if err != nil {
+		return v, err
+	}
+	at := now()
+	cs := make([]envelope.Change, 0, len(before))
+	for _, b := range before {
+		c := envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Deleted, PK: b[w.sch.PK], OccurredAt: at}
+		if rows {
+			c.Before = b
+		}
+		cs = append(cs, c)
+	}
+	s.add(w.spec, cs...)
+	return v, nil
+}
+
+func pks(rows []map[string]any, pk string) []any {
+	out := make([]any, len(rows))
+	for i, r := range rows {
+		out[i] = r[pk]
+	}
+	return slices.Clip(out)
+}

@@ -1,0 +1,3 @@
+package ent
+
+//go:generate go run entc.go
