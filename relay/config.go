@@ -138,6 +138,21 @@ type Config struct {
 	// releases the later events of its ordering key. 0 = never: dead
 	// letters wait for RetryDeadLettered or a person.
 	RetainDeadLettered time.Duration
+	// DeleteOnPublish deletes each event in the statement that would mark
+	// it published, instead of keeping it with published_at set. The
+	// pending indexes then never fill with entries of published rows
+	// between vacuums, so a poll's cost stays flat however much was
+	// published before it (BENCHMARKS.md, "Latency over time"). What is
+	// lost: the published history — no row to inspect after delivery,
+	// nothing for CleanupPublished or RetainPublished to do (setting
+	// RetainPublished too is an error) — and the idempotency key of a
+	// delivered event is free again, so a later Enqueue with the same key
+	// is written and delivered a second time. Failed and dead-lettered
+	// events are kept as always (RetryDeadLettered is unaffected), and
+	// per-key order holds: a deleted event no longer holds its key back,
+	// exactly as a published one.
+	DeleteOnPublish bool
+
 	// CleanupInterval is how often the scheduled cleanup runs (±10%
 	// jitter), the first time when the relay starts; it matters only when
 	// RetainPublished or RetainDeadLettered is set. 0 = DefaultCleanupInterval.
@@ -259,6 +274,8 @@ func (c Config) validate() (filter, error) {
 		return f, cfgErr("RetainPublished", "negative (%s); 0 means never delete", c.RetainPublished)
 	case c.RetainDeadLettered < 0:
 		return f, cfgErr("RetainDeadLettered", "negative (%s); 0 means never delete", c.RetainDeadLettered)
+	case c.DeleteOnPublish && c.RetainPublished > 0:
+		return f, cfgErr("RetainPublished", "%s is set with DeleteOnPublish, which keeps no published events to delete; set one of them", c.RetainPublished)
 	case c.CleanupInterval < 0:
 		return f, cfgErr("CleanupInterval", "negative (%s)", c.CleanupInterval)
 	}

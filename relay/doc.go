@@ -33,6 +33,9 @@
 //     dead-lettering those out of attempts. Marks are guarded by leased_by,
 //     so a relay that lost its lease cannot undo another's work, and are
 //     written even while the relay stops.
+//     With Config.DeleteOnPublish the delivered events are deleted in
+//     that statement instead (same guards): no published history is kept,
+//     and a delivered event's idempotency key is free again.
 //
 // A row the relay cannot decode — headers that are not an object of
 // strings, a payload that is not JSON, a time or id that does not parse,

@@ -484,7 +484,11 @@ func (r *Relay) mark(runCtx context.Context, batch []*envelope.Event, errs []err
 	if len(delivered) > 0 {
 		var marked sql.Result
 		err := retryMark(ctx, func() (err error) {
-			marked, err = r.db.ExecContext(ctx, r.sql.markPublished, r.nowArg(), r.seqArg(delivered), r.cfg.Name)
+			if r.cfg.DeleteOnPublish {
+				marked, err = r.db.ExecContext(ctx, r.sql.deletePublished, r.seqArg(delivered), r.cfg.Name)
+			} else {
+				marked, err = r.db.ExecContext(ctx, r.sql.markPublished, r.nowArg(), r.seqArg(delivered), r.cfg.Name)
+			}
 			return err
 		})
 		if err != nil {

@@ -181,6 +181,16 @@ WHERE sequence = ANY($2::bigint[]) AND leased_by = $3 AND published_at IS NULL`
 const markPublishedSQLite = `UPDATE {table} SET published_at = $1
 WHERE sequence IN (SELECT value FROM json_each($2)) AND leased_by = $3 AND published_at IS NULL`
 
+// deletePublishedPostgres is markPublishedPostgres for
+// Config.DeleteOnPublish: the delivered events of a batch are deleted, under
+// the same guards, instead of being marked. For the lease, a deleted event is
+// a published one: it no longer holds its key back.
+const deletePublishedPostgres = `DELETE FROM {table}
+WHERE sequence = ANY($1::bigint[]) AND leased_by = $2 AND published_at IS NULL`
+
+const deletePublishedSQLite = `DELETE FROM {table}
+WHERE sequence IN (SELECT value FROM json_each($1)) AND leased_by = $2 AND published_at IS NULL`
+
 // markFailedPostgres records the failed deliveries of a batch in one
 // statement; the values per event (attempts, error, next attempt, dead)
 // come as one JSON array. A failure is recorded only while this relay
@@ -293,9 +303,10 @@ var placeholderRE = regexp.MustCompile(`\$(\d+)`)
 // statements is the relay's SQL rendered for its dialect, table, columns
 // and topic filter.
 type statements struct {
-	lease, markPublished, markFailed, renew, release string
-	backlog, cleanupPublished, cleanupDeadLettered   string
-	retry, checkTable                                string
+	lease, markPublished, deletePublished, markFailed string
+	renew, release                                    string
+	backlog, cleanupPublished, cleanupDeadLettered    string
+	retry, checkTable                                 string
 }
 
 // sqlBuilder renders statement templates.
@@ -391,6 +402,7 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 	f2, _, _ := b.filterCondition(f, 2)
 	st.lease = b.render(b.pick(leaseBatchPostgres, leaseBatchSQLite), f6, "")
 	st.markPublished = b.render(b.pick(markPublishedPostgres, markPublishedSQLite), "", "")
+	st.deletePublished = b.render(b.pick(deletePublishedPostgres, deletePublishedSQLite), "", "")
 	st.markFailed = b.render(b.pick(markFailedPostgres, markFailedSQLite), "", "")
 	st.renew = b.render(b.pick(renewLeasePostgres, renewLeaseSQLite), "", "")
 	st.release = b.render(b.pick(releasePostgres, releaseSQLite), "", "")

@@ -64,6 +64,10 @@ func explain(ctx context.Context, conn *sql.Conn, q string) (Cost, error) {
 	if err := conn.QueryRowContext(ctx, `EXPLAIN (ANALYZE, BUFFERS, WAL, FORMAT JSON) `+q).Scan(&out); err != nil {
 		return Cost{}, fmt.Errorf("explain: %w\n%s", err, q)
 	}
+	return parseExplain(out)
+}
+
+func parseExplain(out string) (Cost, error) {
 	var plans []struct {
 		Plan struct {
 			WALRecords int64 `json:"WAL Records"`

@@ -46,9 +46,12 @@ import (
 // idempotency key's unique index partial, no index on id.
 var ddlVariants = map[string][]string{
 	"default": nil,
-	"ff100":   {`ALTER TABLE herald_outbox SET (fillfactor = 100)`},
-	"ff85":    {`ALTER TABLE herald_outbox SET (fillfactor = 85)`},
-	"ff70":    {`ALTER TABLE herald_outbox SET (fillfactor = 70)`},
+	// The lease's unordered candidates' index (schema version 3, not yet
+	// created by envelope.Migrate).
+	"unordered-idx": {relaybench.UnorderedIndexDDL},
+	"ff100":         {`ALTER TABLE herald_outbox SET (fillfactor = 100)`},
+	"ff85":          {`ALTER TABLE herald_outbox SET (fillfactor = 85)`},
+	"ff70":          {`ALTER TABLE herald_outbox SET (fillfactor = 70)`},
 	// The topic index over every row: a mark adds an entry to it.
 	"topic-full": topicFull,
 	// Unique constraints over every row on id and idempotency_key (NULLs
@@ -86,6 +89,12 @@ func main() {
 		costs     = flag.Bool("cost", true, "report WAL and buffers per leased-and-marked event of each table variant (EXPLAIN)")
 		drains    = flag.Bool("drain", true, "measure drain throughput")
 		params    = flag.String("set", "", "extra DSN parameters for the drains, k=v,k=v (e.g. synchronous_commit=off)")
+		pollCost  = flag.String("poll-cost", "", "instead of the rest: per-poll cost on backlogs of these sizes (e.g. 10000,1000000)")
+		pollKeys  = flag.String("poll-keys", "10,100000", "with -poll-cost: ordering keys the backlog is spread over")
+		pollBatch = flag.Int("poll-batch", 100, "with -poll-cost: the relay's BatchSize")
+		unordIdx  = flag.Bool("unordered-idx", true, "with -poll-cost: create {base}_pending_unordered_idx (schema version 3, not yet in envelope.Migrate)")
+		history   = flag.String("history", "", "instead of the rest: lease cost after this many events were published (e.g. 0,50000,200000), marking them and deleting them (DeleteOnPublish)")
+		oldScan   = flag.Duration("old-scan-timeout", 30*time.Second, "with -poll-cost: time one lease of the old sequence-order scan, up to this long (0 = skip)")
 	)
 	flag.Parse()
 	ctx := context.Background()
@@ -109,6 +118,15 @@ func main() {
 	fmt.Printf("# relaybench %s\n\n", time.Now().UTC().Format(time.RFC3339))
 	fmt.Printf("machine: %d CPUs (%s), GOMAXPROCS %d, %s; %s\n", runtime.NumCPU(), cpuModel(), runtime.GOMAXPROCS(0), runtime.Version(), serverVersion(ctx, admin))
 	fmt.Printf("events per drain: %d (%s), median of %d drains, each on a freshly filled table\n\n", *events, orderedness(*keyCount), *rounds)
+
+	if *history != "" {
+		measureHistory(ctx, drainDSN, ints(*history))
+		return
+	}
+	if *pollCost != "" {
+		measurePollCost(ctx, drainDSN, ints(*pollCost), ints(*pollKeys), *pollBatch, *unordIdx, *oldScan)
+		return
+	}
 
 	if *costs {
 		fmt.Println("cost of lease and mark per event, batch 1000, from EXPLAIN (ANALYZE, BUFFERS, WAL) of the third batch:")
@@ -344,5 +362,67 @@ func randomHex(n int) string {
 func check(err error) {
 	if err != nil && !errors.Is(err, context.Canceled) {
 		log.Fatal(err)
+	}
+}
+
+// measurePollCost fills backlogs of each size on each key count and reports
+// the relay's mean time per poll over 100 polls, next to one lease of the
+// old sequence-order scan on the same table.
+func measurePollCost(ctx context.Context, dsn string, sizes, keyCounts []int, batch int, unordIdx bool, oldTimeout time.Duration) {
+	db, err := sql.Open("pgx", dsn)
+	check(err)
+	defer db.Close()
+	fmt.Printf("per-poll cost, BatchSize %d, pending_unordered_idx %v; mean over 100 polls (lease + no-op delivery + mark)\n\n", batch, unordIdx)
+	fmt.Println("| pending events | keys | events per poll | relay ms per poll | old scan, one lease ms |")
+	fmt.Println("|---:|---:|---:|---:|---:|")
+	for _, k := range keyCounts {
+		for _, n := range sizes {
+			check(relaybench.Reset(ctx, db, "herald_outbox"))
+			if unordIdx {
+				_, err := db.ExecContext(ctx, relaybench.UnorderedIndexDDL)
+				check(err)
+			}
+			check(relaybench.Fill(ctx, db, "herald_outbox", n, k))
+			_, err := db.ExecContext(ctx, `CHECKPOINT`)
+			check(err)
+			old := "skipped"
+			if oldTimeout > 0 {
+				d, err := relaybench.OldScanLease(ctx, db, "herald_outbox", batch, oldTimeout)
+				check(err)
+				old = fmt.Sprintf("%.1f", float64(d.Microseconds())/1000)
+				if d >= oldTimeout {
+					old = "> " + old
+				}
+			}
+			per := min(k, batch)
+			perPoll, err := relaybench.PollCost(ctx, db, "herald_outbox", 100*per, k, batch)
+			check(err)
+			fmt.Printf("| %d | %d | %d | %.2f | %s |\n", n, k, per, float64(perPoll.Microseconds())/1000, old)
+		}
+	}
+}
+
+// measureHistory reports the lease's cost on a table through which a
+// history of events went, marked published or deleted on publish.
+func measureHistory(ctx context.Context, dsn string, sizes []int) {
+	db, err := sql.Open("pgx", dsn)
+	check(err)
+	defer db.Close()
+	var horizon sql.NullString
+	_ = db.QueryRowContext(ctx, `SELECT max(age(backend_xmin))::text FROM pg_stat_activity WHERE datname = current_database() AND backend_xmin IS NOT NULL`).Scan(&horizon)
+	fmt.Printf("lease of 10 fresh events after a history of published events (EXPLAIN ANALYZE of the bare lease, run twice); oldest snapshot in the database at the start: %s transactions old\n\n", horizon.String)
+	fmt.Println("| history events | on publish | lease buffers (1st run → 2nd) | lease ms (1st → 2nd) |")
+	fmt.Println("|---:|---|---:|---:|")
+	for _, n := range sizes {
+		for _, del := range []bool{false, true} {
+			c1, c, err := relaybench.LeaseAfterHistory(ctx, db, "herald_outbox", n, del)
+			check(err)
+			mode := "mark published"
+			if del {
+				mode = "delete (DeleteOnPublish)"
+			}
+			fmt.Printf("| %d | %s | %d → %d | %.2f → %.2f |\n", n, mode, c1.Buffers, c.Buffers,
+				float64(c1.Time.Microseconds())/1000, float64(c.Time.Microseconds())/1000)
+		}
 	}
 }

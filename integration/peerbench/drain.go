@@ -1,0 +1,290 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/heraldgo/herald/integration/relaybench"
+)
+
+// payload is the ~250-byte body every drained message carries (the same as
+// relaybench's).
+const payload = `{"model": "library.Loan", "operation": "updated", "pk": 7, "changed": ["status"], ` +
+	`"before": {"id": 7, "status": "lent", "fee": "0.00", "reader_id": 3}, ` +
+	`"after": {"id": 7, "status": "returned", "fee": "0.00", "reader_id": 3}, "occurred_at": "2026-10-06T12:00:00Z"}`
+
+type drainCase struct {
+	name string
+	run  func(context.Context, config) (float64, string, error)
+}
+
+func drainCases() []drainCase {
+	return []drainCase{
+		{"herald relay, defaults (batch 100, 1 relay, delivery.Func)", heraldDrain(100, 1, false)},
+		{"herald relay, tuned (batch 1000, 2 relays, BatchDelivery)", heraldDrain(1000, 2, true)},
+		{"bare lease-and-mark loop (relaybench), batch 1000, 1 worker", bareDrain(1000, 1)},
+		{"watermill-sql subscriber, defaults (batch 100)", watermillDrain(0)},
+		{"watermill-sql subscriber, batch 10000", watermillDrain(10000)},
+		{"River, defaults (MaxWorkers 100)", riverDrain(false)},
+		{"River, tuned (MaxWorkers 1000, FetchCooldown 1ms, FetchPollInterval 10ms)", riverDrain(true)},
+	}
+}
+
+func openDB(cfg config) (*sql.DB, error) { return sql.Open("pgx", cfg.dsn) }
+
+func heraldDrain(batch, relays int, batchDelivery bool) func(context.Context, config) (float64, string, error) {
+	return func(ctx context.Context, cfg config) (float64, string, error) {
+		db, err := openDB(cfg)
+		if err != nil {
+			return 0, "", err
+		}
+		defer db.Close()
+		if err := fillHerald(ctx, db, cfg.events); err != nil {
+			return 0, "", err
+		}
+		d, err := relaybench.DrainRelays(ctx, db, "herald_outbox", cfg.events, batch, relays, batchDelivery)
+		return rate(cfg.events, d), "", err
+	}
+}
+
+func bareDrain(batch, workers int) func(context.Context, config) (float64, string, error) {
+	return func(ctx context.Context, cfg config) (float64, string, error) {
+		db, err := openDB(cfg)
+		if err != nil {
+			return 0, "", err
+		}
+		defer db.Close()
+		if err := fillHerald(ctx, db, cfg.events); err != nil {
+			return 0, "", err
+		}
+		d, err := relaybench.DrainBare(ctx, db, "herald_outbox", cfg.events, batch, workers)
+		return rate(cfg.events, d), "", err
+	}
+}
+
+// resetHerald empties herald's table (creating it if needed) and, unless
+// -unordered-idx=false, adds the index the lease reads unordered events
+// from ({base}_pending_unordered_idx: the next schema version, not yet
+// created by envelope.Migrate).
+func resetHerald(ctx context.Context, db *sql.DB) error {
+	if err := relaybench.Reset(ctx, db, "herald_outbox"); err != nil {
+		return err
+	}
+	if !unorderedIdx {
+		return nil
+	}
+	_, err := db.ExecContext(ctx, relaybench.UnorderedIndexDDL)
+	return err
+}
+
+func fillHerald(ctx context.Context, db *sql.DB, n int) error {
+	if err := resetHerald(ctx, db); err != nil {
+		return err
+	}
+	if err := relaybench.Fill(ctx, db, "herald_outbox", n, 0); err != nil {
+		return err
+	}
+	_, err := db.ExecContext(ctx, `CHECKPOINT`)
+	return err
+}
+
+func rate(n int, d time.Duration) float64 { return float64(n) / d.Seconds() }
+
+var wmTopicSeq atomic.Int64
+
+// watermillDrain publishes n messages on a fresh topic (a table of its own),
+// then times a subscriber acknowledging all of them. batch 0 = the
+// subscriber's default (100).
+func watermillDrain(batch int) func(context.Context, config) (float64, string, error) {
+	return func(ctx context.Context, cfg config) (float64, string, error) {
+		db, err := openDB(cfg)
+		if err != nil {
+			return 0, "", err
+		}
+		defer db.Close()
+		logger := watermill.NopLogger{}
+		schema := wsql.DefaultPostgreSQLSchema{SubscribeBatchSize: batch}
+		topic := fmt.Sprintf("drain_%d_%d", time.Now().UnixNano()%1e6, wmTopicSeq.Add(1))
+		pub, err := wsql.NewPublisher(wsql.BeginnerFromStdSQL(db), wsql.PublisherConfig{SchemaAdapter: schema, AutoInitializeSchema: true}, logger)
+		if err != nil {
+			return 0, "", err
+		}
+		for i := 0; i < cfg.events; i += 1000 {
+			msgs := make([]*message.Message, min(1000, cfg.events-i))
+			for j := range msgs {
+				msgs[j] = message.NewMessage(watermill.NewUUID(), []byte(payload))
+				msgs[j].Metadata.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+			}
+			if err := pub.Publish(topic, msgs...); err != nil {
+				return 0, "", err
+			}
+		}
+		table := schema.MessagesTable(topic)
+		if _, err := db.ExecContext(ctx, `ANALYZE `+table); err != nil {
+			return 0, "", err
+		}
+		if _, err := db.ExecContext(ctx, `CHECKPOINT`); err != nil {
+			return 0, "", err
+		}
+		sub, err := wsql.NewSubscriber(wsql.BeginnerFromStdSQL(db), wsql.SubscriberConfig{
+			SchemaAdapter: schema, OffsetsAdapter: wsql.DefaultPostgreSQLOffsetsAdapter{}, InitializeSchema: true,
+		}, logger)
+		if err != nil {
+			return 0, "", err
+		}
+		defer sub.Close()
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+		defer cancel()
+		start := time.Now()
+		ch, err := sub.Subscribe(cctx, topic)
+		if err != nil {
+			return 0, "", err
+		}
+		for got := range cfg.events {
+			select {
+			case m := <-ch:
+				m.Ack()
+			case <-cctx.Done():
+				return 0, "", fmt.Errorf("watermill drain: %d of %d: %w", got, cfg.events, cctx.Err())
+			}
+		}
+		d := time.Since(start)
+		_, _ = db.ExecContext(ctx, `DROP TABLE IF EXISTS `+table)
+		return rate(cfg.events, d), "", nil
+	}
+}
+
+// riverArgs is the job every River case inserts.
+type riverArgs struct {
+	Body string `json:"body"`
+	Sent int64  `json:"sent,omitempty"` // latency runs: unix nanos at commit (approximate: before)
+	Seq  int64  `json:"seq,omitempty"`
+}
+
+func (riverArgs) Kind() string { return "peerbench" }
+
+type riverWorker struct {
+	river.WorkerDefaults[riverArgs]
+	fn func(*river.Job[riverArgs])
+}
+
+func (w *riverWorker) Work(_ context.Context, j *river.Job[riverArgs]) error {
+	if w.fn != nil {
+		w.fn(j)
+	}
+	return nil
+}
+
+func riverMigrate(ctx context.Context, pool *pgxpool.Pool) error {
+	m, err := rivermigrate.New(riverpgxv5.New(pool), nil)
+	if err != nil {
+		return err
+	}
+	_, err = m.Migrate(ctx, rivermigrate.DirectionUp, nil)
+	return err
+}
+
+func riverConfig(tuned bool, w *riverWorker) *river.Config {
+	workers := river.NewWorkers()
+	river.AddWorker(workers, w)
+	c := &river.Config{
+		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 100}},
+		Workers: workers,
+		Logger:  slog.New(slog.DiscardHandler),
+	}
+	if tuned {
+		c.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 1000, FetchCooldown: time.Millisecond, FetchPollInterval: 10 * time.Millisecond}}
+		c.FetchCooldown = time.Millisecond
+		c.FetchPollInterval = 10 * time.Millisecond
+	}
+	return c
+}
+
+func riverPool(ctx context.Context, cfg config) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(cfg.dsn)
+	if err != nil {
+		return nil, err
+	}
+	pc.MaxConns = 20
+	return pgxpool.NewWithConfig(ctx, pc)
+}
+
+func riverDrain(tuned bool) func(context.Context, config) (float64, string, error) {
+	return func(ctx context.Context, cfg config) (float64, string, error) {
+		pool, err := riverPool(ctx, cfg)
+		if err != nil {
+			return 0, "", err
+		}
+		defer pool.Close()
+		if err := riverMigrate(ctx, pool); err != nil {
+			return 0, "", err
+		}
+		if _, err := pool.Exec(ctx, `TRUNCATE river_job`); err != nil {
+			return 0, "", err
+		}
+		var done atomic.Int64
+		finished := make(chan struct{})
+		w := &riverWorker{}
+		client, err := river.NewClient(riverpgxv5.New(pool), riverConfig(tuned, w))
+		if err != nil {
+			return 0, "", err
+		}
+		params := make([]river.InsertManyParams, 0, 1000)
+		for i := 0; i < cfg.events; i += len(params) {
+			params = params[:0]
+			for range min(1000, cfg.events-i) {
+				params = append(params, river.InsertManyParams{Args: riverArgs{Body: payload}})
+			}
+			if _, err := client.InsertManyFast(ctx, params); err != nil {
+				return 0, "", err
+			}
+		}
+		if _, err := pool.Exec(ctx, `ANALYZE river_job`); err != nil {
+			return 0, "", err
+		}
+		if _, err := pool.Exec(ctx, `CHECKPOINT`); err != nil {
+			return 0, "", err
+		}
+		events, cancelSub := client.SubscribeConfig(&river.SubscribeConfig{ChanSize: cfg.events + 1000, Kinds: []river.EventKind{river.EventKindJobCompleted}})
+		defer cancelSub()
+		go func() {
+			for range events {
+				if done.Add(1) == int64(cfg.events) {
+					close(finished)
+					return
+				}
+			}
+		}()
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+		defer cancel()
+		start := time.Now()
+		if err := client.Start(cctx); err != nil {
+			return 0, "", err
+		}
+		select {
+		case <-finished:
+		case <-cctx.Done():
+			return 0, "", fmt.Errorf("river drain: %d of %d completed: %w", done.Load(), cfg.events, cctx.Err())
+		}
+		d := time.Since(start)
+		sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+		defer scancel()
+		_ = client.Stop(sctx)
+		return rate(cfg.events, d), "", nil
+	}
+}
+
+var _ = strings.TrimSpace

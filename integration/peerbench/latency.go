@@ -1,0 +1,266 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"gorm.io/gorm"
+
+	"github.com/heraldgo/herald/delivery"
+	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/gormcapture"
+	"github.com/heraldgo/herald/relay"
+	"github.com/heraldgo/herald/wakeup"
+)
+
+type latencyCase struct {
+	name string
+	run  func(context.Context, config) (float64, string, error)
+}
+
+func latencyCases() []latencyCase {
+	return []latencyCase{
+		{"herald, in-process wakeup", heraldLatency(true, false, 0)},
+		{"herald, in-process wakeup, DeleteOnPublish", heraldLatency(true, true, 0)},
+		{"herald, polling every 10ms (no wakeup)", heraldLatency(false, false, 10*time.Millisecond)},
+		{"River, defaults", riverLatency(false)},
+		{"River, tuned (FetchCooldown 1ms, FetchPollInterval 10ms)", riverLatency(true)},
+	}
+}
+
+// tracker pairs each event's commit time (taken when the writer's
+// transaction returned) with its receipt by the handler, whichever comes
+// first; a receipt before the writer saw its commit return counts as 0.
+type tracker struct {
+	mu    sync.Mutex
+	sent  map[any]time.Time
+	recv  map[any]time.Time
+	lat   []sample
+	start time.Time
+}
+
+type sample struct {
+	at  time.Duration // commit, from the start of the run
+	lat time.Duration
+}
+
+func newTracker() *tracker {
+	return &tracker{sent: map[any]time.Time{}, recv: map[any]time.Time{}, start: time.Now()}
+}
+
+func (t *tracker) committed(id any, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if r, ok := t.recv[id]; ok {
+		delete(t.recv, id)
+		t.lat = append(t.lat, sample{at.Sub(t.start), max(0, r.Sub(at))})
+		return
+	}
+	t.sent[id] = at
+}
+
+func (t *tracker) received(id any) {
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s, ok := t.sent[id]; ok {
+		delete(t.sent, id)
+		t.lat = append(t.lat, sample{s.Sub(t.start), now.Sub(s)})
+		return
+	}
+	t.recv[id] = now
+}
+
+func (t *tracker) count() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.lat)
+}
+
+func pct(ls []time.Duration, p float64) float64 {
+	if len(ls) == 0 {
+		return 0
+	}
+	s := slices.Clone(ls)
+	slices.Sort(s)
+	i := min(len(s)-1, int(float64(len(s))*p))
+	return float64(s[i].Microseconds()) / 1000
+}
+
+// summary returns the whole run's p50 and a note with its p99 and the first
+// and last fifth's p50/p99.
+func (t *tracker) summary(d time.Duration) (float64, string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var all, first, last []time.Duration
+	for _, s := range t.lat {
+		all = append(all, s.lat)
+		switch {
+		case s.at < d/5:
+			first = append(first, s.lat)
+		case s.at >= d-d/5:
+			last = append(last, s.lat)
+		}
+	}
+	return pct(all, 0.5), fmt.Sprintf("p99 %.2f; first fifth %.2f/%.2f, last fifth %.2f/%.2f (n=%d)",
+		pct(all, 0.99), pct(first, 0.5), pct(first, 0.99), pct(last, 0.5), pct(last, 0.99), len(all))
+}
+
+// pace calls write(i) at rate per second for d, from 4 goroutines, and
+// returns how many writes it started.
+func pace(ctx context.Context, rate int, d time.Duration, write func(i int) error) (int, error) {
+	jobs := make(chan int, 1024)
+	errs := make(chan error, 4)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for i := range jobs {
+				if err := write(i); err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+					return
+				}
+			}
+		})
+	}
+	start := time.Now()
+	n := int(d.Seconds() * float64(rate))
+	for i := range n {
+		due := start.Add(time.Duration(i) * time.Second / time.Duration(rate))
+		if w := time.Until(due); w > 0 {
+			time.Sleep(w)
+		}
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return n, err
+	default:
+	}
+	return n, ctx.Err()
+}
+
+func waitFor(t *tracker, n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for t.count() < n {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("latency: %d of %d events delivered", t.count(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
+}
+
+func heraldLatency(useWakeup, deleteOnPublish bool, poll time.Duration) func(context.Context, config) (float64, string, error) {
+	return func(ctx context.Context, cfg config) (float64, string, error) {
+		var w wakeup.Wakeup
+		if useWakeup {
+			ip := wakeup.NewInProcess()
+			defer ip.Close()
+			w = ip
+		}
+		_, herald, err := gormDBs(cfg, w)
+		if err != nil {
+			return 0, "", err
+		}
+		sqlDB, _ := herald.DB()
+		defer sqlDB.Close()
+		tr := newTracker()
+		rc := relay.Config{Wakeup: w, DeleteOnPublish: deleteOnPublish, Logger: slog.New(slog.DiscardHandler), Name: "latency"}
+		if poll > 0 {
+			rc.MinPollInterval, rc.MaxPollInterval = poll, poll
+		}
+		r, err := relay.New(sqlDB, delivery.Func(func(_ context.Context, e *envelope.Event) error {
+			tr.received(e.ID)
+			return nil
+		}), rc)
+		if err != nil {
+			return 0, "", err
+		}
+		if err := r.Start(ctx); err != nil {
+			return 0, "", err
+		}
+		defer func() { _ = r.Stop(context.Background()) }()
+		body := json.RawMessage(`{"model": "library.Loan", "operation": "updated", "pk": 7}`)
+		tr.start = time.Now()
+		n, err := pace(ctx, cfg.rate, cfg.latencyDur, func(int) error {
+			var ev *envelope.Event
+			err := herald.Transaction(func(tx *gorm.DB) error {
+				var err error
+				ev, err = gormcapture.Enqueue(tx, envelope.Message{Topic: "latency", Payload: body})
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			tr.committed(ev.ID, time.Now())
+			return nil
+		})
+		if err != nil {
+			return 0, "", err
+		}
+		if err := waitFor(tr, n, time.Minute); err != nil {
+			return 0, "", err
+		}
+		p50, note := tr.summary(cfg.latencyDur)
+		return p50, note, nil
+	}
+}
+
+func riverLatency(tuned bool) func(context.Context, config) (float64, string, error) {
+	return func(ctx context.Context, cfg config) (float64, string, error) {
+		pool, err := riverPool(ctx, cfg)
+		if err != nil {
+			return 0, "", err
+		}
+		defer pool.Close()
+		if err := riverMigrate(ctx, pool); err != nil {
+			return 0, "", err
+		}
+		if _, err := pool.Exec(ctx, `TRUNCATE river_job`); err != nil {
+			return 0, "", err
+		}
+		tr := newTracker()
+		wk := &riverWorker{fn: func(j *river.Job[riverArgs]) { tr.received(j.ID) }}
+		client, err := river.NewClient(riverpgxv5.New(pool), riverConfig(tuned, wk))
+		if err != nil {
+			return 0, "", err
+		}
+		if err := client.Start(ctx); err != nil {
+			return 0, "", err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_ = client.Stop(sctx)
+		}()
+		tr.start = time.Now()
+		n, err := pace(ctx, cfg.rate, cfg.latencyDur, func(int) error {
+			res, err := client.Insert(ctx, riverArgs{Body: `{"model": "library.Loan", "operation": "updated", "pk": 7}`}, nil)
+			if err != nil {
+				return err
+			}
+			tr.committed(res.Job.ID, time.Now())
+			return nil
+		})
+		if err != nil {
+			return 0, "", err
+		}
+		if err := waitFor(tr, n, time.Minute); err != nil {
+			return 0, "", err
+		}
+		p50, note := tr.summary(cfg.latencyDur)
+		return p50, note, nil
+	}
+}
