@@ -31,23 +31,35 @@ type cascadeEdge struct {
 	setNull bool
 }
 
-// cascadesFor returns the ON DELETE edges from table that reach a
-// captured model.
-func (p *Plugin) cascadesFor(db *gorm.DB, table string) []*cascadeEdge {
-	return p.edgesFor(db, table)
+// cascadesFor returns the ON DELETE edges from rows of sch, written in
+// table, that reach a captured model. Edges belong to the model type that
+// declares them (or is referenced by them), not to a table name: two
+// struct types on one table may declare different constraints, and a
+// delete follows those of the type it deletes. A write of the model to
+// another table (db.Table) follows none: the constraints are the model's
+// table's.
+func (p *Plugin) cascadesFor(db *gorm.DB, sch *schema.Schema, table string) []*cascadeEdge {
+	return p.edgesFor(db, sch, table, false)
 }
 
-// updateCascadesFor returns the ON UPDATE edges from table that reach a
-// captured model.
-func (p *Plugin) updateCascadesFor(db *gorm.DB, table string) []*cascadeEdge {
-	return p.edgesFor(db, onUpdateKey+table)
+// updateCascadesFor returns the ON UPDATE edges from rows of sch, written
+// in table, that reach a captured model (per model type, as cascadesFor).
+func (p *Plugin) updateCascadesFor(db *gorm.DB, sch *schema.Schema, table string) []*cascadeEdge {
+	return p.edgesFor(db, sch, table, true)
 }
 
-// onUpdateKey prefixes the table names of ON UPDATE edges in
-// Plugin.cascades (ON DELETE edges are keyed by the bare table name).
-const onUpdateKey = "\x01"
+// cascadeKey keys Plugin.cascades: the parent's model type, and whether
+// the edges are its ON UPDATE ones (else its ON DELETE ones).
+type cascadeKey struct {
+	parent   reflect.Type
+	onUpdate bool
+}
 
-func (p *Plugin) edgesFor(db *gorm.DB, key string) []*cascadeEdge {
+func (p *Plugin) edgesFor(db *gorm.DB, sch *schema.Schema, table string, onUpdate bool) []*cascadeEdge {
+	if sch == nil || table != sch.Table {
+		return nil
+	}
+	key := cascadeKey{sch.ModelType, onUpdate}
 	if v, ok := p.cascades.Load(key); ok {
 		return v.([]*cascadeEdge)
 	}
@@ -63,9 +75,8 @@ func (p *Plugin) edgesFor(db *gorm.DB, key string) []*cascadeEdge {
 }
 
 // buildCascades returns the edges of every constraint the plugin knows,
-// ON DELETE ones under their parent table's name, ON UPDATE ones under
-// onUpdateKey + the name.
-func (p *Plugin) buildCascades(db *gorm.DB) map[string][]*cascadeEdge {
+// under their parent's model type, ON DELETE and ON UPDATE ones apart.
+func (p *Plugin) buildCascades(db *gorm.DB) map[cascadeKey][]*cascadeEdge {
 	p.mu.Lock()
 	known := slices.Clone(p.known)
 	p.mu.Unlock()
@@ -75,16 +86,21 @@ func (p *Plugin) buildCascades(db *gorm.DB) map[string][]*cascadeEdge {
 		}
 		return true
 	})
-	edges := map[string][]*cascadeEdge{}
-	seen := map[string]bool{}
+	edges := map[cascadeKey][]*cascadeEdge{}
+	type edgeID struct {
+		key   cascadeKey
+		child reflect.Type
+		fk    string
+	}
+	seen := map[edgeID]bool{}
 	consider := func(c *schema.Constraint) {
 		if c == nil || c.Schema == nil || c.ReferenceSchema == nil || len(c.ForeignKeys) == 0 {
 			return
 		}
 		for _, onUpdate := range []bool{false, true} {
-			action, key := c.OnDelete, c.ReferenceSchema.Table
+			action, key := c.OnDelete, cascadeKey{c.ReferenceSchema.ModelType, onUpdate}
 			if onUpdate {
-				action, key = c.OnUpdate, onUpdateKey+key
+				action = c.OnUpdate
 			}
 			action = strings.ToUpper(strings.Join(strings.Fields(action), " "))
 			if action != "CASCADE" && action != "SET NULL" {
@@ -97,7 +113,7 @@ func (p *Plugin) buildCascades(db *gorm.DB) map[string][]*cascadeEdge {
 			for _, f := range c.References {
 				e.ref = append(e.ref, f.DBName)
 			}
-			id := key + "\x00" + c.Schema.Table + "\x00" + strings.Join(e.fk, ",")
+			id := edgeID{key, c.Schema.ModelType, strings.Join(e.fk, ",")}
 			if seen[id] {
 				continue
 			}
@@ -125,9 +141,9 @@ func (p *Plugin) buildCascades(db *gorm.DB) map[string][]*cascadeEdge {
 	// needs would only cost statements. A deleted child row cascades
 	// further through ON DELETE edges; an updated child's key further
 	// through ON UPDATE edges.
-	memo := map[string]int{} // 0 unknown, 1 visiting, 2 yes, 3 no
-	var reaches func(key string) bool
-	reaches = func(key string) bool {
+	memo := map[cascadeKey]int{} // 0 unknown, 1 visiting, 2 yes, 3 no
+	var reaches func(key cascadeKey) bool
+	reaches = func(key cascadeKey) bool {
 		switch memo[key] {
 		case 1, 3:
 			return false
@@ -147,7 +163,7 @@ func (p *Plugin) buildCascades(db *gorm.DB) map[string][]*cascadeEdge {
 		}
 		return ok
 	}
-	out := map[string][]*cascadeEdge{}
+	out := map[cascadeKey][]*cascadeEdge{}
 	for key, es := range edges {
 		for _, e := range es {
 			if p.isCaptured(e.child) || (!e.setNull && reaches(nextKey(key, e))) {
@@ -159,11 +175,8 @@ func (p *Plugin) buildCascades(db *gorm.DB) map[string][]*cascadeEdge {
 }
 
 // nextKey is the key of the edges a cascade along e goes on through.
-func nextKey(key string, e *cascadeEdge) string {
-	if strings.HasPrefix(key, onUpdateKey) {
-		return onUpdateKey + e.child.Table
-	}
-	return e.child.Table
+func nextKey(key cascadeKey, e *cascadeEdge) cascadeKey {
+	return cascadeKey{e.child.ModelType, key.onUpdate}
 }
 
 func (p *Plugin) isCaptured(sch *schema.Schema) bool {
@@ -172,16 +185,17 @@ func (p *Plugin) isCaptured(sch *schema.Schema) bool {
 }
 
 // readCascade reads, locked, the rows that deleting parents (rows of
-// table) makes the database delete or null, level by level, and returns
+// sch in table) makes the database delete or null, level by level, and returns
 // the changes of the deleted ones grouped per model, and the nulled ones
 // as they were: their events are built after the DELETE, from the rows
 // read again (finishUpdateCascade), as the database left them.
-func (p *Plugin) readCascade(ctx context.Context, db *gorm.DB, q gorm.ConnPool, table string, parents []image, at time.Time) ([]batch, []updateCascade, error) {
+func (p *Plugin) readCascade(ctx context.Context, db *gorm.DB, q gorm.ConnPool, sch *schema.Schema, table string, parents []image, at time.Time) ([]batch, []updateCascade, error) {
 	type level struct {
+		sch   *schema.Schema
 		table string
 		rows  []image
 	}
-	queue := []level{{table, parents}}
+	queue := []level{{sch, table, parents}}
 	var nulled []updateCascade
 	deleted := map[string]bool{}
 	var order []*schema.Schema
@@ -198,17 +212,17 @@ func (p *Plugin) readCascade(ctx context.Context, db *gorm.DB, q gorm.ConnPool, 
 	for len(queue) > 0 {
 		lv := queue[0]
 		queue = queue[1:]
-		for _, e := range p.cascadesFor(db, lv.table) {
+		for _, e := range p.cascadesFor(db, lv.sch, lv.table) {
 			keys := distinctKeys(lv.rows, e.ref)
 			if len(keys) == 0 {
 				continue
 			}
 			child := e.child
 			spec := p.modelFor(child).spec
-			pk := child.PrimaryFieldDBNames
+			pk := keyColumns(child)
 			cols := union(slices.Clone(pk), e.fk...)
 			if !e.setNull {
-				for _, ce := range p.cascadesFor(db, child.Table) {
+				for _, ce := range p.cascadesFor(db, child, child.Table) {
 					cols = union(cols, ce.ref...)
 				}
 			}
@@ -242,7 +256,7 @@ func (p *Plugin) readCascade(ctx context.Context, db *gorm.DB, q gorm.ConnPool, 
 				}
 			}
 			if len(fresh) > 0 {
-				queue = append(queue, level{child.Table, fresh})
+				queue = append(queue, level{child, child.Table, fresh})
 			}
 		}
 	}
@@ -318,11 +332,11 @@ func intersects(a, b []string) bool {
 	return false
 }
 
-// updateEdges returns the ON UPDATE edges from table whose referenced
-// columns are among set.
-func (p *Plugin) updateEdges(db *gorm.DB, table string, set []string) []*cascadeEdge {
+// updateEdges returns the ON UPDATE edges from rows of sch in table whose
+// referenced columns are among set.
+func (p *Plugin) updateEdges(db *gorm.DB, sch *schema.Schema, table string, set []string) []*cascadeEdge {
 	var out []*cascadeEdge
-	for _, e := range p.updateCascadesFor(db, table) {
+	for _, e := range p.updateCascadesFor(db, sch, table) {
 		if intersects(e.ref, set) {
 			out = append(out, e)
 		}
@@ -331,16 +345,17 @@ func (p *Plugin) updateEdges(db *gorm.DB, table string, set []string) []*cascade
 }
 
 // readUpdateCascade reads, locked, the child rows that updating set on
-// parents (rows of table, with the referenced columns) makes the database
-// rewrite.
-func (p *Plugin) readUpdateCascade(ctx context.Context, db *gorm.DB, q gorm.ConnPool, table string, parents []image, set []string) ([]updateCascade, error) {
+// parents (rows of sch in table, with the referenced columns) makes the
+// database rewrite.
+func (p *Plugin) readUpdateCascade(ctx context.Context, db *gorm.DB, q gorm.ConnPool, sch *schema.Schema, table string, parents []image, set []string) ([]updateCascade, error) {
 	type level struct {
+		sch   *schema.Schema
 		table string
 		rows  []image
 		set   []string
 	}
 	var out []updateCascade
-	queue := []level{{table, parents, set}}
+	queue := []level{{sch, table, parents, set}}
 	for hops := 0; len(queue) > 0; hops++ {
 		lv := queue[0]
 		queue = queue[1:]
@@ -348,7 +363,7 @@ func (p *Plugin) readUpdateCascade(ctx context.Context, db *gorm.DB, q gorm.Conn
 			return nil, &envelope.Error{Kind: envelope.ErrUnsupported, Where: "gormcapture",
 				Msg: "ON UPDATE cascades deeper than 64 levels (a cycle of constraints?) cannot be captured"}
 		}
-		for _, e := range p.updateEdges(db, lv.table, lv.set) {
+		for _, e := range p.updateEdges(db, lv.sch, lv.table, lv.set) {
 			keys := distinctKeys(lv.rows, e.ref)
 			if len(keys) == 0 {
 				continue
@@ -358,11 +373,11 @@ func (p *Plugin) readUpdateCascade(ctx context.Context, db *gorm.DB, q gorm.Conn
 			if spec != nil && !spec.Captures(envelope.Updated) {
 				spec = nil
 			}
-			pk := child.PrimaryFieldDBNames
+			pk := keyColumns(child)
 			cols := union(slices.Clone(pk), e.fk...)
 			var further []*cascadeEdge
 			if !e.setNull {
-				further = p.updateEdges(db, child.Table, e.fk)
+				further = p.updateEdges(db, child, child.Table, e.fk)
 				for _, ce := range further {
 					cols = union(cols, ce.ref...)
 				}
@@ -386,7 +401,7 @@ func (p *Plugin) readUpdateCascade(ctx context.Context, db *gorm.DB, q gorm.Conn
 				out = append(out, updateCascade{e, spec, rows})
 			}
 			if len(further) > 0 {
-				queue = append(queue, level{child.Table, rows, e.fk})
+				queue = append(queue, level{child, child.Table, rows, e.fk})
 			}
 		}
 	}
@@ -402,7 +417,7 @@ func (p *Plugin) finishUpdateCascade(ctx context.Context, db *gorm.DB, q gorm.Co
 	seen := map[string]bool{}
 	for _, uc := range ucs {
 		child, spec := uc.edge.child, uc.spec
-		pk := child.PrimaryFieldDBNames
+		pk := keyColumns(child)
 		keys := distinctKeys(uc.rows, pk)
 		cols := payloadColumns(child, spec, spec.NeedsAfter(envelope.Updated))
 		cols = union(cols, uc.edge.fk...)

@@ -2,6 +2,7 @@ package gormcapture
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"slices"
 
@@ -78,7 +79,7 @@ func (p *Plugin) insert(db *gorm.DB, spec *envelope.Spec) error {
 
 	// What to read back: the key, the fields GORM fills in, what the events
 	// hold, and the conflict target (to tell updates from inserts).
-	pk := sch.PrimaryFieldDBNames
+	pk := keyColumns(sch)
 	var fill []string
 	for _, f := range sch.FieldsWithDefaultDBValue {
 		if f.Readable {
@@ -111,7 +112,6 @@ func (p *Plugin) insert(db *gorm.DB, spec *envelope.Spec) error {
 			conflictCols = append(conflictCols, c.Name)
 		}
 	}
-	ret = union(ret, conflictCols...)
 
 	if err := p.ensureSavepoint(ctx, wc); err != nil {
 		return err
@@ -124,20 +124,30 @@ func (p *Plugin) insert(db *gorm.DB, spec *envelope.Spec) error {
 	// images (BeforeAndAfter) are read first, locked, on both.
 	var existing map[string]image
 	readFirst := doUpdate && (p.dialect == envelope.SQLite || (wantUpd && spec.NeedsBefore(envelope.Updated)))
+	if readFirst && oc.OnConstraint != "" {
+		// The conflict target is the constraint, whatever Columns holds
+		// (UpdateAll fills in the primary key): read its columns.
+		cols, err := p.constraintColumns(ctx, st, oc.OnConstraint)
+		if err != nil {
+			return err
+		}
+		conflictCols = cols
+	}
+	ret = union(ret, conflictCols...)
 	if readFirst {
 		if len(conflictCols) == 0 {
 			return &envelope.Error{Kind: envelope.ErrUnsupported, Where: spec.Label + " upsert",
-				Msg: "an ON CONFLICT ... DO UPDATE without conflict columns (OnConstraint, or none) cannot be captured here: name the conflict columns in clause.OnConflict.Columns"}
+				Msg: "an ON CONFLICT ... DO UPDATE without a conflict target cannot be captured here: name the conflict columns in clause.OnConflict.Columns"}
 		}
 		if err := p.writeLock(ctx, st, st.ConnPool); err != nil {
 			return err
 		}
-		keys := conflictKeys(values, conflictCols)
+		keys := literalKeys(conflictKeys(values, conflictCols))
 		cols := union(slices.Clone(conflictCols), pk...)
 		if wantUpd && spec.NeedsBefore(envelope.Updated) {
 			cols = union(cols, spec.Columns()...)
 		}
-		imgs, err := p.selectByKeys(ctx, db, st.ConnPool, target{st.Table, st.TableExpr, sch}, cols, conflictCols, keys, true)
+		imgs, err := p.selectByKeys(ctx, db, own(st.ConnPool), target{st.Table, st.TableExpr, sch}, cols, conflictCols, keys, true)
 		if err != nil {
 			return err
 		}
@@ -242,6 +252,65 @@ func conflictKeys(values clause.Values, cols []string) [][]any {
 	return keys
 }
 
+// constraintColumns returns the columns of the unique or primary-key
+// constraint an upsert names with OnConflict.OnConstraint (PostgreSQL; in
+// SQLite an ON CONFLICT names no constraint).
+func (p *Plugin) constraintColumns(ctx context.Context, st *gorm.Statement, name string) ([]string, error) {
+	unsupported := func(msg string) error {
+		return &envelope.Error{Kind: envelope.ErrUnsupported, Where: st.Schema.Name + " upsert", Msg: msg}
+	}
+	if p.dialect != envelope.Postgres {
+		return nil, unsupported(fmt.Sprintf("ON CONFLICT ON CONSTRAINT %s: %s has no named conflict targets; name the conflict columns in clause.OnConflict.Columns", name, p.dialect))
+	}
+	table, _ := tableSQL(st)
+	rows, err := own(st.ConnPool).QueryContext(ctx, `SELECT a.attname FROM pg_constraint c
+CROSS JOIN LATERAL unnest(c.conkey) WITH ORDINALITY AS k(attnum, ord)
+JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.attnum
+WHERE c.conname = $1 AND c.conrelid = to_regclass($2) AND c.contype IN ('p','u')
+ORDER BY k.ord`, name, table)
+	if err != nil {
+		return nil, fmt.Errorf("herald/gormcapture: read the columns of constraint %s: %w", name, err)
+	}
+	defer rows.Close()
+	var cols []string
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			return nil, fmt.Errorf("herald/gormcapture: read the columns of constraint %s: %w", name, err)
+		}
+		if st.Schema.FieldsByDBName[c] == nil {
+			return nil, unsupported(fmt.Sprintf("ON CONFLICT ON CONSTRAINT %s: column %s is not a field of the model", name, c))
+		}
+		cols = append(cols, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("herald/gormcapture: read the columns of constraint %s: %w", name, err)
+	}
+	if len(cols) == 0 {
+		return nil, unsupported(fmt.Sprintf("ON CONFLICT ON CONSTRAINT %s: no unique or primary-key constraint of that name on table %s", name, table))
+	}
+	return cols, nil
+}
+
+// literalKeys drops the keys holding a SQL expression — the DEFAULT
+// GORM's PostgreSQL dialector puts in place of a zero key when a batch
+// mixes rows with and without keys (association saves): such a row gets
+// its key from the database, and a read of the conflicting rows cannot
+// name it.
+func literalKeys(keys [][]any) [][]any {
+	out := keys[:0:0]
+next:
+	for _, k := range keys {
+		for _, v := range k {
+			if _, ok := v.(clause.Expression); ok {
+				continue next
+			}
+		}
+		out = append(out, k)
+	}
+	return out
+}
+
 // upsertChanged names the columns an upsert's DO UPDATE sets, less those
 // GORM adds itself (autoUpdateTime).
 func upsertChanged(st *gorm.Statement, oc clause.OnConflict) []string {
@@ -325,7 +394,7 @@ func (p *Plugin) fillBack(ctx context.Context, st *gorm.Statement, imgs []image,
 		// An upsert returns the inserted and updated rows, not the skipped
 		// ones: match each to its element by primary key, else by conflict
 		// target, else take the next element without a key.
-		pk := sch.PrimaryFieldDBNames
+		pk := keyColumns(sch)
 		byPK := map[string]int{}
 		hasPK := make([]bool, n)
 		for i, e := range elems {
@@ -333,8 +402,13 @@ func (p *Plugin) fillBack(ctx context.Context, st *gorm.Statement, imgs []image,
 				continue
 			}
 			img := image{}
-			full := true
-			for _, f := range sch.PrimaryFields {
+			full := len(pk) > 0
+			for _, c := range pk {
+				f := sch.FieldsByDBName[c]
+				if f == nil {
+					full = false
+					break
+				}
 				v, zero := f.ValueOf(ctx, e)
 				if zero {
 					full = false

@@ -33,10 +33,14 @@
 // A model declares capture with ChangeCapture (on itself or on an embedded
 // base struct: one declaration covers every model built on it, each under
 // its own name), or is registered without touching it with
-// Plugin.Capture. Declarations are checked when the plugin is installed
-// (and by Capture): an unknown column in Fields or Exclude, an unknown
-// template name, or a model whose table is the outbox is an
-// envelope.ErrConfiguration naming the model and the option.
+// Plugin.Capture; Config.CaptureAll captures every other model written
+// through GORM (models declared inside functions and the join tables GORM
+// generates too), each from its first write. Declarations are checked when
+// the plugin is installed (and by Capture): an unknown column in Fields or
+// Exclude, an unknown template name, or a model whose table is the outbox
+// is an envelope.ErrConfiguration naming the model and the option. A
+// model without a primary key is checked at its first write, so that
+// db.SetupJoinTable may make it a join model first (see below).
 //
 // # What is captured
 //
@@ -54,7 +58,11 @@
 // rows whose key did change); upserts with clause.OnConflict (a conflicting
 // row as "updated", an inserted one as "inserted", a skipped one not at
 // all); rows of a many-to-many join model given to db.SetupJoinTable
-// (Association Append, Replace, Delete, Clear); and the generic API
+// (Association Append, Replace, Delete, Clear) — one without primaryKey
+// tags, like GORM's PersonAddress example, is keyed by its foreign-key
+// columns (which identify a row only if the table has a unique constraint
+// on them); UPDATE … FROM (clause.From), its before images read through
+// the FROM's tables; writes to db.Table(…); and the generic API
 // (gorm.G[T]). "changed" lists the columns the caller set, not those GORM
 // adds itself (autoUpdateTime, an optimistic-lock version), in table order.
 //
@@ -62,7 +70,10 @@
 // locking SELECT when the mode needs the rows as they were
 // (BeforeAndAfter, or a delete the database cascades; on PostgreSQL an
 // update reads them in a FOR UPDATE subquery of the UPDATE itself), and
-// one multi-row event INSERT — never a query per row. Events hold the rows
+// one multi-row event INSERT — never a query per row. The plugin's own
+// statements (event INSERTs, locks, before-reads, read-backs, NOTIFY) never
+// go through GORM's PrepareStmt cache: with PrepareStmt the cache holds the
+// caller's statements, as many as without the plugin. Events hold the rows
 // as the database stored them (read back with RETURNING: timestamps at the
 // column's precision, numerics at their scale, defaults), in one JSON form
 // whatever the path. A single-row Create on PostgreSQL writes its row and
@@ -70,8 +81,9 @@
 // the stored row, when every column has a rendering known to match
 // (integers, text, booleans, uuids, floats, numerics into decimals or
 // strings, json/jsonb into strings, timestamps into time.Time — timestamptz
-// only through pgx with time.Local UTC); the table's first single-row
-// Create, and any other, takes two statements. What the caller sees is
+// only through pgx with time.Local UTC; the column types are read once
+// per table, by a SELECT of no rows before its first single-row Create);
+// any other takes two statements. What the caller sees is
 // what GORM shows without the plugin: RowsAffected, generated keys and
 // defaults filled in, and a struct or slice never overwritten by the
 // plugin's RETURNING.
@@ -128,6 +140,15 @@
 //     CASCADE into a primary-key column of a captured model (a join table
 //     keyed by its foreign keys) is envelope.ErrUnsupported: the rewritten
 //     rows cannot be read again by their keys; the update is undone.
+//     Constraints belong to the model type that declares them: when two
+//     struct types map to one table, a delete or update through one follows
+//     that type's constraint tags (and those of models referring to it), not
+//     the other's; a write through db.Table(another table) follows none.
+//   - A model without a primary key (and not a join model as above) cannot
+//     key its events: declaring it (ChangeCapture, Capture) is an
+//     envelope.ErrConfiguration at its first write, and CaptureAll leaves it
+//     uncaptured, logging a warning once. Give a join model to
+//     db.SetupJoinTable before its first write.
 //   - Savepoints are tracked from the SQL that creates, rolls back to and
 //     releases them (db.SavePoint, db.RollbackTo, nested Transaction, or
 //     db.Exec of SAVEPOINT / ROLLBACK [TRANSACTION] TO / RELEASE), names
@@ -146,8 +167,13 @@
 //     Begin/Transaction — still gets its events (they are written in it), but
 //     its commit cannot be seen: its wakeup is left to the relays' polling
 //     and a warning is logged once.
-//   - An upsert with ON CONFLICT ... DO UPDATE needs its conflict columns
-//     (clause.OnConflict.Columns) on SQLite and in BeforeAndAfter mode; an
+//   - An upsert with ON CONFLICT ... DO UPDATE on SQLite, or in
+//     BeforeAndAfter mode, reads the conflicting rows first, so it needs
+//     its conflict target: clause.OnConflict.Columns or, on PostgreSQL,
+//     OnConstraint naming a unique or primary-key constraint (its columns
+//     are read from the catalog, one query per such upsert; with UpdateAll
+//     GORM fills Columns with the primary key, but the constraint is what
+//     the database uses, and so does the plugin); an
 //     UPDATE that moves rows to new primary keys in BeforeAndAfter mode is
 //     supported for one row at a time on SQLite (on PostgreSQL the UPDATE
 //     returns each row's old values beside its new ones: any number); with

@@ -68,7 +68,7 @@ func change(spec *envelope.Spec, table string, op envelope.Operation, pk any, be
 // payloadColumns are the columns a snapshot of op reads: the primary key
 // plus, when the mode keeps rows, the spec's payload columns.
 func payloadColumns(sch *schema.Schema, spec *envelope.Spec, rows bool) []string {
-	cols := slices.Clone(sch.PrimaryFieldDBNames)
+	cols := slices.Clone(keyColumns(sch))
 	if rows && spec != nil {
 		cols = union(cols, spec.Columns()...)
 	}

@@ -535,9 +535,10 @@ func TestUnsupported(t *testing.T) {
 			must(t, e.db.Model(&Tag{}).Where("code IN ?", []string{"bx", "zx"}).Update("code", gorm.Expr("substr(code, 1, 1)")).Error)
 			must(t, e.db.Exec(`DELETE FROM herald_outbox WHERE sequence > (SELECT min(sequence) + 2 FROM herald_outbox)`).Error)
 		}
-		// An upsert that updates without conflict columns cannot read the
-		// conflicting rows first.
-		err = e.db.Clauses(clause.OnConflict{OnConstraint: "tags_pkey", DoUpdates: clause.AssignmentColumns([]string{"label"})}).
+		// An upsert whose conflict target cannot be resolved to columns
+		// cannot read the conflicting rows first: a constraint PostgreSQL
+		// does not have; in SQLite any named constraint.
+		err = e.db.Clauses(clause.OnConflict{OnConstraint: "no_such_constraint", DoUpdates: clause.AssignmentColumns([]string{"label"})}).
 			Create(&[]Tag{{Code: "b", Label: "x"}, {Code: "c", Label: "y"}}).Error
 		if !errors.Is(err, envelope.ErrUnsupported) {
 			t.Errorf("upsert without conflict columns: %v, want ErrUnsupported", err)

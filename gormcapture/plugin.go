@@ -52,6 +52,17 @@ type Config struct {
 	// transaction instead. nil = no signals; relays poll.
 	Wakeup wakeup.Wakeup
 
+	// CaptureAll, when set, captures every model written through GORM
+	// that neither declares Captured nor is registered with Capture, with
+	// these options: models declared anywhere (inside a function too),
+	// and the join tables GORM generates for many2many fields. Each model
+	// is compiled at its first write; options it cannot satisfy (Fields or
+	// Exclude naming a column it lacks, no key) make its writes fail with
+	// envelope.ErrConfiguration naming it. A model's database cascades
+	// are followed once the plugin has seen it (see Models). nil = only
+	// declared and registered models are captured.
+	CaptureAll *envelope.Options
+
 	// Logger receives warnings: a failed wakeup signal, a write in a
 	// transaction the plugin cannot see commit. nil = no logging.
 	Logger *slog.Logger
@@ -75,6 +86,7 @@ type Plugin struct {
 	pools    sync.Map // *sql.DB -> *pool
 	parsed   sync.Map // schema cache for models parsed outside a statement
 	stmts    sync.Map // stmtKey -> *sql.Stmt (SQLite)
+	keyless  sync.Map // reflect.Type -> true: warned that CaptureAll skips it
 	nstmts   atomic.Int64
 	arrays   sync.Map // *sql.DB -> bool: binds Go slices as arrays (pgx)
 	colTypes sync.Map // table name -> *columnTypes (PostgreSQL), for fused inserts
@@ -132,6 +144,15 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	p.mu.Unlock()
 
 	if first {
+		if o := p.cfg.CaptureAll; o != nil {
+			if err := o.Validate(); err != nil {
+				var e *envelope.Error
+				if errors.As(err, &e) {
+					e.Where = "Config.CaptureAll " + e.Where
+				}
+				return err
+			}
+		}
 		for _, m := range known {
 			if err := p.register(db, m); err != nil {
 				return err
@@ -255,7 +276,9 @@ func (p *Plugin) Capture(model any, opts envelope.Options) error {
 		if err != nil {
 			return envelope.Configurationf(t.Name(), "cannot parse model: %v", err)
 		}
-		if _, err := p.compile(sch, opts); err != nil {
+		// A model without a primary key is checked at its first write: this
+		// parse cannot see db.SetupJoinTable make it a keyed join model.
+		if _, err := p.compile(sch, opts); err != nil && len(keyColumns(sch)) > 0 {
 			return err
 		}
 	}
@@ -289,6 +312,9 @@ func (p *Plugin) register(db *gorm.DB, model any) error {
 	if err := stmt.Parse(model); err != nil {
 		return envelope.Configurationf(t.Name(), "cannot parse model: %v", err)
 	}
+	if len(keyColumns(stmt.Schema)) == 0 {
+		return nil // checked at its first write, after any db.SetupJoinTable
+	}
 	m := p.modelFor(stmt.Schema)
 	return m.err
 }
@@ -318,7 +344,23 @@ func (p *Plugin) buildModel(sch *schema.Schema) *model {
 			opts, explicit = c.ChangeCapture(), true
 		}
 	}
+	if !explicit && p.cfg.CaptureAll != nil && !p.isOutbox(sch.Table) {
+		if len(keyColumns(sch)) > 0 {
+			opts, explicit = *p.cfg.CaptureAll, true
+		} else {
+			if _, warned := p.keyless.LoadOrStore(sch.ModelType, true); !warned {
+				p.logger().Warn("herald/gormcapture: CaptureAll leaves a model without a primary key uncaptured",
+					"model", sch.Name, "table", sch.Table)
+			}
+			return &model{} // not kept: db.SetupJoinTable may yet make it a keyed join model
+		}
+	}
 	m := &model{}
+	if explicit && len(keyColumns(sch)) == 0 {
+		// Not kept: db.SetupJoinTable may yet make it a keyed join model.
+		_, m.err = p.compile(sch, opts)
+		return m
+	}
 	if explicit {
 		m.spec, m.err = p.compile(sch, opts)
 		if m.spec != nil {
@@ -335,11 +377,16 @@ func (p *Plugin) buildModel(sch *schema.Schema) *model {
 }
 
 func (p *Plugin) compile(sch *schema.Schema, opts envelope.Options) (*envelope.Spec, error) {
+	key := keyColumns(sch)
+	if len(key) == 0 {
+		return nil, envelope.Configurationf(sch.Name, "table %s has no primary key to key its events by: tag one with gorm:\"primaryKey\" "+
+			"(a many-to-many join model without one is keyed by its foreign-key columns once given to db.SetupJoinTable)", sch.Table)
+	}
 	info := envelope.ModelInfo{
 		Name:             sch.Name,
 		Table:            sch.Table,
 		Columns:          slices.Clone(sch.DBNames),
-		PrimaryKey:       slices.Clone(sch.PrimaryFieldDBNames),
+		PrimaryKey:       slices.Clone(key),
 		DefaultNamespace: p.cfg.Namespace,
 	}
 	for _, f := range sch.Fields {
@@ -353,13 +400,18 @@ func (p *Plugin) compile(sch *schema.Schema, opts envelope.Options) (*envelope.S
 			info.Scales[f.DBName] = scale
 		}
 	}
-	p.mu.Lock()
-	w := p.writer
-	p.mu.Unlock()
-	if w != nil && strings.EqualFold(unqualified(sch.Table), unqualified(w.Table().Name)) {
+	if p.isOutbox(sch.Table) {
 		return nil, envelope.Configurationf(sch.Name, "table %s is the outbox table: the outbox cannot capture its own events", sch.Table)
 	}
 	return envelope.Compile(info, opts)
+}
+
+// isOutbox reports whether table is the plugin's outbox table.
+func (p *Plugin) isOutbox(table string) bool {
+	p.mu.Lock()
+	w := p.writer
+	p.mu.Unlock()
+	return w != nil && strings.EqualFold(unqualified(table), unqualified(w.Table().Name))
 }
 
 func unqualified(t string) string {
@@ -367,6 +419,43 @@ func unqualified(t string) string {
 		return t[i+1:]
 	}
 	return t
+}
+
+// keyColumns are the columns that identify a row of sch in events: its
+// primary key or, for a many-to-many join model without one given to
+// db.SetupJoinTable (GORM's PersonAddress example), the join table's
+// foreign-key columns, in table order. nil: the model has no key.
+func keyColumns(sch *schema.Schema) []string {
+	if len(sch.PrimaryFieldDBNames) > 0 {
+		return sch.PrimaryFieldDBNames
+	}
+	return joinKey(sch)
+}
+
+// joinKey recognises a join model by what db.SetupJoinTable leaves: the
+// owner's many2many relation has it as JoinTable, and the join model
+// holds that relation's belongs-to relations (whose Field is the owner's
+// many2many field); the relation's references name the join columns.
+func joinKey(sch *schema.Schema) []string {
+	for _, rel := range sch.Relationships.Relations {
+		if rel.Field == nil || rel.Field.Schema == nil || rel.Field.Schema == sch {
+			continue
+		}
+		owner := rel.Field.Schema.Relationships.Relations[rel.Field.Name]
+		if owner == nil || owner.JoinTable != sch {
+			continue
+		}
+		var cols []string
+		for _, ref := range owner.References {
+			if ref.ForeignKey != nil && sch.FieldsByDBName[ref.ForeignKey.DBName] != nil {
+				cols = union(cols, ref.ForeignKey.DBName)
+			}
+		}
+		if len(cols) > 0 {
+			return inTableOrder(sch, cols)
+		}
+	}
+	return nil
 }
 
 // isSensitive reports a `herald:"sensitive"` tag.

@@ -266,17 +266,21 @@ func (p *Plugin) selectWhere(db *gorm.DB, cols []string, lock bool) (string, []a
 	if w, ok := src.Clauses["WHERE"]; ok {
 		sel.Clauses["WHERE"] = w
 	}
+	if from, ok := src.Clauses["FROM"].Expression.(clause.From); ok && (len(from.Tables) > 0 || len(from.Joins) > 0) &&
+		src.Schema != nil && len(keyColumns(src.Schema)) > 0 {
+		return p.selectWhereFrom(sel, from, cols, lock)
+	}
 	sc := make([]clause.Column, len(cols))
 	for i, c := range cols {
 		sc[i] = clause.Column{Table: clause.CurrentTable, Name: c}
 	}
 	sel.AddClause(clause.Select{Columns: sc})
 	sel.AddClause(clause.From{})
-	if src.Schema != nil && len(src.Schema.PrimaryFieldDBNames) > 0 {
+	if src.Schema != nil && len(keyColumns(src.Schema)) > 0 {
 		// A fixed lock order: two bulk writes over overlapping rows lock
 		// them in the same order and cannot deadlock on each other.
 		ob := clause.OrderBy{}
-		for _, c := range src.Schema.PrimaryFieldDBNames {
+		for _, c := range keyColumns(src.Schema) {
 			ob.Columns = append(ob.Columns, clause.OrderByColumn{Column: clause.Column{Table: clause.CurrentTable, Name: c}})
 		}
 		sel.AddClause(ob)
@@ -285,6 +289,47 @@ func (p *Plugin) selectWhere(db *gorm.DB, cols []string, lock bool) (string, []a
 		sel.AddClause(clause.Locking{Strength: clause.LockingStrengthUpdate})
 	}
 	sel.Build("SELECT", "FROM", "WHERE", "ORDER BY", "FOR")
+	return sel.SQL.String(), sel.Vars
+}
+
+// selectWhereFrom is selectWhere for an UPDATE … FROM (clause.From): its
+// WHERE names the other tables, and a row of the statement's table joined
+// to several of theirs is updated once, so the rows are those whose key
+// is among the join's:
+//
+//	SELECT cols FROM t WHERE (t.pk) IN (SELECT t.pk FROM t, <FROM's tables> <joins> WHERE <the WHERE>)
+//	ORDER BY t.pk [FOR UPDATE]
+//
+// On PostgreSQL FOR UPDATE locks only the rows of t.
+func (p *Plugin) selectWhereFrom(sel *gorm.Statement, from clause.From, cols []string, lock bool) (string, []any) {
+	pk := keyColumns(sel.Schema)
+	list := func(names []string) {
+		for i, c := range names {
+			if i > 0 {
+				_ = sel.WriteByte(',')
+			}
+			sel.WriteQuoted(clause.Column{Table: clause.CurrentTable, Name: c})
+		}
+	}
+	_, _ = sel.WriteString("SELECT ")
+	list(cols)
+	_, _ = sel.WriteString(" FROM ")
+	sel.WriteQuoted(clause.Table{Name: clause.CurrentTable})
+	_, _ = sel.WriteString(" WHERE (")
+	list(pk)
+	_, _ = sel.WriteString(") IN (SELECT ")
+	list(pk)
+	_ = sel.WriteByte(' ')
+	sel.Clauses["FROM"] = clause.Clause{Name: "FROM", Expression: clause.From{
+		Tables: append([]clause.Table{{Name: clause.CurrentTable}}, from.Tables...),
+		Joins:  from.Joins,
+	}}
+	sel.Build("FROM", "WHERE")
+	_, _ = sel.WriteString(") ORDER BY ")
+	list(pk)
+	if lock && p.dialect == envelope.Postgres {
+		_, _ = sel.WriteString(" FOR UPDATE")
+	}
 	return sel.SQL.String(), sel.Vars
 }
 

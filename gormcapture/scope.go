@@ -141,9 +141,9 @@ func (p *Plugin) relevant(db *gorm.DB, op envelope.Operation) bool {
 	}
 	switch op {
 	case envelope.Deleted:
-		return len(p.cascadesFor(db, db.Statement.Table)) > 0
+		return len(p.cascadesFor(db, db.Statement.Schema, db.Statement.Table)) > 0
 	case envelope.Updated:
-		return len(p.updateCascadesFor(db, db.Statement.Table)) > 0
+		return len(p.updateCascadesFor(db, db.Statement.Schema, db.Statement.Table)) > 0
 	}
 	return false
 }
@@ -170,22 +170,33 @@ func (p *Plugin) ensureSavepoint(ctx context.Context, wc *writeCtx) error {
 // deferred transaction that write would instead fail with SQLITE_BUSY
 // when another writer committed after the read. Once per write.
 func (p *Plugin) writeLock(ctx context.Context, st *gorm.Statement, cp gorm.ConnPool) error {
-	if p.dialect != envelope.SQLite || st.Schema == nil || len(st.Schema.PrimaryFieldDBNames) == 0 {
+	if p.dialect != envelope.SQLite || st.Schema == nil || len(keyColumns(st.Schema)) == 0 {
 		return nil
 	}
 	wc := writeCtxOf(st)
 	if wc != nil && wc.writeLocked {
 		return nil
 	}
-	col := quotedColumns(st, st.Schema.PrimaryFieldDBNames[:1], false)
-	q := "UPDATE " + st.Quote(clause.Table{Name: clause.CurrentTable}) + " SET " + col + "=" + col + " WHERE 0"
-	if _, err := cp.ExecContext(ctx, q); err != nil {
+	col := quotedColumns(st, keyColumns(st.Schema)[:1], false)
+	table, vars := tableSQL(st)
+	q := "UPDATE " + table + " SET " + col + "=" + col + " WHERE 0"
+	if _, err := own(cp).ExecContext(ctx, q, vars...); err != nil {
 		return fmt.Errorf("herald/gormcapture: take the write lock: %w", err)
 	}
 	if wc != nil {
 		wc.writeLocked = true
 	}
 	return nil
+}
+
+// tableSQL renders the statement's table — db.Table's expression when
+// there is one, with its arguments — without touching the statement:
+// st.Quote of the current table would build a TableExpr into the
+// statement's own SQL and return "".
+func tableSQL(st *gorm.Statement) (string, []any) {
+	t := &gorm.Statement{DB: st.DB, Table: st.Table, TableExpr: st.TableExpr, Schema: st.Schema, Clauses: map[string]clause.Clause{}}
+	t.WriteQuoted(clause.Table{Name: clause.CurrentTable})
+	return t.SQL.String(), t.Vars
 }
 
 // end is herald:end, the chain's last callback: it closes the scope the
@@ -303,7 +314,7 @@ func (p *Plugin) signal(ctx context.Context, cp gorm.ConnPool, topics []string) 
 		if len(fresh) == 0 {
 			return nil
 		}
-		if err := ts.SignalTx(ctx, cp, fresh); err != nil {
+		if err := ts.SignalTx(ctx, own(cp), fresh); err != nil {
 			return fmt.Errorf("herald/gormcapture: wakeup in transaction: %w", err)
 		}
 		return nil
@@ -323,7 +334,8 @@ func (p *Plugin) signal(ctx context.Context, cp gorm.ConnPool, topics []string) 
 	return nil
 }
 
-// querier adapts a gorm.ConnPool to envelope.Querier, running small
+// querier adapts a gorm.ConnPool to envelope.Querier for herald's own
+// statements (the event INSERTs): they run on own(ConnPool), small
 // INSERTs prepared on SQLite (see Plugin.query).
 type querier struct {
 	gorm.ConnPool
@@ -331,11 +343,31 @@ type querier struct {
 }
 
 func (q querier) ExecContext(ctx context.Context, s string, args ...any) (sql.Result, error) {
-	return q.ConnPool.ExecContext(ctx, s, args...)
+	return own(q.ConnPool).ExecContext(ctx, s, args...)
 }
 
 func (q querier) QueryContext(ctx context.Context, s string, args ...any) (*sql.Rows, error) {
-	return q.p.query(ctx, q.ConnPool, s, args)
+	return q.p.query(ctx, own(q.ConnPool), s, args)
+}
+
+// own returns the connection herald runs its own statements on (event
+// INSERTs, locks, before-reads, NOTIFY): cp without GORM's
+// prepared-statement wrappers, so that with PrepareStmt they neither
+// enter the caller's statement cache nor evict the caller's statements
+// from it. The caller's own statement keeps going through cp.
+func own(cp gorm.ConnPool) gorm.ConnPool {
+	for {
+		switch c := cp.(type) {
+		case *gorm.PreparedStmtTX:
+			cp = c.Tx
+		case *gorm.PreparedStmtDB:
+			cp = c.ConnPool
+		case *capturePool:
+			cp = c.ConnPool
+		default:
+			return cp
+		}
+	}
 }
 
 // holds reports whether err is target itself or wraps it: identity, not

@@ -42,8 +42,9 @@ import (
 // transaction: a single statement is atomic. The row's JSON is rendered by
 // PostgreSQL from the stored row, in exactly the form jsonform gives the
 // value herald's other paths scan into the field (renderJSON: decided by
-// the field's Go type and the column's real type, learned from the
-// RETURNING of the table's first single-row insert). It is possible when
+// the field's Go type and the column's real type, learned once per table
+// from a SELECT of no rows on herald's own connection, probeColumnTypes).
+// It is possible when
 // no Go callback needs the stored row (Extend, ExtendMany, TopicFunc,
 // OrderingKeyFunc), the topic does not contain a generated key, and every
 // column of the event has such a rendering; otherwise the event is
@@ -52,14 +53,17 @@ func (p *Plugin) insertSingle(db *gorm.DB, spec *envelope.Spec, values clause.Va
 	st := db.Statement
 	sch := st.Schema
 	ctx := st.Context
-	pk := sch.PrimaryFieldDBNames
+	pk := keyColumns(sch)
 
 	ret := union(slices.Clone(pk), fill...)
 	if spec.Captures(envelope.Inserted) && spec.NeedsAfter(envelope.Inserted) {
 		ret = union(ret, spec.Columns()...)
 	}
 
-	if p.dialect == envelope.Postgres && spec.Captures(envelope.Inserted) {
+	if p.dialect == envelope.Postgres && spec.Captures(envelope.Inserted) && fusable(spec) {
+		if err := p.probeColumnTypes(ctx, st, ret); err != nil {
+			return err
+		}
 		if sqlText, args, topic, ok := p.fusedInsert(st, spec, values, ret, at); ok {
 			st.SQL.Reset()
 			st.SQL.WriteString(sqlText)
@@ -144,7 +148,7 @@ func instanceKey(ctx context.Context, st *gorm.Statement, values clause.Values) 
 			rv = reflect.Indirect(st.ReflectValue.Index(0))
 		}
 	}
-	pk := st.Schema.PrimaryFieldDBNames
+	pk := keyColumns(st.Schema)
 	inst = make(image, len(pk))
 	for _, c := range pk {
 		idx := slices.IndexFunc(values.Columns, func(vc clause.Column) bool { return vc.Name == c })
@@ -179,12 +183,11 @@ const fusedSentinel = "\x00herald:pk\x00"
 // event; ok is false when the event cannot be built before the row exists
 // or a column of it has no rendering in SQL.
 func (p *Plugin) fusedInsert(st *gorm.Statement, spec *envelope.Spec, values clause.Values, ret []string, at time.Time) (sqlText string, args []any, topic string, ok bool) {
-	o := spec.Options
-	if o.Extend != nil || o.ExtendMany != nil || o.TopicFunc != nil || o.OrderingKeyFunc != nil {
+	if !fusable(spec) {
 		return "", nil, "", false
 	}
 	sch := st.Schema
-	pk := sch.PrimaryFieldDBNames
+	pk := keyColumns(sch)
 	if len(pk) == 0 {
 		return "", nil, "", false
 	}
@@ -331,14 +334,73 @@ func (p *Plugin) fusedInsert(st *gorm.Statement, spec *envelope.Spec, values cla
 // DatabaseTypeName: "INT8", "TIMESTAMPTZ", …) of a table's columns, as
 // the RETURNING of a single-row insert showed them.
 type columnTypes struct {
-	mu sync.RWMutex
-	m  map[string]string
+	mu     sync.RWMutex
+	m      map[string]string
+	probed map[string]bool // columns probeColumnTypes asked for
+}
+
+// unprobed reports whether a column of cols has no type known and was not
+// probed yet (a type the driver does not name stays unknown: probed once).
+func (c *columnTypes) unprobed(cols []string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for _, col := range cols {
+		if c.m[col] == "" && !c.probed[col] {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *columnTypes) get(col string) string {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.m[col]
+}
+
+// fusable reports whether spec's events may be rendered by a fused
+// insert: no Go callback needs the stored row.
+func fusable(spec *envelope.Spec) bool {
+	o := spec.Options
+	return o.Extend == nil && o.ExtendMany == nil && o.TopicFunc == nil && o.OrderingKeyFunc == nil
+}
+
+// probeColumnTypes learns the types of the table's columns cols, when
+// some are unknown, from a SELECT of no rows (once per table and column
+// set), so that even the table's first single-row insert can be fused.
+// It is herald's own statement: it runs on own(st.ConnPool), and with
+// PrepareStmt the caller's cache holds the fused INSERT alone, as it
+// would hold the INSERT without the plugin (GORM's
+// TestPreparedStmtDeadlock). An error is the database's (the INSERT
+// would have failed the same way; on PostgreSQL the transaction is
+// aborted either way).
+func (p *Plugin) probeColumnTypes(ctx context.Context, st *gorm.Statement, cols []string) error {
+	v, _ := p.colTypes.LoadOrStore(st.Table, &columnTypes{m: map[string]string{}})
+	ct := v.(*columnTypes)
+	if !ct.unprobed(cols) {
+		return nil
+	}
+	table, vars := tableSQL(st)
+	rows, err := own(st.ConnPool).QueryContext(ctx, "SELECT "+quotedColumns(st, cols, false)+" FROM "+table+" WHERE false", vars...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	p.learnColumnTypes(st.Table, rows)
+	for rows.Next() { // none: WHERE false
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	ct.mu.Lock()
+	defer ct.mu.Unlock()
+	if ct.probed == nil {
+		ct.probed = map[string]bool{}
+	}
+	for _, c := range cols {
+		ct.probed[c] = true
+	}
+	return nil
 }
 
 // learnColumnTypes records the column types of a RETURNING, so the
@@ -501,6 +563,11 @@ var localIsUTC = sync.OnceValue(func() bool {
 // a statement costs about as much as running it, small INSERTs (a single
 // row, an event) run as statements prepared once per connection.
 func (p *Plugin) query(ctx context.Context, cp gorm.ConnPool, q string, args []any) (*sql.Rows, error) {
+	switch cp.(type) {
+	case *gorm.PreparedStmtTX, *gorm.PreparedStmtDB:
+		// The caller's statement under PrepareStmt: GORM's cache prepares it.
+		return cp.QueryContext(ctx, q, args...)
+	}
 	// A statement of the transaction, closed by its Commit or Rollback.
 	if s := p.prepared(ctx, cp, q, len(args)); s != nil { //nolint:sqlclosecheck // closed with the transaction
 		return s.QueryContext(ctx, args...)

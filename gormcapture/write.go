@@ -71,7 +71,7 @@ func (p *Plugin) update(orig func(*gorm.DB)) func(*gorm.DB) {
 		if spec != nil && !spec.Captures(envelope.Updated) {
 			spec = nil
 		}
-		if spec == nil && len(p.updateCascadesFor(db, st.Table)) == 0 { // SET is not built yet
+		if spec == nil && len(p.updateCascadesFor(db, st.Schema, st.Table)) == 0 { // SET is not built yet
 			orig(db)
 			return
 		}
@@ -94,7 +94,7 @@ func (p *Plugin) delete(orig func(*gorm.DB)) func(*gorm.DB) {
 		if spec != nil && !spec.Captures(envelope.Deleted) && !spec.Captures(envelope.Updated) {
 			spec = nil
 		}
-		if spec == nil && len(p.cascadesFor(db, st.Table)) == 0 {
+		if spec == nil && len(p.cascadesFor(db, st.Schema, st.Table)) == 0 {
 			orig(db)
 			return
 		}
@@ -149,7 +149,7 @@ func (c *capturePool) QueryContext(ctx context.Context, q string, args ...any) (
 	c.hit, c.userReturning = true, true
 	st := c.db.Statement
 	if c.spec != nil && c.spec.Captures(envelope.Updated) && len(q) >= 6 && strings.EqualFold(q[:6], "UPDATE") &&
-		setsKey(changedColumns(st), st.Schema.PrimaryFieldDBNames) {
+		setsKey(changedColumns(st), keyColumns(st.Schema)) {
 		return c.queryMovingKeys(ctx, q, args)
 	}
 	if err := c.prepare(ctx, q); err != nil {
@@ -191,7 +191,7 @@ func (c *capturePool) queryMovingKeys(ctx context.Context, q string, args []any)
 		c.err = err
 		return nil, err
 	}
-	pk := st.Schema.PrimaryFieldDBNames
+	pk := keyColumns(st.Schema)
 	keys := make([][]any, len(c.after))
 	for j, a := range c.after {
 		keys[j] = make([]any, len(pk))
@@ -213,7 +213,7 @@ func (c *capturePool) queryMovingKeys(ctx context.Context, q string, args []any)
 	sel.AddClause(clause.From{})
 	sel.AddClause(clause.Where{Exprs: []clause.Expression{keysIn(pk, keys)}})
 	sel.Build("SELECT", "FROM", "WHERE")
-	rows, err := c.ConnPool.QueryContext(ctx, sel.SQL.String(), sel.Vars...)
+	rows, err := own(c.ConnPool).QueryContext(ctx, sel.SQL.String(), sel.Vars...)
 	if err != nil {
 		c.err = fmt.Errorf("herald/gormcapture: read the updated rows: %w", err)
 		return nil, c.err
@@ -235,18 +235,18 @@ func (c *capturePool) prepare(ctx context.Context, q string) error {
 			c.spec = nil
 		}
 		set := setColumns(st)
-		if edges := c.p.updateEdges(c.db, st.Table, set); len(edges) > 0 {
+		if edges := c.p.updateEdges(c.db, st.Schema, st.Table, set); len(edges) > 0 {
 			// ON UPDATE cascades: the parents' referenced values, then the
 			// children referencing them, locked, before the UPDATE.
 			if err := c.p.writeLock(ctx, st, c.ConnPool); err != nil {
 				return err
 			}
-			cols := slices.Clone(st.Schema.PrimaryFieldDBNames)
+			cols := slices.Clone(keyColumns(st.Schema))
 			for _, e := range edges {
 				cols = union(cols, e.ref...)
 			}
 			q2, vars := c.p.selectWhere(c.db, cols, true)
-			rows, err := c.ConnPool.QueryContext(ctx, q2, vars...)
+			rows, err := own(c.ConnPool).QueryContext(ctx, q2, vars...)
 			if err != nil {
 				return fmt.Errorf("herald/gormcapture: lock %s rows: %w", st.Table, err)
 			}
@@ -254,7 +254,7 @@ func (c *capturePool) prepare(ctx context.Context, q string) error {
 			if err != nil {
 				return fmt.Errorf("herald/gormcapture: lock %s rows: %w", st.Table, err)
 			}
-			if c.updCascade, err = c.p.readUpdateCascade(ctx, c.db, c.ConnPool, st.Table, parents, set); err != nil {
+			if c.updCascade, err = c.p.readUpdateCascade(ctx, c.db, own(c.ConnPool), st.Schema, st.Table, parents, set); err != nil {
 				return err
 			}
 		}
@@ -266,7 +266,7 @@ func (c *capturePool) prepare(ctx context.Context, q string) error {
 	if c.spec != nil && !c.spec.Captures(envelope.Deleted) {
 		c.spec = nil
 	}
-	edges := c.p.cascadesFor(c.db, st.Table)
+	edges := c.p.cascadesFor(c.db, st.Schema, st.Table)
 	if len(edges) == 0 && (!c.userReturning || c.spec == nil) {
 		return nil
 	}
@@ -276,12 +276,12 @@ func (c *capturePool) prepare(ctx context.Context, q string) error {
 	if len(edges) == 0 {
 		return nil
 	}
-	cols := slices.Clone(st.Schema.PrimaryFieldDBNames)
+	cols := slices.Clone(keyColumns(st.Schema))
 	for _, e := range edges {
 		cols = union(cols, e.ref...)
 	}
 	q2, vars := c.p.selectWhere(c.db, cols, true)
-	rows, err := c.ConnPool.QueryContext(ctx, q2, vars...)
+	rows, err := own(c.ConnPool).QueryContext(ctx, q2, vars...)
 	if err != nil {
 		return fmt.Errorf("herald/gormcapture: lock %s rows: %w", st.Table, err)
 	}
@@ -289,13 +289,13 @@ func (c *capturePool) prepare(ctx context.Context, q string) error {
 	if err != nil {
 		return fmt.Errorf("herald/gormcapture: lock %s rows: %w", st.Table, err)
 	}
-	c.cascaded, c.updCascade, err = c.p.readCascade(ctx, c.db, c.ConnPool, st.Table, parents, c.at)
+	c.cascaded, c.updCascade, err = c.p.readCascade(ctx, c.db, own(c.ConnPool), st.Schema, st.Table, parents, c.at)
 	return err
 }
 
 func (c *capturePool) readBefore(ctx context.Context, cols []string) error {
 	q, vars := c.p.selectWhere(c.db, cols, true)
-	rows, err := c.ConnPool.QueryContext(ctx, q, vars...)
+	rows, err := own(c.ConnPool).QueryContext(ctx, q, vars...)
 	if err != nil {
 		return fmt.Errorf("herald/gormcapture: read rows before the write: %w", err)
 	}
@@ -369,7 +369,7 @@ func (c *capturePool) updateWithBefore(ctx context.Context, before, after []stri
 	if _, set := st.Clauses["SET"]; !set {
 		return 0, false, nil
 	}
-	pk := st.Schema.PrimaryFieldDBNames
+	pk := keyColumns(st.Schema)
 	alias := func(i int) string { return "herald_b" + strconv.Itoa(i) }
 	u := &gorm.Statement{DB: c.db, Table: st.Table, TableExpr: st.TableExpr, Schema: st.Schema, Context: ctx, Clauses: map[string]clause.Clause{}}
 	for _, name := range []string{"UPDATE", "SET", "WHERE"} {
@@ -437,7 +437,7 @@ func (c *capturePool) finish() error {
 	spec := c.spec
 	var cs []envelope.Change
 	if spec != nil {
-		pk := st.Schema.PrimaryFieldDBNames
+		pk := keyColumns(st.Schema)
 		if c.update {
 			if c.userReturning {
 				// The rows GORM read went to the caller; read them again.
@@ -450,7 +450,7 @@ func (c *capturePool) finish() error {
 				}
 				cols := payloadColumns(st.Schema, spec, spec.NeedsAfter(envelope.Updated))
 				var err error
-				c.after, err = c.p.selectByKeys(ctx, c.db, st.ConnPool, target{st.Table, st.TableExpr, st.Schema}, cols, pk, keys, false)
+				c.after, err = c.p.selectByKeys(ctx, c.db, own(st.ConnPool), target{st.Table, st.TableExpr, st.Schema}, cols, pk, keys, false)
 				if err != nil {
 					return err
 				}
@@ -498,7 +498,7 @@ func (c *capturePool) finish() error {
 		}
 	}
 	if len(c.updCascade) > 0 {
-		bs, err := c.p.finishUpdateCascade(ctx, c.db, st.ConnPool, c.updCascade, c.at)
+		bs, err := c.p.finishUpdateCascade(ctx, c.db, own(st.ConnPool), c.updCascade, c.at)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,511 @@
+// Command gormsuite runs GORM's own test suite (the tests/ folder of
+// gorm.io/gorm at the version herald requires) with herald's capture
+// plugin installed on every *gorm.DB the suite opens, capturing every
+// model the suite writes, and compares the tests that pass with a run
+// without the plugin. The plugin is transparent when both pass lists are
+// the same, for every dialect and payload mode.
+//
+//	cd integration/gormsuite && go run .                      # everything: 2 dialects x (baseline + 3 modes)
+//	cd integration/gormsuite && go run . -modes beforeandafter # what .ci/run runs
+//
+// The suite is read from ../shared/thirdparty/gorm-tests-v1.31.2/tests
+// relative to the repository root (override with -suite or
+// HERALD_GORM_SUITE). It is copied into work/suite, every gorm.Open call
+// in it is routed through heraldOpen (hook_test.go.txt), and it is built
+// once; each run gets its own SQLite file (TMPDIR) or its own PostgreSQL
+// database, created and dropped here, on the server HERALD_POSTGRES_DSN
+// names (default postgres://postgres@127.0.0.1:5432/test?sslmode=disable).
+// Exit status 1 when any pass list differs from the baseline's.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"database/sql"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
+)
+
+//go:embed hook_test.go.txt
+var hook []byte
+
+type run struct {
+	dialect, mode string
+	results       map[string]string // test name -> pass, fail, skip
+	report        report
+	dur           time.Duration
+	err           error
+	log           string
+}
+
+type report struct {
+	Written []string         `json:"written"`
+	Keyless []string         `json:"keyless"` // written, without a primary key
+	Events  map[string]int64 `json:"events"`
+}
+
+func main() {
+	var (
+		suite    = flag.String("suite", os.Getenv("HERALD_GORM_SUITE"), "GORM's tests/ folder (default: ../shared/thirdparty/gorm-tests-v1.31.2/tests beside the repository root)")
+		dialects = flag.String("dialects", "sqlite,postgres", "comma-separated: sqlite, postgres")
+		modes    = flag.String("modes", "keys,after,beforeandafter", "comma-separated payload modes to compare with the baseline (off)")
+		runRe    = flag.String("run", "", "only tests matching this regexp (go test -run)")
+		jobs     = flag.Int("j", 2, "runs at a time")
+		verbose  = flag.Bool("v", false, "print each run's failing tests' output")
+	)
+	flag.Parse()
+	if err := mainErr(*suite, split(*dialects), split(*modes), *runRe, *jobs, *verbose); err != nil {
+		fmt.Fprintln(os.Stderr, "gormsuite:", err)
+		os.Exit(1)
+	}
+}
+
+func split(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func mainErr(suite string, dialects, modes []string, runRe string, jobs int, verbose bool) error {
+	start := time.Now()
+	here, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	if b, err := os.ReadFile(filepath.Join(here, "go.mod")); err != nil || !bytes.Contains(b, []byte("module github.com/heraldgo/herald/integration/gormsuite\n")) {
+		return errors.New("run me from integration/gormsuite (go -C integration/gormsuite run .)")
+	}
+	root := filepath.Dir(filepath.Dir(here))
+	if suite == "" {
+		suite = filepath.Join(root, "..", "shared", "thirdparty", "gorm-tests-v1.31.2", "tests")
+	}
+	if _, err := os.Stat(filepath.Join(suite, "tests_test.go")); err != nil {
+		return fmt.Errorf("GORM's test suite not found at %s (give -suite or HERALD_GORM_SUITE): %w", suite, err)
+	}
+	for _, m := range modes {
+		if m == "off" {
+			return errors.New("-modes: the baseline (off) always runs; list only keys, after, beforeandafter")
+		}
+	}
+	work := filepath.Join(here, "work")
+	if err := os.RemoveAll(work); err != nil {
+		return err
+	}
+	dir := filepath.Join(work, "suite")
+	n, err := copySuite(suite, dir)
+	if err != nil {
+		return err
+	}
+	if err := suiteModule(here, root, dir); err != nil {
+		return err
+	}
+	fmt.Printf("copied %s to %s; %d gorm.Open calls routed through heraldOpen\n", suite, dir, n)
+	bin := filepath.Join(work, "suite.test")
+	t0 := time.Now()
+	build := exec.Command("go", "test", "-c", "-o", bin, ".")
+	build.Dir, build.Env = dir, append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("build the suite: %w", err)
+	}
+	fmt.Printf("built the suite in %s\n", time.Since(t0).Round(time.Second))
+
+	var runs []*run
+	for _, d := range dialects {
+		if d != "sqlite" && d != "postgres" {
+			return fmt.Errorf("-dialects: unknown %q", d)
+		}
+		for _, m := range append([]string{"off"}, modes...) {
+			runs = append(runs, &run{dialect: d, mode: m})
+		}
+	}
+	sem := make(chan struct{}, max(1, jobs))
+	var wg sync.WaitGroup
+	for _, r := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			t := time.Now()
+			r.err = r.exec(work, dir, bin, runRe)
+			r.dur = time.Since(t)
+			status := "done"
+			if r.err != nil {
+				status = "error: " + r.err.Error()
+			}
+			fmt.Printf("  %-8s %-14s %s in %s (log %s)\n", r.dialect, r.mode, status, r.dur.Round(time.Second), r.log)
+		}()
+	}
+	wg.Wait()
+	return compare(runs, verbose, time.Since(start))
+}
+
+// suiteModule writes the copy's go.mod: module gorm.io/gorm/tests, as
+// GORM's own (lru_test.go imports gorm.io/gorm/internal/lru), with this
+// module's requirements, so the versions are the ones pinned here, and
+// herald from the repository.
+func suiteModule(here, root, dir string) error {
+	mod, err := os.ReadFile(filepath.Join(here, "go.mod"))
+	if err != nil {
+		return err
+	}
+	sum, err := os.ReadFile(filepath.Join(here, "go.sum"))
+	if err != nil {
+		return err
+	}
+	s := strings.Replace(string(mod), "module github.com/heraldgo/herald/integration/gormsuite\n", "module gorm.io/gorm/tests\n", 1)
+	s = strings.Replace(s, "github.com/heraldgo/herald => ../..", "github.com/heraldgo/herald => "+root, 1)
+	if !strings.Contains(s, "module gorm.io/gorm/tests\n") || !strings.Contains(s, "=> "+root) {
+		return errors.New("go.mod: unexpected module or replace line")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(s), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o644)
+}
+
+// copySuite copies the suite's Go files into dir, routes every gorm.Open call through
+// heraldOpen, and adds the hook.
+func copySuite(src, dir string) (int, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, err
+	}
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return 0, err
+	}
+	calls := 0
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".go") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			return 0, err
+		}
+		out, n, err := routeOpen(e.Name(), b)
+		if err != nil {
+			return 0, err
+		}
+		calls += n
+		if err := os.WriteFile(filepath.Join(dir, e.Name()), out, 0o644); err != nil {
+			return 0, err
+		}
+	}
+	if calls == 0 {
+		return 0, errors.New("no gorm.Open call found in the suite")
+	}
+	return calls, os.WriteFile(filepath.Join(dir, "zz_herald_hook_test.go"), hook, 0o644)
+}
+
+// routeOpen replaces each call gorm.Open(…) in a file of package tests_test
+// with heraldOpen(…).
+func routeOpen(name string, src []byte) ([]byte, int, error) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, name, src, parser.SkipObjectResolution)
+	if err != nil {
+		return nil, 0, err
+	}
+	var offs []int
+	ast.Inspect(f, func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok {
+			return true
+		}
+		sel, ok := call.Fun.(*ast.SelectorExpr)
+		if !ok || sel.Sel.Name != "Open" {
+			return true
+		}
+		if id, ok := sel.X.(*ast.Ident); ok && id.Name == "gorm" {
+			offs = append(offs, fset.Position(sel.Pos()).Offset)
+		}
+		return true
+	})
+	if len(offs) > 0 && f.Name.Name != "tests_test" {
+		return nil, 0, fmt.Errorf("%s: gorm.Open in package %s, want tests_test", name, f.Name.Name)
+	}
+	const from, to = "gorm.Open", "heraldOpen"
+	out := slices.Clone(src)
+	for i := len(offs) - 1; i >= 0; i-- {
+		o := offs[i]
+		if string(out[o:o+len(from)]) != from {
+			return nil, 0, fmt.Errorf("%s: unexpected text at offset %d", name, o)
+		}
+		out = slices.Concat(out[:o], []byte(to), out[o+len(from):])
+	}
+	return out, len(offs), nil
+}
+
+func (r *run) exec(work, dir, bin, runRe string) error {
+	tag := r.dialect + "-" + r.mode
+	tmp := filepath.Join(work, tag)
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return err
+	}
+	r.log = filepath.Join(work, tag+".log")
+	env := append(os.Environ(),
+		"TMPDIR="+tmp,
+		"GORM_DIALECT="+r.dialect,
+		"HERALD_GORMSUITE_MODE="+r.mode,
+		"HERALD_GORMSUITE_REPORT="+filepath.Join(work, tag+".json"),
+	)
+	if r.dialect == "postgres" {
+		dsn, drop, err := pgDatabase("herald_gormsuite_" + r.mode)
+		if err != nil {
+			return err
+		}
+		defer drop()
+		env = append(env, "GORM_DSN="+dsn)
+	}
+	args := []string{"tool", "test2json", "-t", bin, "-test.v=test2json", "-test.count=1", "-test.timeout=20m"}
+	if runRe != "" {
+		args = append(args, "-test.run="+runRe)
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Dir, cmd.Env = dir, env
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	runErr := cmd.Run()
+	if err := os.WriteFile(r.log, out.Bytes(), 0o644); err != nil {
+		return err
+	}
+	r.results = map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(out.Bytes()))
+	sc.Buffer(make([]byte, 1<<20), 1<<26)
+	for sc.Scan() {
+		var ev struct{ Action, Test string }
+		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.Test == "" {
+			continue
+		}
+		switch ev.Action {
+		case "pass", "fail", "skip":
+			r.results[ev.Test] = ev.Action
+		}
+	}
+	if len(r.results) == 0 {
+		return fmt.Errorf("no test results (%w); see %s", runErr, r.log)
+	}
+	if r.mode != "off" {
+		b, err := os.ReadFile(filepath.Join(work, tag+".json"))
+		if err != nil {
+			return fmt.Errorf("no capture report (the run did not finish?): %w", err)
+		}
+		if err := json.Unmarshal(b, &r.report); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pgDatabase creates a fresh database for one run and returns its DSN.
+func pgDatabase(name string) (string, func(), error) {
+	base := os.Getenv("HERALD_POSTGRES_DSN")
+	if base == "" {
+		base = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	}
+	admin, err := sql.Open("pgx", base)
+	if err != nil {
+		return "", nil, err
+	}
+	ctx := context.Background()
+	if _, err := admin.ExecContext(ctx, `DROP DATABASE IF EXISTS "`+name+`" WITH (FORCE)`); err != nil {
+		_ = admin.Close()
+		return "", nil, fmt.Errorf("PostgreSQL at %s: %w", base, err)
+	}
+	if _, err := admin.ExecContext(ctx, `CREATE DATABASE "`+name+`"`); err != nil {
+		_ = admin.Close()
+		return "", nil, err
+	}
+	// The suite's own DSN form (keyword/value, TimeZone as GORM's
+	// postgres driver reads it).
+	u, err := url.Parse(base)
+	if err != nil {
+		_ = admin.Close()
+		return "", nil, err
+	}
+	kv := []string{"host=" + u.Hostname(), "dbname=" + name, "sslmode=disable", "TimeZone=Asia/Shanghai"}
+	if p := u.Port(); p != "" {
+		kv = append(kv, "port="+p)
+	}
+	if u.User != nil {
+		kv = append(kv, "user="+u.User.Username())
+		if pw, ok := u.User.Password(); ok {
+			kv = append(kv, "password="+pw)
+		}
+	}
+	dsn := strings.Join(kv, " ")
+	drop := func() {
+		_, _ = admin.ExecContext(ctx, `DROP DATABASE IF EXISTS "`+name+`" WITH (FORCE)`)
+		_ = admin.Close()
+	}
+	return dsn, drop, nil
+}
+
+func count(res map[string]string, top bool) (pass, fail, skip int) {
+	for name, a := range res {
+		if top && strings.Contains(name, "/") {
+			continue
+		}
+		switch a {
+		case "pass":
+			pass++
+		case "fail":
+			fail++
+		case "skip":
+			skip++
+		}
+	}
+	return
+}
+
+func compare(runs []*run, verbose bool, total time.Duration) error {
+	base := map[string]*run{}
+	for _, r := range runs {
+		if r.mode == "off" {
+			base[r.dialect] = r
+		}
+	}
+	fmt.Printf("\n%-8s %-14s %18s %18s %8s  %s\n", "dialect", "mode", "top-level p/f/s", "with subtests p/f/s", "time", "pass list vs baseline")
+	bad := false
+	var details []string
+	for _, r := range runs {
+		if r.err != nil {
+			bad = true
+			fmt.Printf("%-8s %-14s %s\n", r.dialect, r.mode, r.err)
+			continue
+		}
+		p, f, s := count(r.results, true)
+		ap, af, as := count(r.results, false)
+		verdict := "baseline"
+		if r.mode != "off" {
+			b := base[r.dialect]
+			if b == nil || b.err != nil {
+				verdict = "no baseline"
+				bad = true
+			} else {
+				lost, gained := diff(b.results, r.results)
+				verdict = "same"
+				if len(lost)+len(gained) > 0 {
+					bad = true
+					verdict = fmt.Sprintf("DIFFERS: %d lost, %d gained", len(lost), len(gained))
+					details = append(details, fmt.Sprintf("%s %s: pass without the plugin, not with it: %s", r.dialect, r.mode, strings.Join(lost, " ")))
+					if len(gained) > 0 {
+						details = append(details, fmt.Sprintf("%s %s: pass with the plugin only: %s", r.dialect, r.mode, strings.Join(gained, " ")))
+					}
+					if verbose {
+						details = append(details, failureOutput(r.log, lost))
+					}
+				}
+			}
+			var missing, keyless []string
+			var events int64
+			for _, n := range r.report.Events {
+				events += n
+			}
+			for _, m := range r.report.Written {
+				switch {
+				case r.report.Events[m] > 0:
+				case slices.Contains(r.report.Keyless, m):
+					keyless = append(keyless, m)
+				default:
+					missing = append(missing, m)
+				}
+			}
+			verdict += fmt.Sprintf("; %d events of %d models, %d models written", events, len(r.report.Events), len(r.report.Written))
+			if len(keyless) > 0 {
+				verdict += fmt.Sprintf(", %d without a key (not captured: %s)", len(keyless), strings.Join(keyless, " "))
+			}
+			if len(missing) > 0 {
+				bad = true
+				details = append(details, fmt.Sprintf("%s %s: models written, with a key, and no event: %s", r.dialect, r.mode, strings.Join(missing, " ")))
+			}
+			if events == 0 {
+				bad = true
+				verdict += " — NOTHING CAPTURED"
+			}
+		}
+		fmt.Printf("%-8s %-14s %18s %18s %8s  %s\n", r.dialect, r.mode, fmt.Sprintf("%d/%d/%d", p, f, s), fmt.Sprintf("%d/%d/%d", ap, af, as), r.dur.Round(time.Second), verdict)
+	}
+	for _, d := range details {
+		fmt.Println(d)
+	}
+	fmt.Printf("total %s\n", total.Round(time.Second))
+	if bad {
+		return errors.New("the plugin is not transparent to GORM's test suite (see above)")
+	}
+	return nil
+}
+
+// diff returns the tests that pass in base but not in r, and the reverse
+// (a test's subtests left out when it is listed).
+func diff(base, r map[string]string) (lost, gained []string) {
+	for name, a := range base {
+		if a == "pass" && r[name] != "pass" {
+			lost = append(lost, name)
+		}
+	}
+	for name, a := range r {
+		if a == "pass" && base[name] != "pass" {
+			gained = append(gained, name)
+		}
+	}
+	return collapse(lost), collapse(gained)
+}
+
+// collapse sorts names and leaves out the subtests of a test listed too.
+func collapse(names []string) []string {
+	sort.Strings(names)
+	var out []string
+	for _, n := range names {
+		if len(out) > 0 && strings.HasPrefix(n, out[len(out)-1]+"/") {
+			continue
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// failureOutput returns the output test2json recorded for tests.
+func failureOutput(log string, tests []string) string {
+	b, err := os.ReadFile(log)
+	if err != nil {
+		return ""
+	}
+	want := map[string]bool{}
+	for _, t := range tests {
+		want[t] = true
+	}
+	var sb strings.Builder
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 1<<20), 1<<26)
+	for sc.Scan() {
+		var ev struct{ Action, Test, Output string }
+		if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Action == "output" && want[ev.Test] {
+			sb.WriteString(ev.Output)
+		}
+	}
+	return sb.String()
+}
