@@ -35,7 +35,7 @@ const MigrationTable = "herald_migration"
 // LatestVersion is the outbox table's current schema version: what Migrate
 // brings every table to, and what the writer and the relay of this release
 // expect.
-const LatestVersion = 2
+const LatestVersion = 3
 
 // Migration is one version of the outbox table's schema, its statements
 // rendered for a dialect and table.
@@ -70,6 +70,18 @@ type migrationSource struct {
 // rewrites the table under an ACCESS EXCLUSIVE lock: on a large table run
 // it at a quiet moment, after cleaning up published events. SQLite keeps
 // JSON as TEXT in both versions, so the version changes nothing there.
+//
+// Version 3: a partial index of the pending unordered events. The relay's
+// lease takes its candidates from bounded sources so that its cost does
+// not grow with a backlog held back behind few ordering keys (the relay
+// package documentation); one source is "the first BatchSize pending
+// unordered events", which without this index walks every pending keyed
+// event before it — and whose estimated cost, on a large table, is enough
+// to make PostgreSQL JIT-compile every lease (measured: 63 ms of a 72 ms
+// lease). The index holds unordered pending rows only, so keyed inserts
+// pay nothing for it. CREATE INDEX (not CONCURRENTLY: Migrate runs in a
+// transaction) blocks writes to the table while it builds; on a large
+// table run it after cleaning up published events.
 var migrationSources = []migrationSource{
 	{
 		version: 1, name: "create the outbox table",
@@ -82,6 +94,15 @@ var migrationSources = []migrationSource{
     ALTER COLUMN headers TYPE JSON USING headers::json`,
 		pgDown: `ALTER TABLE {table} ALTER COLUMN payload TYPE JSONB USING payload::jsonb,
     ALTER COLUMN headers TYPE JSONB USING headers::jsonb`,
+	},
+	{
+		version: 3, name: "index of pending unordered events (the relay's lease)",
+		pgUp: `CREATE INDEX IF NOT EXISTS {base}_pending_unordered_idx ON {table} (sequence)
+    WHERE published_at IS NULL AND ordering_key IS NULL`,
+		pgDown: `DROP INDEX IF EXISTS {schema}{base}_pending_unordered_idx`,
+		liteUp: `CREATE INDEX IF NOT EXISTS {base}_pending_unordered_idx ON {table} (sequence)
+    WHERE published_at IS NULL AND ordering_key IS NULL`,
+		liteDn: `DROP INDEX IF EXISTS {base}_pending_unordered_idx`,
 	},
 }
 
@@ -119,7 +140,11 @@ func parseOutbox(d Dialect, table string) (Table, error) {
 
 // render fills a statement template and splits it into statements.
 func render(src string, t Table) []string {
-	src = strings.NewReplacer("{table}", t.Quoted, "{base}", t.Base).Replace(src)
+	schema := "" // the quoted schema and a dot, for a schema-qualified table
+	if i := strings.LastIndex(t.Quoted, `"."`); i >= 0 {
+		schema = t.Quoted[:i+2]
+	}
+	src = strings.NewReplacer("{table}", t.Quoted, "{base}", t.Base, "{schema}", schema).Replace(src)
 	var out []string
 	for _, s := range strings.Split(src, ";\n") {
 		if s = strings.TrimSpace(s); s != "" {

@@ -322,8 +322,8 @@ func TestMigrateDownAndUp(t *testing.T) {
 		if v := version(t, db, d); v != 0 {
 			t.Fatalf("after MigrateTo 0: Version = %d", v)
 		}
-		if err := envelope.MigrateTo(ctx, db, d, "", 3); !errors.Is(err, envelope.ErrConfiguration) {
-			t.Fatalf("MigrateTo 3: %v, want ErrConfiguration", err)
+		if err := envelope.MigrateTo(ctx, db, d, "", envelope.LatestVersion+1); !errors.Is(err, envelope.ErrConfiguration) {
+			t.Fatalf("MigrateTo %d: %v, want ErrConfiguration", envelope.LatestVersion+1, err)
 		}
 	})
 }
@@ -386,4 +386,42 @@ func TestMigrateRejectsRecordTableName(t *testing.T) {
 	if _, err := envelope.Migrations(envelope.Postgres, "app.herald_migration"); !errors.Is(err, envelope.ErrConfiguration) {
 		t.Fatalf("Migrations(herald_migration): %v", err)
 	}
+}
+
+// Version 3 adds the relay's index of pending unordered events, and its
+// down migration drops it, on both dialects.
+func TestMigrateVersion3Index(t *testing.T) {
+	t.Parallel()
+	migrateDialects(t, func(t *testing.T, d envelope.Dialect, db *sql.DB, _ func() *sql.DB) {
+		ctx := context.Background()
+		has := func() bool {
+			q := `SELECT count(*) FROM pg_indexes WHERE indexname = 'herald_outbox_pending_unordered_idx' AND schemaname = current_schema()`
+			if d == envelope.SQLite {
+				q = `SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'herald_outbox_pending_unordered_idx'`
+			}
+			var n int
+			if err := db.QueryRow(q).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n == 1
+		}
+		if err := envelope.MigrateTo(ctx, db, d, "", 2); err != nil {
+			t.Fatal(err)
+		}
+		if has() {
+			t.Fatal("the unordered index exists at version 2")
+		}
+		if err := envelope.Migrate(ctx, db, d, ""); err != nil {
+			t.Fatal(err)
+		}
+		if !has() {
+			t.Fatal("no unordered index at version 3")
+		}
+		if err := envelope.MigrateTo(ctx, db, d, "", 2); err != nil {
+			t.Fatal(err)
+		}
+		if has() {
+			t.Fatal("the unordered index survived the down migration to version 2")
+		}
+	})
 }
