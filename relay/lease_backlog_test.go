@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,9 +47,9 @@ func leaseBuffers(t *testing.T, r *Relay) (buffers, rows int) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	args := append([]any{r.cfg.Lease.Microseconds(), r.cfg.Name, nil, r.cfg.BatchSize, r.walk.Load()}, r.fargs...)
+	args := append([]any{r.cfg.Lease.Microseconds(), r.cfg.Name, nil, r.cfg.BatchSize, r.cfg.BatchSize}, r.fargs...)
 	var plan []byte
-	if err := tx.QueryRowContext(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+r.sql.lease, args...).Scan(&plan); err != nil {
+	if err := tx.QueryRowContext(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+r.sql.leaseWalk, args...).Scan(&plan); err != nil {
 		t.Fatal(err)
 	}
 	var p []struct {
@@ -118,4 +119,90 @@ func TestLeaseFindsEverythingBehindAHeldBackBacklog(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestLeaseOfUnorderedEventsStaysUnderJITCost: on a table of unordered
+// events, the lease a relay runs (without the key walk) is estimated far
+// below PostgreSQL's jit_above_cost, so the server never JIT-compiles it.
+// With the walk's recursive CTE in every lease, the estimate grew with the
+// table (52,000 at 20,000 rows, past 100,000 at 50,000) and every poll
+// paid tens of milliseconds of JIT compilation.
+func TestLeaseOfUnorderedEventsStaysUnderJITCost(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envelope.Postgres)
+	r := e.newRelay(t, &recorder{}, Config{Name: "probe"})
+	fillKeyed(t, e, 50000, 0)
+	if _, err := e.db.Exec("ANALYZE herald_outbox"); err != nil {
+		t.Fatal(err)
+	}
+	cost := func(query string, args ...any) float64 {
+		t.Helper()
+		var plan []byte
+		if err := e.db.QueryRow("EXPLAIN (FORMAT JSON) "+query, args...).Scan(&plan); err != nil {
+			t.Fatal(err)
+		}
+		var p []struct {
+			Plan struct {
+				Total float64 `json:"Total Cost"`
+			} `json:"Plan"`
+		}
+		if err := json.Unmarshal(plan, &p); err != nil || len(p) != 1 {
+			t.Fatalf("EXPLAIN output %s: %v", plan, err)
+		}
+		return p[0].Plan.Total
+	}
+	plain := cost(r.sql.lease, append([]any{r.cfg.Lease.Microseconds(), r.cfg.Name, nil, r.cfg.BatchSize}, r.fargs...)...)
+	walk := cost(r.sql.leaseWalk, append([]any{r.cfg.Lease.Microseconds(), r.cfg.Name, nil, r.cfg.BatchSize, r.cfg.BatchSize}, r.fargs...)...)
+	t.Logf("estimated cost at 50,000 unordered events: lease %.0f, lease with the key walk %.0f", plain, walk)
+	if plain >= 100000/4 || plain*4 > walk {
+		t.Fatalf("the lease is estimated at %.0f (with the walk %.0f): near jit_above_cost (100,000), or no cheaper than the walk", plain, walk)
+	}
+	if strings.Contains(r.sql.lease, "RECURSIVE") {
+		t.Fatal("the lease without the walk carries the walk's CTE")
+	}
+}
+
+// TestWalkFollowsShortLeases: a short lease with keyed events (or none)
+// makes the next lease walk keys; a full one does not; short leases of
+// unordered events walk only every walkEvery-th time.
+func TestWalkFollowsShortLeases(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envelope.SQLite)
+	r := e.newRelay(t, &recorder{}, Config{Name: "probe", BatchSize: 4})
+	ctx := context.Background()
+	lease := func() {
+		t.Helper()
+		batch, _, err := r.lease(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.releaseEvents(ctx, batch)
+	}
+	e.enqueue(t, msg("t", "", 1), msg("t", "", 2), msg("t", "", 3), msg("t", "", 4))
+	lease() // full
+	if r.walk.Load() != 0 {
+		t.Fatal("a full lease asked for a walk")
+	}
+	if _, err := e.db.Exec("DELETE FROM herald_outbox"); err != nil {
+		t.Fatal(err)
+	}
+	e.enqueue(t, msg("t", "", 1))
+	walks := 0
+	for range walkEvery {
+		lease() // short, unordered only
+		if r.walk.Load() > 0 {
+			walks++
+		}
+	}
+	if walks != 1 {
+		t.Fatalf("%d of %d short unordered leases asked for a walk, want 1", walks, walkEvery)
+	}
+	e.enqueue(t, msg("t", "key", 1))
+	if _, err := e.db.Exec("DELETE FROM herald_outbox WHERE ordering_key IS NULL"); err != nil {
+		t.Fatal(err)
+	}
+	lease() // short, keyed
+	if r.walk.Load() == 0 {
+		t.Fatal("a short lease with a keyed event did not ask for a walk")
+	}
 }

@@ -81,18 +81,27 @@ func (r *Relay) statementTimeout() time.Duration { return max(r.cfg.Lease, minSt
 // lease leases the next batch (one statement) and returns it in sequence
 // order, with one error per event: nil, or why the row could not be
 // decoded (a *DecodeError: that event's own failure).
+// walkEvery bounds how many short leases of unordered events may pass
+// without a key walk.
+const walkEvery = 8
+
 func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 	ctx, cancel := withTimeout(ctx, r.statementTimeout(), "lease query")
 	defer cancel()
 	var args []any
 	if r.dialect == envelope.Postgres {
-		args = append(args, r.cfg.Lease.Microseconds(), r.cfg.Name, r.nowArg(), r.cfg.BatchSize, r.walk.Load())
+		args = append(args, r.cfg.Lease.Microseconds(), r.cfg.Name, r.nowArg(), r.cfg.BatchSize)
 	} else {
 		now := r.sqliteNow()
-		args = append(args, r.dialect.TimeArg(now.Add(r.cfg.Lease)), r.cfg.Name, r.dialect.TimeArg(now), r.cfg.BatchSize, r.walk.Load())
+		args = append(args, r.dialect.TimeArg(now.Add(r.cfg.Lease)), r.cfg.Name, r.dialect.TimeArg(now), r.cfg.BatchSize)
+	}
+	query := r.sql.lease
+	if walk := r.walk.Load(); walk > 0 {
+		query = r.sql.leaseWalk
+		args = append(args, walk)
 	}
 	args = append(args, r.fargs...)
-	rows, err := r.db.QueryContext(ctx, r.sql.lease, args...)
+	rows, err := r.db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, nil, stmtErr(ctx, "lease query", err)
 	}
@@ -124,13 +133,26 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 	if err := rows.Close(); err != nil {
 		return nil, nil, stmtErr(ctx, "lease query", err)
 	}
-	// A full batch needs no key walk next time; a short one may have
-	// missed heads beyond the first BatchSize pending events (see
-	// leaseBatchPostgres), so the next lease walks keys too.
-	if len(got) >= r.cfg.BatchSize {
-		r.walk.Store(0)
-	} else {
+	// Whether the next lease walks keys (see leaseBatchPostgres). A full
+	// batch needs no walk. A short one may have missed heads beyond the
+	// first BatchSize pending events: walk when it held keyed events or
+	// none at all (evidence of keys held back, or nothing found), and in
+	// any case every walkEvery-th short lease, so that a key waiting
+	// behind a held-back backlog is reached even while unordered events
+	// keep every lease busy. A table of unordered events alone then
+	// rarely runs the walk's statement at all.
+	walk := false
+	if len(got) < r.cfg.BatchSize {
+		keyed := len(got) == 0
+		for _, l := range got {
+			keyed = keyed || l.e.OrderingKey != ""
+		}
+		walk = keyed || r.shortLeases.Add(1)%walkEvery == 0
+	}
+	if walk {
 		r.walk.Store(int64(r.cfg.BatchSize))
+	} else {
+		r.walk.Store(0)
 	}
 	slices.SortFunc(got, func(a, b leased) int { return cmp.Compare(a.e.Sequence, b.e.Sequence) })
 	batch := make([]*envelope.Event, len(got))

@@ -51,9 +51,11 @@ type Relay struct {
 	// tableOK is set once the table was found with every column; New
 	// leaves it unset when the database did not answer, and the loop
 	// checks the table when it first does.
-	tableOK  atomic.Bool
-	walk     atomic.Int64 // keys the next lease walks for heads (see leaseBatchPostgres)
-	cleanups atomic.Int64 // scheduled cleanup passes finished, for tests
+	tableOK atomic.Bool
+	walk    atomic.Int64 // keys the next lease walks for heads (see leaseBatchPostgres)
+	// shortLeases counts short leases of unordered events only (see lease).
+	shortLeases atomic.Int64
+	cleanups    atomic.Int64 // scheduled cleanup passes finished, for tests
 	// onWait, when set (tests), is told of each wait between polls.
 	onWait func(time.Duration)
 
