@@ -516,8 +516,14 @@ func TestPoolerErrorSaysWhatToChange(t *testing.T) {
 	if _, err := r.Backlog(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.poll(ctx); err != nil {
-		t.Fatal(err)
+	// Two polls prepare both forms of the lease (with and without the key
+	// walk): the first walks and leases the event, the second, after a
+	// short lease of an unordered event, does not walk and finds nothing,
+	// so the next one walks again.
+	for range 2 {
+		if _, err := r.poll(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	e.exec(t, `DEALLOCATE ALL`)
 	_, err := r.Backlog(ctx)
