@@ -593,7 +593,7 @@ func runFaults(t *testing.T, p plan) {
 		}
 		return missing, missing == 0
 	}
-	if !waitFor(p.drainWait, func() bool { _, ok := drained(); return ok }) {
+	if !testkit.WaitFor(p.drainWait, func() bool { _, ok := drained(); return ok }) {
 		missing, _ := drained()
 		t.Errorf("%d of %d committed events not delivered within %s after the last fault", missing, len(ledger), p.drainWait)
 		logPending(ctx, t, setup)
@@ -723,20 +723,6 @@ func runFaults(t *testing.T, p plan) {
 	}
 	if len(ledger) == 0 {
 		t.Error("no event committed: the writers never got through")
-	}
-}
-
-// waitFor polls cond every 50 ms until it holds or within passes.
-func waitFor(within time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(within)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(50 * time.Millisecond) // polling a condition with a deadline
 	}
 }
 

@@ -223,11 +223,21 @@ func randomHex(n int) string {
 // fails the test with msg. It polls; it never sleeps a fixed time to wait.
 func Eventually(t testing.TB, within time.Duration, cond func() bool, msg string, args ...any) {
 	t.Helper()
+	if !WaitFor(within, cond) {
+		t.Fatalf("testkit: not within %s: "+msg, append([]any{within}, args...)...)
+	}
+}
+
+// WaitFor polls cond until it holds (true) or within has passed (false),
+// for a test that has more to report than Eventually's message when the
+// condition never holds.
+func WaitFor(within time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(within)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("testkit: not within %s: "+msg, append([]any{within}, args...)...)
+			return false
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // the poll step of a wait with a deadline
 	}
+	return true
 }
