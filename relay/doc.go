@@ -14,7 +14,12 @@
 //     not dead, due, not under a live lease — in sequence order (PostgreSQL:
 //     UPDATE … WHERE sequence = ANY(ARRAY(SELECT … ORDER BY sequence LIMIT n
 //     FOR UPDATE SKIP LOCKED)) RETURNING …; SQLite: UPDATE … WHERE sequence
-//     IN (SELECT …) RETURNING … under its single writer).
+//     IN (SELECT …) RETURNING … under its single writer). The conditions
+//     are checked on a bounded set of candidates — the first BatchSize
+//     pending events, the first BatchSize unordered ones and, after a short
+//     lease, the heads of up to BatchSize keys walked through the
+//     pending-key index — so a lease costs the same however large a backlog
+//     waits behind a few keys.
 //  2. Order: an event with an ordering key is not leased while an earlier
 //     event of its key is unpublished (pending, failed or dead), so a batch
 //     holds at most one event per key; a failure holds back only its key.
