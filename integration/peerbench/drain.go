@@ -5,12 +5,12 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/components/forwarder"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -38,6 +38,8 @@ func drainCases() []drainCase {
 		{"bare lease-and-mark loop (relaybench), batch 1000, 1 worker", bareDrain(1000, 1)},
 		{"watermill-sql subscriber, defaults (batch 100)", watermillDrain(0)},
 		{"watermill-sql subscriber, batch 10000", watermillDrain(10000)},
+		{"watermill forwarder (components/forwarder on the SQL subscriber), defaults (batch 100)", forwarderDrain(0)},
+		{"watermill forwarder (components/forwarder on the SQL subscriber), batch 10000", forwarderDrain(10000)},
 		{"River, defaults (MaxWorkers 100)", riverDrain(false)},
 		{"River, tuned (MaxWorkers 1000, FetchCooldown 1ms, FetchPollInterval 10ms)", riverDrain(true)},
 	}
@@ -167,6 +169,92 @@ func watermillDrain(batch int) func(context.Context, config) (float64, string, e
 	}
 }
 
+// forwarderDrain publishes n messages through watermill's forwarder
+// publisher (each wrapped in its envelope, into the SQL table of the
+// forwarder's topic), then times the forwarder — a Router handler reading
+// that topic with the SQL subscriber, unwrapping each message and
+// publishing it to its destination — until all n reached the destination,
+// a no-op publisher. batch 0 = the subscriber's default (100).
+func forwarderDrain(batch int) func(context.Context, config) (float64, string, error) {
+	return func(ctx context.Context, cfg config) (float64, string, error) {
+		db, err := openDB(cfg)
+		if err != nil {
+			return 0, "", err
+		}
+		defer db.Close()
+		logger := watermill.NopLogger{}
+		schema := wsql.DefaultPostgreSQLSchema{SubscribeBatchSize: batch}
+		topic := fmt.Sprintf("fwd_%d_%d", time.Now().UnixNano()%1e6, wmTopicSeq.Add(1))
+		sqlPub, err := wsql.NewPublisher(wsql.BeginnerFromStdSQL(db), wsql.PublisherConfig{SchemaAdapter: schema, AutoInitializeSchema: true}, logger)
+		if err != nil {
+			return 0, "", err
+		}
+		pub := forwarder.NewPublisher(sqlPub, forwarder.PublisherConfig{ForwarderTopic: topic})
+		for i := 0; i < cfg.events; i += 1000 {
+			msgs := make([]*message.Message, min(1000, cfg.events-i))
+			for j := range msgs {
+				msgs[j] = message.NewMessage(watermill.NewUUID(), []byte(payload))
+				msgs[j].Metadata.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+			}
+			if err := pub.Publish("destination", msgs...); err != nil {
+				return 0, "", err
+			}
+		}
+		table := schema.MessagesTable(topic)
+		defer func() { _, _ = db.ExecContext(context.Background(), `DROP TABLE IF EXISTS `+table) }()
+		if _, err := db.ExecContext(ctx, `ANALYZE `+table); err != nil {
+			return 0, "", err
+		}
+		if _, err := db.ExecContext(ctx, `CHECKPOINT`); err != nil {
+			return 0, "", err
+		}
+		sub, err := wsql.NewSubscriber(wsql.BeginnerFromStdSQL(db), wsql.SubscriberConfig{
+			SchemaAdapter: schema, OffsetsAdapter: wsql.DefaultPostgreSQLOffsetsAdapter{}, InitializeSchema: true,
+		}, logger)
+		if err != nil {
+			return 0, "", err
+		}
+		defer sub.Close()
+		sink := &countingPublisher{want: int64(cfg.events), done: make(chan struct{})}
+		f, err := forwarder.NewForwarder(sub, sink, logger, forwarder.Config{ForwarderTopic: topic, CloseTimeout: 10 * time.Second})
+		if err != nil {
+			return 0, "", err
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		start := time.Now()
+		runErr := make(chan error, 1)
+		go func() { runErr <- f.Run(cctx) }()
+		select {
+		case <-sink.done:
+		case err := <-runErr:
+			return 0, "", fmt.Errorf("watermill forwarder stopped after %d of %d: %v", sink.n.Load(), cfg.events, err)
+		case <-ctx.Done():
+			_ = f.Close()
+			return 0, "", fmt.Errorf("watermill forwarder: %d of %d forwarded: %w", sink.n.Load(), cfg.events, ctx.Err())
+		}
+		d := time.Since(start)
+		_ = f.Close()
+		return rate(cfg.events, d), "", nil
+	}
+}
+
+// countingPublisher is the forwarder's destination: it counts and drops.
+type countingPublisher struct {
+	n    atomic.Int64
+	want int64
+	done chan struct{}
+}
+
+func (p *countingPublisher) Publish(_ string, msgs ...*message.Message) error {
+	if p.n.Add(int64(len(msgs))) == p.want {
+		close(p.done)
+	}
+	return nil
+}
+
+func (p *countingPublisher) Close() error { return nil }
+
 // riverArgs is the job every River case inserts.
 type riverArgs struct {
 	Body string `json:"body"`
@@ -286,5 +374,3 @@ func riverDrain(tuned bool) func(context.Context, config) (float64, string, erro
 		return rate(cfg.events, d), "", nil
 	}
 }
-
-var _ = strings.TrimSpace

@@ -22,16 +22,16 @@ import (
 
 type latencyCase struct {
 	name string
-	run  func(context.Context, config) (float64, string, error)
+	run  func(context.Context, config) ([]figure, error)
 }
 
 func latencyCases() []latencyCase {
 	return []latencyCase{
-		{"herald, in-process wakeup", heraldLatency(true, false, 0)},
-		{"herald, in-process wakeup, DeleteOnPublish", heraldLatency(true, true, 0)},
-		{"herald, polling every 10ms (no wakeup)", heraldLatency(false, false, 10*time.Millisecond)},
-		{"River, defaults", riverLatency(false)},
-		{"River, tuned (FetchCooldown 1ms, FetchPollInterval 10ms)", riverLatency(true)},
+		{"herald, in-process wakeup", heraldLatency("herald, in-process wakeup", true, false, 0)},
+		{"herald, in-process wakeup, DeleteOnPublish", heraldLatency("herald, in-process wakeup, DeleteOnPublish", true, true, 0)},
+		{"herald, polling every 10ms (no wakeup)", heraldLatency("herald, polling every 10ms (no wakeup)", false, false, 10*time.Millisecond)},
+		{"River, defaults", riverLatency("River, defaults", false)},
+		{"River, tuned (FetchCooldown 1ms, FetchPollInterval 10ms)", riverLatency("River, tuned (FetchCooldown 1ms, FetchPollInterval 10ms)", true)},
 	}
 }
 
@@ -94,76 +94,115 @@ func pct(ls []time.Duration, p float64) float64 {
 	return float64(s[i].Microseconds()) / 1000
 }
 
-// summary returns the whole run's p50 and a note with its p99 and the first
-// and last fifth's p50/p99.
-func (t *tracker) summary(d time.Duration) (float64, string) {
+// windowName is the drift windows' name: the first and last minute of a
+// run of at least two minutes, else its first and last fifth.
+func windowName(d time.Duration) string {
+	if d >= 2*time.Minute {
+		return "minute"
+	}
+	return "fifth"
+}
+
+func window(d time.Duration) time.Duration {
+	if d >= 2*time.Minute {
+		return time.Minute
+	}
+	return d / 5
+}
+
+// summary returns the case's figures for the round: the whole run's p50
+// (with a note: the first and last window's p50/p99) and p99, and the
+// drift, last window's p99 ÷ first window's (windowName).
+func (t *tracker) summary(name string, d time.Duration) []figure {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	w := window(d)
 	var all, first, last []time.Duration
 	for _, s := range t.lat {
 		all = append(all, s.lat)
 		switch {
-		case s.at < d/5:
+		case s.at < w:
 			first = append(first, s.lat)
-		case s.at >= d-d/5:
+		case s.at >= d-w:
 			last = append(last, s.lat)
 		}
 	}
-	return pct(all, 0.5), fmt.Sprintf("p99 %.2f; first fifth %.2f/%.2f, last fifth %.2f/%.2f (n=%d)",
-		pct(all, 0.99), pct(first, 0.5), pct(first, 0.99), pct(last, 0.5), pct(last, 0.99), len(all))
+	wn := windowName(d)
+	note := fmt.Sprintf("first %s %.2f/%.2f, last %s %.2f/%.2f (n=%d)", wn, pct(first, 0.5), pct(first, 0.99), wn, pct(last, 0.5), pct(last, 0.99), len(all))
+	drift := 0.0
+	if f := pct(first, 0.99); f > 0 {
+		drift = pct(last, 0.99) / f
+	}
+	return []figure{
+		{name: name + ": p50", unit: "ms", value: pct(all, 0.5), note: note},
+		{name: name + ": p99", unit: "ms", value: pct(all, 0.99)},
+		{name: name + ": drift, last " + wn + "'s p99 ÷ first's", unit: "×", value: drift},
+	}
 }
 
 // pace calls write(i) at rate per second for d, from 4 goroutines, and
-// returns how many writes it started.
+// returns how many writes it started. It stops early, with the error, when
+// a write fails or ctx ends.
 func pace(ctx context.Context, rate int, d time.Duration, write func(i int) error) (int, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	jobs := make(chan int, 1024)
-	errs := make(chan error, 4)
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
 			for i := range jobs {
+				if ctx.Err() != nil {
+					continue // drain
+				}
 				if err := write(i); err != nil {
-					select {
-					case errs <- err:
-					default:
-					}
-					return
+					cancel(err)
 				}
 			}
 		})
 	}
 	start := time.Now()
 	n := int(d.Seconds() * float64(rate))
+	sent := 0
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+loop:
 	for i := range n {
-		due := start.Add(time.Duration(i) * time.Second / time.Duration(rate))
-		if w := time.Until(due); w > 0 {
-			time.Sleep(w)
+		if w := time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(rate))); w > 0 {
+			timer.Reset(w)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				break loop
+			}
 		}
-		jobs <- i
+		select {
+		case jobs <- i:
+			sent++
+		case <-ctx.Done():
+			break loop
+		}
 	}
 	close(jobs)
 	wg.Wait()
-	select {
-	case err := <-errs:
-		return n, err
-	default:
-	}
-	return n, ctx.Err()
+	return sent, context.Cause(ctx)
 }
 
-func waitFor(t *tracker, n int, timeout time.Duration) error {
+func waitFor(ctx context.Context, t *tracker, n int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for t.count() < n {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("latency: %d of %d events delivered", t.count(), n)
+			return fmt.Errorf("latency: %d of %d events delivered %s after the last write", t.count(), n, timeout)
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("latency: %d of %d events delivered: %w", t.count(), n, ctx.Err())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	return nil
 }
 
-func heraldLatency(useWakeup, deleteOnPublish bool, poll time.Duration) func(context.Context, config) (float64, string, error) {
-	return func(ctx context.Context, cfg config) (float64, string, error) {
+func heraldLatency(name string, useWakeup, deleteOnPublish bool, poll time.Duration) func(context.Context, config) ([]figure, error) {
+	return func(ctx context.Context, cfg config) ([]figure, error) {
 		var w wakeup.Wakeup
 		if useWakeup {
 			ip := wakeup.NewInProcess()
@@ -172,7 +211,7 @@ func heraldLatency(useWakeup, deleteOnPublish bool, poll time.Duration) func(con
 		}
 		_, herald, err := gormDBs(cfg, w)
 		if err != nil {
-			return 0, "", err
+			return nil, err
 		}
 		sqlDB, _ := herald.DB()
 		defer sqlDB.Close()
@@ -186,10 +225,10 @@ func heraldLatency(useWakeup, deleteOnPublish bool, poll time.Duration) func(con
 			return nil
 		}), rc)
 		if err != nil {
-			return 0, "", err
+			return nil, err
 		}
 		if err := r.Start(ctx); err != nil {
-			return 0, "", err
+			return nil, err
 		}
 		defer func() { _ = r.Stop(context.Background()) }()
 		body := json.RawMessage(`{"model": "library.Loan", "operation": "updated", "pk": 7}`)
@@ -208,37 +247,36 @@ func heraldLatency(useWakeup, deleteOnPublish bool, poll time.Duration) func(con
 			return nil
 		})
 		if err != nil {
-			return 0, "", err
+			return nil, err
 		}
-		if err := waitFor(tr, n, time.Minute); err != nil {
-			return 0, "", err
+		if err := waitFor(ctx, tr, n, time.Minute); err != nil {
+			return nil, err
 		}
-		p50, note := tr.summary(cfg.latencyDur)
-		return p50, note, nil
+		return tr.summary(name, cfg.latencyDur), nil
 	}
 }
 
-func riverLatency(tuned bool) func(context.Context, config) (float64, string, error) {
-	return func(ctx context.Context, cfg config) (float64, string, error) {
+func riverLatency(name string, tuned bool) func(context.Context, config) ([]figure, error) {
+	return func(ctx context.Context, cfg config) ([]figure, error) {
 		pool, err := riverPool(ctx, cfg)
 		if err != nil {
-			return 0, "", err
+			return nil, err
 		}
 		defer pool.Close()
 		if err := riverMigrate(ctx, pool); err != nil {
-			return 0, "", err
+			return nil, err
 		}
 		if _, err := pool.Exec(ctx, `TRUNCATE river_job`); err != nil {
-			return 0, "", err
+			return nil, err
 		}
 		tr := newTracker()
 		wk := &riverWorker{fn: func(j *river.Job[riverArgs]) { tr.received(j.ID) }}
 		client, err := river.NewClient(riverpgxv5.New(pool), riverConfig(tuned, wk))
 		if err != nil {
-			return 0, "", err
+			return nil, err
 		}
 		if err := client.Start(ctx); err != nil {
-			return 0, "", err
+			return nil, err
 		}
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -255,12 +293,11 @@ func riverLatency(tuned bool) func(context.Context, config) (float64, string, er
 			return nil
 		})
 		if err != nil {
-			return 0, "", err
+			return nil, err
 		}
-		if err := waitFor(tr, n, time.Minute); err != nil {
-			return 0, "", err
+		if err := waitFor(ctx, tr, n, time.Minute); err != nil {
+			return nil, err
 		}
-		p50, note := tr.summary(cfg.latencyDur)
-		return p50, note, nil
+		return tr.summary(name, cfg.latencyDur), nil
 	}
 }

@@ -1,30 +1,61 @@
-// Command peerbench measures herald beside its peers on one PostgreSQL, in
-// one run of interleaved rounds, and writes Markdown tables (median and
-// range of the rounds, load average recorded):
+// Command peerbench measures herald beside its peers, in one run of
+// interleaved rounds (every case once per round, the rounds one after the
+// other), and writes Markdown tables: median and range of the rounds, the
+// load average at the start of each round, the machine, the versions, the
+// server's settings and the command. Sections (-sections):
 //
-//   - drain: a backlog of N events delivered to a no-op handler by herald's
-//     relay (defaults; tuned), the bare lease-and-mark loop of
-//     integration/relaybench, watermill-sql's subscriber (defaults; batch
-//     10,000) and River (defaults; tuned);
-//   - producer cost per write, each ÷ a plain GORM Create in its own
-//     transaction: herald's captured Create, GORM Create + herald Enqueue,
-//   - watermill Publish, + River InsertTx, + a hand-written INSERT into
-//     herald's table, all in the Create's transaction;
-//   - bulk: GORM Updates of 10,000 rows captured BeforeAndAfter, against the
-//     hand-written floor (the same UPDATE … RETURNING and one INSERT … SELECT
-//     of the events into herald's table) and the plain Updates;
-//   - latency from commit to delivery at a steady rate: herald with the
-//     in-process wakeup, with the wakeup and DeleteOnPublish, polling only;
-//     River at defaults and tuned — p50/p99 over the whole run and over its
-//     first and last fifth (drift).
+//   - drain: a backlog of -events events delivered to a no-op handler by
+//     herald's relay (defaults; tuned), the bare lease-and-mark loop of
+//     integration/relaybench, watermill-sql v4's subscriber and watermill's
+//     forwarder (components/forwarder, reading the same SQL subscriber and
+//     publishing to a no-op publisher), each at defaults (batch 100) and at
+//     batch 10,000, and River (defaults; tuned);
+//   - producer: cost per write, each ÷ a plain GORM Create in its own
+//     transaction: herald's captured Create, and GORM Create + herald
+//     Enqueue, + watermill Publish, + River InsertTx, + a hand-written
+//     INSERT into herald's table, each in the Create's transaction;
+//   - enqueue-many: events/s of batches of 1000 events per transaction:
+//     herald's gormcapture.EnqueueMany, a bare unnest INSERT into herald's
+//     table, watermill Publish of 1000 messages, River InsertManyTx and
+//     InsertManyFastTx, alternated transaction by transaction;
+//   - bulk: GORM Updates of -bulk-rows rows captured BeforeAndAfter,
+//     against the hand-written floor (the same UPDATE … RETURNING and one
+//     INSERT … SELECT of the events into herald's table) and the plain
+//     Updates;
+//   - latency: commit → delivery at -rate events/s for -latency-duration:
+//     herald with the in-process wakeup, with the wakeup and
+//     DeleteOnPublish, polling only; River at defaults and tuned — p50 and
+//     p99 over the whole run, and p50/p99 of its first and last minute
+//     (first and last fifth for runs shorter than two minutes) with the
+//     drift ratio, last ÷ first window's p99;
+//   - sqlite: herald alone (the peers do not write SQLite), on a database
+//     file through mattn/go-sqlite3 with journal_mode=WAL,
+//     synchronous=NORMAL: the producer ratios (captured Create in GORM's
+//     transaction and in a caller's, Create + Enqueue, Create + a
+//     hand-written INSERT, each ÷ plain Create) and the bulk update
+//     (herald vs a hand-written SQLite floor vs plain).
 //
 // It is a module of its own so that herald's users never download the
 // peers. Run from this directory:
 //
 //	go run . -out results.md
 //
-// HERALD_POSTGRES_DSN (default postgres://postgres@127.0.0.1:5432/test)
-// points it at a server; it works in a schema of its own, dropped at the end.
+// HERALD_POSTGRES_DSN or -dsn (default postgres://postgres@127.0.0.1:5432/test)
+// points it at a server; it works in a schema of its own, dropped at the
+// end. With -stock it starts a private PostgreSQL cluster instead, with
+// initdb's stock settings (autovacuum on, synchronous_commit on, …; the
+// server binaries from HERALD_PG_BIN or /usr/lib/postgresql/*/bin, run as
+// the OS user postgres when peerbench runs as root), runs the PostgreSQL
+// sections against it, and removes it at the end; -dsn's query parameters
+// (session settings such as jit=off) still apply. The report lists the
+// server's autovacuum and commit settings and every setting taken from a
+// configuration file.
+//
+// -only keeps the cases whose "section/name" matches a regular expression.
+// A case that fails (a server missing or lost, a timeout: -case-timeout)
+// is logged, listed under "Failures" in the report, and the run goes on;
+// when PostgreSQL cannot be reached at the start, the PostgreSQL sections
+// are skipped with that message and the SQLite section still runs.
 package main
 
 import (
@@ -32,16 +63,20 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"log"
 	"net/url"
 	"os"
 	"os/exec"
+	"os/signal"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
@@ -57,124 +92,222 @@ type config struct {
 	bulkRows   int
 	rate       int
 	latencyDur time.Duration
+	sqliteDir  string // a temporary directory for the SQLite files
 }
 
-// result is one case's figures over the rounds.
+// figure is one measured value of a case in one round.
+type figure struct {
+	name, unit string
+	value      float64
+	note       string // per-round note (latency windows)
+}
+
+// kase is one case of a section; run returns its figures for one round.
+type kase struct {
+	section, name string
+	postgres      bool // needs the PostgreSQL server
+	run           func(context.Context, config) ([]figure, error)
+}
+
+// result is one figure's values over the rounds.
 type result struct {
 	section, name, unit string
 	values              []float64
-	extra               []string // per-round notes (latency windows)
+	extra               []string
 }
+
+// cleanups run at exit, including a fatal one (the private cluster).
+var cleanups []func()
+
+func fatalf(format string, args ...any) {
+	log.Printf(format, args...)
+	runCleanups()
+	os.Exit(1)
+}
+
+func runCleanups() {
+	for i := len(cleanups) - 1; i >= 0; i-- {
+		cleanups[i]()
+	}
+	cleanups = nil
+}
+
+var allSections = []string{"drain", "producer", "enqueue-many", "bulk", "latency", "sqlite"}
 
 func main() {
 	var (
-		dsn      = flag.String("dsn", envOr("HERALD_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL DSN")
-		rounds   = flag.Int("rounds", 3, "interleaved rounds")
-		events   = flag.Int("events", 100000, "events per drain")
-		writes   = flag.Int("writes", 1000, "writes per producer measurement")
-		bulkRows = flag.Int("bulk-rows", 10000, "rows per bulk update")
-		rate     = flag.Int("rate", 500, "events per second in the latency runs")
-		latDur   = flag.Duration("latency-duration", 30*time.Second, "length of each latency run")
-		sections = flag.String("sections", "drain,producer,bulk,latency", "what to measure")
-		out      = flag.String("out", "peerbench-results.md", "Markdown file written")
+		dsn         = flag.String("dsn", envOr("HERALD_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL DSN (with -stock: only its query parameters are used)")
+		stock       = flag.Bool("stock", false, "run the PostgreSQL sections on a private cluster at stock settings (initdb defaults: autovacuum on), started and removed by peerbench")
+		rounds      = flag.Int("rounds", 3, "interleaved rounds")
+		events      = flag.Int("events", 100000, "events per drain, and per enqueue-many measurement (in transactions of 1000)")
+		writes      = flag.Int("writes", 1000, "writes per producer measurement (PostgreSQL and SQLite)")
+		bulkRows    = flag.Int("bulk-rows", 10000, "rows per bulk update (PostgreSQL and SQLite)")
+		rate        = flag.Int("rate", 500, "events per second in the latency runs")
+		latDur      = flag.Duration("latency-duration", 30*time.Second, "length of each latency run")
+		caseTimeout = flag.Duration("case-timeout", 15*time.Minute, "a case still running after this (plus -latency-duration for latency cases) fails")
+		sections    = flag.String("sections", strings.Join(allSections, ","), "what to measure")
+		only        = flag.String("only", "", "run only the cases whose \"section/name\" matches this regular expression")
+		out         = flag.String("out", "peerbench-results.md", "Markdown file written")
 	)
-	flag.BoolVar(&unorderedIdx, "unordered-idx", true, "create herald_outbox_pending_unordered_idx (the next schema version) on herald's table")
+	flag.BoolVar(&unorderedIdx, "unordered-idx", true, "create herald_outbox_pending_unordered_idx if the migrations did not (schema version 3 does)")
 	flag.Parse()
-	ctx := context.Background()
-	schema := "peerbench_" + randomHex(4)
-	admin, err := sql.Open("pgx", *dsn)
-	check(err)
-	defer admin.Close()
-	_, err = admin.ExecContext(ctx, `CREATE SCHEMA `+schema)
-	check(err)
-	defer func() { _, _ = admin.ExecContext(context.Background(), `DROP SCHEMA `+schema+` CASCADE`) }()
-	cfg := config{dsn: withParam(*dsn, "search_path", schema), events: *events, writes: *writes,
-		bulkRows: *bulkRows, rate: *rate, latencyDur: *latDur}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	defer runCleanups()
 
-	type kase struct {
-		section, name, unit string
-		run                 func(context.Context, config) (float64, string, error)
-	}
-	var cases []kase
 	want := map[string]bool{}
 	for _, s := range strings.Split(*sections, ",") {
+		s = strings.TrimSpace(s)
+		if !slices.Contains(allSections, s) {
+			fatalf("peerbench: unknown section %q in -sections (known: %s)", s, strings.Join(allSections, ", "))
+		}
 		want[s] = true
 	}
-	if want["drain"] {
-		for _, c := range drainCases() {
-			cases = append(cases, kase{"drain", c.name, "events/s", c.run})
+	var onlyRE *regexp.Regexp
+	if *only != "" {
+		var err error
+		if onlyRE, err = regexp.Compile(*only); err != nil {
+			fatalf("peerbench: -only: %v", err)
 		}
 	}
-	if want["producer"] {
-		cases = append(cases, kase{"producer", "producer", "", nil}) // one case, several ratios per round
+
+	baseDSN := *dsn
+	server := "the PostgreSQL server at " + redact(*dsn)
+	if *stock {
+		pg, err := startStockCluster()
+		if err != nil {
+			fatalf("peerbench: -stock: %v", err)
+		}
+		cleanups = append(cleanups, pg.stop)
+		baseDSN = pg.dsn(*dsn)
+		server = "a private cluster at stock settings (initdb " + pg.version + ", started by peerbench in " + pg.dir + ")"
 	}
-	if want["bulk"] {
-		cases = append(cases, kase{"bulk", "bulk", "", nil})
+	baseDSN = withDefaultParam(baseDSN, "connect_timeout", "5")
+
+	sqliteDir, err := os.MkdirTemp("", "peerbench-sqlite-")
+	if err != nil {
+		fatalf("peerbench: %v", err)
 	}
-	if want["latency"] {
-		for _, c := range latencyCases() {
-			cases = append(cases, kase{"latency", c.name, "ms", c.run})
+	cleanups = append(cleanups, func() { _ = os.RemoveAll(sqliteDir) })
+
+	// PostgreSQL: reachable? Otherwise its sections are skipped, loudly.
+	var admin *sql.DB
+	var pgErr error
+	schema := "peerbench_" + randomHex(4)
+	if admin, pgErr = sql.Open("pgx", baseDSN); pgErr == nil {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		pgErr = admin.PingContext(pctx)
+		if pgErr == nil {
+			_, pgErr = admin.ExecContext(pctx, `CREATE SCHEMA `+schema)
+		}
+		cancel()
+	}
+	if pgErr != nil {
+		log.Printf("peerbench: cannot use %s: %v — the PostgreSQL sections (drain, producer, enqueue-many, bulk, latency) are skipped; "+
+			"start the server, or point -dsn / HERALD_POSTGRES_DSN at one, or use -stock", server, pgErr)
+	} else {
+		cleanups = append(cleanups, func() { _ = admin.Close() })
+		cleanups = append(cleanups, func() {
+			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := admin.ExecContext(dctx, `DROP SCHEMA `+schema+` CASCADE`); err != nil {
+				log.Printf("peerbench: drop schema %s: %v", schema, err)
+			}
+		})
+	}
+	cfg := config{dsn: withParam(baseDSN, "search_path", schema), events: *events, writes: *writes,
+		bulkRows: *bulkRows, rate: *rate, latencyDur: *latDur, sqliteDir: sqliteDir}
+
+	var cases, skipped []kase
+	for _, sec := range allSections {
+		if !want[sec] {
+			continue
+		}
+		for _, c := range sectionCases(sec) {
+			switch {
+			case onlyRE != nil && !onlyRE.MatchString(c.section+"/"+c.name):
+			case c.postgres && pgErr != nil:
+				skipped = append(skipped, c)
+			default:
+				cases = append(cases, c)
+			}
 		}
 	}
+	if len(cases) == 0 {
+		fatalf("peerbench: no case to run (-sections %q, -only %q; PostgreSQL: %v)", *sections, *only, errOr(pgErr, "reachable"))
+	}
+
 	results := map[string]*result{}
 	var order []string
-	add := func(section, name, unit string, v float64, note string) {
-		k := section + "/" + name
+	add := func(section string, f figure) {
+		k := section + "/" + f.name
 		r, ok := results[k]
 		if !ok {
-			r = &result{section: section, name: name, unit: unit}
+			r = &result{section: section, name: f.name, unit: f.unit}
 			results[k] = r
 			order = append(order, k)
 		}
-		r.values = append(r.values, v)
-		if note != "" {
-			r.extra = append(r.extra, note)
+		r.values = append(r.values, f.value)
+		if f.note != "" {
+			r.extra = append(r.extra, f.note)
 		}
+	}
+	var failures []string
+	for _, c := range skipped {
+		failures = append(failures, fmt.Sprintf("%s / %s: skipped, %s unreachable: %v", c.section, c.name, server, pgErr))
 	}
 	var loads []string
 	started := time.Now()
 	for round := range *rounds {
 		loads = append(loads, loadAvg())
 		for _, c := range cases {
-			log.Printf("round %d: %s %s", round+1, c.section, c.name)
-			switch c.section {
-			case "producer":
-				rs, err := producerRound(ctx, cfg)
-				check(err)
-				for _, r := range rs {
-					add("producer", r.name, r.unit, r.value, "")
+			if ctx.Err() != nil {
+				break
+			}
+			log.Printf("round %d: %s / %s", round+1, c.section, c.name)
+			timeout := *caseTimeout
+			if c.section == "latency" {
+				timeout += *latDur
+			}
+			cctx, cancel := context.WithTimeout(ctx, timeout)
+			fs, err := c.run(cctx, cfg)
+			if err == nil && cctx.Err() != nil {
+				err = cctx.Err()
+			}
+			cancel()
+			if err != nil {
+				if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+					err = fmt.Errorf("%w (-case-timeout %s)", err, timeout)
 				}
-			case "bulk":
-				rs, err := bulkRound(ctx, cfg)
-				check(err)
-				for _, r := range rs {
-					add("bulk", r.name, r.unit, r.value, "")
-				}
-			case "latency":
-				v, note, err := c.run(ctx, cfg)
-				check(err)
-				add(c.section, c.name+" p50", "ms", v, note)
-			default:
-				v, note, err := c.run(ctx, cfg)
-				if err != nil {
-					log.Printf("%s %s: %v", c.section, c.name, err)
-					continue
-				}
-				add(c.section, c.name, c.unit, v, note)
+				msg := fmt.Sprintf("round %d, %s / %s: %v", round+1, c.section, c.name, err)
+				log.Printf("FAILED %s", msg)
+				failures = append(failures, msg)
+				continue
+			}
+			for _, f := range fs {
+				add(c.section, f)
 			}
 		}
 	}
 	loads = append(loads, loadAvg())
+	if ctx.Err() != nil {
+		failures = append(failures, "interrupted: the report holds the rounds run so far")
+	}
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "# peerbench %s\n\n", started.UTC().Format(time.RFC3339))
-	fmt.Fprintf(&b, "Command: `go run . %s` (in integration/peerbench)\n\n", shellJoin(os.Args[1:]))
-	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %s; %s. Load average (1/5/15 min) at the start of each round and at the end: %s.\n\n",
-		runtime.NumCPU(), cpuModel(), runtime.Version(), serverInfo(ctx, admin), strings.Join(loads, " → "))
+	fmt.Fprintf(&b, "Command: `go run . %s` (in integration/peerbench); %s.\n\n", shellJoin(os.Args[1:]), time.Since(started).Round(time.Second))
+	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %s. Load average (1/5/15 min) at the start of each round and at the end: %s.\n\n",
+		runtime.NumCPU(), cpuModel(), runtime.Version(), strings.Join(loads, " → "))
+	if pgErr == nil {
+		fmt.Fprintf(&b, "PostgreSQL: %s: %s\n\n", server, serverInfo(ctx, admin))
+	} else {
+		fmt.Fprintf(&b, "PostgreSQL: not reachable (%v); its sections were skipped.\n\n", pgErr)
+	}
 	fmt.Fprintf(&b, "Versions: %s.\n\n", versions())
-	fmt.Fprintf(&b, "%d interleaved rounds; median and range (min–max) of the rounds. herald_outbox_pending_unordered_idx created: %v. Session settings from the DSN: %s.\n\n",
-		*rounds, unorderedIdx, dsnParams(*dsn))
-	for _, sec := range []string{"drain", "producer", "bulk", "latency"} {
+	fmt.Fprintf(&b, "%d interleaved rounds; median and range (min–max) of the rounds. herald_outbox_pending_unordered_idx ensured: %v. Session settings from the DSN: %s.\n\n",
+		*rounds, unorderedIdx, dsnParams(baseDSN))
+	for _, sec := range allSections {
 		var seen bool
 		for _, k := range order {
 			r := results[k]
@@ -192,8 +325,57 @@ func main() {
 			b.WriteString("\n")
 		}
 	}
-	check(os.WriteFile(*out, []byte(b.String()), 0o644))
+	if len(failures) > 0 {
+		b.WriteString("## Failures\n\n")
+		for _, f := range failures {
+			fmt.Fprintf(&b, "- %s\n", f)
+		}
+		b.WriteString("\n")
+	}
+	if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
+		log.Printf("peerbench: %v", err)
+	}
 	fmt.Print(b.String())
+	if len(results) == 0 {
+		runCleanups()
+		os.Exit(1)
+	}
+}
+
+func sectionCases(sec string) []kase {
+	var out []kase
+	switch sec {
+	case "drain":
+		for _, c := range drainCases() {
+			out = append(out, kase{"drain", c.name, true, one(c.name, "events/s", c.run)})
+		}
+	case "producer":
+		out = append(out, kase{"producer", "producer", true, producerRound}) // several ratios per round
+	case "enqueue-many":
+		out = append(out, kase{"enqueue-many", "enqueue-many", true, enqueueManyRound})
+	case "bulk":
+		out = append(out, kase{"bulk", "bulk", true, bulkRound})
+	case "latency":
+		for _, c := range latencyCases() {
+			out = append(out, kase{"latency", c.name, true, c.run})
+		}
+	case "sqlite":
+		out = append(out,
+			kase{"sqlite", "producer", false, sqliteProducerRound},
+			kase{"sqlite", "bulk", false, sqliteBulkRound})
+	}
+	return out
+}
+
+// one adapts a case measuring one value.
+func one(name, unit string, run func(context.Context, config) (float64, string, error)) func(context.Context, config) ([]figure, error) {
+	return func(ctx context.Context, cfg config) ([]figure, error) {
+		v, note, err := run(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return []figure{{name: name, unit: unit, value: v, note: note}}, nil
+	}
 }
 
 func sectionNote(sec string, cfg config) string {
@@ -202,10 +384,16 @@ func sectionNote(sec string, cfg config) string {
 		return fmt.Sprintf("Drain of %d pending events (~250-byte JSON payload) to a no-op handler, timed from start until the last event is acknowledged/marked. Each drain starts from a freshly filled table.", cfg.events)
 	case "producer":
 		return fmt.Sprintf("Time per write of %d writes, each in its own transaction, ÷ the time of a plain GORM Create of the same row in its own transaction, alternated write by write.", cfg.writes)
+	case "enqueue-many":
+		return fmt.Sprintf("%d events (~250-byte JSON payload) per case, in transactions of %d events, the cases alternated transaction by transaction; timed: building the batch, BEGIN, the insert, COMMIT.", cfg.events, manyPerTx)
 	case "bulk":
 		return fmt.Sprintf("GORM `Updates` with a `Where` matching %d rows, in GORM's default transaction.", cfg.bulkRows)
 	case "latency":
-		return fmt.Sprintf("One event per transaction at %d ev/s for %s; commit → delivery handler. Notes: p99 of the whole run, and p50/p99 of the first and last fifth of it.", cfg.rate, cfg.latencyDur)
+		return fmt.Sprintf("One event per transaction at %d ev/s for %s; commit → delivery handler. p50 and p99 of the whole run; the drift row is the last %s's p99 ÷ the first's; notes: p50/p99 of the first and last %s, per round.",
+			cfg.rate, cfg.latencyDur, windowName(cfg.latencyDur), windowName(cfg.latencyDur))
+	case "sqlite":
+		return fmt.Sprintf("herald alone on SQLite (mattn/go-sqlite3, journal_mode=WAL, synchronous=NORMAL, foreign keys on, one database file per round, in %s): producer — %d writes each ÷ a plain GORM Create of the same row in its own transaction, alternated write by write; bulk — GORM `Updates` matching %d rows.",
+			os.TempDir(), cfg.writes, cfg.bulkRows)
 	}
 	return ""
 }
@@ -239,7 +427,7 @@ func versions() string {
 	for _, d := range bi.Deps {
 		switch d.Path {
 		case "github.com/ThreeDotsLabs/watermill", "github.com/ThreeDotsLabs/watermill-sql/v4", "github.com/riverqueue/river",
-			"github.com/jackc/pgx/v5", "gorm.io/gorm", "gorm.io/driver/postgres":
+			"github.com/jackc/pgx/v5", "gorm.io/gorm", "gorm.io/driver/postgres", "gorm.io/driver/sqlite", "github.com/mattn/go-sqlite3":
 			parts = append(parts, d.Path+" "+d.Version)
 		}
 	}
@@ -259,11 +447,34 @@ func loadAvg() string {
 	return strings.Join(f[:3], "/")
 }
 
+// serverInfo names the server's version, the settings that matter most
+// here, and every setting a configuration file sets.
 func serverInfo(ctx context.Context, db *sql.DB) string {
-	var v, av, sc, sb string
-	_ = db.QueryRowContext(ctx, `SELECT current_setting('server_version'), current_setting('autovacuum'),
-		current_setting('synchronous_commit'), current_setting('shared_buffers')`).Scan(&v, &av, &sc, &sb)
-	return fmt.Sprintf("PostgreSQL %s (autovacuum %s, synchronous_commit %s, shared_buffers %s)", v, av, sc, sb)
+	var v, av, avn, sc, fs, sb, jit string
+	err := db.QueryRowContext(ctx, `SELECT current_setting('server_version'), current_setting('autovacuum'), current_setting('autovacuum_naptime'),
+		current_setting('synchronous_commit'), current_setting('fsync'), current_setting('shared_buffers'), current_setting('jit')`).Scan(&v, &av, &avn, &sc, &fs, &sb, &jit)
+	if err != nil {
+		return fmt.Sprintf("settings not read: %v", err)
+	}
+	s := fmt.Sprintf("PostgreSQL %s (autovacuum %s, autovacuum_naptime %s, synchronous_commit %s, fsync %s, shared_buffers %s, jit %s)", v, av, avn, sc, fs, sb, jit)
+	rows, err := db.QueryContext(ctx, `SELECT name, setting, coalesce(unit, '') FROM pg_settings WHERE source = 'configuration file'
+		AND name !~* '^(lc_|ssl|log_|datestyle$|timezone$|cluster_name$|external_pid_file$|unix_socket_directories$|dynamic_shared_memory_type$|default_text_search_config$|listen_addresses$|port$)'
+		ORDER BY name`)
+	if err != nil {
+		return s
+	}
+	defer rows.Close()
+	var conf []string
+	for rows.Next() {
+		var n, val, unit string
+		if rows.Scan(&n, &val, &unit) == nil {
+			conf = append(conf, n+"="+val+unit)
+		}
+	}
+	if len(conf) == 0 {
+		return s + "; no other setting from a configuration file (locale, SSL, logging and where to listen aside)"
+	}
+	return s + "; from configuration files (locale, SSL, logging and where to listen aside): " + strings.Join(conf, ", ")
 }
 
 func cpuModel() string {
@@ -283,11 +494,40 @@ func envOr(k, def string) string {
 
 func withParam(dsn, k, v string) string {
 	u, err := url.Parse(dsn)
-	check(err)
+	if err != nil {
+		fatalf("peerbench: DSN: %v", err)
+	}
 	q := u.Query()
 	q.Set(k, v)
 	u.RawQuery = q.Encode()
 	return u.String()
+}
+
+func withDefaultParam(dsn, k, v string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		fatalf("peerbench: DSN: %v", err)
+	}
+	if u.Query().Has(k) {
+		return dsn
+	}
+	return withParam(dsn, k, v)
+}
+
+// redact hides a DSN's password.
+func redact(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "(unparsable DSN)"
+	}
+	return u.Redacted()
+}
+
+func errOr(err error, ok string) string {
+	if err != nil {
+		return err.Error()
+	}
+	return ok
 }
 
 func randomHex(n int) string {
@@ -296,14 +536,8 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func check(err error) {
-	if err != nil {
-		log.Fatal(err)
-	}
-}
-
-// dsnParams lists the DSN's query parameters other than sslmode (session
-// settings such as jit=off).
+// dsnParams lists the DSN's query parameters other than sslmode and
+// connect_timeout (session settings such as jit=off).
 func dsnParams(dsn string) string {
 	u, err := url.Parse(dsn)
 	if err != nil {
@@ -311,6 +545,7 @@ func dsnParams(dsn string) string {
 	}
 	q := u.Query()
 	q.Del("sslmode")
+	q.Del("connect_timeout")
 	if len(q) == 0 {
 		return "none"
 	}

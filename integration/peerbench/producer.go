@@ -35,11 +35,6 @@ type PlainRow struct {
 
 type CapturedRow PlainRow
 
-type figure struct {
-	name, unit string
-	value      float64
-}
-
 // gormDBs opens the plain GORM database (no plugin) and herald's (the
 // plugin, capturing CapturedRow and bulk rows), with the tables migrated.
 func gormDBs(cfg config, w wakeup.Wakeup) (plain, herald *gorm.DB, err error) {
@@ -86,6 +81,7 @@ func producerRound(ctx context.Context, cfg config) ([]figure, error) {
 	heraldSQL, _ := herald.DB()
 	defer plainSQL.Close()
 	defer heraldSQL.Close()
+	plain, herald = plain.WithContext(ctx), herald.WithContext(ctx)
 	// watermill's table for the topic, created once.
 	wmSchema := wsql.DefaultPostgreSQLSchema{}
 	wmPub, err := wsql.NewPublisher(wsql.BeginnerFromStdSQL(plainSQL), wsql.PublisherConfig{SchemaAdapter: wmSchema, AutoInitializeSchema: true}, watermill.NopLogger{})
@@ -186,9 +182,9 @@ func producerRound(ctx context.Context, cfg config) ([]figure, error) {
 			tCase[j] += time.Since(s)
 		}
 	}
-	out := []figure{{"plain GORM Create, µs per write (the divisor)", "µs", float64(tPlain.Microseconds()) / float64(cfg.writes)}}
+	out := []figure{{"plain GORM Create, µs per write (the divisor)", "µs", float64(tPlain.Microseconds()) / float64(cfg.writes), ""}}
 	for j, c := range cases {
-		out = append(out, figure{c.name, "÷ plain Create", float64(tCase[j]) / float64(tPlain)})
+		out = append(out, figure{c.name, "÷ plain Create", float64(tCase[j]) / float64(tPlain), ""})
 	}
 	return out, nil
 }
