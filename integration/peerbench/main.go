@@ -180,6 +180,7 @@ func main() {
 		}
 		cleanups = append(cleanups, pg.stop)
 		baseDSN = pg.dsn(*dsn)
+		log.Printf("peerbench: private cluster at stock settings started in %s, listening on 127.0.0.1:%d", pg.dir, pg.port)
 		server = "a private cluster at stock settings (initdb " + pg.version + ", started by peerbench in " + pg.dir + ")"
 	}
 	baseDSN = withDefaultParam(baseDSN, "connect_timeout", "5")
@@ -214,6 +215,10 @@ func main() {
 				log.Printf("peerbench: drop schema %s: %v", schema, err)
 			}
 		})
+	}
+	var settings string // read before the run, while the server is surely there
+	if pgErr == nil {
+		settings = serverInfo(ctx, admin)
 	}
 	cfg := config{dsn: withParam(baseDSN, "search_path", schema), events: *events, writes: *writes,
 		bulkRows: *bulkRows, rate: *rate, latencyDur: *latDur, sqliteDir: sqliteDir}
@@ -253,8 +258,12 @@ func main() {
 		}
 	}
 	var failures []string
-	for _, c := range skipped {
-		failures = append(failures, fmt.Sprintf("%s / %s: skipped, %s unreachable: %v", c.section, c.name, server, pgErr))
+	if len(skipped) > 0 {
+		names := make([]string, len(skipped))
+		for i, c := range skipped {
+			names[i] = c.section + " / " + c.name
+		}
+		failures = append(failures, fmt.Sprintf("not run, %s unreachable (%v): %s", server, pgErr, strings.Join(names, "; ")))
 	}
 	var loads []string
 	started := time.Now()
@@ -300,7 +309,7 @@ func main() {
 	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %s. Load average (1/5/15 min) at the start of each round and at the end: %s.\n\n",
 		runtime.NumCPU(), cpuModel(), runtime.Version(), strings.Join(loads, " → "))
 	if pgErr == nil {
-		fmt.Fprintf(&b, "PostgreSQL: %s: %s\n\n", server, serverInfo(ctx, admin))
+		fmt.Fprintf(&b, "PostgreSQL: %s: %s\n\n", server, settings)
 	} else {
 		fmt.Fprintf(&b, "PostgreSQL: not reachable (%v); its sections were skipped.\n\n", pgErr)
 	}
@@ -457,7 +466,7 @@ func serverInfo(ctx context.Context, db *sql.DB) string {
 		return fmt.Sprintf("settings not read: %v", err)
 	}
 	s := fmt.Sprintf("PostgreSQL %s (autovacuum %s, autovacuum_naptime %s, synchronous_commit %s, fsync %s, shared_buffers %s, jit %s)", v, av, avn, sc, fs, sb, jit)
-	rows, err := db.QueryContext(ctx, `SELECT name, setting, coalesce(unit, '') FROM pg_settings WHERE source = 'configuration file'
+	rows, err := db.QueryContext(ctx, `SELECT name, current_setting(name) FROM pg_settings WHERE source = 'configuration file'
 		AND name !~* '^(lc_|ssl|log_|datestyle$|timezone$|cluster_name$|external_pid_file$|unix_socket_directories$|dynamic_shared_memory_type$|default_text_search_config$|listen_addresses$|port$)'
 		ORDER BY name`)
 	if err != nil {
@@ -466,9 +475,9 @@ func serverInfo(ctx context.Context, db *sql.DB) string {
 	defer rows.Close()
 	var conf []string
 	for rows.Next() {
-		var n, val, unit string
-		if rows.Scan(&n, &val, &unit) == nil {
-			conf = append(conf, n+"="+val+unit)
+		var n, val string
+		if rows.Scan(&n, &val) == nil {
+			conf = append(conf, n+"="+val)
 		}
 	}
 	if len(conf) == 0 {

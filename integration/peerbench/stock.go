@@ -102,8 +102,10 @@ func (p *stockCluster) dsn(base string) string {
 
 func (p *stockCluster) stop() {
 	if err := p.run("pg_ctl", "-D", p.data, "-m", "fast", "-w", "stop"); err != nil {
-		fmt.Fprintf(os.Stderr, "peerbench: stopping the private cluster: %v (left in %s)\n", err, p.dir)
-		return
+		if p.run("pg_ctl", "-D", p.data, "status") == nil { // still running
+			fmt.Fprintf(os.Stderr, "peerbench: stopping the private cluster: %v (left running in %s)\n", err, p.dir)
+			return
+		}
 	}
 	_ = os.RemoveAll(p.dir)
 }
