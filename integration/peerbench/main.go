@@ -401,7 +401,7 @@ func sectionNote(sec string, cfg config) string {
 		return fmt.Sprintf("One event per transaction at %d ev/s for %s; commit → delivery handler. p50 and p99 of the whole run; the drift row is the last %s's p99 ÷ the first's; notes: p50/p99 of the first and last %s, per round.",
 			cfg.rate, cfg.latencyDur, windowName(cfg.latencyDur), windowName(cfg.latencyDur))
 	case "sqlite":
-		return fmt.Sprintf("herald alone on SQLite (mattn/go-sqlite3, journal_mode=WAL, synchronous=NORMAL, foreign keys on, one database file per round, in %s): producer — %d writes each ÷ a plain GORM Create of the same row in its own transaction, alternated write by write; bulk — GORM `Updates` matching %d rows.",
+		return fmt.Sprintf("herald alone on SQLite (mattn/go-sqlite3, journal_mode=WAL, synchronous=NORMAL, foreign keys on, two database files per round — plain GORM's and herald's, as herald's own SQLite benchmarks — in %s): producer — %d writes each ÷ a plain GORM Create of the same row in its own transaction, alternated write by write; bulk — GORM `Updates` matching %d rows.",
 			os.TempDir(), cfg.writes, cfg.bulkRows)
 	}
 	return ""
@@ -421,8 +421,11 @@ func fmtv(v float64) string {
 func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
-	if len(s) == 0 {
+	switch {
+	case len(s) == 0:
 		return 0
+	case len(s)%2 == 0:
+		return (s[len(s)/2-1] + s[len(s)/2]) / 2
 	}
 	return s[len(s)/2]
 }

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+)
+
+// trackerWith returns a tracker holding one sample per (at, lat) pair.
+func trackerWith(samples ...sample) *tracker {
+	t := newTracker()
+	t.lat = samples
+	return t
+}
+
+func TestSummaryComparesFirstAndLastMinuteOfLongRuns(t *testing.T) {
+	var ss []sample
+	for s := range 600 { // a 10-minute run, one event per second
+		lat := 50 * time.Millisecond // the middle: excluded from both windows
+		switch {
+		case s < 60:
+			lat = time.Millisecond
+		case s >= 540:
+			lat = 3 * time.Millisecond
+		}
+		ss = append(ss, sample{at: time.Duration(s) * time.Second, lat: lat})
+	}
+	fs := trackerWith(ss...).summary("c", 10*time.Minute)
+	if len(fs) != 3 {
+		t.Fatalf("figures = %+v, want p50, p99, drift", fs)
+	}
+	if want := "first minute 1.00/1.00, last minute 3.00/3.00 (n=600)"; fs[0].note != want {
+		t.Errorf("note = %q, want %q", fs[0].note, want)
+	}
+	if fs[2].unit != "×" || fs[2].value != 3 || !strings.Contains(fs[2].name, "last minute's p99 ÷ first's") {
+		t.Errorf("drift = %+v, want last minute's p99 ÷ first's = 3", fs[2])
+	}
+	if fs[0].value != 50 || fs[1].value != 50 {
+		t.Errorf("whole run p50/p99 = %v/%v, want 50/50", fs[0].value, fs[1].value)
+	}
+}
+
+func TestSummaryComparesFifthsOfShortRuns(t *testing.T) {
+	fs := trackerWith(
+		sample{at: time.Second, lat: 2 * time.Millisecond},
+		sample{at: 5 * time.Second, lat: 9 * time.Millisecond},
+		sample{at: 9 * time.Second, lat: 4 * time.Millisecond},
+	).summary("c", 10*time.Second)
+	if want := "first fifth 2.00/2.00, last fifth 4.00/4.00 (n=3)"; fs[0].note != want {
+		t.Errorf("note = %q, want %q", fs[0].note, want)
+	}
+	if fs[2].value != 2 {
+		t.Errorf("drift = %v, want 2", fs[2].value)
+	}
+}
+
+// A failing write stops the paced run with its error, instead of leaving
+// the pacer blocked on writers that have all given up.
+func TestPaceStopsAtTheFirstFailedWrite(t *testing.T) {
+	lost := errors.New("server lost")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sent, err := pace(ctx, 1000, time.Hour, func(i int) error {
+		if i >= 3 {
+			return lost
+		}
+		return nil
+	})
+	if !errors.Is(err, lost) {
+		t.Fatalf("pace error = %v, want the write's error", err)
+	}
+	if sent >= 3_600_000 {
+		t.Errorf("pace started all %d writes after a failure", sent)
+	}
+}
+
+func TestStockDSNKeepsTheSessionSettings(t *testing.T) {
+	p := &stockCluster{port: 5599}
+	u, err := url.Parse(p.dsn("postgres://someone:secret@db.example:6543/test?sslmode=require&jit=off"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Host != "127.0.0.1:5599" || u.Path != "/postgres" || u.User.Username() != "postgres" {
+		t.Errorf("dsn = %s, want postgres@127.0.0.1:5599/postgres", u.Redacted())
+	}
+	if q := u.Query(); q.Get("jit") != "off" || q.Get("sslmode") != "disable" {
+		t.Errorf("query = %v, want jit=off kept and sslmode=disable", q)
+	}
+}
+
+func TestMedianOfAnEvenCountIsTheMeanOfTheMiddleTwo(t *testing.T) {
+	if m := median([]float64{4, 1, 3, 2}); m != 2.5 {
+		t.Errorf("median = %v, want 2.5", m)
+	}
+	if m := median([]float64{5, 1, 3}); m != 3 {
+		t.Errorf("median = %v, want 3", m)
+	}
+}
