@@ -9,7 +9,8 @@
 //     integration/relaybench, watermill-sql v4's subscriber and watermill's
 //     forwarder (components/forwarder, reading the same SQL subscriber and
 //     publishing to a no-op publisher), each at defaults (batch 100) and at
-//     batch 10,000, and River (defaults; tuned);
+//     each of -watermill-batches (1,000 and 10,000; the fastest is its best
+//     batch), and River (defaults; tuned);
 //   - producer: cost per write, each ÷ a plain GORM Create in its own
 //     transaction: herald's captured Create, and GORM Create + herald
 //     Enqueue, + watermill Publish, + River InsertTx, + a hand-written
@@ -75,6 +76,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -149,8 +151,17 @@ func main() {
 		only        = flag.String("only", "", "run only the cases whose \"section/name\" matches this regular expression")
 		out         = flag.String("out", "peerbench-results.md", "Markdown file written")
 	)
+	wmBatches := flag.String("watermill-batches", "1000,10000", "SubscribeBatchSizes of the tuned watermill subscriber and forwarder drains, comma-separated (their default, 100, is measured too)")
 	flag.BoolVar(&unorderedIdx, "unordered-idx", true, "create herald_outbox_pending_unordered_idx if the migrations did not (schema version 3 does)")
 	flag.Parse()
+	watermillBatches = nil
+	for _, f := range strings.Split(*wmBatches, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			fatalf("peerbench: -watermill-batches: %q is not a positive batch size", f)
+		}
+		watermillBatches = append(watermillBatches, n)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	defer runCleanups()
