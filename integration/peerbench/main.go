@@ -29,12 +29,14 @@
 //     p99 over the whole run, and p50/p99 of its first and last minute
 //     (first and last fifth for runs shorter than two minutes) with the
 //     drift ratio, last ÷ first window's p99;
-//   - sqlite: herald alone (the peers do not write SQLite), on a database
-//     file through mattn/go-sqlite3 with journal_mode=WAL,
-//     synchronous=NORMAL: the producer ratios (captured Create in GORM's
-//     transaction and in a caller's, Create + Enqueue, Create + a
-//     hand-written INSERT, each ÷ plain Create) and the bulk update
-//     (herald vs a hand-written SQLite floor vs plain).
+//   - sqlite: herald alone (the peers do not write SQLite), through
+//     mattn/go-sqlite3 with journal_mode=WAL, synchronous=NORMAL, plain GORM
+//     and herald each on a database file of its own: the producer ratios
+//     (captured Create in GORM's transaction and in a caller's, Create +
+//     Enqueue, Create + a hand-written INSERT, each ÷ plain Create, with a
+//     plain Create in a caller's transaction for reference) and the bulk
+//     update (herald vs a hand-written SQLite floor — INSERT … SELECT of
+//     the events with both images, then the UPDATE — vs plain).
 //
 // It is a module of its own so that herald's users never download the
 // peers. Run from this directory:
@@ -479,7 +481,7 @@ func serverInfo(ctx context.Context, db *sql.DB) string {
 	if err != nil {
 		return fmt.Sprintf("settings not read: %v", err)
 	}
-	s := fmt.Sprintf("PostgreSQL %s (autovacuum %s, autovacuum_naptime %s, synchronous_commit %s, fsync %s, shared_buffers %s, jit %s)", v, av, avn, sc, fs, sb, jit)
+	s := fmt.Sprintf("PostgreSQL %s; as peerbench's sessions see them: autovacuum %s, autovacuum_naptime %s, synchronous_commit %s, fsync %s, shared_buffers %s, jit %s", v, av, avn, sc, fs, sb, jit)
 	rows, err := db.QueryContext(ctx, `SELECT name, current_setting(name) FROM pg_settings WHERE source = 'configuration file'
 		AND name !~* '^(lc_|ssl|log_|datestyle$|timezone$|cluster_name$|external_pid_file$|unix_socket_directories$|dynamic_shared_memory_type$|default_text_search_config$|listen_addresses$|port$)'
 		ORDER BY name`)
