@@ -57,13 +57,15 @@ func (d *CaptureDriver) prepared(ctx context.Context, tx *stdsql.Tx, q string, n
 		}
 		var loaded bool
 		if v, loaded = d.stmts.m.LoadOrStore(q, s); loaded {
-			_ = s.Close() // another goroutine prepared it first
+			closeStmt(s) // another goroutine prepared it first
 		} else {
 			d.stmts.n.Add(1)
 		}
 	}
 	return tx.StmtContext(ctx, v.(*stdsql.Stmt))
 }
+
+func closeStmt(s *stdsql.Stmt) { _ = s.Close() }
 
 // sqlTx returns the database/sql transaction under an ent transaction
 // of ent's SQL driver, or nil.
@@ -97,10 +99,10 @@ func (q preparedQuerier) ExecContext(ctx context.Context, query string, args ...
 
 func (q preparedQuerier) QueryContext(ctx context.Context, query string, args ...any) (*stdsql.Rows, error) {
 	if s := q.d.prepared(ctx, q.tx, query, len(args)); s != nil {
-		defer s.Close() // the rows keep what they need; the prepared statement stays
-		return s.QueryContext(ctx, args...)
+		defer s.Close()                     // the rows keep what they need; the prepared statement stays
+		return s.QueryContext(ctx, args...) //nolint:sqlclosecheck // the caller closes the rows
 	}
-	return q.Querier.QueryContext(ctx, query, args...)
+	return q.Querier.QueryContext(ctx, query, args...) //nolint:sqlclosecheck // the caller closes the rows
 }
 
 // querier is what the scope's events are written with: on SQLite with a
@@ -154,8 +156,8 @@ func (d *CaptureDriver) queryPrepared(ctx context.Context, query string, args, v
 	if s == nil {
 		return false, nil
 	}
-	defer s.Close() // the rows keep what they need; the prepared statement stays
-	rows, err := s.QueryContext(ctx, argv...)
+	defer s.Close()                           // the rows keep what they need; the prepared statement stays
+	rows, err := s.QueryContext(ctx, argv...) //nolint:rowserrcheck // ent reads the rows, checks Err and closes them
 	if err != nil {
 		return true, err
 	}
