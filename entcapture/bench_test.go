@@ -181,7 +181,7 @@ func BenchmarkCreateFloor(b *testing.B) {
 		must(b, err)
 		l := tx.Loan.Create().SetStatus("lent").SetDays(i).SetReturned(false).SaveX(ctx)
 		stx := tx.HeraldTx().(*entsql.Tx).ExecQuerier.(*sql.Tx)
-		var seq int64
+		var seq any // NULL in the copy without the key
 		var id string
 		must(b, stx.StmtContext(ctx, st).QueryRowContext( //nolint:sqlclosecheck // the transaction's copy, closed with it
 			ctx, uuid.NewString(), topic, payload, headers, fmt.Sprint(okey, l.ID), nil, created, nil).Scan(&seq, &id))

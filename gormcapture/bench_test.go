@@ -184,7 +184,7 @@ func BenchmarkCreateFloor(b *testing.B) {
 					if !ok {
 						return fmt.Errorf("ConnPool %T", tx.Statement.ConnPool)
 					}
-					var seq int64
+					var seq any // NULL in the copy without the key
 					var id string
 					return stx.Stmt(st).QueryRow( //nolint:sqlclosecheck // the transaction's copy, closed with it
 						uuid.NewString(), topic, payload, headers, fmt.Sprint(okey, row.ID), nil, created, nil).Scan(&seq, &id)
