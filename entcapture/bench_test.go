@@ -2,10 +2,14 @@ package entcapture_test
 
 import (
 	"context"
+	"database/sql"
+	"fmt"
 	"testing"
 	"time"
 
+	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
+	"github.com/google/uuid"
 
 	"github.com/heraldgo/herald/entcapture"
 	"github.com/heraldgo/herald/envelope"
@@ -125,6 +129,93 @@ func BenchmarkUpdateWhere(b *testing.B) {
 				b.StartTimer()
 			}
 			report(b, tp, tc, b.N)
+		})
+	}
+}
+
+// BenchmarkCreateFloor measures what BenchmarkCreate's ratio cannot go
+// below on SQLite: the plain create of BenchmarkCreate (in a caller's
+// transaction, and without one) against the same create followed, in one
+// transaction, by nothing but a prepared INSERT of an event row as the
+// capture writes it — into the outbox table itself ("outbox-ratio") and
+// into a copy of it without indexes ("bare-ratio"). No savepoint, no Go
+// envelope, no capture: only the row the event adds and the index entries
+// it needs.
+//
+//	go test -run '^$' -bench 'BenchmarkCreateFloor' -benchtime 2000x ./entcapture/
+func BenchmarkCreateFloor(b *testing.B) {
+	ctx := context.Background()
+	// Clients whose Loan writes other than deletes are not captured, as
+	// BenchmarkCreate's plain side.
+	open := func() (*sql.DB, *ent.Client) {
+		db := openDB(b, envelope.SQLite)
+		c := ent.NewClient(ent.Driver(entcapture.Driver(entsql.OpenDB(dialect.SQLite, db),
+			entcapture.Config{Options: map[string]envelope.Options{"Loan": {Payload: envelope.After, Operations: []envelope.Operation{envelope.Deleted}}}})))
+		createSchema(b, func(ctx context.Context) error { return c.Schema.Create(ctx) })
+		return db, c
+	}
+	_, plain := open()
+	// The event row, as a captured create writes it.
+	capDB := openDB(b, envelope.SQLite)
+	captured := ent.NewClient(ent.Driver(entcapture.Driver(entsql.OpenDB(dialect.SQLite, capDB),
+		entcapture.Config{Options: map[string]envelope.Options{"Loan": {Payload: envelope.After}}})))
+	createSchema(b, func(ctx context.Context) error { return captured.Schema.Create(ctx) })
+	captured.Loan.Create().SetStatus("lent").SetDays(1).SetReturned(false).SaveX(ctx)
+	var topic, payload, headers, okey, created string
+	must(b, capDB.QueryRow(`SELECT topic, payload, headers, ordering_key, created_at FROM herald_outbox`).Scan(&topic, &payload, &headers, &okey, &created))
+
+	floor := func(table string) (*ent.Client, *sql.Stmt) {
+		db, c := open()
+		if table == "bare" {
+			_, err := db.Exec(`CREATE TABLE bare AS SELECT * FROM herald_outbox WHERE 0`)
+			must(b, err)
+		}
+		st, err := db.Prepare(`INSERT INTO ` + table + ` (id, topic, payload, headers, ordering_key, idempotency_key, created_at, next_attempt_at) VALUES (?,?,?,?,?,?,?,?) RETURNING sequence, id`)
+		must(b, err)
+		return c, st
+	}
+	outbox, outboxSt := floor("herald_outbox")
+	bare, bareSt := floor("bare")
+	withEvent := func(c *ent.Client, st *sql.Stmt, i int) {
+		tx, err := c.Tx(ctx)
+		must(b, err)
+		l := tx.Loan.Create().SetStatus("lent").SetDays(i).SetReturned(false).SaveX(ctx)
+		stx := tx.HeraldTx().(*entsql.Tx).ExecQuerier.(*sql.Tx)
+		var seq any // NULL in the copy without the key
+		var id string
+		must(b, stx.StmtContext(ctx, st).QueryRowContext( //nolint:sqlclosecheck // the transaction's copy, closed with it
+			ctx, uuid.NewString(), topic, payload, headers, fmt.Sprint(okey, l.ID), nil, created, nil).Scan(&seq, &id))
+		must(b, tx.Commit())
+	}
+	for _, inTx := range []bool{true, false} {
+		name := "sqlite/caller-tx"
+		if !inTx {
+			name = "sqlite/no-tx"
+		}
+		b.Run(name, func(b *testing.B) {
+			create := func(i int) {
+				if !inTx {
+					plain.Loan.Create().SetStatus("lent").SetDays(i).SetReturned(false).SaveX(ctx)
+					return
+				}
+				tx, err := plain.Tx(ctx)
+				must(b, err)
+				tx.Loan.Create().SetStatus("lent").SetDays(i).SetReturned(false).SaveX(ctx)
+				must(b, tx.Commit())
+			}
+			var tp, to, tb time.Duration
+			for i := 0; b.Loop(); i++ {
+				s := time.Now()
+				create(i)
+				m := time.Now()
+				withEvent(outbox, outboxSt, i)
+				n := time.Now()
+				withEvent(bare, bareSt, i)
+				tp, to, tb = tp+m.Sub(s), to+n.Sub(m), tb+time.Since(n)
+			}
+			b.ReportMetric(float64(tp.Nanoseconds())/float64(b.N), "plain-ns/op")
+			b.ReportMetric(float64(to)/float64(tp), "outbox-ratio")
+			b.ReportMetric(float64(tb)/float64(tp), "bare-ratio")
 		})
 	}
 }

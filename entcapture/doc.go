@@ -79,6 +79,13 @@
 // Wakeup is signalled after the outermost commit (never after a rollback);
 // a wakeup.TxSignaler is signalled inside the transaction.
 //
+// On SQLite, where preparing a statement costs about as much as running
+// it, the event INSERT and the row INSERTs ent sends in the transaction
+// Driver opens run as statements Driver prepares once per connection and
+// keeps (at most 64), unless the pool sets MaxOpenConns: preparing takes a
+// second connection, which such a pool may not have while the write holds
+// one.
+//
 // # Not captured
 //
 // Statements that bypass ent's hooks: ExecContext/QueryContext and other

@@ -43,7 +43,8 @@ type CaptureDriver struct {
 	once    sync.Once
 	writer  *envelope.Writer
 	dialect envelope.Dialect
-	arrays  bool // PostgreSQL through pgx: binds Go slices as arrays
+	arrays  bool  // PostgreSQL through pgx: binds Go slices as arrays
+	stmts   stmts // SQLite: the capture's INSERTs, prepared (prepared.go)
 	err     error
 }
 
@@ -124,12 +125,18 @@ func (d *CaptureDriver) route(ctx context.Context) dialect.ExecQuerier {
 // Exec implements dialect.Driver, in the context's capture transaction
 // when there is one.
 func (d *CaptureDriver) Exec(ctx context.Context, query string, args, v any) error {
+	if done, err := d.execPrepared(ctx, query, args, v); done {
+		return err
+	}
 	return d.route(ctx).Exec(ctx, query, args, v)
 }
 
 // Query implements dialect.Driver, in the context's capture transaction
 // when there is one.
 func (d *CaptureDriver) Query(ctx context.Context, query string, args, v any) error {
+	if done, err := d.queryPrepared(ctx, query, args, v); done {
+		return err
+	}
 	return d.route(ctx).Query(ctx, query, args, v)
 }
 

@@ -299,7 +299,7 @@ func (s *scope) flush() error {
 	if len(ms) > 1 && s.cd != nil && s.cd.bindsArrays() {
 		write = s.writer.WriteCapturedArrays
 	}
-	res, err := write(s.ctx, s.g, ms)
+	res, err := write(s.ctx, s.querier(), ms)
 	if err != nil {
 		return err
 	}

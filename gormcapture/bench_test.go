@@ -1,10 +1,13 @@
 package gormcapture_test
 
 import (
+	"context"
+	"database/sql"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/envelope"
@@ -126,6 +129,80 @@ func BenchmarkUpdateWhere(b *testing.B) {
 				b.StartTimer()
 			}
 			report(b, tp, tc, b.N)
+		})
+	}
+}
+
+// BenchmarkCreateFloor measures what BenchmarkCreate's ratio cannot go
+// below on SQLite: the plain Create of BenchmarkCreate (in GORM's default
+// transaction, and in a caller's) against the same Create followed, in
+// its transaction, by nothing but a prepared INSERT of an event row as
+// the capture writes it — into the outbox table itself ("outbox-ratio")
+// and into a copy of it without indexes ("bare-ratio"). No savepoint, no
+// RETURNING read of the row, no Go envelope.
+//
+//	go test -run '^$' -bench 'BenchmarkCreateFloor' -benchtime 2000x ./gormcapture/
+func BenchmarkCreateFloor(b *testing.B) {
+	bp := benchPair(b, envelope.SQLite, envelope.After)
+	must(b, bp.captured.Create(&BenchRow{Name: "n", Status: "new", Amount: 1}).Error)
+	var topic, payload, headers, okey, created string
+	must(b, bp.captured.Raw(`SELECT topic, payload, headers, ordering_key, created_at FROM herald_outbox`).Row().
+		Scan(&topic, &payload, &headers, &okey, &created))
+
+	floor := func(table string) (*gorm.DB, *sql.Stmt) {
+		db, raw := openDB(b, envelope.SQLite, nil)
+		must(b, db.AutoMigrate(&BenchRow{}))
+		must(b, envelope.Migrate(context.Background(), raw, envelope.SQLite, ""))
+		if table == "bare" {
+			must(b, db.Exec(`CREATE TABLE bare AS SELECT * FROM herald_outbox WHERE 0`).Error)
+		}
+		sqlDB, err := db.DB()
+		must(b, err)
+		st, err := sqlDB.Prepare(`INSERT INTO ` + table + ` (id, topic, payload, headers, ordering_key, idempotency_key, created_at, next_attempt_at) VALUES (?,?,?,?,?,?,?,?) RETURNING sequence, id`)
+		must(b, err)
+		return db, st
+	}
+	outboxDB, outboxSt := floor("herald_outbox")
+	bareDB, bareSt := floor("bare")
+	for _, inTx := range []bool{false, true} {
+		name := "sqlite/default-tx"
+		if inTx {
+			name = "sqlite/caller-tx"
+		}
+		b.Run(name, func(b *testing.B) {
+			create := func(db *gorm.DB, i int, st *sql.Stmt) {
+				row := &BenchRow{Name: "n", Status: "new", Amount: i}
+				if st == nil && !inTx {
+					must(b, db.Create(row).Error)
+					return
+				}
+				must(b, db.Transaction(func(tx *gorm.DB) error {
+					if err := tx.Create(row).Error; err != nil || st == nil {
+						return err
+					}
+					stx, ok := tx.Statement.ConnPool.(*sql.Tx)
+					if !ok {
+						return fmt.Errorf("ConnPool %T", tx.Statement.ConnPool)
+					}
+					var seq any // NULL in the copy without the key
+					var id string
+					return stx.Stmt(st).QueryRow( //nolint:sqlclosecheck // the transaction's copy, closed with it
+						uuid.NewString(), topic, payload, headers, fmt.Sprint(okey, row.ID), nil, created, nil).Scan(&seq, &id)
+				}))
+			}
+			var tp, to, tb time.Duration
+			for i := 0; b.Loop(); i++ {
+				s := time.Now()
+				create(bp.plain, i, nil)
+				m := time.Now()
+				create(outboxDB, i, outboxSt)
+				n := time.Now()
+				create(bareDB, i, bareSt)
+				tp, to, tb = tp+m.Sub(s), to+n.Sub(m), tb+time.Since(n)
+			}
+			b.ReportMetric(float64(tp.Nanoseconds())/float64(b.N), "plain-ns/op")
+			b.ReportMetric(float64(to)/float64(tp), "outbox-ratio")
+			b.ReportMetric(float64(tb)/float64(tp), "bare-ratio")
 		})
 	}
 }

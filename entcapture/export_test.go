@@ -1,0 +1,8 @@
+package entcapture
+
+// Prepared reports how many statements d keeps prepared.
+func Prepared(d *CaptureDriver) int { return int(d.stmts.n.Load()) }
+
+// DisablePrepared makes d run every statement unprepared, as before
+// prepared statements (benchmarks compare the two).
+func DisablePrepared(d *CaptureDriver) { d.stmts.n.Store(maxPrepared) }
