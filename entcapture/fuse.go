@@ -12,6 +12,7 @@ import (
 
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/fusedsql"
+	"github.com/heraldgo/herald/wakeup"
 )
 
 // A single-row Create on PostgreSQL through the CaptureDriver is written
@@ -246,8 +247,15 @@ func (f *fusion) run(next ent.Mutator) (ent.Value, error) {
 	if w := f.cfg.Wakeup; w != nil {
 		topics := []string{f.ev.Topic}
 		s := &scope{ctx: f.ctx, cfg: f.cfg}
-		if !g.HeraldOnCommit(func() { s.signal(w, topics) }) {
-			s.signal(w, topics) // committed already: the statement was its own transaction
+		switch ts, ok := w.(wakeup.TxSignaler); {
+		case g.HeraldTx() == nil:
+			s.signal(w, topics) // committed: the statement was its own transaction
+		case ok:
+			if err := ts.SignalTx(f.ctx, g, topics); err != nil {
+				return v, fmt.Errorf("herald/entcapture: wakeup in transaction: %w", err)
+			}
+		default:
+			g.HeraldOnCommit(func() { s.signal(w, topics) })
 		}
 	}
 	return v, nil
