@@ -30,7 +30,17 @@
 // # What each write captures, and how
 //
 //   - Create: the entity ent returns (no statement besides the INSERT);
-//     optional fields the create leaves unset are null.
+//     optional fields the create leaves unset are null. On PostgreSQL
+//     through Driver (without a caller transaction, or in client.Tx of a
+//     client opened on Driver) ent's INSERT and the event are one
+//     statement — WITH "herald_row" AS (INSERT … RETURNING "id"),
+//     "herald_event" AS (INSERT INTO the outbox … FROM "herald_row") —
+//     with neither a savepoint nor a transaction of the hook's: the event
+//     is rendered before the INSERT from the values the entity will hold,
+//     the generated id spliced in by the statement. A create with edges,
+//     an upsert, a schema with hooks after the capture hook, or Options
+//     with Extend, ExtendMany, TopicFunc or OrderingKeyFunc is captured
+//     the other way (INSERT, then the event INSERT).
 //   - CreateBulk: every item, with one event INSERT for the bulk (ent runs
 //     the items' hooks nested; the generated CreateBulk marks its context so
 //     they share one scope).
@@ -75,7 +85,10 @@
 //
 // In the caller's *ent.Tx the capture takes a savepoint: an event that
 // fails (an Extend that returns an error, a bad value) rolls the write back
-// to it, the error is returned, and the transaction stays usable. The
+// to it, the error is returned, and the transaction stays usable. A
+// fused Create (above) needs none: its one statement writes both or
+// neither, and a database error fails the transaction as the same create
+// without capture would. The
 // Wakeup is signalled after the outermost commit (never after a rollback);
 // a wakeup.TxSignaler is signalled inside the transaction.
 //

@@ -115,16 +115,33 @@ type hookTx struct {
 	topics []string // of nested writes, signalled after the commit
 }
 
-func (d *CaptureDriver) route(ctx context.Context) dialect.ExecQuerier {
+// hookTxOf returns the capture transaction of ctx: the hook's, or the one
+// a fused create fell back to.
+func (d *CaptureDriver) hookTxOf(ctx context.Context) *hookTx {
 	if t, ok := ctx.Value(txKey{}).(*hookTx); ok && t.d == d {
+		return t
+	}
+	if f, ok := ctx.Value(fuseKey{}).(*fusion); ok && f != nil && f.tx != nil && f.cd == d {
+		return f.tx
+	}
+	return nil
+}
+
+func (d *CaptureDriver) route(ctx context.Context) dialect.ExecQuerier {
+	if t := d.hookTxOf(ctx); t != nil {
 		return t.tx
 	}
 	return d.Driver
 }
 
 // Exec implements dialect.Driver, in the context's capture transaction
-// when there is one.
+// when there is one (and, for a fused create's INSERT, with its event:
+// see fuse.go).
 func (d *CaptureDriver) Exec(ctx context.Context, query string, args, v any) error {
+	query, args, err := d.rewrite(ctx, query, args, true)
+	if err != nil {
+		return err
+	}
 	if done, err := d.execPrepared(ctx, query, args, v); done {
 		return err
 	}
@@ -132,8 +149,12 @@ func (d *CaptureDriver) Exec(ctx context.Context, query string, args, v any) err
 }
 
 // Query implements dialect.Driver, in the context's capture transaction
-// when there is one.
+// when there is one (and, for a fused create's INSERT, with its event).
 func (d *CaptureDriver) Query(ctx context.Context, query string, args, v any) error {
+	query, args, err := d.rewrite(ctx, query, args, false)
+	if err != nil {
+		return err
+	}
 	if done, err := d.queryPrepared(ctx, query, args, v); done {
 		return err
 	}
@@ -143,17 +164,24 @@ func (d *CaptureDriver) Query(ctx context.Context, query string, args, v any) er
 // Tx implements dialect.Driver. In a capture transaction it returns that
 // transaction with no-op Commit and Rollback (as ent's own transactional
 // driver does): ent's internal transactions become part of the write's.
+// Otherwise it begins a transaction on the wrapped driver, whose
+// statements entcapture sees (client.Tx: a captured create in it is
+// written with its event by one statement).
 func (d *CaptureDriver) Tx(ctx context.Context) (dialect.Tx, error) {
-	if t, ok := ctx.Value(txKey{}).(*hookTx); ok && t.d == d {
+	if t := d.hookTxOf(ctx); t != nil {
 		return nopTx{t.tx}, nil
 	}
-	return d.Driver.Tx(ctx)
+	tx, err := d.Driver.Tx(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return captureTx{tx, d}, nil
 }
 
 // BeginTx starts a transaction with options, when the wrapped driver can
 // (ent's client.BeginTx uses it).
 func (d *CaptureDriver) BeginTx(ctx context.Context, opts *stdsql.TxOptions) (dialect.Tx, error) {
-	if t, ok := ctx.Value(txKey{}).(*hookTx); ok && t.d == d {
+	if t := d.hookTxOf(ctx); t != nil {
 		return nopTx{t.tx}, nil
 	}
 	b, ok := d.Driver.(interface {
@@ -162,7 +190,11 @@ func (d *CaptureDriver) BeginTx(ctx context.Context, opts *stdsql.TxOptions) (di
 	if !ok {
 		return nil, fmt.Errorf("herald/entcapture: driver %T does not support BeginTx", d.Driver)
 	}
-	return b.BeginTx(ctx, opts)
+	tx, err := b.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return captureTx{tx, d}, nil
 }
 
 type stdExecQuerier interface {
@@ -171,8 +203,11 @@ type stdExecQuerier interface {
 }
 
 func (d *CaptureDriver) std(ctx context.Context) (stdExecQuerier, error) {
+	if err := d.other(ctx); err != nil {
+		return nil, err
+	}
 	var x any = d.Driver
-	if t, ok := ctx.Value(txKey{}).(*hookTx); ok && t.d == d {
+	if t := d.hookTxOf(ctx); t != nil {
 		x = t.tx
 	}
 	q, ok := x.(stdExecQuerier)
@@ -220,6 +255,51 @@ func (t nopTx) QueryContext(ctx context.Context, query string, args ...any) (*st
 	q, ok := t.Tx.(stdExecQuerier)
 	if !ok {
 		return nil, fmt.Errorf("herald/entcapture: %T has no QueryContext", t.Tx)
+	}
+	return q.QueryContext(ctx, query, args...)
+}
+
+// captureTx is a transaction begun on the CaptureDriver: its statements
+// are the driver's, for a fused create (see fuse.go).
+type captureTx struct {
+	dialect.Tx
+	d *CaptureDriver
+}
+
+func (t captureTx) Exec(ctx context.Context, query string, args, v any) error {
+	query, args, err := t.d.rewrite(ctx, query, args, true)
+	if err != nil {
+		return err
+	}
+	return t.Tx.Exec(ctx, query, args, v)
+}
+
+func (t captureTx) Query(ctx context.Context, query string, args, v any) error {
+	query, args, err := t.d.rewrite(ctx, query, args, false)
+	if err != nil {
+		return err
+	}
+	return t.Tx.Query(ctx, query, args, v)
+}
+
+func (t captureTx) ExecContext(ctx context.Context, query string, args ...any) (stdsql.Result, error) {
+	q, ok := t.Tx.(stdExecQuerier)
+	if !ok {
+		return nil, fmt.Errorf("herald/entcapture: %T has no ExecContext", t.Tx)
+	}
+	if err := t.d.other(ctx); err != nil {
+		return nil, err
+	}
+	return q.ExecContext(ctx, query, args...)
+}
+
+func (t captureTx) QueryContext(ctx context.Context, query string, args ...any) (*stdsql.Rows, error) {
+	q, ok := t.Tx.(stdExecQuerier)
+	if !ok {
+		return nil, fmt.Errorf("herald/entcapture: %T has no QueryContext", t.Tx)
+	}
+	if err := t.d.other(ctx); err != nil {
+		return nil, err
 	}
 	return q.QueryContext(ctx, query, args...)
 }

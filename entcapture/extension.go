@@ -390,6 +390,20 @@ func (m *%[1]s) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, 
 }
 
 `, mut, v, n.Name)
+	pf("// HeraldNew implements entcapture.Glue: the entity a create of the\n// mutation's fields returns, as its createSpec builds it, without edges\n// (and without the id the database generates).\n")
+	pf("func (m *%s) HeraldNew() ent.Value {\n\te := &%s{}\n", mut, n.Name)
+	pf("\tif v, ok := m.ID(); ok {\n\t\te.ID = v\n\t}\n")
+	for _, f := range n.Fields {
+		if f.IsEdgeField() {
+			continue
+		}
+		if f.Nillable {
+			pf("\tif v, ok := m.%s(); ok {\n\t\te.%s = &v\n\t}\n", f.MutationGet(), f.StructField())
+		} else {
+			pf("\tif v, ok := m.%s(); ok {\n\t\te.%s = v\n\t}\n", f.MutationGet(), f.StructField())
+		}
+	}
+	pf("\treturn e\n}\n\n")
 	pf("func %sRow(e *%s, cols []string, vals []any) map[string]any {\n\trow := make(map[string]any, len(cols))\n\tfor i, c := range cols {\n", v, n.Name)
 	pf("\t\tif vals != nil && entcapture.IsNull(vals[i]) {\n\t\t\trow[c] = nil\n\t\t\tcontinue\n\t\t}\n\t\tswitch c {\n")
 	pf("\t\tcase %q:\n\t\t\trow[c] = e.ID\n", n.ID.StorageKey())

@@ -137,6 +137,11 @@ func hookOf(s *Schema) *hook {
 
 func (cm *captureMutator) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
 	h, next := cm.h, cm.next
+	if ctx.Value(fuseKey{}) != nil {
+		// A write under a fused create's context (a hook of a schema
+		// before the capture hook): not that create's INSERT.
+		ctx = context.WithValue(ctx, fuseKey{}, (*fusion)(nil))
+	}
 	{
 		g, ok := m.(Glue)
 		if !ok {
@@ -183,6 +188,11 @@ func (cm *captureMutator) Mutate(ctx context.Context, m ent.Mutation) (ent.Value
 		b := bulkOf(ctx)
 		if b != nil && m.Op().Is(ent.OpCreate) && b.scope != nil {
 			return w2.run(b.scope.ctx, b.scope, next)
+		}
+		if b == nil {
+			if f := h.fuse(ctx, w2, cd, cfg, w); f != nil {
+				return f.run(next)
+			}
 		}
 		s, err := open(ctx, g, cd, w, d, cfg)
 		if err != nil {

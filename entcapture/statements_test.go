@@ -134,3 +134,36 @@ func TestStatementCounts(t *testing.T) {
 		}
 	})
 }
+
+// TestCreateStatementCounts: on PostgreSQL a single-row Create through
+// entcapture.Driver is one statement with its event, with or without a
+// caller's transaction (BEGIN and COMMIT aside): no savepoint, no event
+// INSERT of its own, no transaction of the hook's.
+func TestCreateStatementCounts(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []envelope.PayloadMode{envelope.Keys, envelope.After, envelope.BeforeAndAfter} {
+		var cnt atomic.Int64
+		db := openDB(t, envelope.Postgres)
+		drv := entcapture.Driver(counting{entsql.OpenDB(dialect.Postgres, db), &cnt},
+			entcapture.Config{Options: map[string]envelope.Options{"Loan": {Payload: mode}}})
+		client := ent.NewClient(ent.Driver(drv))
+		ctx := context.Background()
+		createSchema(t, func(ctx context.Context) error { return client.Schema.Create(ctx) })
+		cnt.Store(0)
+		client.Loan.Create().SetStatus("lent").SetDays(1).SetReturned(false).SaveX(ctx)
+		if n := cnt.Load(); n != 1 {
+			t.Errorf("%s Create: %d statements, want 1", mode, n)
+		}
+		tx, err := client.Tx(ctx)
+		must(t, err)
+		cnt.Store(0)
+		tx.Loan.Create().SetStatus("lent").SetDays(2).SetReturned(false).SaveX(ctx)
+		if n := cnt.Load(); n != 1 {
+			t.Errorf("%s Create in client.Tx: %d statements, want 1", mode, n)
+		}
+		must(t, tx.Commit())
+		if got := len((&env{db: db}).events(t)); got != 2 {
+			t.Fatalf("%s: %d events, want 2", mode, got)
+		}
+	}
+}

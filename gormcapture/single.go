@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"gorm.io/gorm"
@@ -19,7 +18,7 @@ import (
 	"gorm.io/gorm/schema"
 
 	"github.com/heraldgo/herald/envelope"
-	"github.com/heraldgo/herald/jsonform"
+	"github.com/heraldgo/herald/internal/fusedsql"
 )
 
 // insertSingle captures a single-row INSERT without ON CONFLICT. Its
@@ -175,10 +174,6 @@ func instanceKey(ctx context.Context, st *gorm.Statement, values clause.Values) 
 	return inst, genPK, true
 }
 
-// fusedSentinel stands for the generated key while the topic and ordering
-// key are rendered in Go.
-const fusedSentinel = "\x00herald:pk\x00"
-
 // fusedInsert builds the data-modifying CTE that inserts the row and its
 // event; ok is false when the event cannot be built before the row exists
 // or a column of it has no rendering in SQL.
@@ -229,52 +224,37 @@ func (p *Plugin) fusedInsert(st *gorm.Statement, spec *envelope.Spec, values cla
 	}
 	c := envelope.Change{Model: spec.Label, Table: st.Table, Operation: envelope.Inserted, PK: pkOf(inst, pk), OccurredAt: at}
 	if genPK != "" {
-		c.PK = fusedSentinel
+		c.PK = fusedsql.PKSentinel
 	}
 	var err error
-	if topic, err = spec.Topic(&c); err != nil || strings.Contains(topic, fusedSentinel) {
+	if topic, err = spec.Topic(&c); err != nil || strings.Contains(topic, fusedsql.PKSentinel) {
 		return "", nil, "", false
 	}
 	key, err := spec.OrderingKey(&c)
 	if err != nil {
 		return "", nil, "", false
 	}
-	var pre, post string
-	keyHasPK := genPK != "" && strings.Contains(key, fusedSentinel)
-	if keyHasPK {
-		i := strings.Index(key, fusedSentinel)
-		pre, post = key[:i], key[i+len(fusedSentinel):]
-		if strings.Contains(post, fusedSentinel) || utf8.RuneCountInString(pre)+utf8.RuneCountInString(post)+36 > envelope.MaxKeyLength {
-			return "", nil, "", false
-		}
-	} else if genPK != "" && (strings.Contains(key, fusedSentinel) || utf8.RuneCountInString(key) >= envelope.MaxKeyLength) {
-		return "", nil, "", false // the key was cut to its hashed form
+	k, ok := fusedsql.SplitKey(key, genPK != "")
+	if !ok {
+		return "", nil, "", false
 	}
 	// The envelope is rendered in Go with a marker for each value of the
 	// stored row ("pk", "after"), and the statement splices in the text of
-	// each value's JSON from the row: the payload column is json, so the
-	// event holds exactly these bytes, in the key order and compact form
-	// of every other path (a jsonb merge would sort the keys and add
-	// spaces).
-	marks := map[string]string{} // encoded marker -> SQL expression of its JSON
-	mark := func(kind, col, expr string) string {
-		m := "\x00herald:" + kind + ":" + col + "\x00"
-		marks[string(jsonform.AppendString(nil, m))] = expr
-		return m
-	}
+	// each value's JSON from the row (fusedsql.SplicePayload).
+	marks := fusedsql.Marks{}
 	if len(pk) == 1 {
-		c.PK = mark("pk", pk[0], pkExprs[0])
+		c.PK = marks.Mark("pk", pk[0], pkExprs[0])
 	} else {
 		m := make(map[string]any, len(pk))
 		for i, col := range pk {
-			m[col] = mark("pk", col, pkExprs[i])
+			m[col] = marks.Mark("pk", col, pkExprs[i])
 		}
 		c.PK = m
 	}
 	if afterExprs != nil {
 		after := make(map[string]any, len(afterExprs))
 		for col, e := range afterExprs {
-			after[col] = mark("after", col, e)
+			after[col] = marks.Mark("after", col, e)
 		}
 		c.After = after
 	}
@@ -282,10 +262,8 @@ func (p *Plugin) fusedInsert(st *gorm.Statement, spec *envelope.Spec, values cla
 	if err != nil {
 		return "", nil, "", false
 	}
-	id, err := uuid.NewV7()
-	if err != nil {
-		return "", nil, "", false
-	}
+	ev := fusedsql.Event{Writer: p.writer, RowKeyed: spec.RowKeyed(), Topic: topic, Payload: payload,
+		Marks: marks, Key: k, GenCol: genPK, At: at}
 
 	p.build(st, ret, false)
 	args = st.Vars
@@ -295,35 +273,15 @@ func (p *Plugin) fusedInsert(st *gorm.Statement, spec *envelope.Spec, values cla
 	}
 	var b strings.Builder
 	b.Grow(st.SQL.Len() + 400 + 80*len(marks))
-	b.WriteString(`WITH "herald_row" AS (`)
+	b.WriteString(`WITH ` + fusedsql.Row + ` AS (`)
 	b.WriteString(st.SQL.String())
-	b.WriteString(`), "herald_event" AS (INSERT INTO `)
-	b.WriteString(p.writer.Table().Quoted)
-	b.WriteString(` (id, topic, payload, headers, ordering_key, created_at) SELECT `)
-	b.WriteString(ph(id.String()))
-	b.WriteByte(',')
-	b.WriteString(ph(topic))
-	b.WriteByte(',')
-	b.WriteString(splicePayload(payload, marks, ph))
-	b.WriteString(`,'{}',`)
-	keySQL := "NULL"
-	switch {
-	case key == "":
-	case keyHasPK:
-		keySQL = "(" + ph(pre) + "::text||\"herald_row\"." + envelope.QuoteIdent(genPK) + "::text||" + ph(post) + "::text)"
-	default:
-		keySQL = ph(key) + "::text"
+	b.WriteByte(')')
+	if err := ev.WriteCTE(&b, ph); err != nil {
+		st.SQL.Reset()
+		st.Vars = nil
+		return "", nil, "", false
 	}
-	b.WriteString(keySQL)
-	b.WriteByte(',')
-	b.WriteString(ph(at.Truncate(time.Microsecond)))
-	b.WriteString(` FROM "herald_row"`)
-	if key != "" {
-		// The key's advisory lock, evaluated before the event's sequence
-		// value is drawn (see envelope.Writer.KeyLockSQL).
-		b.WriteString(` WHERE ` + p.writer.KeyLockSQL(keySQL, spec.RowKeyed()))
-	}
-	b.WriteString(`) SELECT `)
+	b.WriteString(` SELECT `)
 	b.WriteString(quotedColumns(st, ret, false))
 	b.WriteString(` FROM "herald_row"`)
 	st.SQL.Reset()
@@ -417,33 +375,6 @@ func (p *Plugin) learnColumnTypes(table string, rows *sql.Rows) {
 	for _, c := range cts {
 		ct.m[c.Name()] = strings.ToUpper(c.DatabaseTypeName())
 	}
-}
-
-// splicePayload renders payload, whose row values are the markers of
-// marks, as a json expression that concatenates its text around the text
-// of each marker's jsonb expression. jsonb prints a scalar as jsonform
-// does, but for U+2028 and U+2029, which jsonform escapes; a NULL
-// expression is JSON null. A marker cannot come from a value: it holds a
-// NUL, which PostgreSQL text refuses.
-func splicePayload(payload []byte, marks map[string]string, ph func(any) string) string {
-	var parts []string
-	rest := string(payload)
-	for {
-		at, m := -1, ""
-		for k := range marks {
-			if i := strings.Index(rest, k); i >= 0 && (at < 0 || i < at) {
-				at, m = i, k
-			}
-		}
-		if at < 0 {
-			break
-		}
-		v := `replace(replace((` + marks[m] + `)::text,U&'\2028','\u2028'),U&'\2029','\u2029')`
-		parts = append(parts, ph(rest[:at])+"::text", `COALESCE(`+v+`,'null')`)
-		rest = rest[at+len(m):]
-	}
-	parts = append(parts, ph(rest)+"::text")
-	return "(" + strings.Join(parts, "||") + ")::json"
 }
 
 // renderJSON returns a PostgreSQL expression giving, as jsonb, the JSON

@@ -130,6 +130,20 @@ func (m *ClubMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[strin
 	return out, rows.Err()
 }
 
+// HeraldNew implements entcapture.Glue: the entity a create of the
+// mutation's fields returns, as its createSpec builds it, without edges
+// (and without the id the database generates).
+func (m *ClubMutation) HeraldNew() ent.Value {
+	e := &Club{}
+	if v, ok := m.ID(); ok {
+		e.ID = v
+	}
+	if v, ok := m.Name(); ok {
+		e.Name = v
+	}
+	return e
+}
+
 func heraldClubRow(e *Club, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
@@ -235,6 +249,23 @@ func (m *LoanMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[strin
 	return out, rows.Err()
 }
 
+// HeraldNew implements entcapture.Glue: the entity a create of the
+// mutation's fields returns, as its createSpec builds it, without edges
+// (and without the id the database generates).
+func (m *LoanMutation) HeraldNew() ent.Value {
+	e := &Loan{}
+	if v, ok := m.ID(); ok {
+		e.ID = v
+	}
+	if v, ok := m.Book(); ok {
+		e.Book = v
+	}
+	if v, ok := m.Status(); ok {
+		e.Status = v
+	}
+	return e
+}
+
 func heraldLoanRow(e *Loan, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
@@ -336,6 +367,20 @@ func (m *MembershipMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map
 		out = append(out, heraldMembershipRow(e, cols, vals))
 	}
 	return out, rows.Err()
+}
+
+// HeraldNew implements entcapture.Glue: the entity a create of the
+// mutation's fields returns, as its createSpec builds it, without edges
+// (and without the id the database generates).
+func (m *MembershipMutation) HeraldNew() ent.Value {
+	e := &Membership{}
+	if v, ok := m.ID(); ok {
+		e.ID = v
+	}
+	if v, ok := m.JoinedAt(); ok {
+		e.JoinedAt = v
+	}
+	return e
 }
 
 func heraldMembershipRow(e *Membership, cols []string, vals []any) map[string]any {
@@ -440,6 +485,23 @@ func (m *ReaderMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[str
 		out = append(out, heraldReaderRow(e, cols, vals))
 	}
 	return out, rows.Err()
+}
+
+// HeraldNew implements entcapture.Glue: the entity a create of the
+// mutation's fields returns, as its createSpec builds it, without edges
+// (and without the id the database generates).
+func (m *ReaderMutation) HeraldNew() ent.Value {
+	e := &Reader{}
+	if v, ok := m.ID(); ok {
+		e.ID = v
+	}
+	if v, ok := m.Name(); ok {
+		e.Name = v
+	}
+	if v, ok := m.Email(); ok {
+		e.Email = v
+	}
+	return e
 }
 
 func heraldReaderRow(e *Reader, cols []string, vals []any) map[string]any {

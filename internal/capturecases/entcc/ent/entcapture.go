@@ -130,6 +130,32 @@ func (m *LoanMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[strin
 	return out, rows.Err()
 }
 
+// HeraldNew implements entcapture.Glue: the entity a create of the
+// mutation's fields returns, as its createSpec builds it, without edges
+// (and without the id the database generates).
+func (m *LoanMutation) HeraldNew() ent.Value {
+	e := &Loan{}
+	if v, ok := m.ID(); ok {
+		e.ID = v
+	}
+	if v, ok := m.Status(); ok {
+		e.Status = v
+	}
+	if v, ok := m.Days(); ok {
+		e.Days = v
+	}
+	if v, ok := m.Returned(); ok {
+		e.Returned = v
+	}
+	if v, ok := m.ReaderID(); ok {
+		e.ReaderID = &v
+	}
+	if v, ok := m.Note(); ok {
+		e.Note = &v
+	}
+	return e
+}
+
 func heraldLoanRow(e *Loan, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
@@ -246,6 +272,23 @@ func (m *ReaderMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[str
 	return out, rows.Err()
 }
 
+// HeraldNew implements entcapture.Glue: the entity a create of the
+// mutation's fields returns, as its createSpec builds it, without edges
+// (and without the id the database generates).
+func (m *ReaderMutation) HeraldNew() ent.Value {
+	e := &Reader{}
+	if v, ok := m.ID(); ok {
+		e.ID = v
+	}
+	if v, ok := m.Name(); ok {
+		e.Name = v
+	}
+	if v, ok := m.Email(); ok {
+		e.Email = v
+	}
+	return e
+}
+
 func heraldReaderRow(e *Reader, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
@@ -345,6 +388,20 @@ func (m *TagMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string
 		out = append(out, heraldTagRow(e, cols, vals))
 	}
 	return out, rows.Err()
+}
+
+// HeraldNew implements entcapture.Glue: the entity a create of the
+// mutation's fields returns, as its createSpec builds it, without edges
+// (and without the id the database generates).
+func (m *TagMutation) HeraldNew() ent.Value {
+	e := &Tag{}
+	if v, ok := m.ID(); ok {
+		e.ID = v
+	}
+	if v, ok := m.Label(); ok {
+		e.Label = v
+	}
+	return e
 }
 
 func heraldTagRow(e *Tag, cols []string, vals []any) map[string]any {
