@@ -196,7 +196,7 @@ const (
 // and was taken over from touching the new holder's row; the event is then
 // marked by the relay that holds it.
 const markPublishedPostgres = `UPDATE {table} SET published_at = coalesce($1::timestamptz, now())
-WHERE sequence = ANY($2::bigint[]) AND leased_by = $3 AND published_at IS NULL`
+WHERE sequence = ANY($2::bigint[]) AND leased_by = $3 AND published_at IS NULL{async}`
 
 const markPublishedSQLite = `UPDATE {table} SET published_at = $1
 WHERE sequence IN (SELECT value FROM json_each($2)) AND leased_by = $3 AND published_at IS NULL`
@@ -206,7 +206,7 @@ WHERE sequence IN (SELECT value FROM json_each($2)) AND leased_by = $3 AND publi
 // the same guards, instead of being marked. For the lease, a deleted event is
 // a published one: it no longer holds its key back.
 const deletePublishedPostgres = `DELETE FROM {table}
-WHERE sequence = ANY($1::bigint[]) AND leased_by = $2 AND published_at IS NULL`
+WHERE sequence = ANY($1::bigint[]) AND leased_by = $2 AND published_at IS NULL{async}`
 
 const deletePublishedSQLite = `DELETE FROM {table}
 WHERE sequence IN (SELECT value FROM json_each($1)) AND leased_by = $2 AND published_at IS NULL`
@@ -220,7 +220,7 @@ const markFailedPostgres = `UPDATE {table} AS t SET attempts = v.attempts, last_
     next_attempt_at = CASE WHEN v.dead THEN NULL ELSE coalesce($3::timestamptz, now()) + v.backoff_us * interval '1 microsecond' END,
     dead_lettered_at = CASE WHEN v.dead THEN coalesce($3::timestamptz, now()) END, lease_until = NULL
 FROM jsonb_to_recordset($1::jsonb) AS v(sequence bigint, attempts integer, error text, backoff_us bigint, dead boolean)
-WHERE t.sequence = v.sequence AND t.leased_by = $2 AND t.published_at IS NULL
+WHERE t.sequence = v.sequence AND t.leased_by = $2 AND t.published_at IS NULL{async}
 RETURNING t.sequence, t.next_attempt_at`
 
 const markFailedSQLite = `UPDATE {table} AS t SET attempts = v.attempts, last_error = v.error,
@@ -249,7 +249,7 @@ RETURNING sequence`
 // (a forced stop cancelled them, or their lease ran out before delivery),
 // so another relay may take them at once.
 const releasePostgres = `UPDATE {table} SET lease_until = NULL
-WHERE sequence = ANY($1::bigint[]) AND leased_by = $2 AND published_at IS NULL`
+WHERE sequence = ANY($1::bigint[]) AND leased_by = $2 AND published_at IS NULL{async}`
 
 const releaseSQLite = `UPDATE {table} SET lease_until = NULL
 WHERE sequence IN (SELECT value FROM json_each($1)) AND leased_by = $2 AND published_at IS NULL`
@@ -314,6 +314,28 @@ WHERE sequence IN (
     ORDER BY e.sequence LIMIT $1)
 RETURNING topic`
 
+// asyncCommitPostgres is {async} with Config.AsyncCommit: it runs the
+// statement's own transaction (each mark is one statement, committed on
+// its own) with synchronous_commit off. set_config(…, true) is SET LOCAL:
+// the setting lasts until the transaction ends and is read when it
+// commits, so the commit returns without waiting for its WAL to reach
+// disk. Written as an uncorrelated scalar subquery, it is evaluated once
+// per statement, before the statement's first row is written.
+//
+// Why only the marks and the release, never the lease or the renewal: a
+// lease's commit waits for the WAL flush, which writes every earlier
+// record — including this relay's asynchronous marks, and any mark that
+// another relay's lease could have seen. So a server crash can lose only
+// marks committed after the last lease that anyone committed, and none of
+// those events' successors was leased yet: the lost marks' events are
+// still leased by this relay (the lease was durable), their lease runs
+// out, and they are delivered again, before their successors (a duplicate,
+// as after a relay crash). Were the lease asynchronous too, a crash could
+// lose a lease under which an event is still being delivered, and another
+// relay could deliver it and its successors meanwhile.
+const asyncCommitPostgres = `
+  AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL`
+
 // checkTableSQL selects every column the relay reads, and no row: it fails
 // when the table or one of the columns is missing.
 const checkTableSQL = `SELECT {all_columns} FROM {table} WHERE 1 = 0`
@@ -336,6 +358,7 @@ type sqlBuilder struct {
 	t          envelope.Table
 	columns    string // what the lease returns: leaseColumns and the extras
 	allColumns string // every column the relay relies on, for checkTableSQL
+	async      bool   // Config.AsyncCommit (PostgreSQL)
 }
 
 func (b sqlBuilder) pick(pg, lite string) string {
@@ -352,8 +375,12 @@ func (b sqlBuilder) render(tmpl, filter, where string) string {
 	if b.d == envelope.Postgres {
 		now = "coalesce($1::timestamptz, now())"
 	}
+	async := ""
+	if b.async && b.d == envelope.Postgres {
+		async = asyncCommitPostgres
+	}
 	s := strings.NewReplacer("{table}", b.t.Quoted, "{columns}", b.columns, "{all_columns}", b.allColumns,
-		"{filter}", filter, "{where}", where, "{now}", now).Replace(tmpl)
+		"{filter}", filter, "{where}", where, "{now}", now, "{async}", async).Replace(tmpl)
 	if b.d == envelope.SQLite {
 		s = placeholderRE.ReplaceAllString(s, "?$1")
 	}
