@@ -53,6 +53,7 @@ type Relay struct {
 	// checks the table when it first does.
 	tableOK atomic.Bool
 	walk    atomic.Int64 // keys the next lease walks for heads (see leaseBatchPostgres)
+	runs    atomic.Bool  // the next lease takes runs of keys (leaseRunsPostgres): the last one held keyed events
 	// shortLeases counts short leases of unordered events only (see lease).
 	shortLeases atomic.Int64
 	cleanups    atomic.Int64 // scheduled cleanup passes finished, for tests
