@@ -310,13 +310,31 @@ func (r *Relay) deliver(ctx context.Context, batch []*envelope.Event, errs []err
 			waves = max(waves, n+1)
 		}
 	}
+	// byWave[w] are the indexes of wave w's events, in batch order.
+	var byWave [][]int
+	if rank != nil {
+		byWave = make([][]int, waves)
+		for i, w := range rank {
+			byWave[w] = append(byWave[w], i)
+		}
+	}
 	var blocked map[string]bool // keys with a failure in this batch
 	for w := range waves {
-		idx := make([]int, 0, len(batch))
-		for i, e := range batch {
-			if (rank == nil && w > 0) || (rank != nil && rank[i] != w) {
-				continue
+		var in []int // nil: every event of the batch (one wave)
+		if byWave != nil {
+			in = byWave[w]
+		}
+		n := len(batch)
+		if in != nil {
+			n = len(in)
+		}
+		idx := make([]int, 0, n)
+		for j := range n {
+			i := j
+			if in != nil {
+				i = in[j]
 			}
+			e := batch[i]
 			k := e.OrderingKey
 			switch {
 			case k != "" && blocked[k]:
