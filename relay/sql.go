@@ -111,8 +111,7 @@ RETURNING {columns}`
 // adds the ordering key for leaseRunsPostgres.
 const leaseHeadsPostgres = `{walkcte}SELECT e.sequence{headcols} FROM {table} e
     WHERE e.sequence = ANY(ARRAY(
-            (SELECT c.sequence FROM {table} c WHERE c.published_at IS NULL AND c.dead_lettered_at IS NULL
-             ORDER BY c.sequence LIMIT $4)
+            {pendingsrc}
             UNION ALL
             (SELECT c.sequence FROM {table} c WHERE c.published_at IS NULL AND c.ordering_key IS NULL
              ORDER BY c.sequence LIMIT $4){walksource}))
@@ -127,6 +126,25 @@ const leaseHeadsPostgres = `{walkcte}SELECT e.sequence{headcols} FROM {table} e
     ORDER BY e.sequence
     LIMIT $4
     FOR UPDATE SKIP LOCKED`
+
+// pendingSourcePostgres is leaseHeadsPostgres's first candidate source:
+// the first BatchSize pending events. pendingSourceRunsPostgres, its form in
+// leaseRunsPostgres, keeps of them the unordered events and the first of
+// each key — exactly the candidates that can be heads, since a later
+// candidate of a key has an earlier pending one — so the head test runs
+// once per key, not once per event of a run: after a run of 1000 events of
+// one key is published, each head test steps over their 1000 index entries
+// until VACUUM (or an index scan allowed to mark them dead) removes them,
+// and 1000 such tests made a lease take seconds.
+const (
+	pendingSourcePostgres = `(SELECT c.sequence FROM {table} c WHERE c.published_at IS NULL AND c.dead_lettered_at IS NULL
+             ORDER BY c.sequence LIMIT $4)`
+	pendingSourceRunsPostgres = `(SELECT d.sequence FROM (
+                SELECT c.sequence, c.ordering_key, row_number() OVER (PARTITION BY c.ordering_key ORDER BY c.sequence) AS rn
+                FROM (SELECT c.sequence, c.ordering_key FROM {table} c WHERE c.published_at IS NULL AND c.dead_lettered_at IS NULL
+                      ORDER BY c.sequence LIMIT $4) c) d
+             WHERE d.ordering_key IS NULL OR d.rn = 1)`
+)
 
 // leaseRunsPostgres is leaseBatchPostgres that also leases, behind each
 // keyed head it takes, the events that follow it in its key: a run of
@@ -525,13 +543,13 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 	f2, _, _ := b.filterCondition(f, 2)
 	lease := b.pick(leaseBatchPostgres, leaseBatchSQLite)
 	cte, src := b.pick(walkCTEPostgres, walkCTESQLite), b.pick(walkSourcePostgres, walkSourceSQLite)
-	st.lease = b.render(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", "").Replace(lease), f5, "")
-	st.leaseWalk = b.render(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", "").Replace(lease), f6, "")
+	st.lease = b.render(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", "", "{pendingsrc}", pendingSourcePostgres).Replace(lease), f5, "")
+	st.leaseWalk = b.render(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", "", "{pendingsrc}", pendingSourcePostgres).Replace(lease), f6, "")
 	st.leaseRuns, st.leaseRunsWalk = st.lease, st.leaseWalk
 	if b.d == envelope.Postgres {
 		runs := leaseRunsPostgres
-		st.leaseRuns = b.render(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", ", e.ordering_key").Replace(runs), f5, "")
-		st.leaseRunsWalk = b.render(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", ", e.ordering_key").Replace(runs), f6, "")
+		st.leaseRuns = b.render(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourceRunsPostgres).Replace(runs), f5, "")
+		st.leaseRunsWalk = b.render(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourceRunsPostgres).Replace(runs), f6, "")
 	}
 	st.markPublished = b.render(b.pick(markPublishedPostgres, markPublishedSQLite), "", "")
 	st.deletePublished = b.render(b.pick(deletePublishedPostgres, deletePublishedSQLite), "", "")
