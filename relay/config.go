@@ -153,6 +153,32 @@ type Config struct {
 	// exactly as a published one.
 	DeleteOnPublish bool
 
+	// AsyncCommit (PostgreSQL only) commits the relay's marks — published,
+	// deleted on publish, failed, dead-lettered — and its releases of
+	// leases without waiting for their WAL to be flushed to disk
+	// (synchronous_commit off for those statements alone, set inside each
+	// statement: no pool or DSN setting, nothing else on the connection
+	// changes). Leases and renewals still wait for the flush, and each
+	// lease's flush also writes every mark before it, so at most one
+	// fsync per batch remains instead of two (BENCHMARKS.md, "Relay").
+	//
+	// What it costs: a crash of the PostgreSQL server (or its machine;
+	// not of the relay) may lose the marks committed since the last
+	// flush — at most about three times the server's wal_writer_delay
+	// (3 × 200ms by default) of them, and only those after the last
+	// lease anyone committed. Their events are then still leased by this
+	// relay as before the mark (the lease was flushed); the lease runs
+	// out and they are delivered again: a lost published mark is a
+	// duplicate delivery (at least once, as after a relay crash), a lost
+	// failure or dead letter an attempt that does not count (the event
+	// may get more than MaxAttempts tries across such crashes). Per-key
+	// order is unaffected: a successor of a lost mark's event cannot have
+	// been leased, since that lease's flush would have written the mark.
+	// Nothing is lost when the relay, rather than the server, stops or
+	// crashes. A relay on SQLite with it set is an envelope.ErrUnsupported
+	// error from New.
+	AsyncCommit bool
+
 	// CleanupInterval is how often the scheduled cleanup runs (±10%
 	// jitter), the first time when the relay starts; it matters only when
 	// RetainPublished or RetainDeadLettered is set. 0 = DefaultCleanupInterval.

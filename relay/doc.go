@@ -21,8 +21,13 @@
 //     pending-key index — so a lease costs the same however large a backlog
 //     waits behind a few keys.
 //  2. Order: an event with an ordering key is not leased while an earlier
-//     event of its key is unpublished (pending, failed or dead), so a batch
-//     holds at most one event per key; a failure holds back only its key.
+//     event of its key is unpublished (pending, failed or dead) — unless
+//     the same lease takes that earlier event too: on PostgreSQL, the lease
+//     after one that held keyed events takes, behind each key's head, the
+//     events that follow it (a run, cut at the first one not leasable;
+//     the runs share BatchSize), so a backlog of few keys drains a batch
+//     per poll, not one event per key. On SQLite a batch holds one event
+//     per key. A failure holds back only its key.
 //  3. Hold: the lease runs Lease from the database's now during the
 //     statement, so by the relay's own clock it ends no earlier than
 //     Lease after the statement was sent. When the statement returned later
@@ -32,8 +37,13 @@
 //     run out, which another relay may have taken.
 //  4. Deliver: a BatchDelivery gets the batch, a plain Delivery up to
 //     Concurrency events at once, each within DeliveryTimeout; a panic is
-//     that event's failure. The lease is renewed every Lease/3 while the
-//     batch is out.
+//     that event's failure. A batch with runs goes out in waves — the
+//     first event of each key (and the unordered ones), then the second,
+//     and so on — so a BatchDelivery still gets at most one event per key
+//     per call and no two events of a key are in flight at once; the
+//     events behind a failure in their key are not delivered and are
+//     released (not counted as failures). The lease is renewed every
+//     Lease/3 while the batch is out.
 //  5. Mark: one statement marks the delivered events published, one
 //     records the failures (attempts, last_error, next_attempt_at = the
 //     database's now + min(RetryBase·2^(attempts−1), RetryMax) ±10%),
@@ -42,7 +52,10 @@
 //     written even while the relay stops.
 //     With Config.DeleteOnPublish the delivered events are deleted in
 //     that statement instead (same guards): no published history is kept,
-//     and a delivered event's idempotency key is free again.
+//     and a delivered event's idempotency key is free again. With
+//     Config.AsyncCommit (PostgreSQL) the marks and releases commit with
+//     synchronous_commit off, set inside each statement; the leases still
+//     wait for the WAL flush, which also writes the marks before them.
 //
 // A row the relay cannot decode — headers that are not an object of
 // strings, a payload that is not JSON, a time or id that does not parse,
@@ -60,8 +73,7 @@
 // step 3) and schedules its own waits.
 //
 // A full batch polls again at once, and so does one that delivered events
-// with an ordering key (their keys' next events just became due; a backlog
-// of few keys never fills a batch); otherwise the wait grows from
+// with an ordering key (their keys' next events just became due); otherwise the wait grows from
 // MinPollInterval by PollMultiplier up to MaxPollInterval, and a Wakeup
 // signal for one of the relay's topics cuts it short. While the wakeup is
 // not subscribed (still connecting, or lost — which also cuts the running

@@ -95,9 +95,18 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 		now := r.sqliteNow()
 		args = append(args, r.dialect.TimeArg(now.Add(r.cfg.Lease)), r.cfg.Name, r.dialect.TimeArg(now), r.cfg.BatchSize)
 	}
+	// After a lease that held keyed events, lease runs of their keys
+	// (leaseRunsPostgres): the heads' next events are the work at hand.
+	runs := r.dialect == envelope.Postgres && r.runs.Load()
 	query := r.sql.lease
+	if runs {
+		query = r.sql.leaseRuns
+	}
 	if walk := r.walk.Load(); walk > 0 {
 		query = r.sql.leaseWalk
+		if runs {
+			query = r.sql.leaseRunsWalk
+		}
 		args = append(args, walk)
 	}
 	args = append(args, r.fargs...)
@@ -109,10 +118,15 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 	type leased struct {
 		e   *envelope.Event
 		err error
+		pos int64 // position in its key's run: 1 for a head (and an unordered event)
 	}
 	got := make([]leased, 0, r.cfg.BatchSize)
 	sc := newLeaseScanner(r.extra, r.cfg.Name, r.dialect != envelope.Postgres)
+	if runs {
+		sc.dest = append(sc.dest, &sc.pos)
+	}
 	for rows.Next() {
+		sc.pos = 1
 		e, err := sc.scan(rows)
 		if e == nil {
 			// Not even its sequence could be read: give back what this
@@ -125,7 +139,7 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 			r.releaseEvents(ctx, es)
 			return nil, nil, err
 		}
-		got = append(got, leased{e, err})
+		got = append(got, leased{e, err, sc.pos})
 	}
 	if err := rows.Err(); err != nil {
 		return nil, nil, stmtErr(ctx, "lease query", err)
@@ -154,7 +168,36 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 	} else {
 		r.walk.Store(0)
 	}
+	if len(got) > 0 { // an empty lease says nothing of what comes next
+		r.runs.Store(slices.ContainsFunc(got, func(l leased) bool { return l.e.OrderingKey != "" }))
+	}
 	slices.SortFunc(got, func(a, b leased) int { return cmp.Compare(a.e.Sequence, b.e.Sequence) })
+	// Of each key, keep the run's positions 1, 2, 3… without a gap: an
+	// event whose predecessor in its run is not in the batch (a follower
+	// changed under the statement) must not be delivered before it.
+	var next map[string]int64
+	var cut []*envelope.Event
+	if runs {
+		next = map[string]int64{}
+		kept := got[:0]
+		for _, l := range got {
+			if k := l.e.OrderingKey; k != "" {
+				if want := next[k] + 1; l.pos != want {
+					cut = append(cut, l.e)
+					next[k] = -1 << 62 // nothing more of this key
+					continue
+				}
+				next[k]++
+			}
+			kept = append(kept, l)
+		}
+		got = kept
+	}
+	if len(cut) > 0 {
+		r.log.DebugContext(ctx, "herald/relay: released events leased behind a gap in their key's run",
+			slog.String("relay", r.cfg.Name), slog.Int("events", len(cut)))
+		r.releaseEvents(ctx, cut)
+	}
 	batch := make([]*envelope.Event, len(got))
 	errs := make([]error, len(got))
 	for i, l := range got {
@@ -199,63 +242,161 @@ func (r *Relay) hold(ctx context.Context, batch []*envelope.Event, errs []error,
 	}
 	keep := batch[:0:0]
 	var keepErrs []error
+	var lost map[string]bool // keys of events no longer held
+	var behind []*envelope.Event
 	for i, e := range batch {
-		if held[e.Sequence] {
+		k := e.OrderingKey
+		switch {
+		case !held[e.Sequence]:
+			if k != "" {
+				if lost == nil {
+					lost = map[string]bool{}
+				}
+				lost[k] = true
+			}
+		case k != "" && lost[k]:
+			// Held, but an earlier event of its key in this batch is
+			// not: it must wait for that one.
+			behind = append(behind, e)
+		default:
 			keep = append(keep, e)
 			keepErrs = append(keepErrs, errs[i])
 		}
 	}
+	r.releaseEvents(ctx, behind)
 	r.log.WarnContext(ctx, "herald/relay: the lease ran out before delivery (the lease statement was slow) and another relay took part of the batch; those events are left to it",
 		slog.String("relay", r.cfg.Name), slog.Duration("lease_statement", took), slog.Int("leased", len(batch)), slog.Int("kept", len(keep)))
 	return keep, keepErrs, t1, nil
 }
 
+// errSkipped is the outcome of an event of a run whose predecessor in the
+// batch failed (or could not be decoded): it was not delivered, and is
+// released, not counted as a failure; it waits behind its predecessor.
+var errSkipped = errors.New("herald/relay: not delivered: an earlier event of its ordering key failed in this batch")
+
 // deliver hands the events of the batch that decoded (errs[i] == nil) to
 // the delivery, outside any transaction, renewing the lease every Lease/3
 // from since until it returns, and stores each delivery's error in errs.
+//
+// A batch may hold a run of several events of one key (leaseRunsPostgres).
+// They go out in waves: wave n holds the n-th event of each key in the
+// batch (and, in the first, the unordered events), and an event is
+// delivered only after the one before it in its key succeeded — so a
+// BatchDelivery still gets at most one event per key per call, and a
+// plain Delivery never has two events of a key in flight. The events of a
+// key behind a failure are not delivered (errSkipped).
 func (r *Relay) deliver(ctx context.Context, batch []*envelope.Event, errs []error, since time.Time) {
 	ren := r.startRenewal(ctx, batch, since)
 	defer ren.stop()
-	out, idx := batch, []int(nil)
-	for i, err := range errs {
-		if err != nil {
-			if idx == nil {
-				out = make([]*envelope.Event, 0, len(batch))
-				for j := range i {
-					out = append(out, batch[j])
-					idx = append(idx, j)
-				}
+	// rank[i] is how many events of batch[i]'s key come before it in the
+	// batch; nil when every key appears once (the usual batch: one wave).
+	var rank []int
+	var seen map[string]int
+	waves := 1
+	for i, e := range batch {
+		if e.OrderingKey == "" {
+			continue
+		}
+		if seen == nil {
+			seen = make(map[string]int)
+		}
+		n := seen[e.OrderingKey]
+		seen[e.OrderingKey] = n + 1
+		if n > 0 {
+			if rank == nil {
+				rank = make([]int, len(batch))
 			}
-		} else if idx != nil {
-			out = append(out, batch[i])
-			idx = append(idx, i)
+			rank[i] = n
+			waves = max(waves, n+1)
 		}
 	}
-	if idx != nil && len(out) == 0 {
-		return
+	// byWave[w] are the indexes of wave w's events, in batch order.
+	var byWave [][]int
+	if rank != nil {
+		byWave = make([][]int, waves)
+		for i, w := range rank {
+			byWave[w] = append(byWave[w], i)
+		}
 	}
-	var got []error
+	var blocked map[string]bool // keys with a failure in this batch
+	for w := range waves {
+		var in []int // nil: every event of the batch (one wave)
+		if byWave != nil {
+			in = byWave[w]
+		}
+		n := len(batch)
+		if in != nil {
+			n = len(in)
+		}
+		idx := make([]int, 0, n)
+		for j := range n {
+			i := j
+			if in != nil {
+				i = in[j]
+			}
+			e := batch[i]
+			k := e.OrderingKey
+			switch {
+			case k != "" && blocked[k]:
+				errs[i] = errSkipped
+			case errs[i] != nil: // could not be decoded: its key waits
+				if k != "" && waves > 1 {
+					if blocked == nil {
+						blocked = map[string]bool{}
+					}
+					blocked[k] = true
+				}
+			default:
+				idx = append(idx, i)
+			}
+		}
+		if len(idx) == 0 {
+			continue
+		}
+		if w > 0 && ctx.Err() != nil {
+			// A forced stop between waves: the rest is released (mark).
+			for _, i := range idx {
+				errs[i] = context.Cause(ctx)
+			}
+			continue
+		}
+		out := batch
+		if len(idx) < len(batch) {
+			out = make([]*envelope.Event, len(idx))
+			for j, i := range idx {
+				out[j] = batch[i]
+			}
+		}
+		got := r.deliverEvents(ctx, out)
+		for j, i := range idx {
+			errs[i] = got[j]
+			if got[j] != nil && waves > 1 && batch[i].OrderingKey != "" {
+				if blocked == nil {
+					blocked = map[string]bool{}
+				}
+				blocked[batch[i].OrderingKey] = true
+			}
+		}
+	}
+}
+
+// deliverEvents delivers es — at most one event per key — through the
+// delivery and returns one error per event.
+func (r *Relay) deliverEvents(ctx context.Context, es []*envelope.Event) []error {
 	if r.batch == nil {
-		got = delivery.Each(ctx, r.d, out, r.cfg.Concurrency, r.cfg.DeliveryTimeout)
-	} else {
-		dctx, cancel := context.WithTimeoutCause(ctx, r.cfg.DeliveryTimeout, &delivery.TimeoutError{Timeout: r.cfg.DeliveryTimeout})
-		got = delivery.CallBatch(dctx, r.batch, out)
-		if dctx.Err() != nil && ctx.Err() == nil {
-			for i, err := range got {
-				if err != nil && errors.Is(err, context.DeadlineExceeded) {
-					got[i] = &delivery.TimeoutError{Timeout: r.cfg.DeliveryTimeout, Err: err}
-				}
+		return delivery.Each(ctx, r.d, es, r.cfg.Concurrency, r.cfg.DeliveryTimeout)
+	}
+	dctx, cancel := context.WithTimeoutCause(ctx, r.cfg.DeliveryTimeout, &delivery.TimeoutError{Timeout: r.cfg.DeliveryTimeout})
+	defer cancel()
+	got := delivery.CallBatch(dctx, r.batch, es)
+	if dctx.Err() != nil && ctx.Err() == nil {
+		for i, err := range got {
+			if err != nil && errors.Is(err, context.DeadlineExceeded) {
+				got[i] = &delivery.TimeoutError{Timeout: r.cfg.DeliveryTimeout, Err: err}
 			}
 		}
-		cancel()
 	}
-	if idx == nil {
-		copy(errs, got)
-		return
-	}
-	for j, i := range idx {
-		errs[i] = got[j]
-	}
+	return got
 }
 
 // renewal extends a batch's lease every Lease/3 while the batch is out, so
@@ -481,8 +622,9 @@ func (r *Relay) mark(runCtx context.Context, batch []*envelope.Event, errs []err
 			if e.OrderingKey != "" {
 				res.keyed++
 			}
-		case forced:
-			// Cancelled by a forced stop: not the event's fault.
+		case forced, errors.Is(err, errSkipped):
+			// Cancelled by a forced stop, or held back behind its key's
+			// failure in this batch: not the event's fault.
 			released = append(released, e)
 		default:
 			f := failure{Sequence: e.Sequence, Attempts: e.Attempts + 1, Error: lastError(err), event: e, err: err}

@@ -53,6 +53,7 @@ type Relay struct {
 	// checks the table when it first does.
 	tableOK atomic.Bool
 	walk    atomic.Int64 // keys the next lease walks for heads (see leaseBatchPostgres)
+	runs    atomic.Bool  // the next lease takes runs of keys (leaseRunsPostgres): the last one held keyed events
 	// shortLeases counts short leases of unordered events only (see lease).
 	shortLeases atomic.Int64
 	cleanups    atomic.Int64 // scheduled cleanup passes finished, for tests
@@ -118,6 +119,10 @@ func New(db *sql.DB, d delivery.Delivery, cfg Config) (*Relay, error) {
 	} else if err := dialect.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.AsyncCommit && dialect != envelope.Postgres {
+		return nil, &envelope.Error{Kind: envelope.ErrUnsupported, Where: "relay.Config.AsyncCommit",
+			Msg: fmt.Sprintf("PostgreSQL only (synchronous_commit); the dialect is %s, whose commits are made durable by the connection's own settings (PRAGMA synchronous): leave AsyncCommit false", dialect)}
+	}
 	t, err := envelope.ParseTable(dialect, cfg.Table)
 	if err != nil {
 		return nil, err
@@ -133,7 +138,7 @@ func New(db *sql.DB, d delivery.Delivery, cfg Config) (*Relay, error) {
 			extra += ", " + envelope.QuoteIdent(c)
 		}
 	}
-	b := sqlBuilder{d: dialect, t: t, columns: leaseColumns + extra, allColumns: envelope.EventColumns + extra}
+	b := sqlBuilder{d: dialect, t: t, columns: leaseColumns + extra, allColumns: envelope.EventColumns + extra, async: cfg.AsyncCommit}
 	st, fargs := b.build(f)
 	r := &Relay{
 		db: db, d: d, cfg: cfg, dialect: dialect, table: t, filter: f, sql: st, fargs: fargs,

@@ -63,6 +63,7 @@ type leaseScanner struct {
 	created, next       envelope.NullTime
 	attempts            int
 	leaseUntil          leaseTime
+	pos                 int64 // herald_pos of leaseRunsPostgres, when the lease returns it
 	xv                  []any
 	dest                []any
 }

@@ -103,10 +103,15 @@ import (
 // history included), as EXPLAIN shows on a table of 100k rows.
 const leaseBatchPostgres = `UPDATE {table} SET lease_until = coalesce($3::timestamptz, now()) + $1::bigint * interval '1 microsecond', leased_by = $2
 WHERE sequence = ANY(ARRAY(
-    {walkcte}SELECT e.sequence FROM {table} e
+    ` + leaseHeadsPostgres + `))
+RETURNING {columns}`
+
+// leaseHeadsPostgres selects and locks the heads a lease takes: the
+// candidates of leaseBatchPostgres that pass every predicate. {headcols}
+// adds the ordering key for leaseRunsPostgres.
+const leaseHeadsPostgres = `{walkcte}SELECT e.sequence{headcols} FROM {table} e
     WHERE e.sequence = ANY(ARRAY(
-            (SELECT c.sequence FROM {table} c WHERE c.published_at IS NULL AND c.dead_lettered_at IS NULL
-             ORDER BY c.sequence LIMIT $4)
+            {pendingsrc}
             UNION ALL
             (SELECT c.sequence FROM {table} c WHERE c.published_at IS NULL AND c.ordering_key IS NULL
              ORDER BY c.sequence LIMIT $4){walksource}))
@@ -120,8 +125,92 @@ WHERE sequence = ANY(ARRAY(
       {filter}
     ORDER BY e.sequence
     LIMIT $4
-    FOR UPDATE SKIP LOCKED))
-RETURNING {columns}`
+    FOR UPDATE SKIP LOCKED`
+
+// pendingSourcePostgres is leaseHeadsPostgres's first candidate source:
+// the first BatchSize pending events. pendingSourceRunsPostgres, its form in
+// leaseRunsPostgres, keeps of them the unordered events and the first of
+// each key — exactly the candidates that can be heads, since a later
+// candidate of a key has an earlier pending one — so the head test runs
+// once per key, not once per event of a run: after a run of 1000 events of
+// one key is published, each head test steps over their 1000 index entries
+// until VACUUM (or an index scan allowed to mark them dead) removes them,
+// and 1000 such tests made a lease take seconds.
+const (
+	pendingSourcePostgres = `(SELECT c.sequence FROM {table} c WHERE c.published_at IS NULL AND c.dead_lettered_at IS NULL
+             ORDER BY c.sequence LIMIT $4)`
+	pendingSourceRunsPostgres = `(SELECT d.sequence FROM (
+                SELECT c.sequence, c.ordering_key, row_number() OVER (PARTITION BY c.ordering_key ORDER BY c.sequence) AS rn
+                FROM (SELECT c.sequence, c.ordering_key FROM {table} c WHERE c.published_at IS NULL AND c.dead_lettered_at IS NULL
+                      ORDER BY c.sequence LIMIT $4) c) d
+             WHERE d.ordering_key IS NULL OR d.rn = 1)`
+)
+
+// leaseRunsPostgres is leaseBatchPostgres that also leases, behind each
+// keyed head it takes, the events that follow it in its key: a run of
+// consecutive events of one key in one batch, so a backlog of few keys
+// drains BatchSize events per poll instead of one per key. It is the form
+// a relay runs after a lease that held keyed events (see Relay.lease); a
+// table of unordered events never runs it.
+//
+// Why a run keeps per-key order with several relays. A follower f of head
+// h (same key, later sequence) is taken only together with h, in the
+// statement that locks h (FOR UPDATE in heads), and only while f is
+// itself leasable. No other relay can lease f meanwhile: for any snapshot
+// f is no head while h is unpublished, and as a follower it comes only
+// with h, which this statement holds. The run is the key's pending events
+// in sequence order from h, cut at the first one that is not leasable
+// (leased live, not due, dead, or outside the relay's topics): a prefix,
+// never a gap, since writers of a key commit in sequence order (see
+// leaseBatchPostgres), so no earlier event of the key can appear later.
+// Each row returns its position in its run (herald_pos, 1 for heads and
+// unordered events); the UPDATE re-checks every predicate on the row's
+// newest version, and the relay keeps of each key only positions 1, 2, 3…
+// without a gap, releasing the rest, so even a follower changed under the
+// statement cannot be delivered ahead of its predecessor. How a run is
+// delivered keeps the ordering contract (Relay.deliver): the events of a
+// key one after another, each only after the one before it succeeded.
+//
+// The rows to update are found as in leaseBatchPostgres, by primary key
+// from an array of the runs' sequences (an InitPlan run once); joined to
+// runs only for herald_pos. The re-check of the predicates is written as
+// a CASE so that the planner cannot answer it with a partial index (the
+// topic index, partial on published_at IS NULL) instead of the primary
+// key. Without all that, on a table without statistics
+// (never analyzed: autovacuum off) the planner scanned the pending index
+// and re-ran the runs for each of its rows — 1.4 s for a lease of 100.
+//
+// The runs share the batch: each keyed head gets at most
+// (BatchSize − heads) ÷ keyed heads followers, so a lease still returns at
+// most BatchSize rows and costs O(BatchSize) index entries whatever the
+// backlog, and many ready keys (a batch full of heads) take no followers.
+const leaseRunsPostgres = `WITH heads AS MATERIALIZED (
+    ` + leaseHeadsPostgres + `),
+runs(herald_seq, herald_pos) AS MATERIALIZED (
+    SELECT h.sequence, 1 FROM heads h
+    UNION ALL
+    SELECT f.sequence, f.pos FROM heads h CROSS JOIN LATERAL (
+        SELECT r.sequence, r.pos FROM (
+            SELECT e.sequence, 1 + row_number() OVER w AS pos,
+                bool_and(e.dead_lettered_at IS NULL
+                    AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= coalesce($3::timestamptz, now()))
+                    AND (e.lease_until IS NULL OR e.lease_until < coalesce($3::timestamptz, now()))
+                    {filter}) OVER w AS ok
+            FROM (SELECT p.* FROM {table} p
+                  WHERE p.published_at IS NULL AND p.ordering_key IS NOT NULL
+                    AND p.ordering_key = h.ordering_key AND p.sequence > h.sequence
+                  ORDER BY p.ordering_key, p.sequence
+                  LIMIT ($4 - (SELECT count(*) FROM heads)) / greatest((SELECT count(*) FROM heads WHERE ordering_key IS NOT NULL), 1)) e
+            WINDOW w AS (ORDER BY e.sequence)) r
+        WHERE r.ok) f
+    WHERE h.ordering_key IS NOT NULL)
+UPDATE {table} AS t SET lease_until = coalesce($3::timestamptz, now()) + $1::bigint * interval '1 microsecond', leased_by = $2
+FROM runs
+WHERE t.sequence = ANY(ARRAY(SELECT herald_seq FROM runs)) AND t.sequence = runs.herald_seq
+  AND CASE WHEN t.published_at IS NULL AND t.dead_lettered_at IS NULL
+      AND (t.next_attempt_at IS NULL OR t.next_attempt_at <= coalesce($3::timestamptz, now()))
+      AND (t.lease_until IS NULL OR t.lease_until < coalesce($3::timestamptz, now())) THEN true ELSE false END
+RETURNING {tcolumns}, runs.herald_pos`
 
 // walkPostgres is the key walk's CTE and candidate source, spliced into
 // leaseBatchPostgres only for a lease that walks: the statement without it
@@ -196,7 +285,7 @@ const (
 // and was taken over from touching the new holder's row; the event is then
 // marked by the relay that holds it.
 const markPublishedPostgres = `UPDATE {table} SET published_at = coalesce($1::timestamptz, now())
-WHERE sequence = ANY($2::bigint[]) AND leased_by = $3 AND published_at IS NULL`
+WHERE sequence = ANY($2::bigint[]) AND leased_by = $3 AND published_at IS NULL{async}`
 
 const markPublishedSQLite = `UPDATE {table} SET published_at = $1
 WHERE sequence IN (SELECT value FROM json_each($2)) AND leased_by = $3 AND published_at IS NULL`
@@ -206,7 +295,7 @@ WHERE sequence IN (SELECT value FROM json_each($2)) AND leased_by = $3 AND publi
 // the same guards, instead of being marked. For the lease, a deleted event is
 // a published one: it no longer holds its key back.
 const deletePublishedPostgres = `DELETE FROM {table}
-WHERE sequence = ANY($1::bigint[]) AND leased_by = $2 AND published_at IS NULL`
+WHERE sequence = ANY($1::bigint[]) AND leased_by = $2 AND published_at IS NULL{async}`
 
 const deletePublishedSQLite = `DELETE FROM {table}
 WHERE sequence IN (SELECT value FROM json_each($1)) AND leased_by = $2 AND published_at IS NULL`
@@ -220,7 +309,7 @@ const markFailedPostgres = `UPDATE {table} AS t SET attempts = v.attempts, last_
     next_attempt_at = CASE WHEN v.dead THEN NULL ELSE coalesce($3::timestamptz, now()) + v.backoff_us * interval '1 microsecond' END,
     dead_lettered_at = CASE WHEN v.dead THEN coalesce($3::timestamptz, now()) END, lease_until = NULL
 FROM jsonb_to_recordset($1::jsonb) AS v(sequence bigint, attempts integer, error text, backoff_us bigint, dead boolean)
-WHERE t.sequence = v.sequence AND t.leased_by = $2 AND t.published_at IS NULL
+WHERE t.sequence = v.sequence AND t.leased_by = $2 AND t.published_at IS NULL{async}
 RETURNING t.sequence, t.next_attempt_at`
 
 const markFailedSQLite = `UPDATE {table} AS t SET attempts = v.attempts, last_error = v.error,
@@ -249,7 +338,7 @@ RETURNING sequence`
 // (a forced stop cancelled them, or their lease ran out before delivery),
 // so another relay may take them at once.
 const releasePostgres = `UPDATE {table} SET lease_until = NULL
-WHERE sequence = ANY($1::bigint[]) AND leased_by = $2 AND published_at IS NULL`
+WHERE sequence = ANY($1::bigint[]) AND leased_by = $2 AND published_at IS NULL{async}`
 
 const releaseSQLite = `UPDATE {table} SET lease_until = NULL
 WHERE sequence IN (SELECT value FROM json_each($1)) AND leased_by = $2 AND published_at IS NULL`
@@ -314,6 +403,28 @@ WHERE sequence IN (
     ORDER BY e.sequence LIMIT $1)
 RETURNING topic`
 
+// asyncCommitPostgres is {async} with Config.AsyncCommit: it runs the
+// statement's own transaction (each mark is one statement, committed on
+// its own) with synchronous_commit off. set_config(…, true) is SET LOCAL:
+// the setting lasts until the transaction ends and is read when it
+// commits, so the commit returns without waiting for its WAL to reach
+// disk. Written as an uncorrelated scalar subquery, it is evaluated once
+// per statement, before the statement's first row is written.
+//
+// Why only the marks and the release, never the lease or the renewal: a
+// lease's commit waits for the WAL flush, which writes every earlier
+// record — including this relay's asynchronous marks, and any mark that
+// another relay's lease could have seen. So a server crash can lose only
+// marks committed after the last lease that anyone committed, and none of
+// those events' successors was leased yet: the lost marks' events are
+// still leased by this relay (the lease was durable), their lease runs
+// out, and they are delivered again, before their successors (a duplicate,
+// as after a relay crash). Were the lease asynchronous too, a crash could
+// lose a lease under which an event is still being delivered, and another
+// relay could deliver it and its successors meanwhile.
+const asyncCommitPostgres = `
+  AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL`
+
 // checkTableSQL selects every column the relay reads, and no row: it fails
 // when the table or one of the columns is missing.
 const checkTableSQL = `SELECT {all_columns} FROM {table} WHERE 1 = 0`
@@ -324,6 +435,7 @@ var placeholderRE = regexp.MustCompile(`\$(\d+)`)
 // and topic filter.
 type statements struct {
 	lease, leaseWalk                               string // without and with the key walk
+	leaseRuns, leaseRunsWalk                       string // the same, leasing runs of a key (PostgreSQL; on SQLite = lease, leaseWalk)
 	markPublished, deletePublished, markFailed     string
 	renew, release                                 string
 	backlog, cleanupPublished, cleanupDeadLettered string
@@ -336,6 +448,7 @@ type sqlBuilder struct {
 	t          envelope.Table
 	columns    string // what the lease returns: leaseColumns and the extras
 	allColumns string // every column the relay relies on, for checkTableSQL
+	async      bool   // Config.AsyncCommit (PostgreSQL)
 }
 
 func (b sqlBuilder) pick(pg, lite string) string {
@@ -352,8 +465,13 @@ func (b sqlBuilder) render(tmpl, filter, where string) string {
 	if b.d == envelope.Postgres {
 		now = "coalesce($1::timestamptz, now())"
 	}
-	s := strings.NewReplacer("{table}", b.t.Quoted, "{columns}", b.columns, "{all_columns}", b.allColumns,
-		"{filter}", filter, "{where}", where, "{now}", now).Replace(tmpl)
+	async := ""
+	if b.async && b.d == envelope.Postgres {
+		async = asyncCommitPostgres
+	}
+	tcols := "t." + strings.ReplaceAll(b.columns, ", ", ", t.")
+	s := strings.NewReplacer("{table}", b.t.Quoted, "{columns}", b.columns, "{tcolumns}", tcols, "{all_columns}", b.allColumns,
+		"{filter}", filter, "{where}", where, "{now}", now, "{async}", async).Replace(tmpl)
 	if b.d == envelope.SQLite {
 		s = placeholderRE.ReplaceAllString(s, "?$1")
 	}
@@ -425,8 +543,14 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 	f2, _, _ := b.filterCondition(f, 2)
 	lease := b.pick(leaseBatchPostgres, leaseBatchSQLite)
 	cte, src := b.pick(walkCTEPostgres, walkCTESQLite), b.pick(walkSourcePostgres, walkSourceSQLite)
-	st.lease = b.render(strings.NewReplacer("{walkcte}", "", "{walksource}", "").Replace(lease), f5, "")
-	st.leaseWalk = b.render(strings.NewReplacer("{walkcte}", cte, "{walksource}", src).Replace(lease), f6, "")
+	st.lease = b.render(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", "", "{pendingsrc}", pendingSourcePostgres).Replace(lease), f5, "")
+	st.leaseWalk = b.render(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", "", "{pendingsrc}", pendingSourcePostgres).Replace(lease), f6, "")
+	st.leaseRuns, st.leaseRunsWalk = st.lease, st.leaseWalk
+	if b.d == envelope.Postgres {
+		runs := leaseRunsPostgres
+		st.leaseRuns = b.render(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourceRunsPostgres).Replace(runs), f5, "")
+		st.leaseRunsWalk = b.render(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourceRunsPostgres).Replace(runs), f6, "")
+	}
 	st.markPublished = b.render(b.pick(markPublishedPostgres, markPublishedSQLite), "", "")
 	st.deletePublished = b.render(b.pick(deletePublishedPostgres, deletePublishedSQLite), "", "")
 	st.markFailed = b.render(b.pick(markFailedPostgres, markFailedSQLite), "", "")

@@ -66,6 +66,12 @@ FROM generate_series(1, $2) AS s(i)`
 // n pending events and returns how long they took to deliver and mark all
 // of them.
 func DrainRelays(ctx context.Context, db *sql.DB, table string, n, batchSize, relays int, batch bool) (time.Duration, error) {
+	return DrainRelaysConfig(ctx, db, table, n, relays, batch, relay.Config{BatchSize: batchSize})
+}
+
+// DrainRelaysConfig is DrainRelays with more of the relays' Config (its
+// Table, Dialect, Name, Observer and Logger are set here).
+func DrainRelaysConfig(ctx context.Context, db *sql.DB, table string, n, relays int, batch bool, cfg relay.Config) (time.Duration, error) {
 	var marked atomic.Int64
 	done := make(chan struct{})
 	obs := relay.ObserverFuncs{OnDelivered: func(context.Context, relay.Delivered) {
@@ -79,10 +85,9 @@ func DrainRelays(ctx context.Context, db *sql.DB, table string, n, batchSize, re
 	}
 	var rs []*relay.Relay
 	for i := range relays {
-		r, err := relay.New(db, d, relay.Config{
-			Table: table, Dialect: envelope.Postgres, BatchSize: batchSize, Name: "bench-" + strconv.Itoa(i),
-			Observer: obs, Logger: slog.New(slog.DiscardHandler),
-		})
+		c := cfg
+		c.Table, c.Dialect, c.Name, c.Observer, c.Logger = table, envelope.Postgres, "bench-"+strconv.Itoa(i), obs, slog.New(slog.DiscardHandler)
+		r, err := relay.New(db, d, c)
 		if err != nil {
 			return 0, err
 		}
@@ -140,12 +145,30 @@ WHERE sequence = ANY($2::bigint[]) AND leased_by = $3 AND published_at IS NULL`
 // the bare lease-and-mark loop (lease a batch, read its rows, mark them
 // published) until a lease comes back empty, and returns how long it took.
 func DrainBare(ctx context.Context, db *sql.DB, table string, n, batchSize, workers int) (time.Duration, error) {
+	return DrainBareAsync(ctx, db, table, n, batchSize, workers, false, false)
+}
+
+// asyncCond is appended to a statement's WHERE clause to run its
+// transaction with synchronous_commit off (set_config(…, true) is SET
+// LOCAL), as relay.Config.AsyncCommit does.
+const asyncCond = "\n  AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL"
+
+// DrainBareAsync is DrainBare with the lease's and/or the mark's
+// transactions run with synchronous_commit off.
+func DrainBareAsync(ctx context.Context, db *sql.DB, table string, n, batchSize, workers int, asyncLease, asyncMark bool) (time.Duration, error) {
 	t, err := envelope.ParseTable(envelope.Postgres, table)
 	if err != nil {
 		return 0, err
 	}
-	lease := strings.ReplaceAll(bareLeaseSQL, "{table}", t.Quoted)
-	mark := strings.ReplaceAll(bareMarkSQL, "{table}", t.Quoted)
+	leaseSQL, markSQL := bareLeaseSQL, bareMarkSQL
+	if asyncLease {
+		leaseSQL = strings.Replace(leaseSQL, "\nRETURNING", asyncCond+"\nRETURNING", 1)
+	}
+	if asyncMark {
+		markSQL += asyncCond
+	}
+	lease := strings.ReplaceAll(leaseSQL, "{table}", t.Quoted)
+	mark := strings.ReplaceAll(markSQL, "{table}", t.Quoted)
 	var total atomic.Int64
 	var wg sync.WaitGroup
 	errs := make([]error, workers)

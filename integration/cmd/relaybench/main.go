@@ -80,7 +80,7 @@ func main() {
 		rounds    = flag.Int("rounds", 3, "drains per configuration; the median is reported")
 		batches   = flag.String("batch", "100,1000", "batch sizes")
 		relays    = flag.String("relays", "1,2", "relay (worker) counts")
-		modes     = flag.String("modes", "bare,relay,relay-batch", "what drains: bare (SQL loop), relay (delivery.Func), relay-batch (a BatchDelivery)")
+		modes     = flag.String("modes", "bare,relay,relay-batch", "what drains: bare (SQL loop), bare-asyncmark / bare-async (its mark / lease and mark with synchronous_commit off), relay (delivery.Func), relay-batch (a BatchDelivery), relay-async / relay-batch-async (the same with Config.AsyncCommit)")
 		ddls      = flag.String("ddl", "default", "table variants: "+strings.Join(keys(ddlVariants), ","))
 		execModes = flag.String("exec-modes", "", "pgx default_query_exec_mode values to compare (\"\" = pgx's default, cache_statement)")
 		keyCount  = flag.Int("keys", 0, "spread events over this many ordering keys (0 = unordered)")
@@ -248,6 +248,13 @@ func drain(ctx context.Context, db *sql.DB, mode string, n, batch, workers, keys
 	switch mode {
 	case "bare":
 		elapsed, err = relaybench.DrainBare(ctx, db, "herald_outbox", n, batch, workers)
+	case "bare-asyncmark":
+		elapsed, err = relaybench.DrainBareAsync(ctx, db, "herald_outbox", n, batch, workers, false, true)
+	case "bare-async":
+		elapsed, err = relaybench.DrainBareAsync(ctx, db, "herald_outbox", n, batch, workers, true, true)
+	case "relay-async", "relay-batch-async":
+		elapsed, err = relaybench.DrainRelaysConfig(ctx, db, "herald_outbox", n, workers, mode == "relay-batch-async",
+			relay.Config{BatchSize: batch, AsyncCommit: true})
 	case "relay":
 		elapsed, err = relaybench.DrainRelays(ctx, db, "herald_outbox", n, batch, workers, false)
 	case "relay-batch":
