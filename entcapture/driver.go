@@ -124,7 +124,11 @@ func (d *CaptureDriver) route(ctx context.Context) dialect.ExecQuerier {
 // Exec implements dialect.Driver, in the context's capture transaction
 // when there is one.
 func (d *CaptureDriver) Exec(ctx context.Context, query string, args, v any) error {
-	return d.route(ctx).Exec(ctx, query, args, v)
+	ex := d.route(ctx)
+	if ok, err := d.execReturning(ctx, ex, query, args, v); ok { // returning.go
+		return err
+	}
+	return ex.Exec(ctx, query, args, v)
 }
 
 // Query implements dialect.Driver, in the context's capture transaction
@@ -138,16 +142,16 @@ func (d *CaptureDriver) Query(ctx context.Context, query string, args, v any) er
 // driver does): ent's internal transactions become part of the write's.
 func (d *CaptureDriver) Tx(ctx context.Context) (dialect.Tx, error) {
 	if t, ok := ctx.Value(txKey{}).(*hookTx); ok && t.d == d {
-		return nopTx{t.tx}, nil
+		return d.withReturningTx(nopTx{t.tx}, nil)
 	}
-	return d.Driver.Tx(ctx)
+	return d.withReturningTx(d.Driver.Tx(ctx))
 }
 
 // BeginTx starts a transaction with options, when the wrapped driver can
 // (ent's client.BeginTx uses it).
 func (d *CaptureDriver) BeginTx(ctx context.Context, opts *stdsql.TxOptions) (dialect.Tx, error) {
 	if t, ok := ctx.Value(txKey{}).(*hookTx); ok && t.d == d {
-		return nopTx{t.tx}, nil
+		return d.withReturningTx(nopTx{t.tx}, nil)
 	}
 	b, ok := d.Driver.(interface {
 		BeginTx(context.Context, *stdsql.TxOptions) (dialect.Tx, error)
@@ -155,7 +159,7 @@ func (d *CaptureDriver) BeginTx(ctx context.Context, opts *stdsql.TxOptions) (di
 	if !ok {
 		return nil, fmt.Errorf("herald/entcapture: driver %T does not support BeginTx", d.Driver)
 	}
-	return b.BeginTx(ctx, opts)
+	return d.withReturningTx(b.BeginTx(ctx, opts))
 }
 
 type stdExecQuerier interface {
