@@ -55,6 +55,10 @@ type CaptureDriver struct {
 //
 //	client := ent.NewClient(ent.Driver(entcapture.Driver(entsql.OpenDB(dialect.Postgres, db))))
 //
+// The wrapper also runs a captured UPDATE or DELETE with a RETURNING of
+// the rows its events hold (in the hook's transaction and in one begun
+// with client.Tx), so the capture reads nothing after the write.
+//
 // cfg (at most one) sets the outbox table, the default namespace and the
 // wakeup. Without the wrapper a captured write outside client.Tx fails
 // with envelope.ErrConfiguration; inside client.Tx capture works either

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
@@ -176,7 +177,26 @@ func (w *write) verb() string {
 	return "UPDATE "
 }
 
+// withoutReturning holds the drivers on which the capture reads rows
+// instead of asking for RETURNING, as without the wrapper: set only by
+// tests and benchmarks (export_test.go), to compare the two paths.
+var withoutReturning sync.Map // *CaptureDriver -> struct{}
+
 // returningRequest is the request of write w for the columns cols.
 func (w *write) returningRequest(s *scope, cols []string) *returning {
 	return &returning{d: s.cd, verb: w.verb(), table: w.sch.Table, cols: cols, scan: w.g.HeraldScan}
+}
+
+// returns reports whether the write's rows come from a RETURNING the
+// driver wrapper adds: the client is on Driver (every statement of the
+// write passes through it), the write is captured, and, for an update,
+// it sets a column of its own (otherwise ent sends no UPDATE).
+func (w *write) returns(s *scope, changed []string, need bool) bool {
+	if s.cd == nil || !need || !w.spec.Captures(w.op) {
+		return false
+	}
+	if _, off := withoutReturning.Load(s.cd); off {
+		return false
+	}
+	return w.op == envelope.Deleted || len(changed) > 0
 }

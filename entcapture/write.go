@@ -298,17 +298,6 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 	return v, nil
 }
 
-// returns reports whether the write's rows come from a RETURNING the
-// driver wrapper adds: the client is on Driver (every statement of the
-// write passes through it), the write is captured, and, for an update,
-// it sets a column of its own (otherwise ent sends no UPDATE).
-func (w *write) returns(s *scope, changed []string, need bool) bool {
-	if s.cd == nil || !need || !w.spec.Captures(w.op) {
-		return false
-	}
-	return w.op == envelope.Deleted || len(changed) > 0
-}
-
 // delete: the rows are read locked before the write (the before images,
 // or only their ids in Keys mode), and the write is pinned to them — or,
 // on a client opened on Driver and when no captured row is reached by a
