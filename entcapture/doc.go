@@ -44,13 +44,22 @@
 //   - CreateBulk: every item, with one event INSERT for the bulk (ent runs
 //     the items' hooks nested; the generated CreateBulk marks its context so
 //     they share one scope).
-//   - Update by predicate: the rows are read first with SELECT … FOR UPDATE
-//     (on SQLite after taking the write lock), the write is pinned to
-//     exactly those ids (WhereP), and the after images are read by id: rows
+//   - Update by predicate: ent's UPDATE runs with a RETURNING of the after
+//     images, which entcapture.Driver adds (ent is handed the row count the
+//     UPDATE itself reports); in BeforeAndAfter mode the rows are read
+//     first with SELECT … FOR UPDATE (on SQLite after taking the write
+//     lock) and the write is pinned to exactly those ids (WhereP), so rows
 //     that appear concurrently are neither written uncaptured nor captured
-//     unwritten. UpdateOne reads first only in BeforeAndAfter mode.
-//   - Delete, DeleteOne: the rows read locked before the delete (their ids
-//     only in Keys mode), the delete pinned to them.
+//     unwritten; in After and Keys mode the UPDATE itself locks and returns
+//     the rows it writes (an update that also writes captured edges reads
+//     the ids first). UpdateOne reads first only in BeforeAndAfter mode. In
+//     a caller transaction on a client not opened on Driver (no wrapper to
+//     add RETURNING) the rows are read locked first and the after images
+//     read by id after the write.
+//   - Delete, DeleteOne: ent's DELETE runs with a RETURNING of the before
+//     images (their ids only in Keys mode); when the delete cascades to
+//     captured rows, or without the wrapper, the rows are read locked
+//     before the delete instead, and the delete pinned to them.
 //   - ON DELETE CASCADE / SET NULL (entsql.OnDelete, and ent's defaults as
 //     the migrated tables have them): the rows of captured schemas the
 //     database will delete or null, read locked before the delete, one
@@ -78,8 +87,8 @@
 //     row's own column, listed in "changed".
 //
 // Each bulk write costs the same number of statements whatever its number
-// of rows: one snapshot statement (two for an upsert), the write, one
-// multi-row event INSERT.
+// of rows: at most one snapshot statement (two for an upsert), the write,
+// one multi-row event INSERT.
 //
 // # Transactions
 //

@@ -56,6 +56,10 @@ type CaptureDriver struct {
 //
 //	client := ent.NewClient(ent.Driver(entcapture.Driver(entsql.OpenDB(dialect.Postgres, db))))
 //
+// The wrapper also runs a captured UPDATE or DELETE with a RETURNING of
+// the rows its events hold (in the hook's transaction and in one begun
+// with client.Tx), so the capture reads nothing after the write.
+//
 // cfg (at most one) sets the outbox table, the default namespace and the
 // wakeup. Without the wrapper a captured write outside client.Tx fails
 // with envelope.ErrConfiguration; inside client.Tx capture works either
@@ -142,10 +146,14 @@ func (d *CaptureDriver) Exec(ctx context.Context, query string, args, v any) err
 	if err != nil {
 		return err
 	}
+	ex := d.route(ctx)
+	if ok, err := d.execReturning(ctx, ex, query, args, v); ok { // returning.go
+		return err
+	}
 	if done, err := d.execPrepared(ctx, query, args, v); done {
 		return err
 	}
-	return d.route(ctx).Exec(ctx, query, args, v)
+	return ex.Exec(ctx, query, args, v)
 }
 
 // Query implements dialect.Driver, in the context's capture transaction
@@ -169,7 +177,7 @@ func (d *CaptureDriver) Query(ctx context.Context, query string, args, v any) er
 // written with its event by one statement).
 func (d *CaptureDriver) Tx(ctx context.Context) (dialect.Tx, error) {
 	if t := d.hookTxOf(ctx); t != nil {
-		return nopTx{t.tx}, nil
+		return d.withReturningTx(nopTx{t.tx}, nil)
 	}
 	tx, err := d.Driver.Tx(ctx)
 	if err != nil {
@@ -182,7 +190,7 @@ func (d *CaptureDriver) Tx(ctx context.Context) (dialect.Tx, error) {
 // (ent's client.BeginTx uses it).
 func (d *CaptureDriver) BeginTx(ctx context.Context, opts *stdsql.TxOptions) (dialect.Tx, error) {
 	if t := d.hookTxOf(ctx); t != nil {
-		return nopTx{t.tx}, nil
+		return d.withReturningTx(nopTx{t.tx}, nil)
 	}
 	b, ok := d.Driver.(interface {
 		BeginTx(context.Context, *stdsql.TxOptions) (dialect.Tx, error)
@@ -260,7 +268,8 @@ func (t nopTx) QueryContext(ctx context.Context, query string, args ...any) (*st
 }
 
 // captureTx is a transaction begun on the CaptureDriver: its statements
-// are the driver's, for a fused create (see fuse.go).
+// are the driver's, for a fused create (see fuse.go) and for the
+// RETURNING of a captured update or delete (returning.go).
 type captureTx struct {
 	dialect.Tx
 	d *CaptureDriver
@@ -269,6 +278,9 @@ type captureTx struct {
 func (t captureTx) Exec(ctx context.Context, query string, args, v any) error {
 	query, args, err := t.d.rewrite(ctx, query, args, true)
 	if err != nil {
+		return err
+	}
+	if ok, err := t.d.execReturning(ctx, t.Tx, query, args, v); ok { // returning.go
 		return err
 	}
 	return t.Tx.Exec(ctx, query, args, v)

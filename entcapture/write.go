@@ -183,18 +183,39 @@ func (w *write) changed() []string {
 	return out
 }
 
-// update: the rows are read locked first (their ids, and the before
-// images in BeforeAndAfter), the write is pinned to exactly those ids, and
-// the after images are read by id after it. UpdateOne in After or Keys
-// mode reads nothing first: the UPDATE itself locks its row.
+// update: on a client opened on Driver, the wrapper runs ent's UPDATE
+// with a RETURNING of the after images (returning.go), so nothing is read
+// after it; in BeforeAndAfter the rows are read locked first (the before
+// images), and the write is pinned to exactly those ids with WhereP. In
+// After or Keys mode a bulk update reads first only when it also writes
+// captured edges (whose rows are read by owner id); otherwise the UPDATE
+// itself locks and returns the rows it writes. Without the wrapper (a
+// caller transaction on a plain driver) the rows are read locked first
+// and the after images are read by id after the write. UpdateOne in
+// After or Keys mode reads nothing first: the UPDATE itself locks its
+// row.
 func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Value, error) {
 	rows := w.spec.Options.Payload != envelope.Keys
 	needBefore := w.spec.Options.Payload == envelope.BeforeAndAfter
 	one := w.g.Op().Is(ent.OpUpdateOne)
 	id, _ := w.g.HeraldID()
+	ews, err := s.edgeWrites(w)
+	if err != nil {
+		return nil, err
+	}
+	cws, err := s.childWrites(w)
+	if err != nil {
+		return nil, err
+	}
+	changed := w.changed()
+	ret := w.returns(s, changed, rows || !one)
+	// Without edges, ent's bulk update is one UPDATE, which the wrapper
+	// always sees; with them ent may skip it (no row matched), so the ids
+	// are read first and the rows by id if no RETURNING ran.
+	noEdges := len(w.g.AddedEdges())+len(w.g.RemovedEdges())+len(w.g.ClearedEdges()) == 0
 	var before []map[string]any
 	var ids []any
-	if !one || needBefore {
+	if needBefore || (!one && !(ret && noEdges && len(ews)+len(cws) == 0)) {
 		if err := s.writeLock(w.sch.Table, w.sch.PK); err != nil {
 			return nil, err
 		}
@@ -208,17 +229,9 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 			w.g.WhereP(sql.FieldIn(w.sch.PK, ids...))
 		}
 	}
-	ews, err := s.edgeWrites(w)
-	if err != nil {
-		return nil, err
-	}
 	owners := ids
 	if one {
 		owners = []any{id}
-	}
-	cws, err := s.childWrites(w)
-	if err != nil {
-		return nil, err
 	}
 	if err := s.edgesBefore(ews, owners); err != nil {
 		return nil, err
@@ -226,7 +239,13 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 	if err := s.childrenBefore(cws, owners); err != nil {
 		return nil, err
 	}
-	v, err := next.Mutate(ctx, w.g)
+	mctx := ctx
+	var req *returning
+	if ret {
+		req = w.returningRequest(s, w.columns(rows))
+		mctx = withReturning(ctx, req)
+	}
+	v, err := next.Mutate(mctx, w.g)
 	if err != nil {
 		return v, err
 	}
@@ -236,20 +255,25 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 	if err := s.childrenAfter(cws, owners); err != nil {
 		return v, err
 	}
-	ids = owners
-	changed := w.changed()
-	if len(ids) == 0 || !w.spec.Captures(envelope.Updated) || (len(changed) == 0 && len(ews)+len(cws) > 0) {
+	if req != nil && !req.done && owners == nil {
+		return v, errNotReturned(w)
+	}
+	if !w.spec.Captures(envelope.Updated) || (len(changed) == 0 && len(ews)+len(cws) > 0) {
 		return v, nil // an update of edges only changes no column of its own
 	}
-	after := make([]map[string]any, len(ids))
-	if rows {
-		got, err := s.selectRows(w, w.columns(true), nil, false, ids)
-		if err != nil {
+	var after []map[string]any
+	switch {
+	case req != nil && req.done:
+		after = req.rows
+	case len(owners) == 0:
+		return v, nil
+	case rows:
+		if after, err = s.selectRows(w, w.columns(true), nil, false, owners); err != nil {
 			return v, err
 		}
-		after = got
-	} else {
-		for i, id := range ids {
+	default:
+		after = make([]map[string]any, len(owners))
+		for i, id := range owners {
 			after[i] = map[string]any{w.sch.PK: id}
 		}
 	}
@@ -275,9 +299,24 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 }
 
 // delete: the rows are read locked before the write (the before images,
-// or only their ids in Keys mode), and the write is pinned to them.
+// or only their ids in Keys mode), and the write is pinned to them — or,
+// on a client opened on Driver and when no captured row is reached by a
+// cascade, the wrapper runs ent's DELETE with a RETURNING of the before
+// images (or the ids), and nothing is read.
 func (w *write) delete(ctx context.Context, s *scope, next ent.Mutator) (ent.Value, error) {
 	rows := w.spec.Options.Payload != envelope.Keys
+	if len(w.sch.Cascades) == 0 && w.returns(s, nil, true) {
+		req := w.returningRequest(s, w.columns(rows))
+		v, err := next.Mutate(withReturning(ctx, req), w.g)
+		if err != nil {
+			return v, err
+		}
+		if !req.done {
+			return v, errNotReturned(w)
+		}
+		w.deleted(s, req.rows, rows)
+		return v, nil
+	}
 	if err := s.writeLock(w.sch.Table, w.sch.PK); err != nil {
 		return nil, err
 	}
@@ -294,6 +333,12 @@ func (w *write) delete(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 	if err != nil {
 		return v, err
 	}
+	w.deleted(s, before, rows)
+	return v, nil
+}
+
+// deleted records the deletes of rows (their before images, or ids).
+func (w *write) deleted(s *scope, before []map[string]any, rows bool) {
 	at := now()
 	cs := make([]envelope.Change, 0, len(before))
 	for _, b := range before {
@@ -304,7 +349,6 @@ func (w *write) delete(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 		cs = append(cs, c)
 	}
 	s.add(w.spec, cs...)
-	return v, nil
 }
 
 func pks(rows []map[string]any, pk string) []any {
