@@ -407,8 +407,8 @@ func (w *Writer) run(ctx context.Context, q Querier, rows []row, locks keyLocks,
 // insert writes one chunk with one INSERT … RETURNING. When locks is not
 // nil (PostgreSQL, the call's first INSERT), the statement takes the key
 // locks before it draws a sequence value (see keyLockBuckets): one row as
-// "INSERT … SELECT $1, … WHERE (locks) >= 0", several with the locks in the
-// first row's created_at.
+// "INSERT … SELECT $1, … WHERE <locks>", several with the locks in the
+// first row's created_at (lockCond).
 func (w *Writer) insert(ctx context.Context, q Querier, rows []row, batch []int, r run, now time.Time, seq map[uuid.UUID]int64, locks keyLocks) error {
 	var b strings.Builder
 	per := len(ownInsertColumns) + len(r.extras)
@@ -423,9 +423,7 @@ func (w *Writer) insert(ctx context.Context, q Querier, rows []row, batch []int,
 	args := make([]any, 0, len(batch)*per+2)
 	var lockSQL string
 	if len(locks) > 0 {
-		keys, excl := locks.args()
-		args = append(args, keys, excl)
-		lockSQL = w.lockKeysSQL("$1", "$2")
+		lockSQL, args = w.lockCond(locks, args, false)
 	}
 	single := lockSQL != "" && len(batch) == 1
 	if single {
@@ -447,7 +445,7 @@ func (w *Writer) insert(ctx context.Context, q Querier, rows []row, batch []int,
 			}
 			ph := w.d.Placeholder(len(args) + c + 1)
 			if bi == 0 && c == 6 && lockSQL != "" && !single { // created_at
-				ph = "CASE WHEN " + lockSQL + " >= 0 THEN " + ph + "::timestamptz END"
+				ph = "CASE WHEN " + lockSQL + " THEN " + ph + "::timestamptz END"
 			}
 			b.WriteString(ph)
 		}
@@ -465,7 +463,7 @@ func (w *Writer) insert(ctx context.Context, q Querier, rows []row, batch []int,
 		}
 	}
 	if single {
-		b.WriteString(" WHERE " + lockSQL + " >= 0")
+		b.WriteString(" WHERE " + lockSQL)
 	}
 	if r.idem {
 		b.WriteString(" ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING")
