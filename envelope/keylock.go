@@ -124,15 +124,36 @@ func (l keyLocks) args() (keys, exclusive string) {
 func arrayElement(s string) string {
 	var b strings.Builder
 	b.Grow(len(s) + 2)
-	b.WriteByte('"')
-	for i := range len(s) {
-		if c := s[i]; c == '"' || c == '\\' {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(s[i])
-	}
-	b.WriteByte('"')
+	appendArrayElement(&b, s)
 	return b.String()
+}
+
+// appendArrayElement appends s to b quoted as an element of a PostgreSQL
+// array literal: between double quotes, with '"' and '\\' escaped, so
+// array_in gives back exactly s.
+func appendArrayElement(b *strings.Builder, s string) {
+	b.WriteByte('"')
+	for {
+		i := strings.IndexAny(s, `"\`)
+		if i < 0 {
+			break
+		}
+		b.WriteString(s[:i])
+		b.WriteByte('\\')
+		b.WriteByte(s[i])
+		s = s[i+1:]
+	}
+	b.WriteString(s)
+	b.WriteByte('"')
+}
+
+// appendNullableElement is appendArrayElement, with "" as NULL.
+func appendNullableElement(b *strings.Builder, s string) {
+	if s == "" {
+		b.WriteString("NULL")
+		return
+	}
+	appendArrayElement(b, s)
 }
 
 // textArray returns ss as a PostgreSQL text[] literal.
