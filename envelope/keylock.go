@@ -40,14 +40,18 @@ import (
 //   - Within one statement the buckets are locked in ascending order, so
 //     two statements never deadlock on each other's buckets.
 //   - The locks are taken by the INSERT itself, not by a statement before
-//     it: in "INSERT … SELECT … WHERE (locks) >= 0" (one row) the locks are
+//     it: in "INSERT … SELECT … WHERE <locks>" (one row) the locks are
 //     a one-time filter evaluated before the projection that calls
-//     nextval(); in a multi-row "INSERT … VALUES" they are a scalar
-//     subquery in the first row's created_at, evaluated when the VALUES
-//     scan forms that row, before the projection above it draws its
-//     sequence value. TestKeyLockBeforeSequence pins this: a writer that
-//     blocks on the lock draws its sequence value only once it has the
-//     lock.
+//     nextval(); in a multi-row "INSERT … VALUES" (Extra columns) they are
+//     in the first row's created_at, evaluated when the VALUES scan forms
+//     that row, before the projection above it draws its sequence value;
+//     in "INSERT … SELECT … FROM unnest(…)" they are a scalar subquery
+//     (an InitPlan, run once before the first row). One key is one
+//     pg_advisory_xact_lock call, several the lockKeysSQL subquery
+//     (lockCond); both lock the same bucket.
+//     TestKeyLockFormsBeforeSequence pins this for every pair of forms: a
+//     writer that blocks on the lock draws its sequence values only once
+//     it has the lock.
 //
 // The price of buckets is false sharing: two exclusive writers of different
 // keys in one bucket (1 in keyLockBuckets) wait for each other, and a
