@@ -191,8 +191,8 @@ func (w *Writer) lockKeysSQL(keys, exclusive string) string {
 // is one pg_advisory_xact_lock call on one text parameter (KeyLockSQL);
 // several are the lockKeysSQL subquery over two array parameters, which
 // costs the server an unnest, a sort and an aggregate on every statement
-// (about 30 µs against 15 µs for the single call, measured with
-// BenchmarkEnqueueStatement). Both lock the same bucket for a key, so
+// (BenchmarkKeyLockForms measures both: BENCHMARKS.md, "Producer").
+// Both lock the same bucket for a key, so
 // writers of either form serialize with each other and with KeyLockSQL's
 // users.
 //
