@@ -67,7 +67,9 @@ type WriteResult struct {
 // per run of consecutive messages of the same shape (same extra columns,
 // with or without an idempotency key), split to stay under the dialect's
 // bind-parameter limit, then one SELECT for idempotency keys that were
-// already stored.
+// already stored. On PostgreSQL a run of several events without Extra
+// columns is an INSERT … SELECT FROM unnest(…) binding one array literal
+// per column (any driver); otherwise a multi-row VALUES.
 //
 // On PostgreSQL the first INSERT also takes a transaction-scoped advisory
 // lock for the ordering keys of the call before it draws any sequence
