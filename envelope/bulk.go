@@ -153,9 +153,9 @@ func (w *Writer) insertArrays(ctx context.Context, q Querier, rows []row, now ti
 	if len(locks) > 0 {
 		// A one-time filter: the locks are taken before the first row is
 		// read, so before any sequence value is drawn.
-		lk, lx := locks.args()
-		args = append(args, lk, lx)
-		b.WriteString(" WHERE " + w.lockKeysSQL("$8", "$9") + " >= 0")
+		var cond string
+		cond, args = w.lockCond(locks, args, true)
+		b.WriteString(" WHERE " + cond)
 	}
 	b.WriteString(" ORDER BY u.ord RETURNING sequence, id")
 	res, err := q.QueryContext(ctx, b.String(), args...)

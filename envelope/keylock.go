@@ -40,14 +40,18 @@ import (
 //   - Within one statement the buckets are locked in ascending order, so
 //     two statements never deadlock on each other's buckets.
 //   - The locks are taken by the INSERT itself, not by a statement before
-//     it: in "INSERT … SELECT … WHERE (locks) >= 0" (one row) the locks are
+//     it: in "INSERT … SELECT … WHERE <locks>" (one row) the locks are
 //     a one-time filter evaluated before the projection that calls
-//     nextval(); in a multi-row "INSERT … VALUES" they are a scalar
-//     subquery in the first row's created_at, evaluated when the VALUES
-//     scan forms that row, before the projection above it draws its
-//     sequence value. TestKeyLockBeforeSequence pins this: a writer that
-//     blocks on the lock draws its sequence value only once it has the
-//     lock.
+//     nextval(); in a multi-row "INSERT … VALUES" (Extra columns) they are
+//     in the first row's created_at, evaluated when the VALUES scan forms
+//     that row, before the projection above it draws its sequence value;
+//     in "INSERT … SELECT … FROM unnest(…)" they are a scalar subquery
+//     (an InitPlan, run once before the first row). One key is one
+//     pg_advisory_xact_lock call, several the lockKeysSQL subquery
+//     (lockCond); both lock the same bucket.
+//     TestKeyLockFormsBeforeSequence pins this for every pair of forms: a
+//     writer that blocks on the lock draws its sequence values only once
+//     it has the lock.
 //
 // The price of buckets is false sharing: two exclusive writers of different
 // keys in one bucket (1 in keyLockBuckets) wait for each other, and a
@@ -124,15 +128,36 @@ func (l keyLocks) args() (keys, exclusive string) {
 func arrayElement(s string) string {
 	var b strings.Builder
 	b.Grow(len(s) + 2)
-	b.WriteByte('"')
-	for i := range len(s) {
-		if c := s[i]; c == '"' || c == '\\' {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(s[i])
-	}
-	b.WriteByte('"')
+	appendArrayElement(&b, s)
 	return b.String()
+}
+
+// appendArrayElement appends s to b quoted as an element of a PostgreSQL
+// array literal: between double quotes, with '"' and '\\' escaped, so
+// array_in gives back exactly s.
+func appendArrayElement(b *strings.Builder, s string) {
+	b.WriteByte('"')
+	for {
+		i := strings.IndexAny(s, `"\`)
+		if i < 0 {
+			break
+		}
+		b.WriteString(s[:i])
+		b.WriteByte('\\')
+		b.WriteByte(s[i])
+		s = s[i+1:]
+	}
+	b.WriteString(s)
+	b.WriteByte('"')
+}
+
+// appendNullableElement is appendArrayElement, with "" as NULL.
+func appendNullableElement(b *strings.Builder, s string) {
+	if s == "" {
+		b.WriteString("NULL")
+		return
+	}
+	appendArrayElement(b, s)
 }
 
 // textArray returns ss as a PostgreSQL text[] literal.
@@ -158,6 +183,38 @@ func (w *Writer) lockKeysSQL(keys, exclusive string) string {
 	return `(SELECT count(CASE WHEN l.x THEN pg_advisory_xact_lock(` + c + `, l.b)::text ELSE pg_advisory_xact_lock_shared(` + c + `, l.b)::text END)` +
 		` FROM (SELECT (hashtextextended(u.k, ` + strconv.Itoa(keyLockSeed) + `) & ` + strconv.Itoa(keyLockBuckets-1) + `)::int AS b, bool_or(u.x) AS x` +
 		` FROM unnest(` + keys + `::text[], ` + exclusive + `::boolean[]) AS u(k, x) GROUP BY 1 ORDER BY 1) AS l)`
+}
+
+// lockCond returns a boolean SQL condition, always true, that takes the
+// locks, and args with its parameters appended (numbered after args'
+// own). One key — the common case: an Enqueue, a row's captured event —
+// is one pg_advisory_xact_lock call on one text parameter (KeyLockSQL);
+// several are the lockKeysSQL subquery over two array parameters, which
+// costs the server an unnest, a sort and an aggregate on every statement
+// (BenchmarkKeyLockForms measures both: BENCHMARKS.md, "Producer").
+// Both lock the same bucket for a key, so
+// writers of either form serialize with each other and with KeyLockSQL's
+// users.
+//
+// scan is true when the statement reads rows (INSERT … SELECT … FROM
+// unnest(…)): a condition with a volatile function and no column would be
+// evaluated for every row there, so the single call is wrapped in a
+// scalar subquery, which PostgreSQL evaluates once, before the first row
+// (an InitPlan), as it does lockKeysSQL's.
+func (w *Writer) lockCond(l keyLocks, args []any, scan bool) (string, []any) {
+	if len(l) == 1 {
+		for k, excl := range l {
+			args = append(args, k)
+			cond := w.KeyLockSQL(w.d.Placeholder(len(args))+"::text", !excl)
+			if scan {
+				cond = "(SELECT " + cond + ")"
+			}
+			return cond, args
+		}
+	}
+	keys, excl := l.args()
+	args = append(args, keys, excl)
+	return w.lockKeysSQL(w.d.Placeholder(len(args)-1), w.d.Placeholder(len(args))) + " >= 0", args
 }
 
 // KeyLockSQL returns a boolean SQL condition, always true, that takes the

@@ -144,8 +144,9 @@ func (p *Plugin) oneStatement(ms []envelope.Message) bool {
 	if _, ok := p.cfg.Wakeup.(wakeup.TxSignaler); ok {
 		return false
 	}
-	// A VALUES INSERT binds 8 parameters per event plus the key locks' 2;
-	// beyond that the write is several INSERTs.
+	// The Writer splits its INSERTs as if each bound 8 parameters per event
+	// plus the key locks' 2 (as a VALUES INSERT does); beyond that the write
+	// is several INSERTs.
 	if len(ms)*8+2 > p.writer.Dialect().MaxBindParams() {
 		return false
 	}
