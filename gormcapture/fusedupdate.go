@@ -2,6 +2,8 @@ package gormcapture
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
@@ -14,6 +16,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 	"gorm.io/gorm/schema"
 
 	"github.com/heraldgo/herald/envelope"
@@ -63,7 +67,7 @@ func (c *capturePool) fusedUpdate(ctx context.Context, q string, args []any) (n 
 	st := c.db.Statement
 	spec := c.spec
 	p := c.p
-	if p.dialect != envelope.Postgres || spec == nil || !spec.Captures(envelope.Updated) || !fusable(spec) ||
+	if spec == nil || !spec.Captures(envelope.Updated) || !fusable(spec) ||
 		len(q) < 6 || !strings.EqualFold(q[:6], "UPDATE") || st.Schema == nil {
 		return 0, false, nil
 	}
@@ -77,6 +81,9 @@ func (c *capturePool) fusedUpdate(ctx context.Context, q string, args []any) (n 
 	pk := keyColumns(sch)
 	if len(pk) == 0 || len(p.updateEdges(c.db, sch, st.Table, setColumns(st))) > 0 {
 		return 0, false, nil
+	}
+	if p.dialect == envelope.SQLite {
+		return c.fusedUpdateSQLite(ctx, q, args)
 	}
 	needBefore := spec.NeedsBefore(envelope.Updated)
 	afterCols := payloadColumns(sch, spec, spec.NeedsAfter(envelope.Updated))
@@ -435,4 +442,299 @@ func bulkSplice(payload []byte, marks map[string]string, ph func(any) string) st
 		parts = append(parts, ph(rest)+"::text")
 	}
 	return "(" + strings.Join(parts, "||") + ")::json"
+}
+
+// fusedUpdateSQLite is fusedUpdate for SQLite, which has neither
+// data-modifying CTEs nor old values in RETURNING. Once the transaction
+// holds the write lock (writeLock), the rows' key and, in BeforeAndAfter,
+// their values as they were go into a temporary table, in one statement;
+// the UPDATE (GORM's SET) runs on exactly those rows; one INSERT … SELECT
+// builds the events from the temporary table joined to the updated rows;
+// the temporary table is emptied:
+//
+//	INSERT INTO temp.herald_bulk_N (k, c0, …) SELECT t.id, t.… FROM t WHERE <the WHERE>
+//	UPDATE t SET … WHERE t.id IN (SELECT k FROM temp.herald_bulk_N)
+//	INSERT INTO herald_outbox (…) SELECT …, ('{"model":…' || … || '}'), … FROM temp.herald_bulk_N b JOIN t ON t.id = b.k ORDER BY b.k
+//	DELETE FROM temp.herald_bulk_N
+//
+// Four statements whatever the number of rows, none of whose values
+// crosses into Go. It applies to a single integer key that the UPDATE does
+// not set, and to columns whose stored values have a rendering in SQLite
+// that is jsonform's of what the driver scans (sqliteJSON).
+func (c *capturePool) fusedUpdateSQLite(ctx context.Context, q string, args []any) (n int64, ok bool, err error) {
+	st := c.db.Statement
+	spec := c.spec
+	p := c.p
+	sch := st.Schema
+	pk := keyColumns(sch)
+	if len(pk) != 1 || setsKey(changedColumns(st), pk) || setsKey(setColumns(st), pk) || st.TableExpr != nil {
+		return 0, false, nil
+	}
+	if f := sch.FieldsByDBName[pk[0]]; f == nil || !isIntKind(f.FieldType) {
+		return 0, false, nil
+	}
+	needBefore := spec.NeedsBefore(envelope.Updated)
+	afterCols := payloadColumns(sch, spec, spec.NeedsAfter(envelope.Updated))
+	var beforeCols []string
+	if needBefore {
+		beforeCols = payloadColumns(sch, spec, true)
+	}
+	if err := p.probeColumnTypes(ctx, st, union(slices.Clone(beforeCols), afterCols...)); err != nil {
+		return 0, true, err
+	}
+	v, _ := p.colTypes.Load(st.Table)
+	if v == nil {
+		return 0, false, nil
+	}
+	types := v.(*columnTypes)
+	quote := func(col clause.Column) string {
+		var b strings.Builder
+		st.QuoteTo(&b, col)
+		return b.String()
+	}
+	table, tvars := tableSQL(st)
+	if len(tvars) > 0 {
+		return 0, false, nil
+	}
+	tcol := func(col string) string { return table + "." + quote(clause.Column{Name: col}) }
+	render := func(col, expr string) (string, bool) {
+		f := sch.FieldsByDBName[col]
+		if f == nil {
+			return "", false
+		}
+		return sqliteJSON(f, types.get(col), expr)
+	}
+	marks := map[string]string{}
+	mark := func(kind string, i int, expr string) string {
+		m := "\x00herald:" + kind + ":" + strconv.Itoa(i) + "\x00"
+		marks[string(jsonform.AppendString(nil, m))] = expr
+		return m
+	}
+	ch := envelope.Change{Model: spec.Label, Table: st.Table, Operation: envelope.Updated, Changed: changedColumns(st), OccurredAt: c.at}
+	keyCh := ch
+	pkSQL := tcol(pk[0])
+	pkJSON, ok := render(pk[0], pkSQL)
+	if !ok {
+		return 0, false, nil
+	}
+	ch.PK = mark("pk", 0, pkJSON)
+	keyCh.PK = "\x00herald:key:0\x00"
+	if needBefore {
+		before := make(map[string]any, len(beforeCols))
+		for i, col := range beforeCols {
+			e, ok := render(col, `b."c`+strconv.Itoa(i)+`"`)
+			if !ok {
+				return 0, false, nil
+			}
+			before[col] = mark("b", i, e)
+		}
+		ch.Before = before
+	}
+	if spec.NeedsAfter(envelope.Updated) {
+		after := make(map[string]any, len(afterCols))
+		for i, col := range afterCols {
+			e, ok := render(col, tcol(col))
+			if !ok {
+				return 0, false, nil
+			}
+			after[col] = mark("a", i, e)
+		}
+		ch.After = after
+	}
+	topic, err := spec.Topic(&keyCh)
+	if err != nil || strings.Contains(topic, "\x00") {
+		return 0, false, nil
+	}
+	key, err := spec.OrderingKey(&keyCh)
+	if err != nil {
+		return 0, false, nil
+	}
+	keyParts, ok := splitKey(key, map[string]any{pk[0]: keyCh.PK}, []string{"CAST(" + pkSQL + " AS TEXT)"})
+	if !ok {
+		return 0, false, nil
+	}
+	fixed := 0
+	for _, pt := range keyParts {
+		fixed += utf8.RuneCountInString(pt.lit)
+		if pt.sql != "" {
+			fixed += 20 // an int64's decimal text
+		}
+	}
+	if fixed > envelope.MaxKeyLength {
+		return 0, false, nil // could need LimitKey's SHA-256, which SQLite lacks
+	}
+	payload, err := spec.AppendEnvelope(nil, &ch, nil)
+	if err != nil {
+		return 0, false, nil
+	}
+	base, err := uuid.NewV7()
+	if err != nil {
+		return 0, false, nil
+	}
+
+	if err := p.writeLock(ctx, st, c.ConnPool); err != nil {
+		return 0, true, err
+	}
+	if err := p.ensureSavepoint(ctx, writeCtxOf(st)); err != nil {
+		return 0, true, err
+	}
+	own := own(c.ConnPool)
+	tmp := "temp.herald_bulk_" + strconv.Itoa(len(beforeCols))
+	var cdef strings.Builder
+	for i := range beforeCols {
+		fmt.Fprintf(&cdef, `, "c%d"`, i)
+	}
+	if _, err := own.ExecContext(ctx, `CREATE TEMP TABLE IF NOT EXISTS `+strings.TrimPrefix(tmp, "temp.")+` (k INTEGER PRIMARY KEY`+cdef.String()+`)`); err != nil {
+		return 0, true, fmt.Errorf("herald/gormcapture: bulk update: %w", err)
+	}
+
+	// 1. The rows: keys and values as they were.
+	sel := &gorm.Statement{DB: c.db, Table: st.Table, TableExpr: st.TableExpr, Schema: sch, Context: ctx, Clauses: map[string]clause.Clause{}}
+	if w, ok := st.Clauses["WHERE"]; ok {
+		sel.Clauses["WHERE"] = w
+	}
+	_, _ = sel.WriteString(`INSERT INTO ` + tmp + ` (k` + cdef.String() + `) SELECT `)
+	sel.WriteQuoted(clause.Column{Table: clause.CurrentTable, Name: pk[0]})
+	for _, col := range beforeCols {
+		_ = sel.WriteByte(',')
+		sel.WriteQuoted(clause.Column{Table: clause.CurrentTable, Name: col})
+	}
+	_, _ = sel.WriteString(" FROM ")
+	sel.WriteQuoted(clause.Table{Name: clause.CurrentTable})
+	if _, where := sel.Clauses["WHERE"]; where {
+		_ = sel.WriteByte(' ')
+		sel.Build("WHERE")
+	}
+	if _, err := own.ExecContext(ctx, sel.SQL.String(), sel.Vars...); err != nil {
+		return 0, true, err
+	}
+	// 2. The UPDATE of those rows.
+	u := &gorm.Statement{DB: c.db, Table: st.Table, TableExpr: st.TableExpr, Schema: sch, Context: ctx, Clauses: map[string]clause.Clause{}}
+	for _, name := range []string{"UPDATE", "SET"} {
+		if cl, ok := st.Clauses[name]; ok {
+			u.Clauses[name] = cl
+		}
+	}
+	u.Build("UPDATE", "SET")
+	_, _ = u.WriteString(" WHERE ")
+	u.WriteQuoted(clause.Column{Table: clause.CurrentTable, Name: pk[0]})
+	_, _ = u.WriteString(" IN (SELECT k FROM " + tmp + ")")
+	res, err := c.ConnPool.ExecContext(ctx, u.SQL.String(), u.Vars...)
+	if err != nil {
+		return 0, true, err
+	}
+	if n, err = res.RowsAffected(); err != nil {
+		return 0, true, err
+	}
+	// 3. The events.
+	if n > 0 {
+		var vars []any
+		ph := func(v any) string {
+			vars = append(vars, v)
+			return "?"
+		}
+		hi, lo := idBase(base)
+		hiText := hi[:8] + "-" + hi[8:12] + "-" + hi[12:16] + "-"
+		var b strings.Builder
+		b.WriteString(`INSERT INTO ` + p.writer.Table().Quoted + ` (id, topic, payload, headers, ordering_key, created_at) SELECT `)
+		// The low 8 bytes' hex, split 4-12; the two row_number()s are one
+		// window: the same number.
+		b.WriteString(ph(hiText) + `||substr(printf('%016x',` + ph(lo) + `+row_number() OVER (ORDER BY b.k)),1,4)||'-'||substr(`)
+		b.WriteString(`printf('%016x',` + ph(lo) + `+row_number() OVER (ORDER BY b.k)),5),`)
+		b.WriteString(ph(topic) + `,`)
+		b.WriteString(liteSplice(payload, marks, ph))
+		b.WriteString(`,'{}',`)
+		if key == "" {
+			b.WriteString("NULL")
+		} else {
+			var ps []string
+			for _, pt := range keyParts {
+				if pt.sql != "" {
+					ps = append(ps, pt.sql)
+				} else {
+					ps = append(ps, ph(pt.lit))
+				}
+			}
+			b.WriteString("(" + strings.Join(ps, "||") + ")")
+		}
+		b.WriteString(`,` + ph(envelope.SQLite.TimeArg(c.at.Truncate(time.Microsecond))))
+		b.WriteString(` FROM ` + tmp + ` AS b JOIN ` + table + ` ON ` + pkSQL + ` = b.k ORDER BY b.k`)
+		if _, err := own.ExecContext(ctx, b.String(), vars...); err != nil {
+			return 0, true, fmt.Errorf("herald/gormcapture: insert events: %w", err)
+		}
+	}
+	if _, err := own.ExecContext(ctx, `DELETE FROM `+tmp); err != nil {
+		return 0, true, fmt.Errorf("herald/gormcapture: bulk update: %w", err)
+	}
+	c.fused = true
+	if n > 0 {
+		if err := p.signal(ctx, st.ConnPool, []string{topic}); err != nil {
+			return 0, true, err
+		}
+	}
+	return n, true, nil
+}
+
+func isIntKind(t reflect.Type) bool {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64
+}
+
+// sqliteJSON returns a SQLite expression giving, as text, the JSON form
+// jsonform gives the value the driver scans from a column declared
+// declType into field f: integers of a column of INTEGER affinity, strings
+// of one of TEXT affinity (json_quote escapes as jsonform does, but for
+// U+2028 and U+2029). Anything else (floats, times, serializers, Valuers)
+// is built in Go. A stored value of another storage class than the
+// column's (SQLite stores what it is given) is converted as the driver's
+// scan converts it, or the statement fails (json() of a text that is not
+// JSON), as the scan would.
+func sqliteJSON(f *schema.Field, declType, e string) (string, bool) {
+	if f.Serializer != nil {
+		return "", false
+	}
+	t := f.FieldType
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Implements(reflect.TypeFor[driver.Valuer]()) || reflect.PointerTo(t).Implements(reflect.TypeFor[sql.Scanner]()) {
+		return "", false
+	}
+	d := strings.ToUpper(declType)
+	switch {
+	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64 && strings.Contains(d, "INT"):
+		return `CASE typeof(` + e + `) WHEN 'integer' THEN CAST(` + e + ` AS TEXT) WHEN 'null' THEN 'null' ELSE json(CAST(` + e + ` AS TEXT)) END`, true
+	case t.Kind() == reflect.String && !strings.Contains(d, "INT") &&
+		(strings.Contains(d, "CHAR") || strings.Contains(d, "CLOB") || strings.Contains(d, "TEXT")):
+		return `CASE WHEN ` + e + ` IS NULL THEN 'null' ELSE replace(replace(json_quote(CAST(` + e + ` AS TEXT)),char(8232),'\u2028'),char(8233),'\u2029') END`, true
+	}
+	return "", false
+}
+
+// liteSplice is bulkSplice for SQLite: text needs no cast.
+func liteSplice(payload []byte, marks map[string]string, ph func(any) string) string {
+	var parts []string
+	rest := string(payload)
+	for {
+		at, m := -1, ""
+		for k := range marks {
+			if i := strings.Index(rest, k); i >= 0 && (at < 0 || i < at) {
+				at, m = i, k
+			}
+		}
+		if at < 0 {
+			break
+		}
+		if at > 0 {
+			parts = append(parts, ph(rest[:at]))
+		}
+		parts = append(parts, "("+marks[m]+")")
+		rest = rest[at+len(m):]
+	}
+	if rest != "" {
+		parts = append(parts, ph(rest))
+	}
+	return "(" + strings.Join(parts, "||") + ")"
 }

@@ -23,10 +23,10 @@ type Counter struct {
 // A bulk update of N rows in BeforeAndAfter mode runs a constant number
 // of statements: on PostgreSQL one, the update locking and reading the
 // rows as they were in a subquery and the event INSERT built by the
-// database from its RETURNING; on SQLite the update with RETURNING after
-// a SELECT of the rows (once it holds the write lock), and the event
-// INSERT, split only at the bind-parameter limit, which 3000 rows stay
-// under.
+// database from its RETURNING; on SQLite
+// the rows as they were copied into a temporary table (once it holds the
+// write lock), the UPDATE of those rows, and one INSERT … SELECT of the
+// events.
 func TestStatementCountBulkUpdate(t *testing.T) {
 	t.Parallel()
 	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
@@ -47,6 +47,9 @@ func TestStatementCountBulkUpdate(t *testing.T) {
 			if tx.RowsAffected != int64(n) {
 				t.Errorf("n=%d: RowsAffected = %d", n, tx.RowsAffected)
 			}
+			if len(stmts) > 0 && strings.HasSuffix(stmts[0], " WHERE false") {
+				stmts = stmts[1:] // the column types, probed once per table (probeColumnTypes)
+			}
 			// PostgreSQL: one statement (Plugin.fusedUpdate) — the UPDATE,
 			// locking and reading the rows as they were in a FOR UPDATE
 			// subquery of its own, and the event INSERT built from its
@@ -58,8 +61,11 @@ func TestStatementCountBulkUpdate(t *testing.T) {
 			}
 			if d == envelope.SQLite {
 				// No row locks on SQLite: a no-op UPDATE takes the write
-				// lock before the read instead (see Plugin.writeLock).
-				want = []string{"UPDATE counters", "SELECT", "UPDATE counters", "INSERT herald_outbox"}
+				// lock before the read instead (see Plugin.writeLock); the
+				// rows as they were go to a temporary table, the UPDATE
+				// changes those rows, one INSERT … SELECT builds the events
+				// (fusedUpdateSQLite).
+				want = []string{"UPDATE counters", "CREATE", "INSERT temp.herald_bulk_3", "UPDATE counters", "INSERT herald_outbox", "DELETE temp.herald_bulk_3"}
 			}
 			if got := kinds(stmts); !slices.Equal(got, want) {
 				t.Errorf("n=%d: statements %q, want %q\n%s", n, got, want, short(stmts))
