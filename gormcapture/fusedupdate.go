@@ -453,7 +453,7 @@ func bulkSplice(payload []byte, marks map[string]string, ph func(any) string) st
 // the temporary table is emptied:
 //
 //	INSERT INTO temp.herald_bulk_N (k, c0, …) SELECT t.id, t.… FROM t WHERE <the WHERE>
-//	UPDATE t SET … WHERE t.id IN (SELECT k FROM temp.herald_bulk_N)
+//	UPDATE t SET … WHERE t.id IN (SELECT k FROM temp.herald_bulk_N) AND (<the WHERE>)
 //	INSERT INTO herald_outbox (…) SELECT …, ('{"model":…' || … || '}'), … FROM temp.herald_bulk_N b JOIN t ON t.id = b.k ORDER BY b.k
 //	DELETE FROM temp.herald_bulk_N
 //
@@ -608,7 +608,10 @@ func (c *capturePool) fusedUpdateSQLite(ctx context.Context, q string, args []an
 	if _, err := own.ExecContext(ctx, sel.SQL.String(), sel.Vars...); err != nil {
 		return 0, true, err
 	}
-	// 2. The UPDATE of those rows.
+	// 2. The UPDATE of those rows, with the caller's WHERE too: the same
+	// rows under the write lock, and with PrepareStmt the caller's cache
+	// holds one statement per statement of the caller's, as without the
+	// plugin.
 	u := &gorm.Statement{DB: c.db, Table: st.Table, TableExpr: st.TableExpr, Schema: sch, Context: ctx, Clauses: map[string]clause.Clause{}}
 	for _, name := range []string{"UPDATE", "SET"} {
 		if cl, ok := st.Clauses[name]; ok {
@@ -619,6 +622,14 @@ func (c *capturePool) fusedUpdateSQLite(ctx context.Context, q string, args []an
 	_, _ = u.WriteString(" WHERE ")
 	u.WriteQuoted(clause.Column{Table: clause.CurrentTable, Name: pk[0]})
 	_, _ = u.WriteString(" IN (SELECT k FROM " + tmp + ")")
+	if w, ok := st.Clauses["WHERE"]; ok {
+		ws := &gorm.Statement{DB: c.db, Table: st.Table, TableExpr: st.TableExpr, Schema: sch, Context: ctx, Clauses: map[string]clause.Clause{"WHERE": w}}
+		ws.Build("WHERE")
+		if cond := strings.TrimPrefix(ws.SQL.String(), "WHERE "); cond != "" {
+			_, _ = u.WriteString(" AND (" + cond + ")")
+			u.Vars = append(u.Vars, ws.Vars...) // SQLite's placeholders are positional
+		}
+	}
 	res, err := c.ConnPool.ExecContext(ctx, u.SQL.String(), u.Vars...)
 	if err != nil {
 		return 0, true, err
