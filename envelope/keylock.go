@@ -233,3 +233,25 @@ func (w *Writer) KeyLockSQL(keyExpr string, rowKeyed bool) string {
 	return f + strconv.Itoa(int(w.lockClass)) + `, (hashtextextended(` + keyExpr + `, ` + strconv.Itoa(keyLockSeed) + `) & ` +
 		strconv.Itoa(keyLockBuckets-1) + `)::int)::text = ''`
 }
+
+// KeyLocksSQL returns a boolean SQL condition, always true, that takes the
+// advisory locks of the ordering keys keysQuery returns (a SQL query of
+// one text column, NULLs ignored) on PostgreSQL: each key's bucket once,
+// in ascending bucket order (as Write takes them), shared for events whose
+// key is their row's own and whose rows the statement locks
+// (Spec.RowKeyed), exclusive otherwise. Written as the WHERE clause of
+// "INSERT INTO outbox … SELECT … FROM rows WHERE <cond>", it is a
+// one-time filter: the locks are taken before the first row is read, so
+// before any sequence value is drawn (see keyLockBuckets). A statement
+// that writes the events of many rows itself (gormcapture's fused bulk
+// update) uses it instead of one KeyLockSQL per row, which would lock the
+// buckets in row order.
+func (w *Writer) KeyLocksSQL(keysQuery string, rowKeyed bool) string {
+	f := "pg_advisory_xact_lock("
+	if rowKeyed {
+		f = "pg_advisory_xact_lock_shared("
+	}
+	c := strconv.Itoa(int(w.lockClass))
+	return `(SELECT count(` + f + c + `, l.b)::text) FROM (SELECT DISTINCT (hashtextextended(k.k, ` + strconv.Itoa(keyLockSeed) + `) & ` +
+		strconv.Itoa(keyLockBuckets-1) + `)::int AS b FROM (` + keysQuery + `) AS k(k) WHERE k.k IS NOT NULL ORDER BY 1) AS l) >= 0`
+}

@@ -35,7 +35,7 @@ const MigrationTable = "herald_migration"
 // LatestVersion is the outbox table's current schema version: what Migrate
 // brings every table to, and what the writer and the relay of this release
 // expect.
-const LatestVersion = 3
+const LatestVersion = 4
 
 // Migration is one version of the outbox table's schema, its statements
 // rendered for a dialect and table.
@@ -82,6 +82,18 @@ type migrationSource struct {
 // pay nothing for it. CREATE INDEX (not CONCURRENTLY: Migrate runs in a
 // transaction) blocks writes to the table while it builds; on a large
 // table run it after cleaning up published events.
+//
+// Version 4: no topic index, and headers' default json. The index
+// (topic, sequence) of pending events was one of the four an event's insert
+// updates (with the primary key, the pending index and the pending-key
+// index), and nothing reads it: the relay's topic filter is checked on the
+// lease's candidates, which come from the pending indexes, and its backlog
+// count walks the pending index. Dropping it makes every insert cheaper —
+// a bulk capture's 10,000 events measurably (BENCHMARKS.md, "Capture
+// (GORM)", bulk rows). headers kept version 1's jsonb default through
+// version 2's change of type, a jsonb-to-json cast per inserted row that
+// does not give its headers; the default is now '{}' as json. Both are
+// catalog changes: no rewrite, no lock held for long.
 var migrationSources = []migrationSource{
 	{
 		version: 1, name: "create the outbox table",
@@ -103,6 +115,17 @@ var migrationSources = []migrationSource{
 		liteUp: `CREATE INDEX IF NOT EXISTS {base}_pending_unordered_idx ON {table} (sequence)
     WHERE published_at IS NULL AND ordering_key IS NULL`,
 		liteDn: `DROP INDEX IF EXISTS {base}_pending_unordered_idx`,
+	},
+	{
+		version: 4, name: "no topic index (nothing reads it; every insert paid for it), headers default '{}' as json",
+		pgUp: `DROP INDEX IF EXISTS {schema}{base}_topic_idx;
+ALTER TABLE {table} ALTER COLUMN headers SET DEFAULT '{}'::json`,
+		pgDown: `CREATE INDEX IF NOT EXISTS {base}_topic_idx ON {table} (topic, sequence)
+    WHERE published_at IS NULL;
+ALTER TABLE {table} ALTER COLUMN headers SET DEFAULT '{}'::jsonb`,
+		liteUp: `DROP INDEX IF EXISTS {base}_topic_idx`,
+		liteDn: `CREATE INDEX IF NOT EXISTS {base}_topic_idx ON {table} (topic, sequence)
+    WHERE published_at IS NULL`,
 	},
 }
 

@@ -425,3 +425,58 @@ func TestMigrateVersion3Index(t *testing.T) {
 		}
 	})
 }
+
+// Version 4 drops the topic index (and, on PostgreSQL, gives headers a
+// json default); its down migration brings both back, on both dialects.
+func TestMigrateVersion4TopicIndex(t *testing.T) {
+	t.Parallel()
+	migrateDialects(t, func(t *testing.T, d envelope.Dialect, db *sql.DB, _ func() *sql.DB) {
+		ctx := context.Background()
+		has := func() bool {
+			q := `SELECT count(*) FROM pg_indexes WHERE indexname = 'herald_outbox_topic_idx' AND schemaname = current_schema()`
+			if d == envelope.SQLite {
+				q = `SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'herald_outbox_topic_idx'`
+			}
+			var n int
+			if err := db.QueryRow(q).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n == 1
+		}
+		headersDefault := func() string {
+			if d == envelope.SQLite {
+				return ""
+			}
+			var def string
+			if err := db.QueryRow(`SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef
+WHERE adrelid = to_regclass('herald_outbox') AND adnum = (SELECT attnum FROM pg_attribute WHERE attrelid = adrelid AND attname = 'headers')`).Scan(&def); err != nil {
+				t.Fatal(err)
+			}
+			return def
+		}
+		if err := envelope.MigrateTo(ctx, db, d, "", 3); err != nil {
+			t.Fatal(err)
+		}
+		if !has() {
+			t.Fatal("no topic index at version 3")
+		}
+		if d == envelope.Postgres && headersDefault() != "'{}'::jsonb" {
+			t.Fatalf("headers default at version 3: %s", headersDefault())
+		}
+		if err := envelope.Migrate(ctx, db, d, ""); err != nil {
+			t.Fatal(err)
+		}
+		if has() {
+			t.Fatal("the topic index survived version 4")
+		}
+		if d == envelope.Postgres && headersDefault() != "'{}'::json" {
+			t.Fatalf("headers default at version 4: %s, want '{}'::json", headersDefault())
+		}
+		if err := envelope.MigrateTo(ctx, db, d, "", 3); err != nil {
+			t.Fatal(err)
+		}
+		if !has() {
+			t.Fatal("the down migration to version 3 did not bring the topic index back")
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,13 +96,33 @@ func BenchmarkCreate(b *testing.B) {
 }
 
 // BenchmarkUpdateWhere: Updates with a Where matching 10,000 rows,
-// BeforeAndAfter, in GORM's default transaction.
+// BeforeAndAfter, in GORM's default transaction, interleaved with the same
+// Updates on a database without the plugin (plain) and with the
+// hand-written floor: the least a BeforeAndAfter capture of the update can
+// do in herald's table, on a third database.
+//
+//   - PostgreSQL: integration/peerbench's floor, one statement — a locked
+//     SELECT of the rows (before), the UPDATE … RETURNING with
+//     row_to_json(before), and an INSERT … SELECT json_build_object(…) of
+//     the events (floorPostgres).
+//   - SQLite, which has no data-modifying CTE and no old values in
+//     RETURNING: the fastest of the hand-written forms measured (a temporary
+//     table of the before images, the UPDATE, one INSERT … SELECT
+//     json_object(…) joining the two; an AFTER UPDATE trigger and computing
+//     the after image from the SET cost the same), floorSQLite.
+//
+// Besides each side's time per op it reports herald÷floor, floor÷plain and
+// herald÷plain (ratio).
+//
+//	go test -run '^$' -bench 'BenchmarkUpdateWhere' -benchtime 10x ./gormcapture/
 func BenchmarkUpdateWhere(b *testing.B) {
 	const rows = 10000
 	for _, d := range dialects {
 		b.Run(d.name, func(b *testing.B) {
 			bp := benchPair(b, d.dialect, envelope.BeforeAndAfter)
-			for _, db := range []*gorm.DB{bp.plain, bp.captured} {
+			floor, _ := openDB(b, d.dialect, nil)
+			must(b, floor.AutoMigrate(&BenchRow{}))
+			for _, db := range []*gorm.DB{bp.plain, bp.captured, floor} {
 				batch := make([]BenchRow, rows)
 				for i := range batch {
 					batch[i] = BenchRow{Name: fmt.Sprint("r", i), Status: "new", Amount: i}
@@ -109,28 +130,87 @@ func BenchmarkUpdateWhere(b *testing.B) {
 				must(b, db.CreateInBatches(&batch, 2000).Error)
 			}
 			bp.trunc()
-			update := func(db *gorm.DB, i int) {
-				tx := db.Model(&BenchRow{}).Where("amount >= ?", 0).Updates(map[string]any{"status": fmt.Sprint("s", i), "version": gorm.Expr("version + 1")})
+			truncFloor := func() { must(b, floor.Exec(`DELETE FROM herald_outbox`).Error) }
+			if d.dialect == envelope.Postgres {
+				truncFloor = func() { must(b, floor.Exec(`TRUNCATE herald_outbox`).Error) }
+			}
+			check := func(tx *gorm.DB) {
 				must(b, tx.Error)
 				if tx.RowsAffected != rows {
 					b.Fatalf("RowsAffected = %d", tx.RowsAffected)
 				}
 			}
-			var tp, tc time.Duration
+			update := func(db *gorm.DB, i int) {
+				check(db.Model(&BenchRow{}).Where("amount >= ?", 0).Updates(map[string]any{"status": fmt.Sprint("s", i), "version": gorm.Expr("version + 1")}))
+			}
+			handWritten := func(i int) {
+				if d.dialect == envelope.Postgres {
+					check(floor.Exec(floorPostgres, fmt.Sprint("s", i)))
+					return
+				}
+				must(b, floor.Transaction(func(tx *gorm.DB) error {
+					for _, q := range floorSQLite {
+						var args []any
+						if strings.Contains(q, "?") {
+							args = append(args, fmt.Sprint("s", i))
+						}
+						r := tx.Exec(q, args...)
+						if r.Error != nil {
+							return r.Error
+						}
+					}
+					return nil
+				}))
+			}
+			var tp, tc, tf time.Duration
 			b.ResetTimer()
 			for i := 0; b.Loop(); i++ {
 				s := time.Now()
 				update(bp.plain, i)
 				m := time.Now()
 				update(bp.captured, i)
-				tp, tc = tp+m.Sub(s), tc+time.Since(m)
+				f := time.Now()
+				handWritten(i)
+				tp, tc, tf = tp+m.Sub(s), tc+f.Sub(m), tf+time.Since(f)
 				b.StopTimer()
 				bp.trunc()
+				truncFloor()
 				b.StartTimer()
 			}
 			report(b, tp, tc, b.N)
+			b.ReportMetric(float64(tf.Nanoseconds())/float64(b.N), "floor-ns/op")
+			b.ReportMetric(float64(tc)/float64(tf), "herald/floor")
+			b.ReportMetric(float64(tf)/float64(tp), "floor/plain")
 		})
 	}
+}
+
+// floorPostgres is integration/peerbench's floorSQL on bench_rows.
+const floorPostgres = `WITH before AS (SELECT * FROM bench_rows WHERE amount >= 0 FOR UPDATE),
+u AS (UPDATE bench_rows f SET status = ?, version = f.version + 1 FROM before b WHERE f.id = b.id
+      RETURNING f.id, f.name, f.status, f.amount, f.version, row_to_json(b) AS before_image)
+INSERT INTO herald_outbox (id, topic, payload, ordering_key, created_at)
+SELECT gen_random_uuid(), 'bench_row.updated',
+       json_build_object('model', 'BenchRow', 'operation', 'updated', 'pk', u.id, 'before', u.before_image,
+           'after', json_build_object('id', u.id, 'name', u.name, 'status', u.status, 'amount', u.amount, 'version', u.version)),
+       'BenchRow:' || u.id, now()
+FROM u`
+
+// floorSQLite is the floor on SQLite: the rows' before images into a
+// temporary table, the UPDATE of those rows, and the events from the two
+// joined.
+var floorSQLite = []string{
+	`CREATE TEMP TABLE IF NOT EXISTS herald_floor_before (pk INTEGER PRIMARY KEY, j TEXT)`,
+	`INSERT INTO temp.herald_floor_before SELECT id, json_object('id', id, 'name', name, 'status', status, 'amount', amount, 'version', version)
+FROM bench_rows WHERE amount >= 0`,
+	`UPDATE bench_rows SET status = ?, version = version + 1 WHERE id IN (SELECT pk FROM temp.herald_floor_before)`,
+	`INSERT INTO herald_outbox (id, topic, payload, ordering_key, created_at)
+SELECT lower(hex(randomblob(16))), 'bench_row.updated',
+       json_object('model', 'BenchRow', 'operation', 'updated', 'pk', t.id, 'before', json(b.j),
+           'after', json_object('id', t.id, 'name', t.name, 'status', t.status, 'amount', t.amount, 'version', t.version)),
+       'BenchRow:' || t.id, strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+FROM temp.herald_floor_before b JOIN bench_rows t ON t.id = b.pk ORDER BY b.pk`,
+	`DELETE FROM temp.herald_floor_before`,
 }
 
 // BenchmarkCreateFloor measures what BenchmarkCreate's ratio cannot go

@@ -54,6 +54,7 @@ type capturePool struct {
 	cascaded      []batch
 	updCascade    []updateCascade // an UPDATE's ON UPDATE cascades, as read before it
 	paired        bool            // before[i] is after[i] as it was (updateWithBefore)
+	fused         bool            // the statement wrote its events itself (fusedUpdate)
 }
 
 func (p *Plugin) update(orig func(*gorm.DB)) func(*gorm.DB) {
@@ -131,6 +132,13 @@ func (c *capturePool) ExecContext(ctx context.Context, q string, args ...any) (s
 		return c.ConnPool.ExecContext(ctx, q, args...)
 	}
 	c.hit = true
+	if n, ok, err := c.fusedUpdate(ctx, q, args); ok || err != nil {
+		if err != nil {
+			c.err = err
+			return nil, err
+		}
+		return driver.RowsAffected(n), nil
+	}
 	n, err := c.run(ctx, q, args)
 	if err != nil {
 		c.err = err
@@ -360,14 +368,37 @@ func (c *capturePool) run(ctx context.Context, q string, args []any) (int64, err
 // false where this does not apply (SQLite, an UPDATE … FROM).
 func (c *capturePool) updateWithBefore(ctx context.Context, before, after []string) (n int64, ok bool, err error) {
 	st := c.db.Statement
-	if c.p.dialect != envelope.Postgres {
+	q, vars, ok := c.buildUpdateWithBefore(ctx, before, after)
+	if !ok {
 		return 0, false, nil
+	}
+	rows, err := c.ConnPool.QueryContext(ctx, q, vars...)
+	if err != nil {
+		return 0, true, err
+	}
+	sc := newScanner(st.Schema, append(slices.Clone(before), after...))
+	sc.split = len(before)
+	c.after, _, err = sc.scan(ctx, rows, -1)
+	if err != nil {
+		return 0, true, err
+	}
+	c.before, c.paired = sc.firsts, true
+	return int64(len(c.after)), true, nil
+}
+
+// buildUpdateWithBefore builds updateWithBefore's statement: its
+// RETURNING is the columns before (as they were), then after (as the
+// UPDATE left them). ok is false where it does not apply.
+func (c *capturePool) buildUpdateWithBefore(ctx context.Context, before, after []string) (string, []any, bool) {
+	st := c.db.Statement
+	if c.p.dialect != envelope.Postgres {
+		return "", nil, false
 	}
 	if _, from := st.Clauses["FROM"]; from {
-		return 0, false, nil
+		return "", nil, false
 	}
 	if _, set := st.Clauses["SET"]; !set {
-		return 0, false, nil
+		return "", nil, false
 	}
 	pk := keyColumns(st.Schema)
 	alias := func(i int) string { return "herald_b" + strconv.Itoa(i) }
@@ -416,22 +447,14 @@ func (c *capturePool) updateWithBefore(ctx context.Context, before, after []stri
 		_ = u.WriteByte(',')
 	}
 	_, _ = u.WriteString(quotedColumns(st, after, true))
-	rows, err := c.ConnPool.QueryContext(ctx, u.SQL.String(), u.Vars...)
-	if err != nil {
-		return 0, true, err
-	}
-	sc := newScanner(st.Schema, append(slices.Clone(before), after...))
-	sc.split = len(before)
-	c.after, _, err = sc.scan(ctx, rows, -1)
-	if err != nil {
-		return 0, true, err
-	}
-	c.before, c.paired = sc.firsts, true
-	return int64(len(c.after)), true, nil
+	return u.SQL.String(), u.Vars, true
 }
 
 // finish builds the statement's changes and writes their events.
 func (c *capturePool) finish() error {
+	if c.fused {
+		return nil
+	}
 	st := c.db.Statement
 	ctx := st.Context
 	spec := c.spec

@@ -35,8 +35,12 @@ func TestPrint(t *testing.T) {
 	if err := run(context.Background(), []string{"-dialect", "postgres", "-print", "-down"}, &out); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "DROP INDEX IF EXISTS herald_outbox_pending_unordered_idx") {
-		t.Fatalf("-print -down: %s", out.String())
+	down, err := envelope.MigrationSQL(envelope.Postgres, "", envelope.LatestVersion, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != down || !strings.Contains(out.String(), "CREATE INDEX IF NOT EXISTS herald_outbox_topic_idx") {
+		t.Fatalf("-print -down: %s\nwant the latest version's down script\n%s", out.String(), down)
 	}
 }
 

@@ -63,7 +63,7 @@ var ddlVariants = map[string][]string{
 
 var (
 	topicFull = []string{
-		`DROP INDEX herald_outbox_topic_idx`,
+		`DROP INDEX IF EXISTS herald_outbox_topic_idx`,
 		`CREATE INDEX herald_outbox_topic_idx ON herald_outbox (topic, sequence)`,
 	}
 	uniqueFull = []string{
