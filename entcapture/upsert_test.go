@@ -93,6 +93,7 @@ func TestBulkUpsertDoNothingAutoIncrement(t *testing.T) {
 					// The rows the database has, by id.
 					rows, err := e.db.Query(`SELECT id, name FROM readers ORDER BY id`)
 					must(t, err)
+					defer rows.Close()
 					names := map[float64]string{}
 					for rows.Next() {
 						var id int64
@@ -101,7 +102,6 @@ func TestBulkUpsertDoNothingAutoIncrement(t *testing.T) {
 						names[float64(id)] = n
 					}
 					must(t, rows.Err())
-					must(t, rows.Close())
 					if len(names) != 6 {
 						t.Fatalf("%d readers, want 6: %v", len(names), names)
 					}

@@ -215,7 +215,8 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 	noEdges := len(w.g.AddedEdges())+len(w.g.RemovedEdges())+len(w.g.ClearedEdges()) == 0
 	var before []map[string]any
 	var ids []any
-	if needBefore || (!one && !(ret && noEdges && len(ews)+len(cws) == 0)) {
+	readFirst := !ret || !noEdges || len(ews)+len(cws) > 0 // no RETURNING alone gives the rows
+	if needBefore || (!one && readFirst) {
 		if err := s.writeLock(w.sch.Table, w.sch.PK); err != nil {
 			return nil, err
 		}
