@@ -238,7 +238,7 @@ func forwarderDrain(batch int) func(context.Context, config) (float64, string, e
 		select {
 		case <-sink.done:
 		case err := <-runErr:
-			return 0, "", fmt.Errorf("watermill forwarder stopped after %d of %d: %v", sink.n.Load(), cfg.events, err)
+			return 0, "", fmt.Errorf("watermill forwarder stopped after %d of %d: %w", sink.n.Load(), cfg.events, err)
 		case <-ctx.Done():
 			_ = f.Close()
 			return 0, "", fmt.Errorf("watermill forwarder: %d of %d forwarded: %w", sink.n.Load(), cfg.events, ctx.Err())

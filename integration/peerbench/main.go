@@ -496,6 +496,9 @@ func serverInfo(ctx context.Context, db *sql.DB) string {
 			conf = append(conf, n+"="+val)
 		}
 	}
+	if err := rows.Err(); err != nil {
+		return s + fmt.Sprintf("; settings from configuration files not read: %v", err)
+	}
 	if len(conf) == 0 {
 		return s + "; no other setting from a configuration file (locale, SSL, logging and where to listen aside)"
 	}
