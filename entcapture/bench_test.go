@@ -208,7 +208,7 @@ func BenchmarkCreateFloor(b *testing.B) {
 		tx, err := c.Tx(ctx)
 		must(b, err)
 		l := tx.Loan.Create().SetStatus("lent").SetDays(i).SetReturned(false).SaveX(ctx)
-		stx := tx.HeraldTx().(*entsql.Tx).ExecQuerier.(*sql.Tx)
+		stx := entcapture.SQLTx(tx.HeraldTx())
 		var seq any // NULL in the copy without the key
 		var id string
 		must(b, stx.StmtContext(ctx, st).QueryRowContext( //nolint:sqlclosecheck // the transaction's copy, closed with it

@@ -1,5 +1,11 @@
 package entcapture
 
+import (
+	"database/sql"
+
+	"entgo.io/ent/dialect"
+)
+
 // Prepared reports how many statements d keeps prepared.
 func Prepared(d *CaptureDriver) int { return int(d.stmts.n.Load()) }
 
@@ -11,3 +17,7 @@ func DisablePrepared(d *CaptureDriver) { d.stmts.n.Store(maxPrepared) }
 // wrapper for RETURNING (the path of a client without the wrapper), for
 // comparing the two.
 func WithoutReturning(d *CaptureDriver) { withoutReturning.Store(d, struct{}{}) }
+
+// SQLTx returns the database/sql transaction under a transaction ent
+// hands out on d (benchmarks write beside the capture in it).
+func SQLTx(t dialect.Tx) *sql.Tx { return sqlTx(t) }

@@ -70,8 +70,19 @@ func closeStmt(s *stdsql.Stmt) { _ = s.Close() }
 // sqlTx returns the database/sql transaction under an ent transaction
 // of ent's SQL driver, or nil.
 func sqlTx(t dialect.Tx) *stdsql.Tx {
-	if n, ok := t.(nopTx); ok {
-		t = n.Tx
+	for { // the wrappers CaptureDriver hands out
+		switch w := t.(type) {
+		case nopTx:
+			t = w.Tx
+			continue
+		case captureTx:
+			t = w.Tx
+			continue
+		case returningTx:
+			t = w.Tx
+			continue
+		}
+		break
 	}
 	if et, ok := t.(*entsql.Tx); ok {
 		if tx, ok := et.ExecQuerier.(*stdsql.Tx); ok {

@@ -84,6 +84,28 @@ func TestSQLitePreparedEvents(t *testing.T) {
 	}
 }
 
+// TestSQLitePreparedInCallerTx: in a caller's client.Tx (whose
+// transaction entcapture.Driver wraps) the event INSERT is prepared too —
+// the wrappers the driver hands out are seen through.
+func TestSQLitePreparedInCallerTx(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envelope.SQLite, entcapture.Config{Options: map[string]envelope.Options{"Loan": {Payload: envelope.After}}})
+	ctx := context.Background()
+	for i := range 3 {
+		tx, err := e.client.Tx(ctx)
+		must(t, err)
+		tx.Loan.Create().SetStatus("c").SetDays(i).SetReturned(false).SaveX(ctx)
+		tx.Loan.Update().SetDays(10 + i).ExecX(ctx)
+		must(t, tx.Commit())
+	}
+	if n := len(e.events(t)); n != 3+(1+2+3) { // the creates, then each update of every loan so far
+		t.Fatalf("%d events, want 9", n)
+	}
+	if n := entcapture.Prepared(e.drv); n == 0 {
+		t.Fatal("no statement prepared: the capture in a caller's transaction ran its event INSERT unprepared")
+	}
+}
+
 // TestSQLitePreparedOneConnection: with MaxOpenConns set, preparing on
 // the pool could wait for the connection the write's transaction holds,
 // so the capture's statements run unprepared — and do not block.
