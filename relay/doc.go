@@ -26,8 +26,11 @@
 //     after one that held keyed events takes, behind each key's head, the
 //     events that follow it (a run, cut at the first one not leasable;
 //     the runs share BatchSize), so a backlog of few keys drains a batch
-//     per poll, not one event per key. On SQLite a batch holds one event
-//     per key. A failure holds back only its key.
+//     per poll, not one event per key. A runs lease that finds no
+//     followers turns runs off until a key is leased twice in a row, so a
+//     trickle of one event per key keeps the cheaper plain lease. On
+//     SQLite a batch holds one event per key. A failure holds back only
+//     its key.
 //  3. Hold: the lease runs Lease from the database's now during the
 //     statement, so by the relay's own clock it ends no earlier than
 //     Lease after the statement was sent. When the statement returned later

@@ -229,3 +229,29 @@ func TestKeyRunsRedeliveredInOrderAfterLeaseExpiry(t *testing.T) {
 		t.Fatalf("then %v, want the rest of the run in order", got)
 	}
 }
+
+// TestKeyRunsOffForATrickle: a runs lease that finds no followers turns
+// runs off, so a steady trickle of events whose keys each hold one
+// pending event keeps the plain lease; a key leased twice in a row (a
+// backlog behind it) turns them on again.
+func TestKeyRunsOffForATrickle(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envelope.Postgres)
+	rec := &recorder{}
+	r := e.newRelay(t, rec, Config{})
+	step := func(name, key string, wantRuns bool) {
+		t.Helper()
+		e.enqueue(t, msg(name, key, 1))
+		if got := pollOnce(t, r, rec); !slices.Equal(got, []string{name}) {
+			t.Fatalf("delivered %v, want %s", got, name)
+		}
+		if got := r.runs.Load(); got != wantRuns {
+			t.Fatalf("after %s: next lease takes runs = %v, want %v", name, got, wantRuns)
+		}
+	}
+	step("a1", "a", true)  // keyed: the next lease looks for runs
+	step("b1", "b", false) // that runs lease found no followers
+	step("c1", "c", false) // a trickle: plain leases
+	step("d1", "d", false)
+	step("d2", "d", true) // d leased twice in a row: a backlog behind d
+}

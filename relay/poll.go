@@ -168,8 +168,34 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 	} else {
 		r.walk.Store(0)
 	}
+	// Whether the next lease takes runs. After a lease that held keyed
+	// events, yes — unless a runs lease found no followers since: a steady
+	// trickle of events whose keys each hold one pending event then keeps
+	// the plain lease (the runs statement is dearer to plan and run, and on
+	// a table without statistics its estimate grows with the published
+	// history until JIT compiles it on every poll), until a key is leased
+	// again right after the lease before — a backlog behind that key.
 	if len(got) > 0 { // an empty lease says nothing of what comes next
-		r.runs.Store(slices.ContainsFunc(got, func(l leased) bool { return l.e.OrderingKey != "" }))
+		keys := make(map[string]struct{}, len(got))
+		keyed, repeat, followers := false, false, false
+		for _, l := range got {
+			if k := l.e.OrderingKey; k != "" {
+				keyed = true
+				keys[k] = struct{}{}
+				followers = followers || l.pos > 1
+				if _, ok := r.lastKeys[k]; ok {
+					repeat = true
+				}
+			}
+		}
+		r.lastKeys = keys
+		switch {
+		case runs:
+			r.noRuns = !followers
+		case repeat:
+			r.noRuns = false
+		}
+		r.runs.Store(keyed && !r.noRuns)
 	}
 	slices.SortFunc(got, func(a, b leased) int { return cmp.Compare(a.e.Sequence, b.e.Sequence) })
 	// Of each key, keep the run's positions 1, 2, 3… without a gap: an

@@ -53,7 +53,12 @@ type Relay struct {
 	// checks the table when it first does.
 	tableOK atomic.Bool
 	walk    atomic.Int64 // keys the next lease walks for heads (see leaseBatchPostgres)
-	runs    atomic.Bool  // the next lease takes runs of keys (leaseRunsPostgres): the last one held keyed events
+	runs    atomic.Bool  // the next lease takes runs of keys (leaseRunsPostgres): evidence of keys with events behind their heads
+	// lastKeys are the ordering keys of the last non-empty lease; noRuns:
+	// a runs lease found no followers since the last evidence of a key's
+	// backlog (both the poll loop's own).
+	lastKeys map[string]struct{}
+	noRuns   bool
 	// shortLeases counts short leases of unordered events only (see lease).
 	shortLeases atomic.Int64
 	cleanups    atomic.Int64 // scheduled cleanup passes finished, for tests
