@@ -83,7 +83,14 @@
 // strings, json/jsonb into strings, timestamps into time.Time — timestamptz
 // only through pgx with time.Local UTC; the column types are read once
 // per table, by a SELECT of no rows before its first single-row Create);
-// any other takes two statements. What the caller sees is
+// any other takes two statements. A bulk Update on PostgreSQL is one
+// statement too: the UPDATE's RETURNING (with the before images from its
+// FOR UPDATE subquery) feeds an INSERT … SELECT of the events rendered by
+// the database in the same JSON form; on SQLite the before images go into
+// a temporary table and one INSERT … SELECT writes the events (integer
+// keys, integer and text columns). Models with Extend, ExtendMany,
+// TopicFunc or OrderingKeyFunc, UPDATE … FROM, and ON UPDATE cascades
+// build their events in Go. What the caller sees is
 // what GORM shows without the plugin: RowsAffected, generated keys and
 // defaults filled in, and a struct or slice never overwritten by the
 // plugin's RETURNING.
