@@ -21,6 +21,7 @@ import (
 	"gorm.io/gorm/schema"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/fusedsql"
 	"github.com/heraldgo/herald/jsonform"
 )
 
@@ -417,30 +418,12 @@ func stringJSON(e string) string {
 	return `COALESCE(replace(replace(` + e + `,U&'\2028','\u2028'),U&'\2029','\u2029'),'null')`
 }
 
-// bulkSplice is splicePayload for bulkJSON's expressions, which are
-// complete JSON text already.
+// bulkSplice is fusedsql.SplicePayload for bulkJSON's expressions, which
+// are complete JSON text already.
 func bulkSplice(payload []byte, marks map[string]string, ph func(any) string) string {
-	var parts []string
-	rest := string(payload)
-	for {
-		at, m := -1, ""
-		for k := range marks {
-			if i := strings.Index(rest, k); i >= 0 && (at < 0 || i < at) {
-				at, m = i, k
-			}
-		}
-		if at < 0 {
-			break
-		}
-		if at > 0 {
-			parts = append(parts, ph(rest[:at])+"::text")
-		}
-		parts = append(parts, marks[m])
-		rest = rest[at+len(m):]
-	}
-	if rest != "" {
-		parts = append(parts, ph(rest)+"::text")
-	}
+	parts := fusedsql.Splice(payload, marks,
+		func(lit string) string { return ph(lit) + "::text" },
+		func(expr string) string { return expr })
 	return "(" + strings.Join(parts, "||") + ")::json"
 }
 
@@ -726,26 +709,8 @@ func sqliteJSON(f *schema.Field, declType, e string) (string, bool) {
 
 // liteSplice is bulkSplice for SQLite: text needs no cast.
 func liteSplice(payload []byte, marks map[string]string, ph func(any) string) string {
-	var parts []string
-	rest := string(payload)
-	for {
-		at, m := -1, ""
-		for k := range marks {
-			if i := strings.Index(rest, k); i >= 0 && (at < 0 || i < at) {
-				at, m = i, k
-			}
-		}
-		if at < 0 {
-			break
-		}
-		if at > 0 {
-			parts = append(parts, ph(rest[:at]))
-		}
-		parts = append(parts, "("+marks[m]+")")
-		rest = rest[at+len(m):]
-	}
-	if rest != "" {
-		parts = append(parts, ph(rest))
-	}
+	parts := fusedsql.Splice(payload, marks,
+		func(lit string) string { return ph(lit) },
+		func(expr string) string { return "(" + expr + ")" })
 	return "(" + strings.Join(parts, "||") + ")"
 }

@@ -128,6 +128,20 @@ func (e *Event) WriteCTE(b *strings.Builder, ph func(any) string) error {
 // exactly these bytes, in the key order and compact form of every other
 // path (a jsonb merge would sort the keys and add spaces).
 func SplicePayload(payload []byte, marks Marks, ph func(any) string) string {
+	parts := Splice(payload, marks,
+		func(lit string) string { return ph(lit) + "::text" },
+		func(expr string) string {
+			return `COALESCE(replace(replace((` + expr + `)::text,U&'\2028','\u2028'),U&'\2029','\u2029'),'null')`
+		})
+	return "(" + strings.Join(parts, "||") + ")::json"
+}
+
+// Splice cuts payload at the markers of marks, in order: each run of text
+// between markers becomes lit(text) (empty runs are left out), each
+// marker expr(its expression). The parts, joined with ||, are the
+// payload's text with each marker replaced by its value's JSON — how
+// every fused statement builds an event's payload in SQL.
+func Splice(payload []byte, marks map[string]string, lit, expr func(string) string) []string {
 	var parts []string
 	rest := string(payload)
 	for {
@@ -140,10 +154,14 @@ func SplicePayload(payload []byte, marks Marks, ph func(any) string) string {
 		if at < 0 {
 			break
 		}
-		v := `replace(replace((` + marks[m] + `)::text,U&'\2028','\u2028'),U&'\2029','\u2029')`
-		parts = append(parts, ph(rest[:at])+"::text", `COALESCE(`+v+`,'null')`)
+		if at > 0 {
+			parts = append(parts, lit(rest[:at]))
+		}
+		parts = append(parts, expr(marks[m]))
 		rest = rest[at+len(m):]
 	}
-	parts = append(parts, ph(rest)+"::text")
-	return "(" + strings.Join(parts, "||") + ")::json"
+	if rest != "" {
+		parts = append(parts, lit(rest))
+	}
+	return parts
 }
