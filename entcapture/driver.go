@@ -177,7 +177,7 @@ func (d *CaptureDriver) Query(ctx context.Context, query string, args, v any) er
 // written with its event by one statement).
 func (d *CaptureDriver) Tx(ctx context.Context) (dialect.Tx, error) {
 	if t := d.hookTxOf(ctx); t != nil {
-		return d.withReturningTx(nopTx{t.tx}, nil)
+		return captureTx{nopTx{t.tx}, d}, nil
 	}
 	tx, err := d.Driver.Tx(ctx)
 	if err != nil {
@@ -190,7 +190,7 @@ func (d *CaptureDriver) Tx(ctx context.Context) (dialect.Tx, error) {
 // (ent's client.BeginTx uses it).
 func (d *CaptureDriver) BeginTx(ctx context.Context, opts *stdsql.TxOptions) (dialect.Tx, error) {
 	if t := d.hookTxOf(ctx); t != nil {
-		return d.withReturningTx(nopTx{t.tx}, nil)
+		return captureTx{nopTx{t.tx}, d}, nil
 	}
 	b, ok := d.Driver.(interface {
 		BeginTx(context.Context, *stdsql.TxOptions) (dialect.Tx, error)

@@ -78,9 +78,6 @@ func sqlTx(t dialect.Tx) *stdsql.Tx {
 		case captureTx:
 			t = w.Tx
 			continue
-		case returningTx:
-			t = w.Tx
-			continue
 		}
 		break
 	}

@@ -20,7 +20,7 @@ import (
 // The capture hook marks the context of a captured UPDATE or DELETE
 // (withReturning) with the table and the columns its events hold. The
 // driver wrapper — CaptureDriver.Exec, and the transactions CaptureDriver
-// hands out (returningTx) — turns ent's Exec of that table's statement
+// hands out (captureTx) — turns ent's Exec of that table's statement
 // into a query with RETURNING those columns, keeps the rows for the hook,
 // and hands ent a result whose RowsAffected is the number of rows
 // returned: exactly what the UPDATE or DELETE itself reports (both count
@@ -118,49 +118,6 @@ func (n returnedRows) RowsAffected() (int64, error) { return int64(n), nil }
 
 func (returnedRows) LastInsertId() (int64, error) {
 	return 0, errors.New("herald/entcapture: LastInsertId is not available for an UPDATE or DELETE run with RETURNING")
-}
-
-// returningTx is a transaction CaptureDriver hands out (the hook's, to
-// ent's internal transactions, and a caller's, begun with client.Tx):
-// its Exec serves the capture's RETURNING requests as CaptureDriver.Exec
-// does.
-type returningTx struct {
-	dialect.Tx
-	d *CaptureDriver
-}
-
-func (d *CaptureDriver) withReturningTx(tx dialect.Tx, err error) (dialect.Tx, error) {
-	if err != nil {
-		return nil, err
-	}
-	return returningTx{Tx: tx, d: d}, nil
-}
-
-// Exec implements dialect.ExecQuerier.
-func (t returningTx) Exec(ctx context.Context, query string, args, v any) error {
-	if ok, err := t.d.execReturning(ctx, t.Tx, query, args, v); ok {
-		return err
-	}
-	return t.Tx.Exec(ctx, query, args, v)
-}
-
-// ExecContext runs a statement in the transaction (the sql/execquery
-// feature's generated methods call it).
-func (t returningTx) ExecContext(ctx context.Context, query string, args ...any) (stdsql.Result, error) {
-	q, ok := t.Tx.(stdExecQuerier)
-	if !ok {
-		return nil, fmt.Errorf("herald/entcapture: %T has no ExecContext", t.Tx)
-	}
-	return q.ExecContext(ctx, query, args...)
-}
-
-// QueryContext runs a query in the transaction.
-func (t returningTx) QueryContext(ctx context.Context, query string, args ...any) (*stdsql.Rows, error) {
-	q, ok := t.Tx.(stdExecQuerier)
-	if !ok {
-		return nil, fmt.Errorf("herald/entcapture: %T has no QueryContext", t.Tx)
-	}
-	return q.QueryContext(ctx, query, args...)
 }
 
 // errNotReturned: a captured write whose statement did not reach the
