@@ -1,7 +1,6 @@
 package envelope
 
 import (
-	"hash/fnv"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,7 +22,9 @@ import (
 //
 //   - The lock is on the key's bucket, hashtextextended(key) mod
 //     keyLockBuckets, in a lock space of the outbox table's own (the
-//     two-int4 advisory lock form, classid from the table name), so a
+//     two-int4 advisory lock form, classid the table's OID — the same
+//     table however it is named, and two outbox tables of one name in
+//     two schemas never share a lock), so a
 //     write with 100,000 keys takes at most keyLockBuckets locks and never
 //     exhausts the server's lock table (max_locks_per_transaction), as one
 //     lock per key would (about 12,000 locks fail with "out of shared
@@ -77,11 +78,14 @@ const (
 	keyLockSeed    = 7281
 )
 
-// lockClass is the advisory lock classid of the table: FNV-1a of its name.
-func lockClass(t Table) int32 {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte("herald:" + t.Name))
-	return int32(h.Sum32()) //nolint:gosec // a hash: wrapping is the point
+// lockClassSQL is the advisory lock classid of the table, as SQL: its OID
+// (resolved once, when the statement is parsed), as int4. Advisory locks
+// are per database, and a table's OID is unique in its database, so every
+// outbox table — one per schema of a multi-tenant database, a test's own —
+// has a lock space of its own, while every writer of one table, whatever
+// name or search_path it reaches it by, shares it.
+func lockClassSQL(t Table) string {
+	return "('" + t.Quoted + "'::regclass::oid::int4)"
 }
 
 // keyLocks are the ordering keys a write locks, and whether exclusively.
@@ -179,7 +183,7 @@ func textArray(ss []string) string {
 // exclusive at the same index, in bucket order, and returns the number of
 // buckets locked (>= 0).
 func (w *Writer) lockKeysSQL(keys, exclusive string) string {
-	c := strconv.Itoa(int(w.lockClass))
+	c := w.lockClass
 	return `(SELECT count(CASE WHEN l.x THEN pg_advisory_xact_lock(` + c + `, l.b)::text ELSE pg_advisory_xact_lock_shared(` + c + `, l.b)::text END)` +
 		` FROM (SELECT (hashtextextended(u.k, ` + strconv.Itoa(keyLockSeed) + `) & ` + strconv.Itoa(keyLockBuckets-1) + `)::int AS b, bool_or(u.x) AS x` +
 		` FROM unnest(` + keys + `::text[], ` + exclusive + `::boolean[]) AS u(k, x) GROUP BY 1 ORDER BY 1) AS l)`
@@ -230,7 +234,7 @@ func (w *Writer) KeyLockSQL(keyExpr string, rowKeyed bool) string {
 	if rowKeyed {
 		f = "pg_advisory_xact_lock_shared("
 	}
-	return f + strconv.Itoa(int(w.lockClass)) + `, (hashtextextended(` + keyExpr + `, ` + strconv.Itoa(keyLockSeed) + `) & ` +
+	return f + w.lockClass + `, (hashtextextended(` + keyExpr + `, ` + strconv.Itoa(keyLockSeed) + `) & ` +
 		strconv.Itoa(keyLockBuckets-1) + `)::int)::text = ''`
 }
 
@@ -251,7 +255,7 @@ func (w *Writer) KeyLocksSQL(keysQuery string, rowKeyed bool) string {
 	if rowKeyed {
 		f = "pg_advisory_xact_lock_shared("
 	}
-	c := strconv.Itoa(int(w.lockClass))
+	c := w.lockClass
 	return `(SELECT count(` + f + c + `, l.b)::text) FROM (SELECT DISTINCT (hashtextextended(k.k, ` + strconv.Itoa(keyLockSeed) + `) & ` +
 		strconv.Itoa(keyLockBuckets-1) + `)::int AS b FROM (` + keysQuery + `) AS k(k) WHERE k.k IS NOT NULL ORDER BY 1) AS l) >= 0`
 }

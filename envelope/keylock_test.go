@@ -2,6 +2,8 @@ package envelope_test
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"testing"
 	"time"
 
@@ -116,5 +118,76 @@ func TestKeyLockFormsBeforeSequence(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestKeyLockSpacePerTable: the key locks of an outbox table are its own.
+// Two tables of one name in two schemas (a multi-tenant database, two
+// tests) never wait on each other's keys — before the lock space was the
+// table's OID it was a hash of its name, and two parallel tests writing
+// many keys deadlocked (SQLSTATE 40P01) on each other's buckets — while
+// one table reached by two names ("herald_outbox" on the search_path and
+// "schema.herald_outbox") is one lock space.
+func TestKeyLockSpacePerTable(t *testing.T) {
+	t.Parallel()
+	dbA, _ := testkit.Postgres(t)
+	dbB, _ := testkit.Postgres(t)
+	ctx := context.Background()
+	var schemaA string
+	if err := dbA.QueryRowContext(ctx, `SELECT current_schema()`).Scan(&schemaA); err != nil {
+		t.Fatal(err)
+	}
+	for _, db := range []*sql.DB{dbA, dbB} {
+		if err := envelope.Migrate(ctx, db, envelope.Postgres, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, _ := envelope.NewWriter(envelope.Postgres, "")
+	qualified, err := envelope.NewWriter(envelope.Postgres, schemaA+".herald_outbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := []envelope.Message{{Topic: "t", Payload: 1, OrderingKey: "k"}}
+
+	tx1, err := dbA.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx1.Rollback() }()
+	if _, err := w.Write(ctx, tx1, msg); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another schema's table of the same name: no wait. lock_timeout turns
+	// a wait into an error instead of a hang.
+	tx2, err := dbB.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx2.Rollback() }()
+	if _, err := tx2.ExecContext(ctx, `SET LOCAL lock_timeout = '2s'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(ctx, tx2, msg); err != nil {
+		t.Fatalf("a write of key k to another schema's herald_outbox waited on this one's lock: %v", err)
+	}
+	if err := tx2.Commit(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The same table by its qualified name, from a connection whose
+	// search_path is elsewhere: waits on tx1's lock.
+	tx3, err := dbB.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx3.Rollback() }()
+	if _, err := tx3.ExecContext(ctx, `SET LOCAL lock_timeout = '200ms'`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = qualified.Write(ctx, tx3, msg)
+	var pgErr interface{ SQLState() string }
+	if err == nil || !errors.As(err, &pgErr) || pgErr.SQLState() != "55P03" {
+		t.Fatalf("a write of key k to the same table by its qualified name did not wait for the open writer's lock (want lock_timeout, SQLSTATE 55P03): %v", err)
 	}
 }

@@ -25,7 +25,7 @@ type Writer struct {
 	t         Table
 	now       func() time.Time
 	newID     func() (uuid.UUID, error)
-	lockClass int32 // advisory lock classid of the table's key locks
+	lockClass string // advisory lock classid of the table's key locks, as SQL
 
 	maxArrayRows int // tests: WriteCapturedArrays's chunk size; 0 = maxArrayRows
 
@@ -42,7 +42,7 @@ func NewWriter(d Dialect, table string) (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Writer{d: d, t: t, now: time.Now, newID: uuid.NewV7, lockClass: lockClass(t)}, nil
+	return &Writer{d: d, t: t, now: time.Now, newID: uuid.NewV7, lockClass: lockClassSQL(t)}, nil
 }
 
 // Dialect returns the writer's dialect.

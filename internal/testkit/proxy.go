@@ -61,13 +61,17 @@ func (p *Proxy) Cut() {
 
 // SetDown makes the proxy refuse new connections (down) or accept them
 // again; SetDown(true) also cuts the open ones.
+//
+// Down is set before the open connections are cut:
+// a client that reconnects the moment its connection is cut is refused,
+// never given a new connection that outlives the outage.
 func (p *Proxy) SetDown(down bool) {
-	if down {
-		p.Cut()
-	}
 	p.mu.Lock()
 	p.down = down
 	p.mu.Unlock()
+	if down {
+		p.Cut()
+	}
 }
 
 // Cuts is how many times Cut ran.
