@@ -462,6 +462,15 @@ func (c *capturePool) fusedUpdateSQLite(ctx context.Context, q string, args []an
 	if needBefore {
 		beforeCols = payloadColumns(sch, spec, true)
 	}
+	// The write lock first: the probe below is a read, and a deferred
+	// SQLite transaction that has read cannot wait for the write lock —
+	// SQLite answers SQLITE_BUSY at once, without its busy timeout, when
+	// a reader asks for the lock another writer holds (GORM's
+	// TestConcurrentMany2ManyAssociation, three first updates of a table
+	// at once, failed that way). The UPDATE takes it anyway.
+	if err := p.writeLock(ctx, st, c.ConnPool); err != nil {
+		return 0, true, err
+	}
 	if err := p.probeColumnTypes(ctx, st, union(slices.Clone(beforeCols), afterCols...)); err != nil {
 		return 0, true, err
 	}
@@ -555,9 +564,6 @@ func (c *capturePool) fusedUpdateSQLite(ctx context.Context, q string, args []an
 		return 0, false, nil //nolint:nilerr // the Go path runs instead, and reports it
 	}
 
-	if err := p.writeLock(ctx, st, c.ConnPool); err != nil {
-		return 0, true, err
-	}
 	if err := p.ensureSavepoint(ctx, writeCtxOf(st)); err != nil {
 		return 0, true, err
 	}
