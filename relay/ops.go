@@ -113,7 +113,7 @@ func (r *Relay) RetryDeadLettered(ctx context.Context, f Filter) (int64, error) 
 }
 
 func (r *Relay) retryBatch(ctx context.Context, q string, args []any, topics *wakeup.Topics) (int64, error) {
-	rows, err := r.db.QueryContext(ctx, q, args...)
+	rows, err := r.query(ctx, q, args...)
 	if err != nil {
 		return 0, fmt.Errorf("herald/relay: retry dead-lettered: %w%s", err, poolerHint(err))
 	}
@@ -166,7 +166,7 @@ func (r *Relay) cleanup(ctx context.Context, q string, olderThan time.Duration, 
 		if err := ctx.Err(); err != nil {
 			return total, fmt.Errorf("herald/relay: %s: %w", what, context.Cause(ctx))
 		}
-		res, err := r.db.ExecContext(ctx, q, args...)
+		res, err := r.exec(ctx, q, args...)
 		if err != nil {
 			return total, fmt.Errorf("herald/relay: %s: %w%s", what, err, poolerHint(err))
 		}
@@ -242,7 +242,7 @@ func (r *Relay) Backlog(ctx context.Context) (Backlog, error) {
 		oldest, now envelope.NullTime
 	)
 	args := append([]any{r.nowArg()}, r.fargs...)
-	if err := r.db.QueryRowContext(ctx, r.sql.backlog, args...).Scan(&b.Pending, &oldest, &b.DeadLettered, &now); err != nil {
+	if err := r.queryRow(ctx, r.sql.backlog, args...).Scan(&b.Pending, &oldest, &b.DeadLettered, &now); err != nil {
 		return Backlog{}, fmt.Errorf("herald/relay: backlog: %w%s", err, poolerHint(err))
 	}
 	if oldest.Valid && now.Valid {

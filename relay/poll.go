@@ -110,7 +110,7 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 		args = append(args, walk)
 	}
 	args = append(args, r.fargs...)
-	rows, err := r.db.QueryContext(ctx, query, args...)
+	rows, err := r.query(ctx, query, args...)
 	if err != nil {
 		return nil, nil, stmtErr(ctx, "lease query", err)
 	}
@@ -510,7 +510,7 @@ func (r *Relay) renew(ctx context.Context, seqs string) (map[int64]bool, error) 
 	} else {
 		args = []any{r.dialect.TimeArg(r.sqliteNow().Add(r.cfg.Lease)), seqs, r.cfg.Name}
 	}
-	rows, err := r.db.QueryContext(c, r.sql.renew, args...)
+	rows, err := r.query(c, r.sql.renew, args...)
 	if err != nil {
 		return nil, stmtErr(c, "lease renewal", err)
 	}
@@ -538,7 +538,7 @@ func (r *Relay) releaseEvents(ctx context.Context, es []*envelope.Event) {
 	}
 	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
 	defer cancel()
-	if _, err := r.db.ExecContext(c, r.sql.release, r.seqArg(es), r.cfg.Name); err != nil {
+	if _, err := r.exec(c, r.sql.release, r.seqArg(es), r.cfg.Name); err != nil {
 		r.log.DebugContext(ctx, "herald/relay: could not release events", slog.String("relay", r.cfg.Name), slog.Any("error", err))
 	}
 }
@@ -675,9 +675,9 @@ func (r *Relay) mark(runCtx context.Context, batch []*envelope.Event, errs []err
 		var marked sql.Result
 		err := retryMark(ctx, func() (err error) {
 			if r.cfg.DeleteOnPublish {
-				marked, err = r.db.ExecContext(ctx, r.sql.deletePublished, r.seqArg(delivered), r.cfg.Name)
+				marked, err = r.exec(ctx, r.sql.deletePublished, r.seqArg(delivered), r.cfg.Name)
 			} else {
-				marked, err = r.db.ExecContext(ctx, r.sql.markPublished, r.nowArg(), r.seqArg(delivered), r.cfg.Name)
+				marked, err = r.exec(ctx, r.sql.markPublished, r.nowArg(), r.seqArg(delivered), r.cfg.Name)
 			}
 			return err
 		})
@@ -797,7 +797,7 @@ func (r *Relay) markFailed(ctx context.Context, failures []failure) (map[int64]e
 	if r.dialect == envelope.Postgres {
 		args = append(args, r.nowArg())
 	}
-	rows, err := r.db.QueryContext(ctx, r.sql.markFailed, args...)
+	rows, err := r.query(ctx, r.sql.markFailed, args...)
 	if err != nil {
 		return nil, stmtErr(ctx, "mark failed", err)
 	}

@@ -505,14 +505,39 @@ func (e *env) rawRow(t testing.TB, seq int64) rawRow {
 
 // Regression (issue 10): a statement that fails because a pooler lost
 // pgx's prepared statement (SQLSTATE 26000; DEALLOCATE ALL does the same
-// to the one connection here) says what to change.
+// to the one connection here) says what to change. The relay itself runs
+// its statements unnamed on pgx's stdlib driver (plans.go), so it is
+// immune; through a driver it cannot see into (here: that detection
+// turned off) its statements are named and the advice applies.
 func TestPoolerErrorSaysWhatToChange(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envelope.Postgres)
 	e.db.SetMaxOpenConns(1)
-	r := e.newRelay(t, &recorder{}, Config{})
 	ctx := context.Background()
+	immune := e.newRelay(t, &recorder{}, Config{})
+	r := e.newRelay(t, &recorder{}, Config{})
+	r.execMode.Store(nil)
 	e.enqueue(t, msg("t", "", 1))
+	for range 3 { // as many runs as after the DEALLOCATE ALL below
+		if _, err := immune.poll(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := immune.Backlog(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.enqueue(t, msg("t", "", 2))
+	defer func() {
+		e.exec(t, `DEALLOCATE ALL`)
+		for range 3 {
+			if _, err := immune.poll(ctx); err != nil {
+				t.Fatalf("poll after DEALLOCATE ALL, relay in cache-describe mode: %v", err)
+			}
+		}
+		if _, err := immune.Backlog(ctx); err != nil {
+			t.Fatalf("backlog after DEALLOCATE ALL, relay in cache-describe mode: %v", err)
+		}
+	}()
 	if _, err := r.Backlog(ctx); err != nil {
 		t.Fatal(err)
 	}

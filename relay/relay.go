@@ -52,6 +52,9 @@ type Relay struct {
 	// leaves it unset when the database did not answer, and the loop
 	// checks the table when it first does.
 	tableOK atomic.Bool
+	// execMode, when set, goes first in every statement's arguments: pgx's
+	// QueryExecModeCacheDescribe (see detectExecMode). Found with the table.
+	execMode atomic.Pointer[any]
 	walk    atomic.Int64 // keys the next lease walks for heads (see leaseBatchPostgres)
 	runs    atomic.Bool  // the next lease takes runs of keys (leaseRunsPostgres): evidence of keys with events behind their heads
 	// lastKeys are the ordering keys of the last non-empty lease; noRuns:
@@ -69,6 +72,7 @@ type Relay struct {
 	poke          chan struct{}
 	listeningFlag atomic.Bool
 	polls         atomic.Int64 // polls started, for tests and benchmarks
+	pool          poolWatch    // the poll loop's own
 
 	mu      sync.Mutex
 	run     *run          // the current run; nil when not running
@@ -193,6 +197,15 @@ func (r *Relay) checkTable(ctx context.Context) error {
 			Msg: fmt.Sprintf("outbox table %s is missing or lacks a column the relay reads (%s%s); create it with envelope.Migrate(ctx, db, %q, %q) or the statements of envelope.DDL%s",
 				r.table.Name, envelope.EventColumns, extraList(r.extra), r.dialect, r.table.Name, poolerHint(err)),
 			Err: err}
+	}
+	if r.dialect == envelope.Postgres {
+		mode, err := detectExecMode(ctx, r.db)
+		if err != nil {
+			return fmt.Errorf("%w: %w", errUnreachable, err)
+		}
+		if mode != nil {
+			r.execMode.Store(&mode)
+		}
 	}
 	r.tableOK.Store(true)
 	return nil
@@ -386,6 +399,7 @@ func (r *Relay) loop(soft, hard context.Context, ru *run) {
 		if err == nil {
 			r.polls.Add(1)
 			res, err = r.poll(hard)
+			r.watchPool(hard)
 		}
 		if err != nil {
 			if hard.Err() != nil {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
 	"slices"
 	"sync"
 	"time"
@@ -215,8 +217,16 @@ func heraldLatency(name string, useWakeup, deleteOnPublish bool, poll time.Durat
 		}
 		sqlDB, _ := herald.DB()
 		defer sqlDB.Close()
+		if os.Getenv("PB_IDLE") != "" {
+			n, _ := strconv.Atoi(os.Getenv("PB_IDLE"))
+			sqlDB.SetMaxIdleConns(n)
+		}
+		defer func() { fmt.Fprintf(os.Stderr, "pool stats: %+v\n", sqlDB.Stats()) }()
 		tr := newTracker()
 		rc := relay.Config{Wakeup: w, DeleteOnPublish: deleteOnPublish, Logger: slog.New(slog.DiscardHandler), Name: "latency"}
+		if os.Getenv("PB_ASYNC") != "" {
+			rc.AsyncCommit = true
+		}
 		if poll > 0 {
 			rc.MinPollInterval, rc.MaxPollInterval = poll, poll
 		}
