@@ -55,8 +55,8 @@ type Relay struct {
 	// execMode, when set, goes first in every statement's arguments: pgx's
 	// QueryExecModeCacheDescribe (see detectExecMode). Found with the table.
 	execMode atomic.Pointer[any]
-	walk    atomic.Int64 // keys the next lease walks for heads (see leaseBatchPostgres)
-	runs    atomic.Bool  // the next lease takes runs of keys (leaseRunsPostgres): evidence of keys with events behind their heads
+	walk     atomic.Int64 // keys the next lease walks for heads (see leaseBatchPostgres)
+	runs     atomic.Bool  // the next lease takes runs of keys (leaseRunsPostgres): evidence of keys with events behind their heads
 	// lastKeys are the ordering keys of the last non-empty lease; noRuns:
 	// a runs lease found no followers since the last evidence of a key's
 	// backlog (both the poll loop's own).

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"os"
-	"strconv"
 	"slices"
 	"sync"
 	"time"
@@ -217,16 +215,11 @@ func heraldLatency(name string, useWakeup, deleteOnPublish bool, poll time.Durat
 		}
 		sqlDB, _ := herald.DB()
 		defer sqlDB.Close()
-		if os.Getenv("PB_IDLE") != "" {
-			n, _ := strconv.Atoi(os.Getenv("PB_IDLE"))
-			sqlDB.SetMaxIdleConns(n)
+		if cfg.maxIdle > 0 {
+			sqlDB.SetMaxIdleConns(cfg.maxIdle)
 		}
-		defer func() { fmt.Fprintf(os.Stderr, "pool stats: %+v\n", sqlDB.Stats()) }()
 		tr := newTracker()
 		rc := relay.Config{Wakeup: w, DeleteOnPublish: deleteOnPublish, Logger: slog.New(slog.DiscardHandler), Name: "latency"}
-		if os.Getenv("PB_ASYNC") != "" {
-			rc.AsyncCommit = true
-		}
 		if poll > 0 {
 			rc.MinPollInterval, rc.MaxPollInterval = poll, poll
 		}
@@ -262,7 +255,9 @@ func heraldLatency(name string, useWakeup, deleteOnPublish bool, poll time.Durat
 		if err := waitFor(ctx, tr, n, time.Minute); err != nil {
 			return nil, err
 		}
-		return tr.summary(name, cfg.latencyDur), nil
+		figs := tr.summary(name, cfg.latencyDur)
+		figs[0].note += fmt.Sprintf("; pool: %d connections closed for lack of idle room", sqlDB.Stats().MaxIdleClosed)
+		return figs, nil
 	}
 }
 

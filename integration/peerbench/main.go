@@ -96,6 +96,7 @@ type config struct {
 	bulkRows   int
 	rate       int
 	latencyDur time.Duration
+	maxIdle    int    // SetMaxIdleConns of herald's pool in the latency runs; 0 = database/sql's default (2)
 	sqliteDir  string // a temporary directory for the SQLite files
 }
 
@@ -148,6 +149,7 @@ func main() {
 		bulkRows    = flag.Int("bulk-rows", 10000, "rows per bulk update (PostgreSQL and SQLite)")
 		rate        = flag.Int("rate", 500, "events per second in the latency runs")
 		latDur      = flag.Duration("latency-duration", 30*time.Second, "length of each latency run")
+		maxIdle     = flag.Int("max-idle-conns", 16, "SetMaxIdleConns of the *sql.DB herald's writers and relay share in the latency runs; 0 keeps database/sql's default, 2, which closes and reopens connections at 500 events/s")
 		caseTimeout = flag.Duration("case-timeout", 15*time.Minute, "a case still running after this (plus -latency-duration for latency cases) fails")
 		sections    = flag.String("sections", strings.Join(allSections, ","), "what to measure")
 		only        = flag.String("only", "", "run only the cases whose \"section/name\" matches this regular expression")
@@ -234,7 +236,7 @@ func main() {
 		settings = serverInfo(ctx, admin)
 	}
 	cfg := config{dsn: withParam(baseDSN, "search_path", schema), events: *events, writes: *writes,
-		bulkRows: *bulkRows, rate: *rate, latencyDur: *latDur, sqliteDir: sqliteDir}
+		bulkRows: *bulkRows, rate: *rate, latencyDur: *latDur, maxIdle: *maxIdle, sqliteDir: sqliteDir}
 
 	var cases, skipped []kase
 	for _, sec := range allSections {
@@ -411,8 +413,12 @@ func sectionNote(sec string, cfg config) string {
 	case "bulk":
 		return fmt.Sprintf("GORM `Updates` with a `Where` matching %d rows, in GORM's default transaction.", cfg.bulkRows)
 	case "latency":
-		return fmt.Sprintf("One event per transaction at %d ev/s for %s; commit → delivery handler. p50 and p99 of the whole run; the drift row is the last %s's p99 ÷ the first's; notes: p50/p99 of the first and last %s, per round.",
-			cfg.rate, cfg.latencyDur, windowName(cfg.latencyDur), windowName(cfg.latencyDur))
+		idle := "database/sql's default idle pool (2 connections)"
+		if cfg.maxIdle > 0 {
+			idle = fmt.Sprintf("SetMaxIdleConns(%d)", cfg.maxIdle)
+		}
+		return fmt.Sprintf("One event per transaction at %d ev/s for %s; commit → delivery handler; herald's writers (GORM, 4 goroutines) and relay share one *sql.DB with %s. p50 and p99 of the whole run; the drift row is the last %s's p99 ÷ the first's; notes: p50/p99 of the first and last %s, per round.",
+			cfg.rate, cfg.latencyDur, idle, windowName(cfg.latencyDur), windowName(cfg.latencyDur))
 	case "sqlite":
 		return fmt.Sprintf("herald alone on SQLite (mattn/go-sqlite3, journal_mode=WAL, synchronous=NORMAL, foreign keys on, two database files per round — plain GORM's and herald's, as herald's own SQLite benchmarks — in %s): producer — %d writes each ÷ a plain GORM Create of the same row in its own transaction, alternated write by write; bulk — GORM `Updates` matching %d rows.",
 			os.TempDir(), cfg.writes, cfg.bulkRows)
