@@ -93,10 +93,20 @@
 // missing table always is (from New, or from Run when the database first
 // answers after New).
 //
-// Behind a connection pooler in transaction mode (PgBouncer
-// pool_mode=transaction) pgx's default statement cache fails with SQLSTATE
-// 26000 or 42P05; the relay's errors then say so: open the database with
-// default_query_exec_mode=exec (or simple_protocol) in the pgx DSN.
+// Connections: on a pgx pool in pgx's default mode (the statement cache)
+// the relay runs its own statements in pgx's cache-describe mode, so that
+// PostgreSQL plans them at each execution for the table as it is — a
+// generic plan made once on an empty outbox would read the whole table as
+// it grows — and so that they need no server-side prepared statement;
+// other modes are left as configured. Behind a connection pooler in
+// transaction mode (PgBouncer pool_mode=transaction) pgx's statement cache
+// fails with SQLSTATE 26000 or 42P05 for the writers' statements (and the
+// relay's, through a wrapper driver the relay cannot see into); the errors
+// then say so: open the database with default_query_exec_mode=exec (or
+// simple_protocol, or cache_describe) in the pgx DSN. database/sql keeps
+// two idle connections by default; the relay logs a WARN when its pool
+// closes and reopens connections for lack of idle room
+// (db.SetMaxIdleConns).
 //
 // Guarantee: every event whose transaction committed is delivered at least
 // once — a relay that dies mid-batch lets its lease expire and the batch is
