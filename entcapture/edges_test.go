@@ -2,10 +2,12 @@ package entcapture_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	entsql "entgo.io/ent/dialect/sql"
@@ -15,6 +17,7 @@ import (
 	lib "github.com/heraldgo/herald/examples/entlibrary/ent"
 	"github.com/heraldgo/herald/examples/entlibrary/ent/reader"
 	_ "github.com/heraldgo/herald/examples/entlibrary/ent/runtime"
+	"github.com/heraldgo/herald/internal/testkit"
 )
 
 // libEnv opens the entlibrary example's schemas (an edge with ON DELETE
@@ -155,4 +158,49 @@ func TestChildEdgeSetters(t *testing.T) {
 			t.Fatalf("SetPresident: %s", dump(evs))
 		}
 	})
+}
+
+// TestSQLiteDeferredConcurrentEdgeWrites: captured writes that read rows
+// before they write (the join rows and children an edge setter changes)
+// run in deferred SQLite transactions (mattn's default: no _txlock,
+// rollback journal), several at once, and all succeed. A deferred
+// transaction that has read cannot wait for the write lock — SQLite
+// answers "database is locked" at once, busy timeout or not — so the
+// capture takes the lock before its first read.
+func TestSQLiteDeferredConcurrentEdgeWrites(t *testing.T) {
+	t.Parallel()
+	db, err := sql.Open("sqlite3", "file:"+testkit.SQLitePath(t)+"?_foreign_keys=1&_busy_timeout=10000")
+	must(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	ctx := context.Background()
+	must(t, envelope.Migrate(ctx, db, envelope.SQLite, ""))
+	opts := map[string]envelope.Options{}
+	for _, s := range []string{"Reader", "Loan", "Club", "Membership"} {
+		opts[s] = envelope.Options{Payload: envelope.After}
+	}
+	c := lib.NewClient(lib.Driver(entcapture.Driver(entsql.OpenDB(entDialect(envelope.SQLite), db), entcapture.Config{Options: opts})))
+	createSchema(t, func(ctx context.Context) error { return c.Schema.Create(ctx) })
+	const writers = 4
+	for round := range 10 {
+		club := c.Club.Create().SetName(fmt.Sprint("club", round)).SaveX(ctx)
+		readers := make([]*lib.Reader, writers)
+		for i := range readers {
+			readers[i] = c.Reader.Create().SetName(fmt.Sprint("r", round, i)).SetEmail("x").SaveX(ctx)
+		}
+		errs := make([]error, 2*writers)
+		var wg sync.WaitGroup
+		for i, r := range readers {
+			wg.Go(func() { errs[i] = c.Reader.UpdateOne(r).AddClubs(club).Exec(ctx) })
+			presided := c.Club.Create().SetName(fmt.Sprint("p", round, i)).SaveX(ctx)
+			wg.Go(func() {
+				errs[writers+i] = c.Reader.Create().SetName(fmt.Sprint("n", round, i)).SetEmail("y").AddPresides(presided).Exec(ctx)
+			})
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d, writer %d: %v", round, i, err)
+			}
+		}
+	}
 }
