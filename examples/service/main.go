@@ -113,6 +113,11 @@ func Run(ctx context.Context, cfg Config, listening func(addr string)) error {
 		return err
 	}
 	defer sqlDB.Close()
+	// The API's requests and the relay share this pool: keep room for
+	// their connections idle, or every connection given back beyond
+	// database/sql's default of two is closed and opened again for a later
+	// statement (the relay logs a WARN when it sees that churn).
+	sqlDB.SetMaxIdleConns(16)
 	if err := envelope.Migrate(ctx, sqlDB, envelope.Postgres, ""); err != nil {
 		return fmt.Errorf("migrate the outbox: %w", err)
 	}
