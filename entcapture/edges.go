@@ -76,6 +76,12 @@ func (s *scope) joinRows(ew *edgeWrite, owners []any, lock bool) (map[string]map
 	if lock && s.d == envelope.Postgres {
 		sel.ForUpdate()
 	}
+	if lock {
+		// Read before the write: on SQLite the write lock first.
+		if err := s.writeLock(t.Table, t.PK); err != nil {
+			return nil, err
+		}
+	}
 	got, err := s.query(sel, cols, t.Scan)
 	if err != nil {
 		return nil, fmt.Errorf("herald/entcapture: %s: read join rows: %w", t.Name, err)
@@ -197,6 +203,12 @@ func (s *scope) childRows(cw *childWrite, owners, also []any, lock bool) (map[st
 	sel.Select(qc...).Where(sql.Or(ps...))
 	if lock && s.d == envelope.Postgres {
 		sel.ForUpdate()
+	}
+	if lock {
+		// Read before the write: on SQLite the write lock first.
+		if err := s.writeLock(c.Table, c.PK); err != nil {
+			return nil, err
+		}
 	}
 	got, err := s.query(sel, cols, c.Scan)
 	if err != nil {

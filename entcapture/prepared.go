@@ -147,6 +147,16 @@ func (d *CaptureDriver) hookSQLTx(ctx context.Context) *stdsql.Tx {
 	return sqlTx(t.tx)
 }
 
+// hookPrepared returns query prepared in the capture transaction ctx
+// carries, when CaptureDriver.prepared allows; nil otherwise.
+func (d *CaptureDriver) hookPrepared(ctx context.Context, query string, nargs int) *stdsql.Stmt {
+	tx := d.hookSQLTx(ctx)
+	if tx == nil {
+		return nil
+	}
+	return d.prepared(ctx, tx, query, nargs)
+}
+
 // queryPrepared runs a query of ent's in the capture transaction ctx
 // carries, prepared, when CaptureDriver.prepared allows; done is false
 // when the caller should run it as usual.
@@ -156,11 +166,7 @@ func (d *CaptureDriver) queryPrepared(ctx context.Context, query string, args, v
 	if !ok || !ok2 {
 		return false, nil
 	}
-	tx := d.hookSQLTx(ctx)
-	if tx == nil {
-		return false, nil
-	}
-	s := d.prepared(ctx, tx, query, len(argv))
+	s := d.hookPrepared(ctx, query, len(argv))
 	if s == nil {
 		return false, nil
 	}
@@ -183,11 +189,7 @@ func (d *CaptureDriver) execPrepared(ctx context.Context, query string, args, v 
 	if v != nil && !isResult {
 		return false, nil
 	}
-	tx := d.hookSQLTx(ctx)
-	if tx == nil {
-		return false, nil
-	}
-	s := d.prepared(ctx, tx, query, len(argv))
+	s := d.hookPrepared(ctx, query, len(argv))
 	if s == nil {
 		return false, nil
 	}

@@ -79,12 +79,6 @@ func (w *write) create(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 	if err != nil {
 		return nil, err
 	}
-	if len(cws) > 0 {
-		// A read before the write: take the write lock first (writeLock).
-		if err := s.writeLock(w.sch.Table, w.sch.PK); err != nil {
-			return nil, err
-		}
-	}
 	if err := s.childrenBefore(cws, nil); err != nil {
 		return nil, err
 	}
@@ -239,12 +233,6 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 	owners := ids
 	if one {
 		owners = []any{id}
-	}
-	if len(ews)+len(cws) > 0 {
-		// Reads before the write: take the write lock first (writeLock).
-		if err := s.writeLock(w.sch.Table, w.sch.PK); err != nil {
-			return nil, err
-		}
 	}
 	if err := s.edgesBefore(ews, owners); err != nil {
 		return nil, err

@@ -22,7 +22,6 @@ import (
 
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/fusedsql"
-	"github.com/heraldgo/herald/jsonform"
 )
 
 // fusedUpdate writes a captured UPDATE of any number of rows and its
@@ -114,12 +113,7 @@ func (c *capturePool) fusedUpdate(ctx context.Context, q string, args []any) (n 
 		return bulkJSON(f, dbType, expr, key, pgx)
 	}
 	// Markers for the Go-rendered envelope, as fusedInsert's.
-	marks := map[string]string{}
-	mark := func(kind string, i int, expr string) string {
-		m := "\x00herald:" + kind + ":" + strconv.Itoa(i) + "\x00"
-		marks[string(jsonform.AppendString(nil, m))] = expr
-		return m
-	}
+	marks := fusedsql.Marks{}
 	ch := envelope.Change{Model: spec.Label, Table: st.Table, Operation: envelope.Updated, Changed: changedColumns(st), OccurredAt: c.at}
 	keyCh := ch // the change whose key and topic are rendered with sentinels
 	pkAt := make([]int, len(pk))
@@ -133,7 +127,7 @@ func (c *capturePool) fusedUpdate(ctx context.Context, q string, args []any) (n 
 			return 0, false, nil
 		}
 		pkText[i] = ref("a", pkAt[i]) + "::text"
-		pkMarks[k] = mark("pk", i, e)
+		pkMarks[k] = marks.Mark("pk", strconv.Itoa(i), e)
 		keySentinels[k] = "\x00herald:key:" + strconv.Itoa(i) + "\x00"
 	}
 	if len(pk) == 1 {
@@ -141,27 +135,11 @@ func (c *capturePool) fusedUpdate(ctx context.Context, q string, args []any) (n 
 	} else {
 		ch.PK, keyCh.PK = pkMarks, keySentinels
 	}
-	if needBefore {
-		before := make(map[string]any, len(beforeCols))
-		for i, col := range beforeCols {
-			e, ok := render(col, ref("b", i), false)
-			if !ok {
-				return 0, false, nil
-			}
-			before[col] = mark("b", i, e)
-		}
-		ch.Before = before
-	}
-	if spec.NeedsAfter(envelope.Updated) {
-		after := make(map[string]any, len(afterCols))
-		for i, col := range afterCols {
-			e, ok := render(col, ref("a", i), false)
-			if !ok {
-				return 0, false, nil
-			}
-			after[col] = mark("a", i, e)
-		}
-		ch.After = after
+	if !markImages(&ch, marks, spec, needBefore, beforeCols, afterCols,
+		func(col, expr string) (string, bool) { return render(col, expr, false) },
+		func(i int, _ string) string { return ref("b", i) },
+		func(i int, _ string) string { return ref("a", i) }) {
+		return 0, false, nil
 	}
 	topic, err := spec.Topic(&keyCh)
 	if err != nil || strings.Contains(topic, "\x00") {
@@ -392,13 +370,7 @@ func bulkJSON(f *schema.Field, dbType, col string, key, pgx bool) (string, bool)
 	if !ok {
 		return "", false
 	}
-	t := f.FieldType
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if base, ok := nullBase[t]; ok {
-		t = base
-	}
+	t := valueType(f)
 	if e == "to_jsonb("+col+")" {
 		switch {
 		case t == reflect.TypeFor[uuid.UUID]():
@@ -416,6 +388,37 @@ func bulkJSON(f *schema.Field, dbType, col string, key, pgx bool) (string, bool)
 // jsonform escapes them, and JSON null for NULL.
 func stringJSON(e string) string {
 	return `COALESCE(replace(replace(` + e + `,U&'\2028','\u2028'),U&'\2029','\u2029'),'null')`
+}
+
+// markImages sets ch.Before (when needBefore) and ch.After (when spec
+// needs after images) of a fused bulk update's envelope to markers, the
+// i-th column col's rendered by render(col, beforeExpr(i, col)) or
+// render(col, afterExpr(i, col)); false when a column has no rendering
+// (the Go path runs instead).
+func markImages(ch *envelope.Change, marks fusedsql.Marks, spec *envelope.Spec, needBefore bool, beforeCols, afterCols []string,
+	render func(col, expr string) (string, bool), beforeExpr, afterExpr func(i int, col string) string) bool {
+	image := func(kind string, cols []string, expr func(int, string) string) map[string]any {
+		img := make(map[string]any, len(cols))
+		for i, col := range cols {
+			e, ok := render(col, expr(i, col))
+			if !ok {
+				return nil
+			}
+			img[col] = marks.Mark(kind, strconv.Itoa(i), e)
+		}
+		return img
+	}
+	if needBefore {
+		if ch.Before = image("b", beforeCols, beforeExpr); ch.Before == nil {
+			return false
+		}
+	}
+	if spec.NeedsAfter(envelope.Updated) {
+		if ch.After = image("a", afterCols, afterExpr); ch.After == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // bulkSplice is fusedsql.SplicePayload for bulkJSON's expressions, which
@@ -496,12 +499,7 @@ func (c *capturePool) fusedUpdateSQLite(ctx context.Context, q string, args []an
 		}
 		return sqliteJSON(f, types.get(col), expr)
 	}
-	marks := map[string]string{}
-	mark := func(kind string, i int, expr string) string {
-		m := "\x00herald:" + kind + ":" + strconv.Itoa(i) + "\x00"
-		marks[string(jsonform.AppendString(nil, m))] = expr
-		return m
-	}
+	marks := fusedsql.Marks{}
 	ch := envelope.Change{Model: spec.Label, Table: st.Table, Operation: envelope.Updated, Changed: changedColumns(st), OccurredAt: c.at}
 	keyCh := ch
 	pkSQL := tcol(pk[0])
@@ -509,29 +507,12 @@ func (c *capturePool) fusedUpdateSQLite(ctx context.Context, q string, args []an
 	if !ok {
 		return 0, false, nil
 	}
-	ch.PK = mark("pk", 0, pkJSON)
+	ch.PK = marks.Mark("pk", "0", pkJSON)
 	keyCh.PK = "\x00herald:key:0\x00"
-	if needBefore {
-		before := make(map[string]any, len(beforeCols))
-		for i, col := range beforeCols {
-			e, ok := render(col, `b."c`+strconv.Itoa(i)+`"`)
-			if !ok {
-				return 0, false, nil
-			}
-			before[col] = mark("b", i, e)
-		}
-		ch.Before = before
-	}
-	if spec.NeedsAfter(envelope.Updated) {
-		after := make(map[string]any, len(afterCols))
-		for i, col := range afterCols {
-			e, ok := render(col, tcol(col))
-			if !ok {
-				return 0, false, nil
-			}
-			after[col] = mark("a", i, e)
-		}
-		ch.After = after
+	if !markImages(&ch, marks, spec, needBefore, beforeCols, afterCols, render,
+		func(i int, _ string) string { return `b."c` + strconv.Itoa(i) + `"` },
+		func(_ int, col string) string { return tcol(col) }) {
+		return 0, false, nil
 	}
 	topic, err := spec.Topic(&keyCh)
 	if err != nil || strings.Contains(topic, "\x00") {

@@ -377,6 +377,21 @@ func (p *Plugin) learnColumnTypes(table string, rows *sql.Rows) {
 	}
 }
 
+// valueType is the Go type whose JSON form field f's values take: its
+// type without pointers, and for database/sql's Null types and
+// gorm.DeletedAt (null, or their value's form: jsonform writes what Value,
+// or DeletedAt's MarshalJSON, gives) their value's type.
+func valueType(f *schema.Field) reflect.Type {
+	t := f.FieldType
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if base, ok := nullBase[t]; ok {
+		t = base
+	}
+	return t
+}
+
 // renderJSON returns a PostgreSQL expression giving, as jsonb, the JSON
 // form jsonform gives the value of field f that herald's other paths read
 // from a column of dbType (scanned through database/sql into the field's
@@ -388,15 +403,7 @@ func renderJSON(f *schema.Field, dbType, col string, key, pgx bool) (string, boo
 	if f.Serializer != nil {
 		return "", false
 	}
-	t := f.FieldType
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	// database/sql's Null types and gorm.DeletedAt: null, or their value's
-	// form (jsonform writes what Value, or DeletedAt's MarshalJSON, gives).
-	if base, ok := nullBase[t]; ok {
-		t = base
-	}
+	t := valueType(f)
 	switch {
 	case t == reflect.TypeFor[uuid.UUID]():
 		return "to_jsonb(" + col + ")", dbType == "UUID"
