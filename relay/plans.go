@@ -22,9 +22,10 @@ import (
 // deployment, a relay that keeps up, DeleteOnPublish) is handed plans that
 // read the whole table, the cheapest way then, and with autovacuum off or
 // before it runs it keeps reading the whole table as the table grows:
-// measured at 500 events/s, commit → delivery went from p50 0.8 ms to
-// 6 ms within 20 s, the lease and the mark each growing with the table
-// (BENCHMARKS.md, "Generic plans").
+// measured at 500 events/s, commit → delivery went from p50 1.0–1.9 ms in
+// the first fifth of a 20 s run to 6.8–8.1 ms in the last, the lease and
+// the mark each growing with the table (BENCHMARKS.md, "Generic plans and
+// the pool", with the command).
 //
 // So on a pgx connection in that mode the relay passes
 // QueryExecModeCacheDescribe with each statement: still one round trip
@@ -142,9 +143,10 @@ func (r *Relay) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
 // closed, and the next statement opens a new one (a PostgreSQL backend
 // started, authenticated, and pgx's statement descriptions learned anew).
 // Measured at 500 events/s with GORM writers and the relay on one pool
-// (integration/peerbench): commit → delivery p50 1.7 ms, p99 7 ms with
-// SetMaxIdleConns(16); p50 6.6 ms, p99 30 ms at the default, which closed
-// 77 connections a second. The relay cannot tell the pool's limit, but it
+// (integration/peerbench): commit → delivery p50 1.8–3.5 ms, p99 8–15 ms
+// with SetMaxIdleConns(16); p50 7.7–7.8 ms, p99 33–34 ms at the default,
+// which closed about 70 connections a second (BENCHMARKS.md, "Generic
+// plans and the pool", with the command). The relay cannot tell the pool's limit, but it
 // sees the closes (DBStats.MaxIdleClosed): more than poolChurnPerMinute in
 // a minute is logged at WARN, at most once per poolWarnEvery.
 const (

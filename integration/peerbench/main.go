@@ -28,7 +28,10 @@
 //     DeleteOnPublish, polling only; River at defaults and tuned — p50 and
 //     p99 over the whole run, and p50/p99 of its first and last minute
 //     (first and last fifth for runs shorter than two minutes) with the
-//     drift ratio, last ÷ first window's p99;
+//     drift ratio, last ÷ first window's p99; herald's writers and relay
+//     share one *sql.DB with -max-idle-conns idle connections (16; 0 keeps
+//     database/sql's 2, which closes and reopens connections at this rate),
+//     and the notes count the connections it closed;
 //   - sqlite: herald alone (the peers do not write SQLite), through
 //     mattn/go-sqlite3 with journal_mode=WAL, synchronous=NORMAL, plain GORM
 //     and herald each on a database file of its own: the producer ratios
