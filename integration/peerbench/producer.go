@@ -109,10 +109,7 @@ func producerRound(ctx context.Context, cfg config) ([]figure, error) {
 	body, _ := json.Marshal(map[string]any{"id": 1, "name": "n", "status": "new", "amount": 1})
 	row := func(i int) *PlainRow { return &PlainRow{Name: "n", Status: "new", Amount: i} }
 	sqlTx := func(tx *gorm.DB) *sql.Tx { return tx.Statement.ConnPool.(*sql.Tx) }
-	cases := []struct {
-		name  string
-		write func(i int) error
-	}{
+	cases := []producerCase{
 		{"herald captured Create (GORM's default transaction)", func(i int) error {
 			return herald.Create((*CapturedRow)(row(i))).Error
 		}},
@@ -155,36 +152,52 @@ func producerRound(ctx context.Context, cfg config) ([]figure, error) {
 			})
 		}},
 	}
-	plainCreate := func(i int) error { return plain.Create(row(i)).Error }
-	for i := range 50 { // warm up: connections, prepared statements
-		if err := plainCreate(i); err != nil {
-			return nil, err
-		}
-		for _, c := range cases {
-			if err := c.write(i); err != nil {
-				return nil, fmt.Errorf("%s: %w", c.name, err)
-			}
-		}
-	}
-	var tPlain time.Duration
-	tCase := make([]time.Duration, len(cases))
-	for i := range cfg.writes {
-		s := time.Now()
-		if err := plainCreate(i); err != nil {
-			return nil, err
-		}
-		tPlain += time.Since(s)
-		for j, c := range cases {
-			s := time.Now()
-			if err := c.write(i); err != nil {
-				return nil, fmt.Errorf("%s: %w", c.name, err)
-			}
-			tCase[j] += time.Since(s)
-		}
+	tPlain, tCase, err := alternate(func(i int) error { return plain.Create(row(i)).Error }, cases, cfg.writes)
+	if err != nil {
+		return nil, err
 	}
 	out := []figure{{"plain GORM Create, µs per write (the divisor)", "µs", float64(tPlain.Microseconds()) / float64(cfg.writes), ""}}
 	for j, c := range cases {
 		out = append(out, figure{c.name, "÷ plain Create", float64(tCase[j]) / float64(tPlain), ""})
 	}
 	return out, nil
+}
+
+// producerCase is one producer write, timed against a plain Create.
+type producerCase struct {
+	name  string
+	write func(i int) error
+}
+
+// alternate warms plainCreate and every case up (50 writes each: the
+// connections, prepared statements, the plugin's first insert), then
+// runs writes rounds of plainCreate followed by each case, and returns
+// the total time of plainCreate and of each case.
+func alternate(plainCreate func(i int) error, cases []producerCase, writes int) (tPlain time.Duration, tCase []time.Duration, err error) {
+	for i := range 50 {
+		if err := plainCreate(i); err != nil {
+			return 0, nil, err
+		}
+		for _, c := range cases {
+			if err := c.write(i); err != nil {
+				return 0, nil, fmt.Errorf("%s: %w", c.name, err)
+			}
+		}
+	}
+	tCase = make([]time.Duration, len(cases))
+	for i := range writes {
+		s := time.Now()
+		if err := plainCreate(i); err != nil {
+			return 0, nil, err
+		}
+		tPlain += time.Since(s)
+		for j, c := range cases {
+			s := time.Now()
+			if err := c.write(i); err != nil {
+				return 0, nil, fmt.Errorf("%s: %w", c.name, err)
+			}
+			tCase[j] += time.Since(s)
+		}
+	}
+	return tPlain, tCase, nil
 }

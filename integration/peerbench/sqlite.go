@@ -98,10 +98,7 @@ func sqliteProducerRound(ctx context.Context, cfg config) ([]figure, error) {
 	defer cleanup()
 	body, _ := json.Marshal(map[string]any{"id": 1, "name": "n", "status": "new", "amount": 1})
 	row := func(i int) *PlainRow { return &PlainRow{Name: "n", Status: "new", Amount: i} }
-	cases := []struct {
-		name  string
-		write func(i int) error
-	}{
+	cases := []producerCase{
 		{"plain GORM Create inside db.Transaction (reference for the caller-transaction case)", func(i int) error {
 			return plain.Transaction(func(tx *gorm.DB) error { return tx.Create(row(i)).Error })
 		}},
@@ -130,32 +127,9 @@ func sqliteProducerRound(ctx context.Context, cfg config) ([]figure, error) {
 			})
 		}},
 	}
-	plainCreate := func(i int) error { return plain.Create(row(i)).Error }
-	for i := range 50 { // warm up: prepared statements, the plugin's first insert
-		if err := plainCreate(i); err != nil {
-			return nil, err
-		}
-		for _, c := range cases {
-			if err := c.write(i); err != nil {
-				return nil, fmt.Errorf("%s: %w", c.name, err)
-			}
-		}
-	}
-	var tPlain time.Duration
-	tCase := make([]time.Duration, len(cases))
-	for i := range cfg.writes {
-		s := time.Now()
-		if err := plainCreate(i); err != nil {
-			return nil, err
-		}
-		tPlain += time.Since(s)
-		for j, c := range cases {
-			s := time.Now()
-			if err := c.write(i); err != nil {
-				return nil, fmt.Errorf("%s: %w", c.name, err)
-			}
-			tCase[j] += time.Since(s)
-		}
+	tPlain, tCase, err := alternate(func(i int) error { return plain.Create(row(i)).Error }, cases, cfg.writes)
+	if err != nil {
+		return nil, err
 	}
 	out := []figure{{name: "producer: plain GORM Create, µs per write (the divisor)", unit: "µs", value: float64(tPlain.Microseconds()) / float64(cfg.writes)}}
 	for j, c := range cases {
