@@ -117,6 +117,32 @@ func rate(n int, d time.Duration) float64 { return float64(n) / d.Seconds() }
 
 var wmTopicSeq atomic.Int64
 
+// publishWatermill publishes n messages (payload, a traceparent header) to
+// topic through pub, 1,000 per Publish call.
+func publishWatermill(pub message.Publisher, topic string, n int) error {
+	for i := 0; i < n; i += 1000 {
+		msgs := make([]*message.Message, min(1000, n-i))
+		for j := range msgs {
+			msgs[j] = message.NewMessage(watermill.NewUUID(), []byte(payload))
+			msgs[j].Metadata.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+		}
+		if err := pub.Publish(topic, msgs...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// settle gives a freshly filled table its statistics and writes the fill
+// to disk, so that the drain timed next starts from the same state.
+func settle(ctx context.Context, db *sql.DB, table string) error {
+	if _, err := db.ExecContext(ctx, `ANALYZE `+table); err != nil {
+		return err
+	}
+	_, err := db.ExecContext(ctx, `CHECKPOINT`)
+	return err
+}
+
 // watermillDrain publishes n messages on a fresh topic (a table of its own),
 // then times a subscriber acknowledging all of them. batch 0 = the
 // subscriber's default (100).
@@ -134,21 +160,11 @@ func watermillDrain(batch int) func(context.Context, config) (float64, string, e
 		if err != nil {
 			return 0, "", err
 		}
-		for i := 0; i < cfg.events; i += 1000 {
-			msgs := make([]*message.Message, min(1000, cfg.events-i))
-			for j := range msgs {
-				msgs[j] = message.NewMessage(watermill.NewUUID(), []byte(payload))
-				msgs[j].Metadata.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
-			}
-			if err := pub.Publish(topic, msgs...); err != nil {
-				return 0, "", err
-			}
-		}
-		table := schema.MessagesTable(topic)
-		if _, err := db.ExecContext(ctx, `ANALYZE `+table); err != nil {
+		if err := publishWatermill(pub, topic, cfg.events); err != nil {
 			return 0, "", err
 		}
-		if _, err := db.ExecContext(ctx, `CHECKPOINT`); err != nil {
+		table := schema.MessagesTable(topic)
+		if err := settle(ctx, db, table); err != nil {
 			return 0, "", err
 		}
 		sub, err := wsql.NewSubscriber(wsql.BeginnerFromStdSQL(db), wsql.SubscriberConfig{
@@ -200,22 +216,12 @@ func forwarderDrain(batch int) func(context.Context, config) (float64, string, e
 			return 0, "", err
 		}
 		pub := forwarder.NewPublisher(sqlPub, forwarder.PublisherConfig{ForwarderTopic: topic})
-		for i := 0; i < cfg.events; i += 1000 {
-			msgs := make([]*message.Message, min(1000, cfg.events-i))
-			for j := range msgs {
-				msgs[j] = message.NewMessage(watermill.NewUUID(), []byte(payload))
-				msgs[j].Metadata.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
-			}
-			if err := pub.Publish("destination", msgs...); err != nil {
-				return 0, "", err
-			}
+		if err := publishWatermill(pub, "destination", cfg.events); err != nil {
+			return 0, "", err
 		}
 		table := schema.MessagesTable(topic)
 		defer func() { _, _ = db.ExecContext(context.Background(), `DROP TABLE IF EXISTS `+table) }()
-		if _, err := db.ExecContext(ctx, `ANALYZE `+table); err != nil {
-			return 0, "", err
-		}
-		if _, err := db.ExecContext(ctx, `CHECKPOINT`); err != nil {
+		if err := settle(ctx, db, table); err != nil {
 			return 0, "", err
 		}
 		sub, err := wsql.NewSubscriber(wsql.BeginnerFromStdSQL(db), wsql.SubscriberConfig{
