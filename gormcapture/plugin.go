@@ -90,6 +90,7 @@ type Plugin struct {
 	nstmts   atomic.Int64
 	arrays   sync.Map // *sql.DB -> bool: binds Go slices as arrays (pgx)
 	colTypes sync.Map // table name -> *columnTypes (PostgreSQL), for fused inserts
+	shapes   sync.Map // fusedShapeKey -> *fusedShape (PostgreSQL), for fused inserts
 
 	spSeq         atomic.Uint64
 	foreignWarned atomic.Bool

@@ -54,16 +54,17 @@ func (p *Plugin) insertSingle(db *gorm.DB, spec *envelope.Spec, values clause.Va
 	ctx := st.Context
 	pk := keyColumns(sch)
 
-	ret := union(slices.Clone(pk), fill...)
+	back := union(slices.Clone(pk), fill...) // what the instance gets back
+	ret := back
 	if spec.Captures(envelope.Inserted) && spec.NeedsAfter(envelope.Inserted) {
-		ret = union(ret, spec.Columns()...)
+		ret = union(slices.Clone(back), spec.Columns()...)
 	}
 
 	if p.dialect == envelope.Postgres && spec.Captures(envelope.Inserted) && fusable(spec) {
 		if err := p.probeColumnTypes(ctx, st, ret); err != nil {
 			return err
 		}
-		if sqlText, args, topic, ok := p.fusedInsert(st, spec, values, ret, at); ok {
+		if sqlText, args, topic, ok := p.fusedInsert(st, spec, values, ret, back, at); ok {
 			st.SQL.Reset()
 			st.SQL.WriteString(sqlText)
 			st.Vars = args
@@ -71,7 +72,9 @@ func (p *Plugin) insertSingle(db *gorm.DB, spec *envelope.Spec, values clause.Va
 			if err != nil {
 				return err
 			}
-			imgs, _, err := newScanner(sch, ret).scan(ctx, rows, -1)
+			// The event was built from the row in SQL: only what the
+			// instance gets back is read.
+			imgs, _, err := newScanner(sch, back).scan(ctx, rows, -1)
 			if err != nil {
 				return err
 			}
@@ -174,10 +177,12 @@ func instanceKey(ctx context.Context, st *gorm.Statement, values clause.Values) 
 	return inst, genPK, true
 }
 
-// fusedInsert builds the data-modifying CTE that inserts the row and its
-// event; ok is false when the event cannot be built before the row exists
-// or a column of it has no rendering in SQL.
-func (p *Plugin) fusedInsert(st *gorm.Statement, spec *envelope.Spec, values clause.Values, ret []string, at time.Time) (sqlText string, args []any, topic string, ok bool) {
+// fusedInsert builds the data-modifying CTE that inserts the row (its
+// RETURNING: ret, what the event is built from) and its event, and
+// selects back only the columns the instance gets back (back); ok is false
+// when the event cannot be built before the row exists or a column of it
+// has no rendering in SQL.
+func (p *Plugin) fusedInsert(st *gorm.Statement, spec *envelope.Spec, values clause.Values, ret, back []string, at time.Time) (sqlText string, args []any, topic string, ok bool) {
 	if !fusable(spec) {
 		return "", nil, "", false
 	}
@@ -186,37 +191,9 @@ func (p *Plugin) fusedInsert(st *gorm.Statement, spec *envelope.Spec, values cla
 	if len(pk) == 0 {
 		return "", nil, "", false
 	}
-	types, _ := p.colTypes.Load(st.Table)
-	if types == nil {
+	shape, ok := p.fusedShapeOf(st, spec, pk)
+	if !ok {
 		return "", nil, "", false
-	}
-	pgx := p.bindsArrays(st.ConnPool)
-	render := func(c string, key bool) (string, bool) {
-		f := sch.FieldsByDBName[c]
-		dbType := types.(*columnTypes).get(c)
-		if f == nil || dbType == "" || !envelope.IsIdentifier(c) {
-			return "", false
-		}
-		return renderJSON(f, dbType, `"herald_row".`+envelope.QuoteIdent(c), key, pgx)
-	}
-	pkExprs := make([]string, len(pk))
-	for i, c := range pk {
-		e, ok := render(c, true)
-		if !ok {
-			return "", nil, "", false
-		}
-		pkExprs[i] = e
-	}
-	var afterExprs map[string]string
-	if spec.NeedsAfter(envelope.Inserted) {
-		afterExprs = map[string]string{}
-		for _, c := range spec.Columns() {
-			e, ok := render(c, false)
-			if !ok {
-				return "", nil, "", false
-			}
-			afterExprs[c] = e
-		}
 	}
 	inst, genPK, ok := instanceKey(st.Context, st, values)
 	if !ok {
@@ -241,29 +218,13 @@ func (p *Plugin) fusedInsert(st *gorm.Statement, spec *envelope.Spec, values cla
 	// The envelope is rendered in Go with a marker for each value of the
 	// stored row ("pk", "after"), and the statement splices in the text of
 	// each value's JSON from the row (fusedsql.SplicePayload).
-	marks := fusedsql.Marks{}
-	if len(pk) == 1 {
-		c.PK = marks.Mark("pk", pk[0], pkExprs[0])
-	} else {
-		m := make(map[string]any, len(pk))
-		for i, col := range pk {
-			m[col] = marks.Mark("pk", col, pkExprs[i])
-		}
-		c.PK = m
-	}
-	if afterExprs != nil {
-		after := make(map[string]any, len(afterExprs))
-		for col, e := range afterExprs {
-			after[col] = marks.Mark("after", col, e)
-		}
-		c.After = after
-	}
+	c.PK, c.After = shape.pk, shape.after
 	payload, err := spec.AppendEnvelope(nil, &c, nil)
 	if err != nil {
 		return "", nil, "", false
 	}
 	ev := fusedsql.Event{Writer: p.writer, RowKeyed: spec.RowKeyed(), Topic: topic, Payload: payload,
-		Marks: marks, Key: k, GenCol: genPK, At: at}
+		Marks: shape.marks, Key: k, GenCol: genPK, At: at}
 
 	p.build(st, ret, false)
 	args = st.Vars
@@ -272,7 +233,7 @@ func (p *Plugin) fusedInsert(st *gorm.Statement, spec *envelope.Spec, values cla
 		return "$" + strconv.Itoa(len(args))
 	}
 	var b strings.Builder
-	b.Grow(st.SQL.Len() + 400 + 80*len(marks))
+	b.Grow(st.SQL.Len() + 400 + 80*len(shape.marks))
 	b.WriteString(`WITH ` + fusedsql.Row + ` AS (`)
 	b.WriteString(st.SQL.String())
 	b.WriteByte(')')
@@ -282,10 +243,79 @@ func (p *Plugin) fusedInsert(st *gorm.Statement, spec *envelope.Spec, values cla
 		return "", nil, "", false
 	}
 	b.WriteString(` SELECT `)
-	b.WriteString(quotedColumns(st, ret, false))
+	b.WriteString(quotedColumns(st, back, false))
 	b.WriteString(` FROM "herald_row"`)
 	st.SQL.Reset()
 	return b.String(), args, topic, true
+}
+
+// fusedShape is what a fused insert's envelope holds in place of the
+// stored row's values — a marker for each key column and each column of
+// the after image — and the marks that render them in SQL. It depends on
+// the table, the capture spec and the driver alone, so fusedShapeOf
+// renders it once per (table, spec, driver) and every insert of that shape
+// reuses it, read-only (a third of a fused insert's Go time was spent
+// rendering the same expressions again: BenchmarkCreate).
+type fusedShape struct {
+	marks fusedsql.Marks
+	pk    any            // Change.PK: the key column's marker, or column → marker
+	after map[string]any // Change.After: column → marker; nil when not needed
+}
+
+type fusedShapeKey struct {
+	table string
+	spec  *envelope.Spec
+	pgx   bool
+}
+
+// fusedShapeOf returns the shape of st's insert, rendering and caching it
+// the first time; ok is false when a column has no rendering in SQL (its
+// type unknown yet, or not an identifier) — not cached, so that a later
+// insert, once the types are known, is fused.
+func (p *Plugin) fusedShapeOf(st *gorm.Statement, spec *envelope.Spec, pk []string) (*fusedShape, bool) {
+	pgx := p.bindsArrays(st.ConnPool)
+	key := fusedShapeKey{st.Table, spec, pgx}
+	if v, ok := p.shapes.Load(key); ok {
+		return v.(*fusedShape), true
+	}
+	types, _ := p.colTypes.Load(st.Table)
+	if types == nil {
+		return nil, false
+	}
+	sch := st.Schema
+	render := func(c string, key bool) (string, bool) {
+		f := sch.FieldsByDBName[c]
+		dbType := types.(*columnTypes).get(c)
+		if f == nil || dbType == "" || !envelope.IsIdentifier(c) {
+			return "", false
+		}
+		return renderJSON(f, dbType, `"herald_row".`+envelope.QuoteIdent(c), key, pgx)
+	}
+	shape := &fusedShape{marks: fusedsql.Marks{}}
+	pkMarks := make(map[string]any, len(pk))
+	for _, c := range pk {
+		e, ok := render(c, true)
+		if !ok {
+			return nil, false
+		}
+		pkMarks[c] = shape.marks.Mark("pk", c, e)
+	}
+	shape.pk = pkMarks
+	if len(pk) == 1 {
+		shape.pk = pkMarks[pk[0]]
+	}
+	if spec.NeedsAfter(envelope.Inserted) {
+		shape.after = map[string]any{}
+		for _, c := range spec.Columns() {
+			e, ok := render(c, false)
+			if !ok {
+				return nil, false
+			}
+			shape.after[c] = shape.marks.Mark("after", c, e)
+		}
+	}
+	v, _ := p.shapes.LoadOrStore(key, shape)
+	return v.(*fusedShape), true
 }
 
 // columnTypes are the database type names (database/sql's

@@ -141,27 +141,45 @@ func SplicePayload(payload []byte, marks Marks, ph func(any) string) string {
 // marker expr(its expression). The parts, joined with ||, are the
 // payload's text with each marker replaced by its value's JSON — how
 // every fused statement builds an event's payload in SQL.
+//
+// One pass over payload: every marker's JSON begins with markPrefix and
+// ends with markSuffix, so each occurrence of the prefix is looked up
+// whole in marks (text that merely looks like a marker is kept as it is).
 func Splice(payload []byte, marks map[string]string, lit, expr func(string) string) []string {
-	var parts []string
+	parts := make([]string, 0, 2*len(marks)+1)
 	rest := string(payload)
-	for {
-		at, m := -1, ""
-		for k := range marks {
-			if i := strings.Index(rest, k); i >= 0 && (at < 0 || i < at) {
-				at, m = i, k
-			}
-		}
-		if at < 0 {
+	from := 0 // where the current literal run starts in rest
+	for at := 0; ; {
+		i := strings.Index(rest[at:], markPrefix)
+		if i < 0 {
 			break
 		}
-		if at > 0 {
-			parts = append(parts, lit(rest[:at]))
+		i += at
+		j := strings.Index(rest[i+len(markPrefix):], markSuffix)
+		if j < 0 {
+			break
 		}
-		parts = append(parts, expr(marks[m]))
-		rest = rest[at+len(m):]
+		end := i + len(markPrefix) + j + len(markSuffix)
+		e, ok := marks[rest[i:end]]
+		if !ok {
+			at = i + 1
+			continue
+		}
+		if i > from {
+			parts = append(parts, lit(rest[from:i]))
+		}
+		parts = append(parts, expr(e))
+		from, at = end, end
 	}
-	if rest != "" {
-		parts = append(parts, lit(rest))
+	if from < len(rest) {
+		parts = append(parts, lit(rest[from:]))
 	}
 	return parts
 }
+
+// markPrefix and markSuffix begin and end the JSON encoding of every
+// marker Marks.Mark makes ("\x00herald:kind:col\x00", NUL escaped).
+const (
+	markPrefix = `"\u0000herald:`
+	markSuffix = `\u0000"`
+)
