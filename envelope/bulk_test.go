@@ -82,6 +82,17 @@ func TestWriteCapturedArrays(t *testing.T) {
 		if len(got) != len(ms) || !reflect.DeepEqual(got, want) {
 			t.Errorf("WriteCapturedArrays wrote\n%+v\nWriteCaptured\n%+v", got[:3], want[:3])
 		}
+		// Messages that leave every optional column at its default (no
+		// headers, key or DeliverAt): the array INSERT writes those
+		// columns as constants, and must store what the other path does.
+		for i := range ms {
+			ms[i] = envelope.Message{Topic: fmt.Sprint("t", i%3), Payload: map[string]any{"i": i}}
+		}
+		want = write(w.WriteCaptured)
+		got = write(w.WriteCapturedArrays)
+		if len(got) != len(ms) || !reflect.DeepEqual(got, want) {
+			t.Errorf("messages without headers, keys or DeliverAt: WriteCapturedArrays wrote\n%+v\nWriteCaptured\n%+v", got[:3], want[:3])
+		}
 		// A rejected message writes nothing.
 		_, err := w.WriteCapturedArrays(ctx, db, []envelope.Message{{Topic: "a", Payload: 1}, {Topic: ""}})
 		if !errors.Is(err, envelope.ErrValidation) {

@@ -49,8 +49,11 @@ func TestWriteManyEveryDriver(t *testing.T) {
 			}
 			wm, _ := envelope.NewWriter(envelope.Postgres, many)
 			wo, _ := envelope.NewWriter(envelope.Postgres, one)
-			var plain, idem []envelope.Message
+			// bare leaves every optional column at its default: the
+			// unnest INSERT writes those columns as constants.
+			var plain, idem, bare []envelope.Message
 			for i, p := range payloads {
+				bare = append(bare, envelope.Message{Topic: "bare", Payload: p})
 				m := envelope.Message{Topic: "t\"{,}" + strings.Repeat("x", i), Payload: p,
 					Headers: map[string]string{"h": `v"\` + strings.Repeat("é", i)}}
 				switch i % 3 {
@@ -70,7 +73,7 @@ func TestWriteManyEveryDriver(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			for _, ms := range [][]envelope.Message{plain, idem} {
+			for _, ms := range [][]envelope.Message{plain, idem, bare} {
 				res, err := wm.Write(ctx, db, ms)
 				if err != nil {
 					t.Fatal(err)

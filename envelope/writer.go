@@ -490,55 +490,71 @@ func (w *Writer) insert(ctx context.Context, q Querier, rows []row, batch []int,
 //
 // binding each column as one array literal in a text parameter, so that
 // every driver sends it (pgx, lib/pq; WriteCapturedArrays binds Go slices,
-// which only pgx can): nine or ten parameters whatever the number of
+// which only pgx can): at most ten parameters whatever the number of
 // events, where a multi-row VALUES binds eight per event and the server
 // parses, binds and plans them all (1000 events: about 1.3× the time of a
-// bare unnest INSERT, against 1.0–1.1 for this form; BenchmarkWrite). The
+// bare unnest INSERT, against 1.1–1.2 for this form; BenchmarkWrite). A
+// column every event of the chunk leaves at its default (headers, keys,
+// DeliverAt) is a constant, not an array of equal elements to parse
+// (unnestInsert). The
 // events get their sequence values in message order (ORDER BY u.ord below
 // the INSERT's projection, which draws them), and the key locks, a
 // one-time condition, are taken before the first.
 func (w *Writer) insertUnnest(ctx context.Context, q Querier, rows []row, batch []int, r run, now time.Time, seq map[uuid.UUID]int64, locks keyLocks) error {
-	var ids, topics, payloads, headers, okeys, ikeys, next strings.Builder
-	ids.Grow(len(batch)*39 + 2)
+	c := sameColumns(rows, batch)
+	// literal renders one column of the chunk as a PostgreSQL array literal.
+	literal := func(size int, elem func(b *strings.Builder, r *row)) string {
+		var b strings.Builder
+		b.Grow(size + 2)
+		b.WriteByte('{')
+		for bi, i := range batch {
+			if bi > 0 {
+				b.WriteByte(',')
+			}
+			elem(&b, &rows[i])
+		}
+		b.WriteByte('}')
+		return b.String()
+	}
 	size := 0
 	for _, i := range batch {
 		size += len(rows[i].payload) + len(rows[i].payload)/8 + 3
 	}
-	payloads.Grow(size + 2)
-	for _, sb := range []*strings.Builder{&ids, &topics, &payloads, &headers, &okeys, &ikeys, &next} {
-		sb.WriteByte('{')
+	u := unnestInsert{}
+	u.array("id", "text::uuid", literal(len(batch)*37, func(b *strings.Builder, r *row) { b.WriteString(r.id.String()) }))
+	u.array("topic", "text::varchar", literal(0, func(b *strings.Builder, r *row) { appendArrayElement(b, r.topic) }))
+	u.array("payload", "text::json", literal(size, func(b *strings.Builder, r *row) { appendArrayElement(b, r.payload) }))
+	if c.headers {
+		u.constant("headers", "'{}'::json")
+	} else {
+		u.array("headers", "text::json", literal(0, func(b *strings.Builder, r *row) { appendArrayElement(b, r.headers) }))
 	}
-	for bi, i := range batch {
-		row := &rows[i]
-		if bi > 0 {
-			for _, sb := range []*strings.Builder{&ids, &topics, &payloads, &headers, &okeys, &ikeys, &next} {
-				sb.WriteByte(',')
+	if c.keys {
+		u.constant("ordering_key", "NULL")
+	} else {
+		u.array("ordering_key", "text::varchar", literal(0, func(b *strings.Builder, r *row) { appendNullableElement(b, r.okey) }))
+	}
+	if c.ikeys {
+		u.constant("idempotency_key", "NULL")
+	} else {
+		u.array("idempotency_key", "text::varchar", literal(0, func(b *strings.Builder, r *row) { appendNullableElement(b, r.ikey) }))
+	}
+	u.scalar("created_at", w.d.TimeArg(now))
+	if c.next {
+		u.constant("next_attempt_at", "NULL")
+	} else {
+		u.array("next_attempt_at", "text::timestamptz", literal(0, func(b *strings.Builder, r *row) {
+			if r.at.IsZero() {
+				b.WriteString("NULL")
+			} else {
+				// Microseconds, truncated, as insert binds them.
+				b.WriteString(r.at.UTC().Truncate(time.Microsecond).Format(`"2006-01-02T15:04:05.999999Z"`))
 			}
-		}
-		ids.WriteString(row.id.String())
-		appendArrayElement(&topics, row.topic)
-		appendArrayElement(&payloads, row.payload)
-		appendArrayElement(&headers, row.headers)
-		appendNullableElement(&okeys, row.okey)
-		appendNullableElement(&ikeys, row.ikey)
-		if row.at.IsZero() {
-			next.WriteString("NULL")
-		} else {
-			// Microseconds, truncated, as insert binds them.
-			next.WriteString(row.at.UTC().Truncate(time.Microsecond).Format(`"2006-01-02T15:04:05.999999Z"`))
-		}
+		}))
 	}
-	for _, sb := range []*strings.Builder{&ids, &topics, &payloads, &headers, &okeys, &ikeys, &next} {
-		sb.WriteByte('}')
-	}
-	args := []any{ids.String(), topics.String(), payloads.String(), headers.String(), okeys.String(), ikeys.String(), next.String(), w.d.TimeArg(now)}
 	var b strings.Builder
-	b.WriteString("INSERT INTO ")
-	b.WriteString(w.t.Quoted)
-	b.WriteString(" (id, topic, payload, headers, ordering_key, idempotency_key, created_at, next_attempt_at)" +
-		" SELECT u.id, u.topic, u.payload, u.headers, u.okey, u.ikey, $8, u.next" +
-		" FROM unnest($1::text::uuid[], $2::text::varchar[], $3::text::json[], $4::text::json[], $5::text::varchar[], $6::text::varchar[], $7::text::timestamptz[])" +
-		" WITH ORDINALITY AS u(id, topic, payload, headers, okey, ikey, next, ord)")
+	u.write(&b, w.t.Quoted)
+	args := u.args
 	if len(locks) > 0 {
 		var cond string
 		cond, args = w.lockCond(locks, args, true)
