@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -129,6 +130,21 @@ func (t *tracker) summary(name string, d time.Duration) []figure {
 	}
 	wn := windowName(d)
 	note := fmt.Sprintf("first %s %.2f/%.2f, last %s %.2f/%.2f (n=%d)", wn, pct(first, 0.5), pct(first, 0.99), wn, pct(last, 0.5), pct(last, 0.99), len(all))
+	if d >= 2*time.Minute {
+		// Every minute's p99, so that a trend (drift) shows apart from
+		// one slow minute (a checkpoint, a vacuum).
+		by := make([][]time.Duration, int((d+w-1)/w))
+		for _, s := range t.lat {
+			if i := int(s.at / w); i >= 0 && i < len(by) {
+				by[i] = append(by[i], s.lat)
+			}
+		}
+		ps := make([]string, len(by))
+		for i, ls := range by {
+			ps[i] = fmt.Sprintf("%.2f", pct(ls, 0.99))
+		}
+		note += "; p99 by minute: " + strings.Join(ps, " ")
+	}
 	drift := 0.0
 	if f := pct(first, 0.99); f > 0 {
 		drift = pct(last, 0.99) / f

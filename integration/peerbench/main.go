@@ -420,7 +420,7 @@ func sectionNote(sec string, cfg config) string {
 		if cfg.maxIdle > 0 {
 			idle = fmt.Sprintf("SetMaxIdleConns(%d)", cfg.maxIdle)
 		}
-		return fmt.Sprintf("One event per transaction at %d ev/s for %s; commit → delivery handler; herald's writers (GORM, 4 goroutines) and relay share one *sql.DB with %s. p50 and p99 of the whole run; the drift row is the last %s's p99 ÷ the first's; notes: p50/p99 of the first and last %s, per round.",
+		return fmt.Sprintf("One event per transaction at %d ev/s for %s; commit → delivery handler; herald's writers (GORM, 4 goroutines) and relay share one *sql.DB with %s. p50 and p99 of the whole run; the drift row is the last %s's p99 ÷ the first's; notes: p50/p99 of the first and last %s (and each minute's p99 in runs of two minutes or more), per round.",
 			cfg.rate, cfg.latencyDur, idle, windowName(cfg.latencyDur), windowName(cfg.latencyDur))
 	case "sqlite":
 		return fmt.Sprintf("herald alone on SQLite (mattn/go-sqlite3, journal_mode=WAL, synchronous=NORMAL, foreign keys on, two database files per round — plain GORM's and herald's, as herald's own SQLite benchmarks — in %s): producer — %d writes each ÷ a plain GORM Create of the same row in its own transaction, alternated write by write; bulk — GORM `Updates` matching %d rows.",

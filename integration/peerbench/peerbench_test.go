@@ -32,7 +32,7 @@ func TestSummaryComparesFirstAndLastMinuteOfLongRuns(t *testing.T) {
 	if len(fs) != 3 {
 		t.Fatalf("figures = %+v, want p50, p99, drift", fs)
 	}
-	if want := "first minute 1.00/1.00, last minute 3.00/3.00 (n=600)"; fs[0].note != want {
+	if want := "first minute 1.00/1.00, last minute 3.00/3.00 (n=600); p99 by minute: 1.00 50.00 50.00 50.00 50.00 50.00 50.00 50.00 50.00 3.00"; fs[0].note != want {
 		t.Errorf("note = %q, want %q", fs[0].note, want)
 	}
 	if fs[2].unit != "×" || fs[2].value != 3 || !strings.Contains(fs[2].name, "last minute's p99 ÷ first's") {
