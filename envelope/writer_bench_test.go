@@ -3,6 +3,7 @@ package envelope_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"slices"
 	"testing"
 	"time"
@@ -177,6 +178,96 @@ func BenchmarkPayloadColumn(b *testing.B) {
 				}
 				b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "events/s")
 			})
+		}
+	}
+}
+
+// BenchmarkInsertForms times, alternated in one loop on one table, 1000
+// unordered events without headers written by: the bare floor (an
+// unnest INSERT of id, topic and payload, no RETURNING), WriteCapturedArrays
+// (what EnqueueMany runs through pgx), and WriteCapturedArrays's statement
+// written by hand without its RETURNING and ORDER BY — what the writer
+// cannot drop (each Event gets its Sequence back, in message order). Each
+// in its own transaction. Reports events/s of each and each ÷ the floor
+// (-ratio).
+//
+//	go test -run '^$' -bench BenchmarkInsertForms -benchtime 60x ./envelope
+func BenchmarkInsertForms(b *testing.B) {
+	const n = 1000
+	db, _ := testkit.Postgres(b)
+	ctx := context.Background()
+	if err := envelope.Migrate(ctx, db, envelope.Postgres, ""); err != nil {
+		b.Fatal(err)
+	}
+	w, _ := envelope.NewWriter(envelope.Postgres, "")
+	payload := `{"model":"library.Loan","operation":"updated","pk":7}`
+	ms := make([]envelope.Message, n)
+	for i := range ms {
+		ms[i] = envelope.Message{Topic: "many", Payload: json.RawMessage(payload)}
+	}
+	columns := func() (ids, topics, payloads []string) {
+		ids, topics, payloads = make([]string, n), make([]string, n), make([]string, n)
+		for i := range ids {
+			id, _ := uuid.NewV7()
+			ids[i], topics[i], payloads[i] = id.String(), "many", payload
+		}
+		return ids, topics, payloads
+	}
+	inTx := func(f func(tx *sql.Tx) error) {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := f(tx); err != nil {
+			b.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	forms := []struct {
+		name string
+		run  func()
+	}{
+		{"floor", func() {
+			ids, topics, payloads := columns()
+			inTx(func(tx *sql.Tx) error {
+				_, err := tx.ExecContext(ctx, `INSERT INTO herald_outbox (id, topic, payload, created_at)
+					SELECT u.id, u.topic, u.payload, now() FROM unnest($1::uuid[], $2::varchar[], $3::json[]) AS u(id, topic, payload)`, ids, topics, payloads)
+				return err
+			})
+		}},
+		{"writer", func() {
+			inTx(func(tx *sql.Tx) error { _, err := w.WriteCapturedArrays(ctx, tx, ms); return err })
+		}},
+		{"writer-no-returning", func() {
+			ids, topics, payloads := columns()
+			inTx(func(tx *sql.Tx) error {
+				_, err := tx.ExecContext(ctx, `INSERT INTO herald_outbox (id, topic, payload, headers, ordering_key, created_at, next_attempt_at)
+					SELECT u.c0, u.c1, u.c2, '{}'::json, NULL, $4, NULL FROM unnest($1::uuid[], $2::varchar[], $3::json[]) AS u(c0, c1, c2)`, ids, topics, payloads, time.Now())
+				return err
+			})
+		}},
+	}
+	for range 3 {
+		for _, f := range forms {
+			f.run()
+		}
+	}
+	took := make([]time.Duration, len(forms))
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		for j := range forms {
+			f := forms[(i+j)%len(forms)]
+			s := time.Now()
+			f.run()
+			took[(i+j)%len(forms)] += time.Since(s)
+		}
+	}
+	for j, f := range forms {
+		b.ReportMetric(float64(b.N*n)/took[j].Seconds(), f.name+"-ev/s")
+		if j > 0 {
+			b.ReportMetric(float64(took[j])/float64(took[0]), f.name+"-ratio")
 		}
 	}
 }
