@@ -197,8 +197,13 @@ func (s *Spec) RowKeyed() bool {
 // Captures reports whether the spec captures op.
 func (s *Spec) Captures(op Operation) bool { return s.ops[op] }
 
-// Columns returns the columns an event holds, in table order.
-func (s *Spec) Columns() []string { return s.columns }
+// Columns returns the columns an event holds, in table order. The slice is
+// the spec's own, shared by every goroutine that captures with it: read
+// it, never write to it. Its capacity is its length, so an append to it
+// (append(spec.Columns(), other)) always copies instead of writing into
+// the spec's array — where two concurrent captures would overwrite each
+// other's extra column.
+func (s *Spec) Columns() []string { return s.columns[:len(s.columns):len(s.columns)] }
 
 // NeedsBefore reports whether events of op need the row as it was.
 func (s *Spec) NeedsBefore(op Operation) bool {

@@ -296,3 +296,32 @@ func TestCapturesAndNeeds(t *testing.T) {
 		t.Fatalf("Columns() = %v", got)
 	}
 }
+
+// Spec.Columns is shared by every capture with the spec: appending to it
+// (what the capture paths do to add a column they also read) must copy,
+// never write into the spec's array, where two concurrent captures would
+// overwrite each other's extra column (a data race entcapture's edge
+// setters had).
+func TestSpecColumnsAppendCopies(t *testing.T) {
+	t.Parallel()
+	// Exclude fee leaves three columns: appended one by one, the
+	// spec's array has room for four.
+	for _, opts := range []envelope.Options{{}, {Exclude: []string{"fee"}}, {Fields: []string{"token", "status"}}} {
+		spec, err := envelope.Compile(loanModel, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cols := spec.Columns()
+		if cap(cols) != len(cols) {
+			t.Errorf("%+v: Columns() has capacity %d for %d columns: an append writes into the spec", opts, cap(cols), len(cols))
+		}
+		a := append(spec.Columns(), "a")
+		b := append(spec.Columns(), "b")
+		if a[len(a)-1] != "a" || b[len(b)-1] != "b" {
+			t.Errorf("%+v: two appends to Columns() share an array: %v, %v", opts, a, b)
+		}
+		if got := spec.Columns(); len(got) != len(cols) {
+			t.Errorf("%+v: Columns() changed to %v", opts, got)
+		}
+	}
+}
