@@ -618,10 +618,7 @@ func (c *capturePool) fusedUpdateSQLite(ctx context.Context, q string, args []an
 		hiText := hi[:8] + "-" + hi[8:12] + "-" + hi[12:16] + "-"
 		var b strings.Builder
 		b.WriteString(`INSERT INTO ` + p.writer.Table().Quoted + ` (id, topic, payload, headers, ordering_key, created_at) SELECT `)
-		// The low 8 bytes' hex, split 4-12; the two row_number()s are one
-		// window: the same number.
-		b.WriteString(ph(hiText) + `||substr(printf('%016x',` + ph(lo) + `+row_number() OVER (ORDER BY b.k)),1,4)||'-'||substr(`)
-		b.WriteString(`printf('%016x',` + ph(lo) + `+row_number() OVER (ORDER BY b.k)),5),`)
+		b.WriteString(sqliteV7ID(ph(hiText), func() string { return ph(lo) }, "b.k") + `,`)
 		b.WriteString(ph(topic) + `,`)
 		b.WriteString(liteSplice(payload, marks, ph))
 		b.WriteString(`,'{}',`)
@@ -654,6 +651,17 @@ func (c *capturePool) fusedUpdateSQLite(ctx context.Context, q string, args []an
 		}
 	}
 	return n, true, nil
+}
+
+// sqliteV7ID is the SQLite expression of the event ids of a fused bulk
+// update: the text of the first 8 bytes (hiText, "xxxxxxxx-xxxx-7xxx-")
+// followed by the hex of lo plus the row's number in order, split 4-12.
+// The two row_number()s are one window: the same number. lo is called
+// once for each of its two uses (SQLite's "?" placeholders are
+// positional: each use binds its own value).
+func sqliteV7ID(hiText string, lo func() string, order string) string {
+	n := func() string { return lo() + `+row_number() OVER (ORDER BY ` + order + `)` }
+	return hiText + `||substr(printf('%016x',` + n() + `),1,4)||'-'||substr(printf('%016x',` + n() + `),5)`
 }
 
 func isIntKind(t reflect.Type) bool {

@@ -100,7 +100,7 @@ func BenchmarkSQLiteEventForms(b *testing.B) {
 		p.WriteString(`||'},"occurred_at":"2026-11-30T23:00:00.000000Z"}'`)
 		return "(" + p.String() + ")"
 	}
-	v7 := `'01890000-0000-7000-'||substr(printf('%016x',1000+row_number() OVER (ORDER BY b.k)),1,4)||'-'||substr(printf('%016x',1000+row_number() OVER (ORDER BY b.k)),5)`
+	v7 := sqliteV7ID(`'01890000-0000-7000-'`, func() string { return "1000" }, "b.k")
 	random := `lower(hex(randomblob(16)))`
 	heraldForm := func(id string, render func(*schema.Field, string, string) string) string {
 		return `INSERT INTO herald_outbox (id, topic, payload, headers, ordering_key, created_at) SELECT ` + id + `, 'bench_row.updated', ` +
