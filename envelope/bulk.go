@@ -133,35 +133,29 @@ func (w *Writer) insertArrays(ctx context.Context, q Querier, rows []row, now ti
 		r := &rows[i]
 		ids[i], topics[i], payloads[i] = r.id.String(), r.topic, r.payload
 	}
-	c := sameColumns(rows, nil)
+	c := atDefault(rows, nil)
 	u := unnestInsert{}
 	u.array("id", "uuid", ids)
 	u.array("topic", "varchar", topics)
 	u.array("payload", "json", payloads)
-	if c.headers {
-		u.constant("headers", "'{}'::json")
-	} else {
+	u.optional(c.headers, "headers", "'{}'::json", "json", func() any {
 		headers := make([]string, n)
 		for i := range rows {
 			headers[i] = rows[i].headers
 		}
-		u.array("headers", "json", headers)
-	}
-	if c.keys {
-		u.constant("ordering_key", "NULL")
-	} else {
+		return headers
+	})
+	u.optional(c.keys, "ordering_key", "NULL", "varchar", func() any {
 		keys := make([]*string, n)
 		for i := range rows {
 			if rows[i].okey != "" {
 				keys[i] = &rows[i].okey
 			}
 		}
-		u.array("ordering_key", "varchar", keys)
-	}
+		return keys
+	})
 	u.scalar("created_at", now)
-	if c.next {
-		u.constant("next_attempt_at", "NULL")
-	} else {
+	u.optional(c.next, "next_attempt_at", "NULL", "timestamptz", func() any {
 		next := make([]*time.Time, n)
 		for i := range rows {
 			if !rows[i].at.IsZero() {
@@ -169,8 +163,8 @@ func (w *Writer) insertArrays(ctx context.Context, q Querier, rows []row, now ti
 				next[i] = &t
 			}
 		}
-		u.array("next_attempt_at", "timestamptz", next)
-	}
+		return next
+	})
 	var b strings.Builder
 	u.write(&b, w.t.Quoted)
 	args := u.args
@@ -231,9 +225,15 @@ func (u *unnestInsert) scalar(col string, v any) {
 	u.exprs = append(u.exprs, u.bind(v))
 }
 
-func (u *unnestInsert) constant(col, sql string) {
-	u.cols = append(u.cols, col)
-	u.exprs = append(u.exprs, sql)
+// optional is column col: the constant sql when every row leaves it at
+// its default (atDefault), else the array values() builds.
+func (u *unnestInsert) optional(atDefault bool, col, sql, typ string, values func() any) {
+	if atDefault {
+		u.cols = append(u.cols, col)
+		u.exprs = append(u.exprs, sql)
+		return
+	}
+	u.array(col, typ, values())
 }
 
 func (u *unnestInsert) write(b *strings.Builder, table string) {
@@ -248,9 +248,9 @@ func (u *unnestInsert) write(b *strings.Builder, table string) {
 // idempotency key, no DeliverAt (NULL).
 type columnsAtDefault struct{ headers, keys, ikeys, next bool }
 
-// sameColumns reports columnsAtDefault of the rows at the indexes batch,
+// atDefault reports columnsAtDefault of the rows at the indexes batch,
 // or of every row when batch is nil.
-func sameColumns(rows []row, batch []int) columnsAtDefault {
+func atDefault(rows []row, batch []int) columnsAtDefault {
 	c := columnsAtDefault{true, true, true, true}
 	see := func(r *row) {
 		c.headers = c.headers && r.headers == "{}"

@@ -501,7 +501,7 @@ func (w *Writer) insert(ctx context.Context, q Querier, rows []row, batch []int,
 // the INSERT's projection, which draws them), and the key locks, a
 // one-time condition, are taken before the first.
 func (w *Writer) insertUnnest(ctx context.Context, q Querier, rows []row, batch []int, r run, now time.Time, seq map[uuid.UUID]int64, locks keyLocks) error {
-	c := sameColumns(rows, batch)
+	c := atDefault(rows, batch)
 	// literal renders one column of the chunk as a PostgreSQL array literal.
 	literal := func(size int, elem func(b *strings.Builder, r *row)) string {
 		var b strings.Builder
@@ -524,34 +524,26 @@ func (w *Writer) insertUnnest(ctx context.Context, q Querier, rows []row, batch 
 	u.array("id", "text::uuid", literal(len(batch)*37, func(b *strings.Builder, r *row) { b.WriteString(r.id.String()) }))
 	u.array("topic", "text::varchar", literal(0, func(b *strings.Builder, r *row) { appendArrayElement(b, r.topic) }))
 	u.array("payload", "text::json", literal(size, func(b *strings.Builder, r *row) { appendArrayElement(b, r.payload) }))
-	if c.headers {
-		u.constant("headers", "'{}'::json")
-	} else {
-		u.array("headers", "text::json", literal(0, func(b *strings.Builder, r *row) { appendArrayElement(b, r.headers) }))
-	}
-	if c.keys {
-		u.constant("ordering_key", "NULL")
-	} else {
-		u.array("ordering_key", "text::varchar", literal(0, func(b *strings.Builder, r *row) { appendNullableElement(b, r.okey) }))
-	}
-	if c.ikeys {
-		u.constant("idempotency_key", "NULL")
-	} else {
-		u.array("idempotency_key", "text::varchar", literal(0, func(b *strings.Builder, r *row) { appendNullableElement(b, r.ikey) }))
-	}
+	u.optional(c.headers, "headers", "'{}'::json", "text::json", func() any {
+		return literal(0, func(b *strings.Builder, r *row) { appendArrayElement(b, r.headers) })
+	})
+	u.optional(c.keys, "ordering_key", "NULL", "text::varchar", func() any {
+		return literal(0, func(b *strings.Builder, r *row) { appendNullableElement(b, r.okey) })
+	})
+	u.optional(c.ikeys, "idempotency_key", "NULL", "text::varchar", func() any {
+		return literal(0, func(b *strings.Builder, r *row) { appendNullableElement(b, r.ikey) })
+	})
 	u.scalar("created_at", w.d.TimeArg(now))
-	if c.next {
-		u.constant("next_attempt_at", "NULL")
-	} else {
-		u.array("next_attempt_at", "text::timestamptz", literal(0, func(b *strings.Builder, r *row) {
+	u.optional(c.next, "next_attempt_at", "NULL", "text::timestamptz", func() any {
+		return literal(0, func(b *strings.Builder, r *row) {
 			if r.at.IsZero() {
 				b.WriteString("NULL")
 			} else {
 				// Microseconds, truncated, as insert binds them.
 				b.WriteString(r.at.UTC().Truncate(time.Microsecond).Format(`"2006-01-02T15:04:05.999999Z"`))
 			}
-		}))
-	}
+		})
+	})
 	var b strings.Builder
 	u.write(&b, w.t.Quoted)
 	args := u.args

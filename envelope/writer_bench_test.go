@@ -63,18 +63,7 @@ func BenchmarkWrite(b *testing.B) {
 				for i := range ms {
 					ms[i] = envelope.Message{Topic: "bench.topic", Payload: map[string]any{"id": i, "name": "row", "fee": "12.50"}, OrderingKey: "k:" + itoa(i%50)}
 				}
-				inTx := func(db *sql.DB, f func(tx *sql.Tx) error) {
-					tx, err := db.BeginTx(ctx, nil)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if err := f(tx); err != nil {
-						b.Fatal(err)
-					}
-					if err := tx.Commit(); err != nil {
-						b.Fatal(err)
-					}
-				}
+				inTx := func(db *sql.DB, f func(tx *sql.Tx) error) { benchTx(b, db, f) }
 				write := func() {
 					inTx(db, func(tx *sql.Tx) error { _, err := w.Write(ctx, tx, ms); return err })
 				}
@@ -213,18 +202,7 @@ func BenchmarkInsertForms(b *testing.B) {
 		}
 		return ids, topics, payloads
 	}
-	inTx := func(f func(tx *sql.Tx) error) {
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := f(tx); err != nil {
-			b.Fatal(err)
-		}
-		if err := tx.Commit(); err != nil {
-			b.Fatal(err)
-		}
-	}
+	inTx := func(f func(tx *sql.Tx) error) { benchTx(b, db, f) }
 	forms := []struct {
 		name string
 		run  func()
@@ -269,5 +247,20 @@ func BenchmarkInsertForms(b *testing.B) {
 		if j > 0 {
 			b.ReportMetric(float64(took[j])/float64(took[0]), f.name+"-ratio")
 		}
+	}
+}
+
+// benchTx runs f in a transaction of db and commits it, failing b on any
+// error.
+func benchTx(b *testing.B, db *sql.DB, f func(tx *sql.Tx) error) {
+	tx, err := db.BeginTx(context.Background(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := f(tx); err != nil {
+		b.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		b.Fatal(err)
 	}
 }
