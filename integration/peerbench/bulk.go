@@ -98,11 +98,11 @@ func bulkRound(ctx context.Context, cfg config) ([]figure, error) {
 	tf := time.Since(s)
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	return []figure{
-		{"plain Updates", "ms", ms(tp), ""},
-		{"herald, captured BeforeAndAfter", "ms", ms(th), ""},
-		{"hand-written floor (one statement into herald's table)", "ms", ms(tf), ""},
-		{"herald ÷ plain", "×", float64(th) / float64(tp), ""},
-		{"floor ÷ plain", "×", float64(tf) / float64(tp), ""},
-		{"herald ÷ floor", "×", float64(th) / float64(tf), ""},
+		{"plain Updates", "ms", ms(tp), "", ""},
+		{"herald, captured BeforeAndAfter", "ms", ms(th), "", ""},
+		{"hand-written floor (one statement into herald's table)", "ms", ms(tf), "", ""},
+		{"herald ÷ plain", "×", float64(th) / float64(tp), "", ""},
+		{"floor ÷ plain", "×", float64(tf) / float64(tp), "", ""},
+		{"herald ÷ floor", "×", float64(th) / float64(tf), "", ""},
 	}, nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -28,9 +29,10 @@ type latencyCase struct {
 
 func latencyCases() []latencyCase {
 	return []latencyCase{
-		{"herald, in-process wakeup", heraldLatency("herald, in-process wakeup", true, false, 0)},
-		{"herald, in-process wakeup, DeleteOnPublish", heraldLatency("herald, in-process wakeup, DeleteOnPublish", true, true, 0)},
-		{"herald, polling every 10ms (no wakeup)", heraldLatency("herald, polling every 10ms (no wakeup)", false, false, 10*time.Millisecond)},
+		{"herald, in-process wakeup", heraldLatency("herald, in-process wakeup", heraldOpts{wakeup: true})},
+		{"herald, in-process wakeup, DeleteOnPublish", heraldLatency("herald, in-process wakeup, DeleteOnPublish", heraldOpts{wakeup: true, deleteOnPublish: true})},
+		{"herald, in-process wakeup, AsyncCommit", heraldLatency("herald, in-process wakeup, AsyncCommit", heraldOpts{wakeup: true, asyncCommit: true})},
+		{"herald, polling every 10ms (no wakeup)", heraldLatency("herald, polling every 10ms (no wakeup)", heraldOpts{poll: 10 * time.Millisecond})},
 		{"River, defaults", riverLatency("River, defaults", false)},
 		{"River, tuned (FetchCooldown 1ms, FetchPollInterval 10ms)", riverLatency("River, tuned (FetchCooldown 1ms, FetchPollInterval 10ms)", true)},
 	}
@@ -45,6 +47,33 @@ type tracker struct {
 	recv  map[any]time.Time
 	lat   []sample
 	start time.Time
+	// spans, when set (herald's cases), holds each event's times for the
+	// by-minute breakdown.
+	spans  map[any]*stamps
+	stats  []tableStats // herald_outbox sampled at the start and at the end of each minute
+	probes []sample     // the control's commits (probeCommits)
+}
+
+// stamps are one event's times: the writer's transaction, the lease that
+// took it (the database's now at the lease, from its lease_until), its
+// delivery and its mark (Observer.Delivered, called after the mark).
+type stamps struct {
+	commit, lease, recv, mark time.Time
+	tx                        time.Duration
+}
+
+func (t *tracker) stamp(id any, f func(*stamps)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.spans == nil {
+		return
+	}
+	s := t.spans[id]
+	if s == nil {
+		s = &stamps{}
+		t.spans[id] = s
+	}
+	f(s)
 }
 
 type sample struct {
@@ -57,6 +86,7 @@ func newTracker() *tracker {
 }
 
 func (t *tracker) committed(id any, at time.Time) {
+	t.stamp(id, func(s *stamps) { s.commit = at })
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if r, ok := t.recv[id]; ok {
@@ -69,6 +99,7 @@ func (t *tracker) committed(id any, at time.Time) {
 
 func (t *tracker) received(id any) {
 	now := time.Now()
+	t.stamp(id, func(s *stamps) { s.recv = now })
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if s, ok := t.sent[id]; ok {
@@ -150,7 +181,7 @@ func (t *tracker) summary(name string, d time.Duration) []figure {
 		drift = pct(last, 0.99) / f
 	}
 	return []figure{
-		{name: name + ": p50", unit: "ms", value: pct(all, 0.5), note: note},
+		{name: name + ": p50", unit: "ms", value: pct(all, 0.5), note: note, detail: t.byMinute(d)},
 		{name: name + ": p99", unit: "ms", value: pct(all, 0.99)},
 		{name: name + ": drift, last " + wn + "'s p99 ÷ first's", unit: "×", value: drift},
 	}
@@ -217,10 +248,18 @@ func waitFor(ctx context.Context, t *tracker, n int, timeout time.Duration) erro
 	return nil
 }
 
-func heraldLatency(name string, useWakeup, deleteOnPublish bool, poll time.Duration) func(context.Context, config) ([]figure, error) {
+// heraldOpts is how a herald latency case runs its relay: with the
+// in-process wakeup or polling every poll, deleting or marking what it
+// delivered, with or without relay.Config.AsyncCommit.
+type heraldOpts struct {
+	wakeup, deleteOnPublish, asyncCommit bool
+	poll                                 time.Duration
+}
+
+func heraldLatency(name string, o heraldOpts) func(context.Context, config) ([]figure, error) {
 	return func(ctx context.Context, cfg config) ([]figure, error) {
 		var w wakeup.Wakeup
-		if useWakeup {
+		if o.wakeup {
 			ip := wakeup.NewInProcess()
 			defer ip.Close()
 			w = ip
@@ -235,12 +274,22 @@ func heraldLatency(name string, useWakeup, deleteOnPublish bool, poll time.Durat
 			sqlDB.SetMaxIdleConns(cfg.maxIdle)
 		}
 		tr := newTracker()
-		rc := relay.Config{Wakeup: w, DeleteOnPublish: deleteOnPublish, Logger: slog.New(slog.DiscardHandler), Name: "latency"}
-		if poll > 0 {
-			rc.MinPollInterval, rc.MaxPollInterval = poll, poll
+		if cfg.latencyDur >= 2*time.Minute { // the by-minute table's
+			tr.spans = map[any]*stamps{}
+		}
+		rc := relay.Config{Wakeup: w, DeleteOnPublish: o.deleteOnPublish, AsyncCommit: o.asyncCommit, Logger: slog.New(slog.DiscardHandler), Name: "latency",
+			Observer: relay.ObserverFuncs{OnDelivered: func(_ context.Context, d relay.Delivered) {
+				now := time.Now()
+				tr.stamp(d.Event.ID, func(s *stamps) { s.mark = now })
+			}}}
+		if o.poll > 0 {
+			rc.MinPollInterval, rc.MaxPollInterval = o.poll, o.poll
 		}
 		r, err := relay.New(sqlDB, delivery.Func(func(_ context.Context, e *envelope.Event) error {
 			tr.received(e.ID)
+			if !e.LeaseUntil.IsZero() {
+				tr.stamp(e.ID, func(s *stamps) { s.lease = e.LeaseUntil.Add(-relay.DefaultLease) })
+			}
 			return nil
 		}), rc)
 		if err != nil {
@@ -252,8 +301,14 @@ func heraldLatency(name string, useWakeup, deleteOnPublish bool, poll time.Durat
 		defer func() { _ = r.Stop(context.Background()) }()
 		body := json.RawMessage(`{"model": "library.Loan", "operation": "updated", "pk": 7}`)
 		tr.start = time.Now()
+		sctx, stopStats := context.WithCancel(ctx)
+		defer stopStats()
+		statsDone := make(chan struct{})
+		go func() { defer close(statsDone); tr.sampleStats(sctx, sqlDB, cfg.latencyDur) }()
+		go tr.probeCommits(sctx, sqlDB, cfg.latencyDur)
 		n, err := pace(ctx, cfg.rate, cfg.latencyDur, func(int) error {
 			var ev *envelope.Event
+			t0 := time.Now()
 			err := herald.Transaction(func(tx *gorm.DB) error {
 				var err error
 				ev, err = gormcapture.Enqueue(tx, envelope.Message{Topic: "latency", Payload: body})
@@ -262,7 +317,9 @@ func heraldLatency(name string, useWakeup, deleteOnPublish bool, poll time.Durat
 			if err != nil {
 				return err
 			}
-			tr.committed(ev.ID, time.Now())
+			now := time.Now()
+			tr.stamp(ev.ID, func(s *stamps) { s.tx = now.Sub(t0) })
+			tr.committed(ev.ID, now)
 			return nil
 		})
 		if err != nil {
@@ -271,6 +328,12 @@ func heraldLatency(name string, useWakeup, deleteOnPublish bool, poll time.Durat
 		if err := waitFor(ctx, tr, n, time.Minute); err != nil {
 			return nil, err
 		}
+		select { // the sampler's last read, at the end of the last minute
+		case <-statsDone:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		stopStats()
 		figs := tr.summary(name, cfg.latencyDur)
 		figs[0].note += fmt.Sprintf("; pool: %d connections closed for lack of idle room", sqlDB.Stats().MaxIdleClosed)
 		return figs, nil
@@ -321,4 +384,147 @@ func riverLatency(name string, tuned bool) func(context.Context, config) ([]figu
 		}
 		return tr.summary(name, cfg.latencyDur), nil
 	}
+}
+
+// tableStats is herald_outbox as pg_stat_user_tables and the relation
+// sizes show it at one moment.
+type tableStats struct {
+	dead, live, autovacuums  int64
+	pending, unordered, heap int64 // bytes
+	wal                      int64 // pg_current_wal_lsn, bytes
+	checkpoints              int64 // pg_stat_bgwriter: timed + requested
+}
+
+const tableStatsSQL = `SELECT s.n_dead_tup, s.n_live_tup, s.autovacuum_count,
+    pg_relation_size('herald_outbox_pending_idx'), coalesce(pg_relation_size(to_regclass('herald_outbox_pending_unordered_idx')), 0),
+    pg_relation_size('herald_outbox'), pg_current_wal_lsn() - '0/0'::pg_lsn,
+    (SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter)
+FROM pg_stat_user_tables s WHERE s.relid = 'herald_outbox'::regclass`
+
+// probeTableSQL is the control beside herald's latency runs: a one-row
+// table of the run's schema whose row an autocommit UPDATE changes 20
+// times a second, so that each minute shows what a plain fsync'd commit
+// of the same server cost at the same time.
+const probeTableSQL = `CREATE TABLE IF NOT EXISTS peerbench_probe (id int PRIMARY KEY, v bigint NOT NULL);
+INSERT INTO peerbench_probe VALUES (1, 0) ON CONFLICT DO NOTHING`
+
+// probeCommits runs the control until ctx ends, recording each UPDATE's
+// time by the minute it started in.
+func (t *tracker) probeCommits(ctx context.Context, db *sql.DB, d time.Duration) {
+	if d < 2*time.Minute {
+		return
+	}
+	if _, err := db.ExecContext(ctx, probeTableSQL); err != nil {
+		return
+	}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		t0 := time.Now()
+		if _, err := db.ExecContext(ctx, `UPDATE peerbench_probe SET v = v + 1 WHERE id = 1`); err != nil {
+			return
+		}
+		took := time.Since(t0)
+		t.mu.Lock()
+		t.probes = append(t.probes, sample{t0.Sub(t.start), took})
+		t.mu.Unlock()
+	}
+}
+
+// sampleStats reads tableStats at the start and at the end of every
+// minute of a run of two minutes or more; it returns after the last
+// minute, or when ctx ends.
+func (t *tracker) sampleStats(ctx context.Context, db *sql.DB, d time.Duration) {
+	if d < 2*time.Minute {
+		return
+	}
+	start := time.Now()
+	for i := range int((d+time.Minute-1)/time.Minute) + 1 {
+		if i > 0 {
+			timer := time.NewTimer(time.Until(start.Add(time.Duration(i) * time.Minute)))
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return
+			case <-timer.C:
+			}
+		}
+		var s tableStats
+		if err := db.QueryRowContext(ctx, tableStatsSQL).Scan(&s.dead, &s.live, &s.autovacuums, &s.pending, &s.unordered, &s.heap, &s.wal, &s.checkpoints); err != nil {
+			return
+		}
+		t.mu.Lock()
+		t.stats = append(t.stats, s)
+		t.mu.Unlock()
+	}
+}
+
+// byMinute is the Markdown table of where each minute's time went, for
+// runs of two minutes or more with spans: by the minute of each event's
+// commit, the p99 of the writer's transaction, commit → lease, lease →
+// delivery and delivery → mark, and herald_outbox at the minute's end.
+// Called with t.mu held.
+func (t *tracker) byMinute(d time.Duration) string {
+	if t.spans == nil || d < 2*time.Minute {
+		return ""
+	}
+	n := int((d + time.Minute - 1) / time.Minute)
+	type minute struct{ e2e, tx, toLease, leaseToRecv, recvToMark []time.Duration }
+	ms := make([]minute, n)
+	for _, s := range t.spans {
+		if s.commit.IsZero() || s.recv.IsZero() {
+			continue
+		}
+		i := int(s.commit.Sub(t.start) / time.Minute)
+		if i < 0 || i >= n {
+			continue
+		}
+		m := &ms[i]
+		m.e2e = append(m.e2e, max(0, s.recv.Sub(s.commit)))
+		m.tx = append(m.tx, s.tx)
+		if !s.lease.IsZero() {
+			m.toLease = append(m.toLease, s.lease.Sub(s.commit))
+			m.leaseToRecv = append(m.leaseToRecv, s.recv.Sub(s.lease))
+		}
+		if !s.mark.IsZero() {
+			m.recvToMark = append(m.recvToMark, s.mark.Sub(s.recv))
+		}
+	}
+	probes := make([][]time.Duration, n)
+	for _, p := range t.probes {
+		if i := int(p.at / time.Minute); i >= 0 && i < n {
+			probes[i] = append(probes[i], p.lat)
+		}
+	}
+	var b strings.Builder
+	b.WriteString("p99 by the minute of the commit, ms (commit → lease: to the database's now() of the lease statement, so it may be negative by the clocks' difference); " +
+		"control: a one-row autocommit UPDATE of another table, 20 a second (probeCommits); WAL and checkpoints during the minute; herald_outbox at the minute's end (pg_stat_user_tables, relation sizes).\n\n")
+	b.WriteString("| minute | events | p50 | p99 | writer's tx p99 | commit → lease p99 | lease → delivery p99 | delivery → marked p99 | control commit p50 / p99 | WAL MB | checkpoints | dead tuples | live tuples | autovacuums | pending_idx MB | pending_unordered_idx MB | heap MB |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	mb := func(v int64) string { return fmt.Sprintf("%.1f", float64(v)/(1<<20)) }
+	for i, m := range ms {
+		fmt.Fprintf(&b, "| %d | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f / %.2f |", i+1, len(m.e2e), pct(m.e2e, 0.5), pct(m.e2e, 0.99),
+			pct(m.tx, 0.99), pct(m.toLease, 0.99), pct(m.leaseToRecv, 0.99), pct(m.recvToMark, 0.99), pct(probes[i], 0.5), pct(probes[i], 0.99))
+		if i+1 < len(t.stats) {
+			s0, s := t.stats[i], t.stats[i+1]
+			fmt.Fprintf(&b, " %s | %d | %d | %d | %d | %s | %s | %s |\n", mb(s.wal-s0.wal), s.checkpoints-s0.checkpoints,
+				s.dead, s.live, s.autovacuums, mb(s.pending), mb(s.unordered), mb(s.heap))
+		} else {
+			b.WriteString(" | | | | | | | |\n")
+		}
+	}
+	ratio := func(first, last []time.Duration) string {
+		if f := pct(first, 0.99); f > 0 {
+			return fmt.Sprintf("%.2f", pct(last, 0.99)/f)
+		}
+		return "–"
+	}
+	fmt.Fprintf(&b, "\nLast minute's p99 ÷ first's: commit → delivery %s, writer's transaction %s, control commit %s.\n",
+		ratio(ms[0].e2e, ms[n-1].e2e), ratio(ms[0].tx, ms[n-1].tx), ratio(probes[0], probes[n-1]))
+	return b.String()
 }

@@ -25,13 +25,20 @@
 //     Updates;
 //   - latency: commit → delivery at -rate events/s for -latency-duration:
 //     herald with the in-process wakeup, with the wakeup and
-//     DeleteOnPublish, polling only; River at defaults and tuned — p50 and
+//     DeleteOnPublish, with the wakeup and AsyncCommit, polling only; River
+//     at defaults and tuned — p50 and
 //     p99 over the whole run, and p50/p99 of its first and last minute
 //     (first and last fifth for runs shorter than two minutes) with the
 //     drift ratio, last ÷ first window's p99; herald's writers and relay
 //     share one *sql.DB with -max-idle-conns idle connections (16; 0 keeps
 //     database/sql's 2, which closes and reopens connections at this rate),
-//     and the notes count the connections it closed;
+//     and the notes count the connections it closed; in runs of two
+//     minutes or more, herald's cases also print a table by minute: the
+//     p99 of each span (the writer's transaction, commit → lease, lease →
+//     delivery, delivery → mark), a control — a one-row autocommit UPDATE
+//     of another table 20 times a second, what a plain commit of the same
+//     server cost that minute — the WAL written and checkpoints, and
+//     herald_outbox's tuples, autovacuums and index sizes;
 //   - sqlite: herald alone (the peers do not write SQLite), through
 //     mattn/go-sqlite3 with journal_mode=WAL, synchronous=NORMAL, plain GORM
 //     and herald each on a database file of its own: the producer ratios
@@ -108,6 +115,7 @@ type figure struct {
 	name, unit string
 	value      float64
 	note       string // per-round note (latency windows)
+	detail     string // a Markdown block printed after the sections (herald's latency, by minute)
 }
 
 // kase is one case of a section; run returns its figures for one round.
@@ -275,6 +283,7 @@ func main() {
 			r.extra = append(r.extra, f.note)
 		}
 	}
+	var details []string
 	var failures []string
 	if len(skipped) > 0 {
 		names := make([]string, len(skipped))
@@ -313,6 +322,9 @@ func main() {
 			}
 			for _, f := range fs {
 				add(c.section, f)
+				if f.detail != "" {
+					details = append(details, fmt.Sprintf("### %s, round %d, by minute\n\n%s", c.name, round+1, f.detail))
+				}
 			}
 		}
 	}
@@ -351,6 +363,9 @@ func main() {
 		if seen {
 			b.WriteString("\n")
 		}
+	}
+	for _, d := range details {
+		b.WriteString(d + "\n")
 	}
 	if len(failures) > 0 {
 		b.WriteString("## Failures\n\n")
@@ -420,7 +435,7 @@ func sectionNote(sec string, cfg config) string {
 		if cfg.maxIdle > 0 {
 			idle = fmt.Sprintf("SetMaxIdleConns(%d)", cfg.maxIdle)
 		}
-		return fmt.Sprintf("One event per transaction at %d ev/s for %s; commit → delivery handler; herald's writers (GORM, 4 goroutines) and relay share one *sql.DB with %s. p50 and p99 of the whole run; the drift row is the last %s's p99 ÷ the first's; notes: p50/p99 of the first and last %s (and each minute's p99 in runs of two minutes or more), per round.",
+		return fmt.Sprintf("One event per transaction at %d ev/s for %s; commit → delivery handler; herald's writers (GORM, 4 goroutines) and relay share one *sql.DB with %s. p50 and p99 of the whole run; the drift row is the last %s's p99 ÷ the first's; notes: p50/p99 of the first and last %s (and each minute's p99 in runs of two minutes or more), per round; runs of two minutes or more add a table by minute for herald's cases (below the sections).",
 			cfg.rate, cfg.latencyDur, idle, windowName(cfg.latencyDur), windowName(cfg.latencyDur))
 	case "sqlite":
 		return fmt.Sprintf("herald alone on SQLite (mattn/go-sqlite3, journal_mode=WAL, synchronous=NORMAL, foreign keys on, two database files per round — plain GORM's and herald's, as herald's own SQLite benchmarks — in %s): producer — %d writes each ÷ a plain GORM Create of the same row in its own transaction, alternated write by write; bulk — GORM `Updates` matching %d rows.",

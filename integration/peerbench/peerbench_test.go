@@ -99,3 +99,35 @@ func TestMedianOfAnEvenCountIsTheMeanOfTheMiddleTwo(t *testing.T) {
 		t.Errorf("median = %v, want 3", m)
 	}
 }
+
+// The by-minute table puts each event in the minute of its commit, each
+// control commit in the minute it started, and the table's figures of the
+// samples at a minute's start and end beside it.
+func TestByMinuteAttributesEachEventToItsCommitMinute(t *testing.T) {
+	tr := newTracker()
+	tr.spans = map[any]*stamps{}
+	ms := time.Millisecond
+	add := func(id int, commit time.Duration, tx, toLease, toRecv, toMark time.Duration) {
+		c := tr.start.Add(commit)
+		tr.spans[id] = &stamps{commit: c, lease: c.Add(toLease), recv: c.Add(toLease + toRecv), mark: c.Add(toLease + toRecv + toMark), tx: tx}
+	}
+	add(1, 10*time.Second, 2*ms, 1*ms, 1*ms, 3*ms)
+	add(2, 70*time.Second, 4*ms, 2*ms, 2*ms, 5*ms)
+	add(3, 80*time.Second, 6*ms, 3*ms, 4*ms, 7*ms)
+	tr.spans[4] = &stamps{commit: tr.start.Add(20 * time.Second)} // never received: left out
+	tr.probes = []sample{{at: 5 * time.Second, lat: ms}, {at: 65 * time.Second, lat: 3 * ms}}
+	tr.stats = []tableStats{{wal: 0}, {wal: 2 << 20, checkpoints: 1, dead: 10, live: 20, autovacuums: 1, heap: 8 << 20}}
+	out := tr.byMinute(2 * time.Minute)
+	for _, want := range []string{
+		"| 1 | 1 | 2.00 | 2.00 | 2.00 | 1.00 | 1.00 | 3.00 | 1.00 / 1.00 | 2.0 | 1 | 10 | 20 | 1 | 0.0 | 0.0 | 8.0 |\n",
+		"| 2 | 2 | 7.00 | 7.00 | 6.00 | 3.00 | 4.00 | 7.00 | 3.00 / 3.00 | | | | | | | | |\n",
+		"Last minute's p99 ÷ first's: commit → delivery 3.50, writer's transaction 3.00, control commit 3.00.",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("by minute lacks %q:\n%s", want, out)
+		}
+	}
+	if tr.byMinute(time.Minute) != "" {
+		t.Error("a run shorter than two minutes has a by-minute table")
+	}
+}

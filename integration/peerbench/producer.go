@@ -156,9 +156,9 @@ func producerRound(ctx context.Context, cfg config) ([]figure, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := []figure{{"plain GORM Create, µs per write (the divisor)", "µs", float64(tPlain.Microseconds()) / float64(cfg.writes), ""}}
+	out := []figure{{"plain GORM Create, µs per write (the divisor)", "µs", float64(tPlain.Microseconds()) / float64(cfg.writes), "", ""}}
 	for j, c := range cases {
-		out = append(out, figure{c.name, "÷ plain Create", float64(tCase[j]) / float64(tPlain), ""})
+		out = append(out, figure{c.name, "÷ plain Create", float64(tCase[j]) / float64(tPlain), "", ""})
 	}
 	return out, nil
 }
