@@ -26,13 +26,13 @@
 //   - latency: commit → delivery at -rate events/s for -latency-duration:
 //     herald with the in-process wakeup, with the wakeup and
 //     DeleteOnPublish, with the wakeup and AsyncCommit, polling only; River
-//     at defaults and tuned — p50 and
-//     p99 over the whole run, and p50/p99 of its first and last minute
-//     (first and last fifth for runs shorter than two minutes) with the
-//     drift ratio, last ÷ first window's p99; herald's writers and relay
-//     share one *sql.DB with -max-idle-conns idle connections (16; 0 keeps
-//     database/sql's 2, which closes and reopens connections at this rate),
-//     and the notes count the connections it closed; in runs of two
+//     at defaults and tuned — p50 and p99 over the whole run, and p50/p99
+//     of its first and last minute (first and last fifth for runs shorter
+//     than two minutes) with the drift ratio, last ÷ first window's p99;
+//     herald's writers and relay share one *sql.DB with -max-idle-conns
+//     idle connections (16; 0 keeps database/sql's 2, which closes and
+//     reopens connections at this rate), and the notes count the
+//     connections it closed; in runs of two
 //     minutes or more, herald's cases also print a table by minute: the
 //     p99 of each span (the writer's transaction, commit → lease, lease →
 //     delivery, delivery → mark), a control — a one-row autocommit UPDATE
