@@ -6,7 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go/ast"
 	"go/format"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -59,9 +63,81 @@ func (extension) Hooks() []gen.Hook {
 			if err := next.Generate(g); err != nil {
 				return err
 			}
+			if err := fixTxImport(g.Target); err != nil {
+				return err
+			}
 			return writeGlue(g)
 		})
 	}}
+}
+
+// fixTxImport makes sure the generated tx.go imports database/sql as
+// stdsql when it uses it. ent's tx template writes the sql/execquery
+// feature's methods (which name stdsql.Result and *stdsql.Rows) but not
+// their import: it leaves that to goimports, which takes it from a
+// sibling file of the package on disk. ent (v0.14.5, entc/gen assets.format)
+// formats and rewrites the package's files in parallel, so the sibling may
+// be read while it is being rewritten; tx.go then comes out without the
+// import and does not compile ("undefined: stdsql"). Seen once in the
+// integration/entexamples harness; this makes it impossible.
+func fixTxImport(dir string) error {
+	p := filepath.Join(dir, "tx.go")
+	src, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("entcapture: %w", err)
+	}
+	out, changed, err := addStdsqlImport(src)
+	if err != nil {
+		return fmt.Errorf("entcapture: %s: %w", p, err)
+	}
+	if !changed {
+		return nil
+	}
+	if err := os.WriteFile(p, out, 0o644); err != nil {
+		return fmt.Errorf("entcapture: %w", err)
+	}
+	return nil
+}
+
+// addStdsqlImport adds `stdsql "database/sql"` to the imports of a Go
+// file that names stdsql without importing it, and reports whether it did.
+func addStdsqlImport(src []byte) ([]byte, bool, error) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "", src, parser.ParseComments)
+	if err != nil {
+		return nil, false, err
+	}
+	for _, imp := range f.Imports {
+		if imp.Name != nil && imp.Name.Name == "stdsql" {
+			return src, false, nil
+		}
+	}
+	used := false
+	ast.Inspect(f, func(n ast.Node) bool {
+		if sel, ok := n.(*ast.SelectorExpr); ok {
+			if id, ok := sel.X.(*ast.Ident); ok && id.Name == "stdsql" {
+				used = true
+			}
+		}
+		return !used
+	})
+	if !used {
+		return src, false, nil
+	}
+	at, text := fset.Position(f.Name.End()).Offset, "\n\nimport stdsql \"database/sql\"\n"
+	for _, d := range f.Decls {
+		if gd, ok := d.(*ast.GenDecl); ok && gd.Tok == token.IMPORT && gd.Lparen.IsValid() {
+			at, text = fset.Position(gd.Lparen).Offset+1, "\n\tstdsql \"database/sql\"\n"
+			break
+		}
+	}
+	out := make([]byte, 0, len(src)+len(text))
+	out = append(append(append(out, src[:at]...), text...), src[at:]...)
+	out, err = format.Source(out)
+	return out, err == nil, err
 }
 
 // check validates the captured schemas before anything is generated.

@@ -2,6 +2,11 @@ package entcapture
 
 import (
 	"errors"
+	"go/ast"
+	"go/importer"
+	"go/parser"
+	"go/token"
+	"go/types"
 	"strings"
 	"testing"
 
@@ -68,5 +73,61 @@ func TestGenerationChecks(t *testing.T) {
 	}
 	if err := check(graphOf(t, genLoan{opts: envelope.Options{Fields: []string{"status"}}}, all...)); err != nil {
 		t.Errorf("a good declaration: %v", err)
+	}
+}
+
+// ent's tx template leaves the stdsql import to goimports, which may miss
+// it (see fixTxImport): the hook adds it when stdsql is used and not
+// imported, and leaves every other file as it is.
+func TestAddStdsqlImport(t *testing.T) {
+	const uses = `func (tx *txDriver) ExecContext() (stdsql.Result, error) { return nil, nil }
+`
+	for _, c := range []struct {
+		name, src string
+		changed   bool
+	}{
+		{"grouped imports, stdsql missing", "package ent\n\nimport (\n\t\"context\"\n\t\"sync\"\n)\n\nvar _ context.Context\nvar _ sync.Mutex\n\n" + uses, true},
+		{"no imports at all", "package ent\n\n" + uses, true},
+		{"already imported", "package ent\n\nimport (\n\t\"context\"\n\tstdsql \"database/sql\"\n)\n\nvar _ context.Context\n\n" + uses, false},
+		{"not used", "package ent\n\nimport (\n\t\"context\"\n)\n\nvar _ context.Context\n", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, changed, err := addStdsqlImport([]byte(c.src))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if changed != c.changed {
+				t.Fatalf("changed = %v, want %v:\n%s", changed, c.changed, out)
+			}
+			if !changed {
+				if string(out) != c.src {
+					t.Fatalf("an unchanged file was rewritten:\n%s", out)
+				}
+				return
+			}
+			// The result compiles as far as the type checker can tell
+			// without the rest of the package: stdsql resolves.
+			fset := token.NewFileSet()
+			f, err := parser.ParseFile(fset, "tx.go", out, 0)
+			if err != nil {
+				t.Fatalf("%v:\n%s", err, out)
+			}
+			conf := types.Config{Importer: importer.Default(), Error: func(error) {}}
+			info := &types.Info{Uses: map[*ast.Ident]types.Object{}}
+			_, _ = conf.Check("ent", fset, []*ast.File{f}, info)
+			found := false
+			for id, obj := range info.Uses {
+				if id.Name == "stdsql" {
+					pn, ok := obj.(*types.PkgName)
+					found = ok && pn.Imported().Path() == "database/sql"
+				}
+			}
+			if !found {
+				t.Fatalf("stdsql does not resolve to database/sql in:\n%s", out)
+			}
+			if again, changed, _ := addStdsqlImport(out); changed || string(again) != string(out) {
+				t.Fatalf("a second pass changed the file again:\n%s", again)
+			}
+		})
 	}
 }
