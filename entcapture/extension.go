@@ -78,8 +78,10 @@ func (extension) Hooks() []gen.Hook {
 // sibling file of the package on disk. ent (v0.14.5, entc/gen assets.format)
 // formats and rewrites the package's files in parallel, so the sibling may
 // be read while it is being rewritten; tx.go then comes out without the
-// import and does not compile ("undefined: stdsql"). Seen once in the
-// integration/entexamples harness; this makes it impossible.
+// import and does not compile ("undefined: stdsql"): ent/ent#4513, whose
+// fix (ent/ent#4514, tx.tmpl rendering the additional imports) is not in a
+// release. Seen once in the integration/entexamples harness; this makes it
+// impossible, and is a no-op once ent emits the import itself.
 func fixTxImport(dir string) error {
 	p := filepath.Join(dir, "tx.go")
 	src, err := os.ReadFile(p)
