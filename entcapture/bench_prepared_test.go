@@ -4,7 +4,6 @@ package entcapture_test
 
 import (
 	"context"
-	"syscall"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/heraldgo/herald/entcapture"
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/capturecases/entcc/ent"
+	"github.com/heraldgo/herald/internal/testkit"
 )
 
 // BenchmarkCreatePrepared: BenchmarkCreate on SQLite with a third side,
@@ -24,11 +24,7 @@ import (
 //
 //	go test -run '^$' -bench 'BenchmarkCreatePrepared' -benchtime 2000x ./entcapture/
 func BenchmarkCreatePrepared(b *testing.B) {
-	cpu := func() time.Duration {
-		var ru syscall.Rusage
-		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
+	cpu := testkit.ProcessCPU
 	for _, inTx := range []bool{true, false} {
 		name := "sqlite/caller-tx"
 		if !inTx {

@@ -63,13 +63,12 @@ func BenchmarkWrite(b *testing.B) {
 				for i := range ms {
 					ms[i] = envelope.Message{Topic: "bench.topic", Payload: map[string]any{"id": i, "name": "row", "fee": "12.50"}, OrderingKey: "k:" + itoa(i%50)}
 				}
-				inTx := func(db *sql.DB, f func(tx *sql.Tx) error) { benchTx(b, db, f) }
 				write := func() {
-					inTx(db, func(tx *sql.Tx) error { _, err := w.Write(ctx, tx, ms); return err })
+					benchTx(b, db, func(tx *sql.Tx) error { _, err := w.Write(ctx, tx, ms); return err })
 				}
 				floor := func() {}
 				if floorDB != nil {
-					floor = func() { inTx(floorDB, func(tx *sql.Tx) error { return floorInsert(ctx, tx, n) }) }
+					floor = func() { benchTx(b, floorDB, func(tx *sql.Tx) error { return floorInsert(ctx, tx, n) }) }
 				}
 				for range 3 {
 					floor()
@@ -154,16 +153,7 @@ func BenchmarkPayloadColumn(b *testing.B) {
 				}
 				b.ResetTimer()
 				for b.Loop() {
-					tx, err := db.BeginTx(ctx, nil)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if _, err := w.Write(ctx, tx, ms); err != nil {
-						b.Fatal(err)
-					}
-					if err := tx.Commit(); err != nil {
-						b.Fatal(err)
-					}
+					benchTx(b, db, func(tx *sql.Tx) error { _, err := w.Write(ctx, tx, ms); return err })
 				}
 				b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "events/s")
 			})
@@ -202,25 +192,24 @@ func BenchmarkInsertForms(b *testing.B) {
 		}
 		return ids, topics, payloads
 	}
-	inTx := func(f func(tx *sql.Tx) error) { benchTx(b, db, f) }
 	forms := []struct {
 		name string
 		run  func()
 	}{
 		{"floor", func() {
 			ids, topics, payloads := columns()
-			inTx(func(tx *sql.Tx) error {
+			benchTx(b, db, func(tx *sql.Tx) error {
 				_, err := tx.ExecContext(ctx, `INSERT INTO herald_outbox (id, topic, payload, created_at)
 					SELECT u.id, u.topic, u.payload, now() FROM unnest($1::uuid[], $2::varchar[], $3::json[]) AS u(id, topic, payload)`, ids, topics, payloads)
 				return err
 			})
 		}},
 		{"writer", func() {
-			inTx(func(tx *sql.Tx) error { _, err := w.WriteCapturedArrays(ctx, tx, ms); return err })
+			benchTx(b, db, func(tx *sql.Tx) error { _, err := w.WriteCapturedArrays(ctx, tx, ms); return err })
 		}},
 		{"writer-no-returning", func() {
 			ids, topics, payloads := columns()
-			inTx(func(tx *sql.Tx) error {
+			benchTx(b, db, func(tx *sql.Tx) error {
 				_, err := tx.ExecContext(ctx, `INSERT INTO herald_outbox (id, topic, payload, headers, ordering_key, created_at, next_attempt_at)
 					SELECT u.c0, u.c1, u.c2, '{}'::json, NULL, $4, NULL FROM unnest($1::uuid[], $2::varchar[], $3::json[]) AS u(c0, c1, c2)`, ids, topics, payloads, time.Now())
 				return err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/gormcapture"
+	"github.com/heraldgo/herald/internal/testkit"
 )
 
 // Benchmarks compare a captured write with the same write on a database
@@ -85,11 +86,11 @@ func BenchmarkCreate(b *testing.B) {
 				var tp, tc, cp, cc time.Duration
 				b.ResetTimer()
 				for i := 0; b.Loop(); i++ {
-					s, cs := time.Now(), processCPU()
+					s, cs := time.Now(), testkit.ProcessCPU()
 					create(bp.plain, i)
-					m, cm := time.Now(), processCPU()
+					m, cm := time.Now(), testkit.ProcessCPU()
 					create(bp.captured, i)
-					ce := processCPU()
+					ce := testkit.ProcessCPU()
 					tp, tc = tp+m.Sub(s), tc+time.Since(m)
 					cp, cc = cp+cm-cs, cc+ce-cm
 				}

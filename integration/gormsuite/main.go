@@ -4,9 +4,10 @@
 // model the suite writes, and compares the tests that pass with a run
 // without the plugin. The plugin is transparent when both pass lists are
 // the same, for every dialect and payload mode — but for subtests that ran
-// only with the plugin under tests that passed in both runs: GORM's suite
-// makes some subtests from the rows it reads back, and their number
-// varies from run to run without the plugin too (listed, not counted).
+// only with the plugin, under a top-level test that passed in both runs
+// (and ancestors that passed wherever they ran): GORM's suite makes some
+// subtests from the rows it reads back, and which ones varies from run to
+// run without the plugin too (listed, not counted).
 //
 //	cd integration/gormsuite && go run .                      # everything: 2 dialects x (baseline + 3 modes)
 //	cd integration/gormsuite && go run . -modes beforeandafter # what .ci/run runs
@@ -466,12 +467,13 @@ func compare(runs []*run, verbose bool, total time.Duration) error {
 }
 
 // diff returns the tests that pass in base but not in r (lost), those
-// that ran in base without passing and pass in r (gained), and those that
-// pass in r and never ran in base while their top-level test, and every
-// test above them that ran in base, passed there (unseen: subtests GORM's suite makes from the data it reads back,
-// whose number varies from run to run without the plugin too — one
-// baseline run of TestOmitWithUpdateWithMap read back four friends, not
-// eight). A test's subtests are left out when it is listed.
+// that pass in r and did not pass in base (gained), but for those that
+// never ran in base while their top-level test, and every test above them
+// that ran in base, passed there (unseen: subtests GORM's suite makes from
+// the data it reads back, whose number varies from run to run without the
+// plugin too — one baseline run of TestOmitWithUpdateWithMap read back
+// four friends, not eight). A test's subtests are left out when it is
+// listed.
 func diff(base, r map[string]string) (lost, gained, unseen []string) {
 	for name, a := range base {
 		if a == "pass" && r[name] != "pass" {

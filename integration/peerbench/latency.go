@@ -65,6 +65,10 @@ type stamps struct {
 func (t *tracker) stamp(id any, f func(*stamps)) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.stampLocked(id, f)
+}
+
+func (t *tracker) stampLocked(id any, f func(*stamps)) {
 	if t.spans == nil {
 		return
 	}
@@ -85,10 +89,12 @@ func newTracker() *tracker {
 	return &tracker{sent: map[any]time.Time{}, recv: map[any]time.Time{}, start: time.Now()}
 }
 
-func (t *tracker) committed(id any, at time.Time) {
-	t.stamp(id, func(s *stamps) { s.commit = at })
+// committed records the commit of event id, seen at at after a
+// transaction of took (0 when not timed).
+func (t *tracker) committed(id any, at time.Time, took time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.stampLocked(id, func(s *stamps) { s.commit, s.tx = at, took })
 	if r, ok := t.recv[id]; ok {
 		delete(t.recv, id)
 		t.lat = append(t.lat, sample{at.Sub(t.start), max(0, r.Sub(at))})
@@ -97,11 +103,13 @@ func (t *tracker) committed(id any, at time.Time) {
 	t.sent[id] = at
 }
 
-func (t *tracker) received(id any) {
+// received records the delivery of event id, leased at lease (zero when
+// not known).
+func (t *tracker) received(id any, lease time.Time) {
 	now := time.Now()
-	t.stamp(id, func(s *stamps) { s.recv = now })
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.stampLocked(id, func(s *stamps) { s.recv, s.lease = now, lease })
 	if s, ok := t.sent[id]; ok {
 		delete(t.sent, id)
 		t.lat = append(t.lat, sample{s.Sub(t.start), now.Sub(s)})
@@ -286,10 +294,11 @@ func heraldLatency(name string, o heraldOpts) func(context.Context, config) ([]f
 			rc.MinPollInterval, rc.MaxPollInterval = o.poll, o.poll
 		}
 		r, err := relay.New(sqlDB, delivery.Func(func(_ context.Context, e *envelope.Event) error {
-			tr.received(e.ID)
+			var lease time.Time
 			if !e.LeaseUntil.IsZero() {
-				tr.stamp(e.ID, func(s *stamps) { s.lease = e.LeaseUntil.Add(-relay.DefaultLease) })
+				lease = e.LeaseUntil.Add(-relay.DefaultLease)
 			}
+			tr.received(e.ID, lease)
 			return nil
 		}), rc)
 		if err != nil {
@@ -318,8 +327,7 @@ func heraldLatency(name string, o heraldOpts) func(context.Context, config) ([]f
 				return err
 			}
 			now := time.Now()
-			tr.stamp(ev.ID, func(s *stamps) { s.tx = now.Sub(t0) })
-			tr.committed(ev.ID, now)
+			tr.committed(ev.ID, now, now.Sub(t0))
 			return nil
 		})
 		if err != nil {
@@ -354,7 +362,7 @@ func riverLatency(name string, tuned bool) func(context.Context, config) ([]figu
 			return nil, err
 		}
 		tr := newTracker()
-		wk := &riverWorker{fn: func(j *river.Job[riverArgs]) { tr.received(j.ID) }}
+		wk := &riverWorker{fn: func(j *river.Job[riverArgs]) { tr.received(j.ID, time.Time{}) }}
 		client, err := river.NewClient(riverpgxv5.New(pool), riverConfig(tuned, wk))
 		if err != nil {
 			return nil, err
@@ -373,7 +381,7 @@ func riverLatency(name string, tuned bool) func(context.Context, config) ([]figu
 			if err != nil {
 				return err
 			}
-			tr.committed(res.Job.ID, time.Now())
+			tr.committed(res.Job.ID, time.Now(), 0)
 			return nil
 		})
 		if err != nil {
