@@ -1,7 +1,9 @@
 package delivery
 
 import (
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/heraldgo/herald/envelope"
 )
@@ -23,14 +25,24 @@ func Body(e *envelope.Event) []byte {
 }
 
 // Headers returns the message headers of e: its own headers plus
-// HeaderEventID and HeaderTopic. The map is new; the caller may keep it.
+// HeaderEventID and HeaderTopic. An event header whose name is one of
+// herald's in another case ("Herald-Event-Id") is left out: HTTP header
+// names, and many consumers' lookups, ignore case, and the value they find
+// must be herald's. The map is new; the caller may keep it.
 func Headers(e *envelope.Event) map[string]string {
 	h := make(map[string]string, len(e.Headers)+2)
-	for k, v := range e.Headers {
-		h[k] = v
-	}
+	// herald's own first; then the event's, but none that shadows them.
 	h[HeaderEventID] = e.ID.String()
 	h[HeaderTopic] = e.Topic
+	own := make([]string, 0, len(h))
+	for k := range h {
+		own = append(own, k)
+	}
+	for k, v := range e.Headers {
+		if !slices.ContainsFunc(own, func(o string) bool { return strings.EqualFold(o, k) }) {
+			h[k] = v
+		}
+	}
 	return h
 }
 
