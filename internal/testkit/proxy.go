@@ -22,6 +22,8 @@ type Proxy struct {
 	down  bool
 	cuts  int
 	wg    sync.WaitGroup
+
+	stall stall // SetStalled, SetBlackhole
 }
 
 // NewProxy starts a proxy to target ("host:port") and stops it when the
@@ -33,6 +35,7 @@ func NewProxy(t testing.TB, target string) *Proxy {
 		t.Fatalf("testkit: proxy: %v", err)
 	}
 	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p.stall.cond = sync.NewCond(&p.stall.mu)
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.Close)
@@ -55,6 +58,7 @@ func (p *Proxy) Cut() {
 	defer p.mu.Unlock()
 	for c := range p.conns {
 		_ = c.Close()
+		p.stall.cut(c)
 	}
 	p.cuts++
 }
@@ -84,6 +88,7 @@ func (p *Proxy) Cuts() int {
 // Close stops the proxy and closes every connection.
 func (p *Proxy) Close() {
 	_ = p.ln.Close()
+	p.stall.set(false, false, true)
 	p.Cut()
 	p.wg.Wait()
 }
@@ -102,6 +107,7 @@ func (p *Proxy) untrack(c net.Conn) {
 	p.mu.Lock()
 	delete(p.conns, c)
 	p.mu.Unlock()
+	p.stall.forget(c)
 }
 
 func (p *Proxy) accept() {
@@ -138,14 +144,14 @@ func (p *Proxy) serve(c net.Conn) {
 	defer p.untrack(s)
 	defer s.Close()
 	done := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) {
+	pipe := func(dst net.Conn, src io.Reader) {
 		_, _ = io.Copy(dst, src)
 		_ = dst.Close()
-		_ = src.Close()
+		_ = src.(*stalled).Conn.Close()
 		done <- struct{}{}
 	}
-	go pipe(s, c)
-	go pipe(c, s)
+	go pipe(s, p.stall.reader(c, true))
+	go pipe(c, p.stall.reader(s, false))
 	<-done
 	<-done
 }
@@ -156,4 +162,78 @@ func (p *Proxy) Open() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.conns)
+}
+
+// SetStalled makes the proxy stop reading what clients send (stalled) or
+// read it again: a server that stops reading, as RabbitMQ does under a
+// memory or disk alarm. The connections stay open; once the socket
+// buffers are full, a client's writes block. Answers still flow.
+func (p *Proxy) SetStalled(stalled bool) { p.stall.set(stalled, false, false) }
+
+// SetBlackhole makes the proxy carry nothing either way (on) or carry
+// again (off), its connections left open: a dead link that TCP has not
+// noticed.
+func (p *Proxy) SetBlackhole(on bool) { p.stall.set(on, on, false) }
+
+// stall holds the proxy's directions that stopped carrying.
+type stall struct {
+	mu         sync.Mutex
+	cond       *sync.Cond
+	up, down   bool // client to server, server to client
+	closedDown bool
+	cuts       map[net.Conn]bool // connections cut while a read of theirs may wait
+}
+
+// cut wakes the stalled reads of c, which was closed.
+func (s *stall) cut(c net.Conn) {
+	s.mu.Lock()
+	if s.cuts == nil {
+		s.cuts = map[net.Conn]bool{}
+	}
+	s.cuts[c] = true
+	s.mu.Unlock()
+	s.cond.Broadcast()
+}
+
+func (s *stall) forget(c net.Conn) {
+	s.mu.Lock()
+	delete(s.cuts, c)
+	s.mu.Unlock()
+}
+
+func (s *stall) set(up, down, closed bool) {
+	s.mu.Lock()
+	s.up, s.down = up, down
+	if closed {
+		s.closedDown = true
+	}
+	s.mu.Unlock()
+	s.cond.Broadcast()
+}
+
+// reader returns c, whose reads wait while its direction is stalled.
+func (s *stall) reader(c net.Conn, up bool) *stalled { return &stalled{Conn: c, s: s, up: up} }
+
+type stalled struct {
+	net.Conn
+	s  *stall
+	up bool
+}
+
+// Read waits while the direction is stalled, before reading (so the
+// proxy stops reading) and after (so what a read in progress got is held,
+// not passed on).
+func (r *stalled) Read(b []byte) (int, error) {
+	r.wait()
+	n, err := r.Conn.Read(b)
+	r.wait()
+	return n, err
+}
+
+func (r *stalled) wait() {
+	r.s.mu.Lock()
+	for !r.s.closedDown && !r.s.cuts[r.Conn] && ((r.up && r.s.up) || (!r.up && r.s.down)) {
+		r.s.cond.Wait()
+	}
+	r.s.mu.Unlock()
 }
