@@ -3,6 +3,7 @@ package amqp_test
 import (
 	"context"
 	"errors"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -395,4 +396,28 @@ func TestDeadLinkReturnsWithContext(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatal("Deliver still running 2 s after its 1 s context ended")
 	}
+}
+
+// A broker that cannot be reached fails the batch within seconds, naming
+// the address and the cause, not at the end of the delivery's context.
+func TestUnreachableFailsFast(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // nothing listens there now: connection refused
+	d, err := amqp.New(amqp.Config{URL: "amqp://guest:guest@" + addr + "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = d.Deliver(ctx, event("a"))
+	if ctx.Err() != nil || err == nil || !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("%v (context: %v), want an error naming %s and the refusal before the context ends", err, ctx.Err(), addr)
+	}
+	t.Logf("%v", err)
 }

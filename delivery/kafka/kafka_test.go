@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ import (
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/deliverytest"
 	"github.com/heraldgo/herald/internal/testkit"
+	"github.com/heraldgo/herald/relay"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }
@@ -380,5 +382,62 @@ func TestUnreachableBrokerFailsFast(t *testing.T) {
 	}
 	if len(errs) > 0 {
 		t.Logf("%v", errs[0])
+	}
+}
+
+// inHand tells when the relay has a batch in hand.
+type inHand struct {
+	*kafka.Delivery
+	once    sync.Once
+	started chan struct{}
+}
+
+func (d *inHand) DeliverBatch(ctx context.Context, es []*envelope.Event) []error {
+	d.once.Do(func() { close(d.started) })
+	return d.Delivery.DeliverBatch(ctx, es)
+}
+
+// A relay told to stop (SIGTERM, in Run) while Kafka cannot be reached
+// stops once its batch in hand has failed — within UnreachableAfter and
+// the marks, not the DeliveryTimeout (30 s) it would otherwise wait out.
+func TestStopWhileBrokerDown(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	kd, err := kafka.New(kafka.Config{Brokers: []string{addr}, Topic: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &inHand{Delivery: kd, started: make(chan struct{})}
+	defer d.Close()
+	env := deliverytest.NewEnv(t)
+	es := env.Write(t, envelope.Message{Topic: "t", OrderingKey: "k", Payload: 1})
+	r, err := relay.New(env.DB, d, relay.Config{Logger: slog.New(slog.DiscardHandler)}) // DeliveryTimeout 30 s
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, sigterm := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	select {
+	case <-d.started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no batch in hand after 30 s")
+	}
+	sigterm()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run still running 10 s after its context ended, Kafka unreachable")
+	}
+	if row := env.Row(t, es[0].ID.String()); row.Published || !strings.Contains(row.LastError, addr) {
+		t.Fatalf("event %+v: want it failed, last_error naming %s", row, addr)
 	}
 }

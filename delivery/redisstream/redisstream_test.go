@@ -285,3 +285,27 @@ func TestURLClientHonoursContext(t *testing.T) {
 		t.Fatal("DeliverBatch still running 3 s into a batch whose context ended after 300 ms")
 	}
 }
+
+// A Redis that cannot be reached fails the batch within seconds, naming
+// the address and the cause, not at the end of the delivery's context.
+func TestUnreachableFailsFast(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // nothing listens there now: connection refused
+	d, err := redisstream.New(redisstream.Config{URL: "redis://" + addr + "/0", Stream: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = d.Deliver(ctx, event("a", "k"))
+	if ctx.Err() != nil || err == nil || !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("%v (context: %v), want an error naming %s and the refusal before the context ends", err, ctx.Err(), addr)
+	}
+	t.Logf("%v", err)
+}
