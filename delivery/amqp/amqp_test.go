@@ -127,6 +127,8 @@ func newReceiver(t testing.TB) *deliverytest.Receiver {
 		Down:     func(testing.TB) { proxy.SetDown(true) },
 		Up:       func(testing.TB) { proxy.SetDown(false) },
 		Conns:    proxy.Open,
+		Stall:    func(_ testing.TB, on bool) { proxy.SetStalled(on) },
+		Outage:   "TCP proxy cut, refusing connections",
 	}
 }
 

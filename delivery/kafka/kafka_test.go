@@ -140,6 +140,7 @@ func newReceiver(t testing.TB) *deliverytest.Receiver {
 		Down:     func(testing.TB) { proxy.SetDown(true) },
 		Up:       func(testing.TB) { proxy.SetDown(false) },
 		Conns:    proxy.Open,
+		Outage:   "TCP proxy to kfake cut, refusing connections",
 	}
 }
 

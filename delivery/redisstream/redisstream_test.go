@@ -79,6 +79,7 @@ func newReceiver(t testing.TB) *deliverytest.Receiver {
 		Received: func(t testing.TB) []deliverytest.Message { return read(t, reader, stream) },
 		Down:     srv.Stop,
 		Up:       srv.Start,
+		Outage:   "private redis-server SIGKILLed, then restarted",
 		Conns:    func() int { return connectedClients(reader) },
 	}
 }

@@ -104,6 +104,7 @@ func newReceiver(t testing.TB) *deliverytest.Receiver {
 		Down:     func(testing.TB) { proxy.SetDown(true) },
 		Up:       func(testing.TB) { proxy.SetDown(false) },
 		Conns:    proxy.Open,
+		Outage:   "TCP proxy cut, refusing connections",
 	}
 }
 

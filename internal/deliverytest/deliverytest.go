@@ -4,7 +4,11 @@
 // as headers; the events of one ordering key arrive in order (1,000 events
 // over 100 keys); a receiver that is down makes deliveries fail, and they
 // are retried and delivered once it is back; Close releases every
-// connection and goroutine.
+// connection and goroutine. Outage (and Stalled, for a receiver that can
+// stop reading) runs a relay through a broker outage mid-run — 1,500
+// events on 50 keys, the receiver down until an event failed three times —
+// and checks that no event is lost and that each key's first deliveries
+// are in sequence order, logging the figures (a line starting "OUTAGE").
 //
 // A transport's test calls Run with a Suite that builds a receiver (a
 // consumer of the broker, an HTTP server) and deliveries to it.
@@ -47,6 +51,13 @@ type Receiver struct {
 	// Conns, when set, counts the connections open to the receiver; the
 	// suite checks it drops to zero after Close.
 	Conns func() int
+	// Stall, when set, makes the receiver stop reading what the delivery
+	// sends, its connections left open (on), or read again (off): a
+	// RabbitMQ under its memory or disk alarm.
+	Stall func(t testing.TB, on bool)
+	// Outage names what Down does, for the Outage test's report ("SIGKILL
+	// of a private redis-server"); "" = "down".
+	Outage string
 }
 
 // Suite describes a transport to the suite.
@@ -64,6 +75,23 @@ func Run(t *testing.T, s Suite) {
 	t.Run("Content", func(t *testing.T) { t.Parallel(); content(t, s) })
 	t.Run("KeyOrder", func(t *testing.T) { t.Parallel(); keyOrder(t, s) })
 	t.Run("DownThenUp", func(t *testing.T) { t.Parallel(); downThenUp(t, s) })
+	t.Run("Outage", func(t *testing.T) {
+		t.Parallel()
+		rc := s.NewReceiver(t)
+		what := rc.Outage
+		if what == "" {
+			what = "down"
+		}
+		outage(t, rc, what, rc.Down, rc.Up)
+	})
+	t.Run("Stalled", func(t *testing.T) {
+		t.Parallel()
+		rc := s.NewReceiver(t)
+		if rc.Stall == nil {
+			t.Skip("the transport's receiver cannot stall")
+		}
+		outage(t, rc, "stops reading", func(t testing.TB) { rc.Stall(t, true) }, func(t testing.TB) { rc.Stall(t, false) })
+	})
 }
 
 // withDelivery builds a delivery closed when the test ends (after the
@@ -257,4 +285,94 @@ func downThenUp(t *testing.T, s Suite) {
 	rc.Up(t)
 	env.WaitPublished(t, 60*time.Second)
 	WaitReceived(t, rc, es, 30*time.Second)
+}
+
+// outage writes events on 50 keys while a relay delivers them, takes the
+// receiver down mid-run (down), writes on, holds it down until an event
+// has failed three times, brings it back (up), writes the rest, and waits
+// for every event. It checks that none is lost and that
+// the first delivery of each key's events is in sequence order, and logs
+// one line of figures: committed, delivered, duplicates, the drain time
+// from up to the last event received.
+func outage(t *testing.T, rc *Receiver, what string, down, up func(testing.TB)) {
+	const events, keys, perTx = 1500, 50, 10
+	env := NewEnv(t)
+	d := withDelivery(t, rc)
+	env.StartRelay(t, d, RelayConfig())
+	var all []*envelope.Event
+	n := 0
+	write := func(count int) []*envelope.Event {
+		var out []*envelope.Event
+		for range count / perTx {
+			ms := make([]envelope.Message, perTx)
+			for i := range ms {
+				ms[i] = envelope.Message{Topic: Topic, OrderingKey: fmt.Sprintf("outage-%02d", n%keys), Payload: map[string]int{"n": n}}
+				n++
+			}
+			out = append(out, env.Write(t, ms...)...)
+		}
+		all = append(all, out...)
+		return out
+	}
+	first := write(events / 3)
+	// Down mid-run: once some of the first third arrived.
+	testkit.Eventually(t, time.Minute, func() bool { return len(ByID(rc.Received(t))) >= len(first)/4 }, "a quarter of the first events delivered")
+	downAt := time.Now()
+	down(t)
+	during := write(events / 3)
+	// Held down until the relay has failed on it three times in a row.
+	testkit.Eventually(t, 2*time.Minute, func() bool {
+		var attempts int
+		if err := env.DB.QueryRowContext(context.Background(),
+			`SELECT coalesce(max(attempts), 0) FROM herald_outbox WHERE published_at IS NULL`).Scan(&attempts); err != nil {
+			t.Fatal(err)
+		}
+		return attempts >= 3
+	}, "an event failing three times while the receiver is %s", what)
+	upAt := time.Now()
+	outage := upAt.Sub(downAt)
+	up(t)
+	write(events - len(first) - len(during))
+	WaitReceived(t, rc, all, 3*time.Minute)
+	drain := time.Since(upAt)
+	env.WaitPublished(t, time.Minute)
+
+	ms := rc.Received(t)
+	keyOf := map[string]string{}
+	want := map[string][]string{}
+	for _, e := range all {
+		keyOf[e.ID.String()] = e.OrderingKey
+		want[e.OrderingKey] = append(want[e.OrderingKey], e.ID.String())
+	}
+	got := map[string][]string{}
+	seen := map[string]bool{}
+	dups := 0
+	for _, m := range ms {
+		id := m.Headers[delivery.HeaderEventID]
+		if seen[id] {
+			dups++
+			continue
+		}
+		seen[id] = true
+		if k, ok := keyOf[id]; ok {
+			got[k] = append(got[k], id)
+		}
+	}
+	lost := 0
+	for _, e := range all {
+		if !seen[e.ID.String()] {
+			lost++
+		}
+	}
+	violations := 0
+	for k, ids := range want {
+		if strings.Join(got[k], ",") != strings.Join(ids, ",") {
+			violations++
+		}
+	}
+	t.Logf("OUTAGE %s (%s): outage %.1f s, committed %d, delivered %d, duplicates %d, lost %d, keys out of order %d, drain after the outage %.2f s",
+		t.Name(), what, outage.Seconds(), len(all), len(seen), dups, lost, violations, drain.Seconds())
+	if lost > 0 || violations > 0 {
+		t.Fatalf("%d events lost, %d keys whose first deliveries are out of sequence order", lost, violations)
+	}
 }
