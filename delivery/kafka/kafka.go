@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"strconv"
@@ -33,7 +34,10 @@ const UnreachableAfter = 2 * time.Second
 type Config struct {
 	// Brokers are the seed brokers ("host:9092") of a client the delivery
 	// builds and owns: acks from all in-sync replicas, the idempotent
-	// producer, no linger (a batch is produced at once). nil = use Client.
+	// producer, no linger (a batch is produced at once), retries backed off
+	// 1 s at most and metadata refreshed up to once a second (so that
+	// delivery resumes within about a second of the brokers coming back),
+	// and the fail-fast check of UnreachableAfter. nil = use Client.
 	Brokers []string
 	// ClientOptions are added to the options of the client built from
 	// Brokers (TLS, SASL, a dialer); they come last and so win. Only with
@@ -144,6 +148,13 @@ func New(cfg Config) (*Delivery, error) {
 		opts := []kgo.Opt{
 			kgo.SeedBrokers(cfg.Brokers...),
 			kgo.WithHooks(d.dials),
+			// franz-go backs off up to 5 s between retries, so after an
+			// outage the first produce could come seconds after the
+			// brokers are back; 1 s at most keeps the drain short.
+			kgo.RetryBackoffFn(retryBackoff),
+			// A metadata refresh after errors waits for the last one to
+			// be this old (5 s by default): the same seconds again.
+			kgo.MetadataMinAge(time.Second),
 			kgo.RequiredAcks(kgo.AllISRAcks()),
 			// A relay's batch is produced all at once and waited for;
 			// lingering would only delay it.
@@ -167,6 +178,14 @@ func New(cfg Config) (*Delivery, error) {
 		return nil, cfgErr(field, "the client does not require acks from all in-sync replicas (kgo.RequiredAcks(kgo.AllISRAcks()), franz-go's default): an event would count as delivered on the leader's word alone")
 	}
 	return d, nil
+}
+
+// retryBackoff is the wait before a client the delivery built retries
+// (a produce, a connection, a metadata request): 100 ms doubling to 1 s,
+// with up to 20 % jitter.
+func retryBackoff(tries int) time.Duration {
+	d := min(100*time.Millisecond<<min(tries, 4), time.Second)
+	return d - time.Duration(rand.Int64N(int64(d)/5))
 }
 
 // Client returns the client the delivery produces with.
