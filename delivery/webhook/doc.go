@@ -13,8 +13,15 @@
 // before every request, and the client's dialer refuses loopback,
 // link-local (the cloud metadata address 169.254.169.254), private and
 // other internal addresses after DNS resolution, unless
-// Config.AllowNetworks lets them through. Redirects are never followed, so
-// the URL checked is the URL requested.
+// Config.AllowNetworks lets them through; New refuses a Config.URL whose
+// host the guard would refuse every time (an internal IP address,
+// localhost) with an envelope.ErrConfiguration naming AllowNetworks.
+// Redirects are never followed, so the URL checked is the URL requested.
+//
+// Every answer's body is read within the delivery's context, a
+// 101 Switching Protocols (whose body is the raw connection) included: an
+// endpoint that answers and then goes silent fails the event when the
+// relay's DeliveryTimeout ends.
 //
 // Guarantee: Deliver returns nil only for a 2xx answer. A refused URL, a
 // transport error, a timeout (the relay's DeliveryTimeout, through the
