@@ -6,7 +6,8 @@
 // are retried and delivered once it is back; Close releases every
 // connection and goroutine. Outage (and Stalled, for a receiver that can
 // stop reading) runs a relay through a broker outage mid-run — 1,500
-// events on 50 keys, the receiver down until an event failed three times —
+// events on 50 keys, the receiver down for 5 s at least and until an event
+// failed three times —
 // and checks that no event is lost and that each key's first deliveries
 // are in sequence order, logging the figures (a line starting "OUTAGE").
 //
@@ -287,9 +288,12 @@ func downThenUp(t *testing.T, s Suite) {
 	WaitReceived(t, rc, es, 30*time.Second)
 }
 
+// MinOutage is the shortest outage the Outage and Stalled tests make.
+const MinOutage = 5 * time.Second
+
 // outage writes events on 50 keys while a relay delivers them, takes the
-// receiver down mid-run (down), writes on, holds it down until an event
-// has failed three times, brings it back (up), writes the rest, and waits
+// receiver down mid-run (down), writes on, holds it down for MinOutage and
+// until an event has failed three times, brings it back (up), writes the rest, and waits
 // for every event. It checks that none is lost and that
 // the first delivery of each key's events is in sequence order, and logs
 // one line of figures: committed, delivered, duplicates, the drain time
@@ -320,8 +324,12 @@ func outage(t *testing.T, rc *Receiver, what string, down, up func(testing.TB)) 
 	downAt := time.Now()
 	down(t)
 	during := write(events / 3)
-	// Held down until the relay has failed on it three times in a row.
+	// Held down for MinOutage at least, and until the relay has failed on
+	// it three times in a row.
 	testkit.Eventually(t, 2*time.Minute, func() bool {
+		if time.Since(downAt) < MinOutage {
+			return false
+		}
 		var attempts int
 		if err := env.DB.QueryRowContext(context.Background(),
 			`SELECT coalesce(max(attempts), 0) FROM herald_outbox WHERE published_at IS NULL`).Scan(&attempts); err != nil {
