@@ -228,11 +228,16 @@ func (d *Delivery) bound(ctx context.Context) func() {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = raw.SetWriteDeadline(dl)
 	}
-	stop := context.AfterFunc(ctx, func() { _ = raw.SetWriteDeadline(time.Unix(1, 0)) })
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		_ = raw.SetWriteDeadline(time.Unix(1, 0))
+		close(fired)
+	})
 	return func() {
-		if stop() {
-			_ = raw.SetWriteDeadline(time.Time{})
+		if !stop() {
+			<-fired // then lift it: a connection still in use must not keep a deadline in the past
 		}
+		_ = raw.SetWriteDeadline(time.Time{})
 	}
 }
 

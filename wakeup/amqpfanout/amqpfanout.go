@@ -246,7 +246,11 @@ func (w *Wakeup) publish(ctx context.Context, topics []string) error {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = raw.SetWriteDeadline(dl)
 	}
-	stop := context.AfterFunc(ctx, func() { _ = raw.SetWriteDeadline(time.Unix(1, 0)) })
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		_ = raw.SetWriteDeadline(time.Unix(1, 0))
+		close(fired)
+	})
 	for _, t := range topics {
 		err := w.ch.PublishWithContext(ctx, w.exchange, "", false, false, amqp.Publishing{
 			ContentType: "text/plain", DeliveryMode: amqp.Transient, Body: []byte(t),
@@ -259,11 +263,7 @@ func (w *Wakeup) publish(ctx context.Context, topics []string) error {
 		}
 	}
 	if !stop() {
-		// ctx ended as the last publish went out: the socket's state is
-		// unknown.
-		closeNow(w.raw, w.conn)
-		w.raw, w.conn, w.ch = nil, nil, nil
-		return ctx.Err()
+		<-fired // ctx ended as the last publish went out; every write succeeded
 	}
 	_ = raw.SetWriteDeadline(time.Time{})
 	return nil
