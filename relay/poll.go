@@ -110,8 +110,13 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 		args = append(args, walk)
 	}
 	args = append(args, r.fargs...)
-	rows, err := r.query(ctx, query, args...)
+	ltx, err := r.beginLease(ctx)
 	if err != nil {
+		return nil, nil, stmtErr(ctx, "lease query", err)
+	}
+	rows, err := ltx.query(ctx, r, query, args...)
+	if err != nil {
+		ltx.rollback()
 		return nil, nil, stmtErr(ctx, "lease query", err)
 	}
 	defer rows.Close()
@@ -132,6 +137,10 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 			// Not even its sequence could be read: give back what this
 			// lease took so far (the rest waits for its lease to run out).
 			_ = rows.Close()
+			if ltx.tx != nil {
+				ltx.rollback() // nothing was leased
+				return nil, nil, err
+			}
 			es := make([]*envelope.Event, len(got))
 			for i, l := range got {
 				es[i] = l.e
@@ -142,9 +151,14 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 		got = append(got, leased{e, err, sc.pos})
 	}
 	if err := rows.Err(); err != nil {
+		ltx.rollback()
 		return nil, nil, stmtErr(ctx, "lease query", err)
 	}
 	if err := rows.Close(); err != nil {
+		ltx.rollback()
+		return nil, nil, stmtErr(ctx, "lease query", err)
+	}
+	if err := ltx.commit(); err != nil {
 		return nil, nil, stmtErr(ctx, "lease query", err)
 	}
 	// Whether the next lease walks keys (see leaseBatchPostgres). A full
