@@ -58,8 +58,8 @@ type Relay struct {
 	// noJIT: the database may JIT-compile the lease, which then runs in a
 	// transaction with jit off (see jit.go). Found with the table.
 	noJIT atomic.Bool
-	walk     atomic.Int64 // keys the next lease walks for heads (see leaseBatchPostgres)
-	runs     atomic.Bool  // the next lease takes runs of keys (leaseRunsPostgres): evidence of keys with events behind their heads
+	walk  atomic.Int64 // keys the next lease walks for heads (see leaseBatchPostgres)
+	runs  atomic.Bool  // the next lease takes runs of keys (leaseRunsPostgres): evidence of keys with events behind their heads
 	// lastKeys are the ordering keys of the last non-empty lease; noRuns:
 	// a runs lease found no followers since the last evidence of a key's
 	// backlog (both the poll loop's own).
