@@ -10,6 +10,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
@@ -60,7 +61,7 @@ func observerFuncs() relay.Config {
 
 // README.md, "Deliveries".
 func readmeDeliveries(sqlDB *sql.DB, secret string) {
-	k, err := kafka.New(kafka.Config{Brokers: []string{"kafka:9092"}}) // topic = the event's topic
+	k, err := kafka.New(kafka.Config{Brokers: []string{"kafka:9092"}}) // Kafka topic = delivery.ByAggregate: shop.order.* → shop.order
 	hook, err := webhook.New(webhook.Config{
 		URL: "https://billing.example.com/events", Secret: secret, // herald-signature: sha256=<hex HMAC>
 	})
@@ -68,6 +69,15 @@ func readmeDeliveries(sqlDB *sql.DB, secret string) {
 	r, err := relay.New(sqlDB, d, relay.Config{})
 	// ... r.Run(ctx); then d.Close() closes both
 	_, _ = r, err
+}
+
+// README.md, "Deliveries": a destination of one's own.
+func readmeTopicFunc(brokers []string) (*kafka.Delivery, error) {
+	k, err := kafka.New(kafka.Config{Brokers: brokers, TopicFunc: func(e *envelope.Event) string {
+		aggregate, _, _ := strings.Cut(e.Topic, ".") // order.placed, order.shipped → outbox.order
+		return "outbox." + aggregate
+	}})
+	return k, err
 }
 
 // envelope's package documentation.
@@ -154,4 +164,4 @@ func wakeupAMQP(db *gorm.DB, sqlDB *sql.DB, d delivery.Delivery) {
 }
 
 // Referenced, so the linters do not report the fragments unused.
-var _ = []any{readmeWakeups, wakeupPgnotify, wakeupRedis, wakeupKafka, wakeupAMQP, operations, deliveryFunc, deliveryRouter, observerFuncs, readmeDeliveries, envelopeDoc, gormcaptureDoc, Loan{}.ChangeCapture}
+var _ = []any{readmeWakeups, wakeupPgnotify, wakeupRedis, wakeupKafka, wakeupAMQP, operations, deliveryFunc, deliveryRouter, observerFuncs, readmeDeliveries, readmeTopicFunc, envelopeDoc, gormcaptureDoc, Loan{}.ChangeCapture}
