@@ -34,5 +34,6 @@
 //
 // Guarantee: a Delivery reports success (a nil error) only for an event it
 // has handed over; anything else — an error, a panic, a timeout, an event no
-// route accepts — leaves the event to be delivered again.
+// route accepts — leaves the event unpublished: retried later, or
+// dead-lettered (at once for a Permanent failure) until RetryDeadLettered.
 package delivery
