@@ -15,8 +15,8 @@ import (
 )
 
 // DefaultDialTimeout bounds connecting (TCP, TLS and the AMQP handshake)
-// when the delivery's context has no earlier deadline.
-const DefaultDialTimeout = 30 * time.Second
+// when the delivery's context has no deadline; amqpfanout's is the same.
+const DefaultDialTimeout = 10 * time.Second
 
 // Config configures a Delivery.
 type Config struct {

@@ -146,7 +146,7 @@ func Run(ctx context.Context, cfg Config, listening func(addr string)) error {
 
 	// One wakeup for the process: the API's transactions NOTIFY through
 	// it, the relay LISTENs on it.
-	wake, err := pgnotify.New(cfg.DSN, pgnotify.Config{})
+	wake, err := pgnotify.New(pgnotify.Config{ConnString: cfg.DSN})
 	if err != nil {
 		return err
 	}

@@ -123,7 +123,7 @@ func operations(ctx context.Context, r *relay.Relay, ids []uuid.UUID) {
 
 // README.md, "Wakeups".
 func readmeWakeups(dsn string, db *gorm.DB, sqlDB *sql.DB, d delivery.Delivery) {
-	w, err := pgnotify.New(dsn, pgnotify.Config{}) // one per process
+	w, err := pgnotify.New(pgnotify.Config{ConnString: dsn}) // one per process
 	defer w.Close()
 	err = db.Use(gormcapture.New(gormcapture.Config{Wakeup: w})) // captured writes and Enqueue NOTIFY in their transaction
 	r, err := relay.New(sqlDB, d, relay.Config{Wakeup: w})       // the relay LISTENs
@@ -132,7 +132,7 @@ func readmeWakeups(dsn string, db *gorm.DB, sqlDB *sql.DB, d delivery.Delivery) 
 
 // The wakeup transports' package documentation.
 func wakeupPgnotify(dsn string, db *gorm.DB, sqlDB *sql.DB, d delivery.Delivery) {
-	w, err := pgnotify.New(dsn, pgnotify.Config{})
+	w, err := pgnotify.New(pgnotify.Config{ConnString: dsn})
 	defer w.Close()
 	db.Use(gormcapture.New(gormcapture.Config{Wakeup: w}))
 	r, err := relay.New(sqlDB, d, relay.Config{Wakeup: w})
@@ -140,7 +140,7 @@ func wakeupPgnotify(dsn string, db *gorm.DB, sqlDB *sql.DB, d delivery.Delivery)
 }
 
 func wakeupRedis(db *gorm.DB, sqlDB *sql.DB, d delivery.Delivery) {
-	w, err := redispubsub.NewURL("redis://127.0.0.1:6379/0", redispubsub.Config{})
+	w, err := redispubsub.New(redispubsub.Config{URL: "redis://127.0.0.1:6379/0"})
 	defer w.Close()
 	db.Use(gormcapture.New(gormcapture.Config{Wakeup: w}))
 	r, err := relay.New(sqlDB, d, relay.Config{Wakeup: w})
@@ -148,7 +148,7 @@ func wakeupRedis(db *gorm.DB, sqlDB *sql.DB, d delivery.Delivery) {
 }
 
 func wakeupKafka(db *gorm.DB, sqlDB *sql.DB, d delivery.Delivery) {
-	w, err := kafkasignal.New([]string{"127.0.0.1:9092"}, kafkasignal.Config{})
+	w, err := kafkasignal.New(kafkasignal.Config{Brokers: []string{"127.0.0.1:9092"}})
 	defer w.Close()
 	db.Use(gormcapture.New(gormcapture.Config{Wakeup: w}))
 	r, err := relay.New(sqlDB, d, relay.Config{Wakeup: w})
@@ -156,7 +156,7 @@ func wakeupKafka(db *gorm.DB, sqlDB *sql.DB, d delivery.Delivery) {
 }
 
 func wakeupAMQP(db *gorm.DB, sqlDB *sql.DB, d delivery.Delivery) {
-	w, err := amqpfanout.New("amqp://guest:guest@127.0.0.1:5672/", amqpfanout.Config{})
+	w, err := amqpfanout.New(amqpfanout.Config{URL: "amqp://guest:guest@127.0.0.1:5672/"})
 	defer w.Close()
 	db.Use(gormcapture.New(gormcapture.Config{Wakeup: w}))
 	r, err := relay.New(sqlDB, d, relay.Config{Wakeup: w})
