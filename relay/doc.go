@@ -56,7 +56,8 @@
 //  5. Mark: one statement marks the delivered events published, one
 //     records the failures (attempts, last_error, next_attempt_at = the
 //     database's now + min(RetryBase·2^(attempts−1), RetryMax) ±10%),
-//     dead-lettering those out of attempts. Marks are guarded by leased_by,
+//     dead-lettering those out of attempts or failed permanently
+//     (delivery.ErrPermanent). Marks are guarded by leased_by,
 //     so a relay that lost its lease cannot undo another's work, and are
 //     written even while the relay stops.
 //     With Config.DeleteOnPublish the delivered events are deleted in

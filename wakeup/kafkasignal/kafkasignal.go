@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -34,6 +35,11 @@ const (
 // Config configures a Wakeup. The zero value of every field means its
 // default.
 type Config struct {
+	// Brokers are the seed brokers ("host:9092") of the clients the
+	// Wakeup builds; it connects when it first listens or signals.
+	// Required.
+	Brokers []string
+
 	// Topic is the Kafka topic signals go through, the same for writers
 	// and relays of one outbox; "" = DefaultTopic. It is created, with one
 	// partition and Retention, when it does not exist.
@@ -44,9 +50,13 @@ type Config struct {
 	// 0 = DefaultRetention.
 	Retention time.Duration
 
-	// ClientOpts are added to the options of the franz-go clients the
+	// ClientOptions are added to the options of the franz-go clients the
 	// Wakeup builds (TLS, SASL, a Dialer); the seed brokers, the producer
 	// settings and the consumed partitions are set by the Wakeup.
+	ClientOptions []kgo.Opt
+	// ClientOpts are added before ClientOptions.
+	//
+	// Deprecated: use ClientOptions, the name delivery/kafka uses too.
 	ClientOpts []kgo.Opt
 
 	// Logger receives a WARN for each failure of the consumer or of a
@@ -91,12 +101,16 @@ type Wakeup struct {
 
 var _ wakeup.Wakeup = (*Wakeup)(nil)
 
-// New returns a Wakeup on the given seed brokers; it connects when it first
-// listens or signals.
-func New(brokers []string, cfg Config) (*Wakeup, error) {
-	if len(brokers) == 0 {
-		return nil, envelope.Configurationf("kafkasignal.New", "no seed brokers")
+// New checks cfg and returns a Wakeup on cfg.Brokers; it connects when it
+// first listens or signals.
+func New(cfg Config) (*Wakeup, error) {
+	if len(cfg.Brokers) == 0 {
+		return nil, envelope.Configurationf("kafkasignal.Config.Brokers", "no seed brokers; give at least one host:port")
 	}
+	brokers := cfg.Brokers
+	// The code below reads ClientOpts: the deprecated field and the
+	// new one, in that order.
+	cfg.ClientOpts = append(slices.Clip(cfg.ClientOpts), cfg.ClientOptions...)
 	if cfg.Topic == "" {
 		cfg.Topic = DefaultTopic
 	}
@@ -156,7 +170,7 @@ func (w *Wakeup) admin(ctx context.Context) (*kgo.Client, error) {
 		)
 		c, err := kgo.NewClient(opts...)
 		if err != nil {
-			return nil, envelope.Configurationf("kafkasignal.Config.ClientOpts", "%v", err)
+			return nil, envelope.Configurationf("kafkasignal.Config.ClientOptions", "%v", err)
 		}
 		w.client = c
 	}
@@ -306,7 +320,7 @@ func (w *Wakeup) session(ctx context.Context, ready func(), deliver func([]strin
 	)
 	c, err := kgo.NewClient(opts...)
 	if err != nil {
-		return envelope.Configurationf("kafkasignal.Config.ClientOpts", "%v", err)
+		return envelope.Configurationf("kafkasignal.Config.ClientOptions", "%v", err)
 	}
 	defer c.Close()
 	ready() // records from the end offsets on reach this consumer
