@@ -13,7 +13,9 @@
 // Requests to internal addresses are refused: Config.AllowURL is asked
 // before every request, and the client's dialer refuses loopback,
 // link-local (the cloud metadata address 169.254.169.254), private and
-// other internal addresses after DNS resolution, unless
+// other internal addresses after DNS resolution — IPv6 addresses that
+// carry an IPv4 one (NAT64, 6to4, Teredo, IPv4-compatible, -mapped and
+// -translated) are judged by the IPv4 address they carry — unless
 // Config.AllowNetworks lets them through. Redirects are never followed, so
 // the URL checked is the URL requested.
 //

@@ -2,7 +2,6 @@ package testkit
 
 import (
 	"errors"
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -11,17 +10,20 @@ import (
 // Proxy is a TCP proxy on the loopback interface that a test puts between
 // a client and a server to cut connections: Cut closes every connection it
 // carries, SetDown refuses (accepts and at once closes) new ones until
-// SetDown(false). The shared servers of the machine are never touched; only
+// SetDown(false), Stall stops forwarding while keeping them open. The shared servers of the machine are never touched; only
 // the connections through the proxy are.
 type Proxy struct {
 	ln     net.Listener
 	target string
 
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-	down  bool
-	cuts  int
-	wg    sync.WaitGroup
+	mu      sync.Mutex
+	conns   map[net.Conn]struct{}
+	down    bool
+	cuts    int
+	wg      sync.WaitGroup
+	stalled bool
+	resume  chan struct{} // closed when a stall ends
+	cutSig  chan struct{} // closed (and replaced) by each Cut
 }
 
 // NewProxy starts a proxy to target ("host:port") and stops it when the
@@ -32,7 +34,7 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	if err != nil {
 		t.Fatalf("testkit: proxy: %v", err)
 	}
-	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, cutSig: make(chan struct{})}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.Close)
@@ -56,6 +58,8 @@ func (p *Proxy) Cut() {
 	for c := range p.conns {
 		_ = c.Close()
 	}
+	close(p.cutSig) // stalled copies end: their connections are closed
+	p.cutSig = make(chan struct{})
 	p.cuts++
 }
 
@@ -81,11 +85,60 @@ func (p *Proxy) Cuts() int {
 	return p.cuts
 }
 
+// Stall makes the proxy stop forwarding bytes, in both directions, on
+// every connection it carries and on new ones, while keeping them open:
+// a peer behind a middlebox that keeps TCP up but passes nothing, found
+// only by a health check. Stall(false) forwards again, what was held back
+// included; Cut and SetDown still close the connections.
+func (p *Proxy) Stall(stall bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case stall && !p.stalled:
+		p.stalled, p.resume = true, make(chan struct{})
+	case !stall && p.stalled:
+		p.stalled = false
+		close(p.resume)
+	}
+}
+
 // Close stops the proxy and closes every connection.
 func (p *Proxy) Close() {
 	_ = p.ln.Close()
+	p.Stall(false)
 	p.Cut()
 	p.wg.Wait()
+}
+
+// wait blocks while the proxy is stalled, until the stall ends or a Cut.
+func (p *Proxy) wait() {
+	p.mu.Lock()
+	stalled, resume, cut := p.stalled, p.resume, p.cutSig
+	p.mu.Unlock()
+	if stalled {
+		select {
+		case <-resume:
+		case <-cut:
+		}
+	}
+}
+
+// copy forwards src to dst, holding each read back while the proxy is
+// stalled.
+func (p *Proxy) copy(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.wait()
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 func (p *Proxy) track(c net.Conn) bool {
@@ -139,7 +192,7 @@ func (p *Proxy) serve(c net.Conn) {
 	defer s.Close()
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
+		p.copy(dst, src)
 		_ = dst.Close()
 		_ = src.Close()
 		done <- struct{}{}

@@ -100,3 +100,25 @@ func TestServerDown(t *testing.T) {
 	n, probe := env.Relay(t, rw)
 	wakeuptest.DownThenBack(t, env, n, probe, rw.Up, logs.String, proxy.SetDown)
 }
+
+// TestPollsWhileCut: with the listener's connections cut and refused, its
+// relays poll: a commit made meanwhile is delivered within seconds.
+func TestPollsWhileCut(t *testing.T) {
+	t.Parallel()
+	w, rw, proxy := pair(t)
+	env := wakeuptest.NewEnv(t, w)
+	n, probe := env.Relay(t, rw)
+	wakeuptest.PollsWhileCut(t, env, n, probe, rw.Up, 5*time.Second, proxy.SetDown)
+}
+
+// TestHeartbeatFindsStall: a broker that stops answering while TCP stays
+// up (a proxy that stops forwarding) is found by the AMQP heartbeat; the
+// relays poll meanwhile and the listener comes back once the link
+// forwards again.
+func TestHeartbeatFindsStall(t *testing.T) {
+	t.Parallel()
+	w, rw, proxy := pair(t, func(c *amqpfanout.Config) { c.Heartbeat, c.DialTimeout = time.Second, 2*time.Second })
+	env := wakeuptest.NewEnv(t, w)
+	n, probe := env.Relay(t, rw)
+	wakeuptest.PollsWhileCut(t, env, n, probe, rw.Up, 15*time.Second, proxy.Stall)
+}

@@ -78,13 +78,14 @@ func TestRollbackSendsNothing(t *testing.T) {
 }
 
 // TestSurvivesCutConnection: the consumer's connections cut at a TCP
-// proxy are survived; the next commit still wakes the idle relay.
+// proxy are noticed at once (the relays are told to poll) and survived;
+// the next commit still wakes the idle relay.
 func TestSurvivesCutConnection(t *testing.T) {
 	t.Parallel()
 	w, rw, proxy := pair(t)
 	env := wakeuptest.NewEnv(t, w)
 	n, probe := env.Relay(t, rw)
-	wakeuptest.SurvivesKill(t, env, n, probe, rw.Up, false, proxy.Cut)
+	wakeuptest.SurvivesKill(t, env, n, probe, rw.Up, true, proxy.Cut)
 }
 
 // TestServerDown: with the server unreachable (a proxy refusing
