@@ -39,10 +39,12 @@ type Config struct {
 	// events ("shop.order.inserted", "shop.order.updated") share the
 	// routing key "shop.order" — on the default exchange, the queue
 	// "shop.order" — and a queue holds them in sequence order. A topic
-	// exchange binds "shop.order" or "shop.*"; to bind by operation give
-	// delivery.ByTopic and bind each queue to every operation of a model
-	// ("shop.order.*"), or lose the order between them. Not together with
-	// RoutingKey.
+	// exchange binds "shop.order", "shop.*" or "shop.order.#" (which
+	// matches "shop.order" and "shop.order.updated" alike, so a binding
+	// made for per-topic routing keys keeps working). To filter by
+	// operation give delivery.ByTopic, and bind each queue to every
+	// operation of a model ("shop.order.*"), or lose the order between
+	// them. Not together with RoutingKey.
 	RoutingKeyFunc func(e *envelope.Event) string
 
 	// Mandatory publishes with the mandatory flag: a message the exchange

@@ -338,3 +338,43 @@ func TestConfigErrors(t *testing.T) {
 		t.Errorf("bad URL: %v", err)
 	}
 }
+
+// A topic-exchange binding "<model>.#" matches the aggregate routing key
+// the delivery sends at its defaults, as it matched per-topic keys.
+func TestHashBindingMatchesAggregate(t *testing.T) {
+	t.Parallel()
+	u := testkit.AMQPURL(t)
+	conn, err := amqp091.Dial(u)
+	if err != nil {
+		t.Fatalf("RabbitMQ: %v", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, q, model := testkit.Name("herald-x-"), testkit.Name("herald-q-"), testkit.Name("m")
+	if err := ch.ExchangeDeclare(ex, "topic", false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ch.ExchangeDelete(ex, false, false) }()
+	if _, err := ch.QueueDeclare(q, false, true, true, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(q, "shop."+model+".#", ex, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	d, err := amqp.New(amqp.Config{URL: u, Exchange: ex, Mandatory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	e := event("shop." + model + ".updated")
+	if err := d.Deliver(context.Background(), e); err != nil {
+		t.Fatalf("routing key shop.%s not routed by binding shop.%s.#: %v", model, model, err)
+	}
+	m, ok, err := ch.Get(q, true)
+	if err != nil || !ok || m.RoutingKey != "shop."+model || m.MessageId != e.ID.String() {
+		t.Fatalf("queue: %v %v %+v", ok, err, m)
+	}
+}
