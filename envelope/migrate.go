@@ -278,6 +278,11 @@ func deleteVersionSQL(t Table, version int) string {
 // Migrate brings the outbox table to LatestVersion, creating it when it
 // does not exist, in one transaction under a lock; see MigrateTo. table ""
 // means DefaultTable.
+//
+// It checks the table against MigrationTable's record: a table dropped
+// without MigrateTo(0) (by hand, by a test, left out of a restore) while
+// its record stayed is created again at LatestVersion and its record
+// rewritten, instead of being trusted to exist.
 func Migrate(ctx context.Context, db *sql.DB, d Dialect, table string) error {
 	return MigrateTo(ctx, db, d, table, LatestVersion)
 }
@@ -337,7 +342,8 @@ func MigrateTo(ctx context.Context, db *sql.DB, d Dialect, table string, version
 }
 
 // Version returns the schema version of the outbox table: 0 when it does
-// not exist, LatestVersion when it is up to date. A table created before
+// not exist (whatever MigrationTable records), LatestVersion when it is up
+// to date. A table created before
 // versions were recorded is recognised by its layout.
 func Version(ctx context.Context, db *sql.DB, d Dialect, table string) (int, error) {
 	t, err := parseOutbox(d, table)
@@ -353,6 +359,13 @@ func Version(ctx context.Context, db *sql.DB, d Dialect, table string) (int, err
 		return 0, err
 	}
 	v, err := recordedVersion(ctx, conn, d, t)
+	if err == nil && v > 0 {
+		// A record outlives a table dropped without MigrateTo(0).
+		var exists bool
+		if exists, err = tableExists(ctx, conn, d, t.Quoted, t.Name); err == nil && !exists {
+			v = 0
+		}
+	}
 	if err == nil && v < 0 {
 		v, err = unrecordedVersion(ctx, conn, d, t)
 	}
@@ -410,11 +423,29 @@ func inMigrationTx(ctx context.Context, conn *sql.Conn, d Dialect, f func() erro
 
 // appliedVersion is the version the table has: the highest recorded, or,
 // with no record, the one its layout shows, then recorded (versions up to
-// it) so the record is complete for the next run.
+// it) so the record is complete for the next run. A record of a table that
+// no longer exists (dropped by hand or by a test, left out of a restore) is
+// deleted and the version is 0, so Migrate creates the table again: what
+// it held is gone whatever Migrate does, and an outbox every write fails
+// on helps no one.
 func appliedVersion(ctx context.Context, conn *sql.Conn, d Dialect, t Table) (int, error) {
 	v, err := recordedVersion(ctx, conn, d, t)
-	if err != nil || v >= 0 {
+	if err != nil {
 		return v, err
+	}
+	if v > 0 {
+		exists, err := tableExists(ctx, conn, d, t.Quoted, t.Name)
+		if err != nil || exists {
+			return v, err
+		}
+		q, name := migrationTable(t)
+		if _, err := conn.ExecContext(ctx, `DELETE FROM `+q+` WHERE table_name = `+d.Placeholder(1), name); err != nil {
+			return 0, err
+		}
+		return 0, nil
+	}
+	if v >= 0 {
+		return v, nil
 	}
 	if v, err = unrecordedVersion(ctx, conn, d, t); err != nil {
 		return 0, err

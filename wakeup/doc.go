@@ -15,4 +15,11 @@
 // amqpfanout — each in its own package so a service compiles only the
 // client it uses. Create one value per process and give it to both the
 // capture plugin and the relays.
+//
+// A cross-process listener that loses its link — the connection drops, or
+// stays open and passes nothing, which its health check finds — tells its
+// relays to poll (every PollWhileDown, and once more when it is back)
+// while it reconnects with back-off; a listener that fails soon after it
+// subscribed counts as failing again, so the back-off keeps growing and
+// the fifth failure in a row is logged as an ERROR.
 package wakeup

@@ -127,13 +127,80 @@ func newReceiver(t testing.TB) *deliverytest.Receiver {
 		Down:     func(testing.TB) { proxy.SetDown(true) },
 		Up:       func(testing.TB) { proxy.SetDown(false) },
 		Conns:    proxy.Open,
-		Stall:    func(_ testing.TB, on bool) { proxy.SetStalled(on) },
+		Stall:    func(_ testing.TB, on bool) { proxy.StopReading(on) },
 		Outage:   "TCP proxy cut, refusing connections",
 	}
 }
 
+// atDefaults is a receiver of a delivery built from the URL alone, which
+// publishes to the default exchange: the routing key names the queue. It
+// declares a queue for every destination the delivery may use (each event
+// topic and its aggregate) and consumes them all on one channel, each
+// message's destination its queue.
+func atDefaults(t testing.TB, topics []string) *deliverytest.Receiver {
+	u := testkit.AMQPURL(t)
+	conn, err := amqp091.Dial(u)
+	if err != nil {
+		t.Fatalf("RabbitMQ: %v", err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu   sync.Mutex
+		msgs []deliverytest.Message
+		wg   sync.WaitGroup
+	)
+	queues := map[string]bool{}
+	for _, tp := range topics {
+		queues[tp] = true
+		queues[delivery.ByAggregate(&envelope.Event{Topic: tp})] = true
+	}
+	for q := range queues {
+		if _, err := ch.QueueDeclare(q, false, true, true, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		ds, err := ch.Consume(q, "", true, true, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			for m := range ds {
+				dm := deliverytest.Message{Body: m.Body, Headers: map[string]string{}, Destination: q}
+				for k, v := range m.Headers {
+					if s, ok := v.(string); ok {
+						dm.Headers[strings.ToLower(k)] = s
+					}
+				}
+				mu.Lock()
+				msgs = append(msgs, dm)
+				mu.Unlock()
+			}
+		})
+	}
+	t.Cleanup(func() {
+		_ = conn.Close()
+		wg.Wait()
+	})
+	return &deliverytest.Receiver{
+		NewDelivery: func(t testing.TB) delivery.Delivery {
+			d, err := amqp.New(amqp.Config{URL: u})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d
+		},
+		Received: func(testing.TB) []deliverytest.Message {
+			mu.Lock()
+			defer mu.Unlock()
+			return append([]deliverytest.Message(nil), msgs...)
+		},
+	}
+}
+
 func TestConformance(t *testing.T) {
-	deliverytest.Run(t, deliverytest.Suite{NewReceiver: newReceiver})
+	deliverytest.Run(t, deliverytest.Suite{NewReceiver: newReceiver, AtDefaults: atDefaults})
 }
 
 func event(topic string) *envelope.Event {
@@ -154,8 +221,9 @@ func TestMessageProperties(t *testing.T) {
 	}
 	testkit.Eventually(t, 10*time.Second, func() bool { return len(b.received()) == 1 }, "one message")
 	m := b.received()[0]
-	if m.DeliveryMode != amqp091.Persistent || m.MessageId != e.ID.String() || m.RoutingKey != e.Topic ||
-		m.ContentType != "application/json" || string(m.Body) != `{"n":1}` || m.Headers[delivery.HeaderTopic] != e.Topic {
+	if m.DeliveryMode != amqp091.Persistent || m.MessageId != e.ID.String() || m.RoutingKey != "library.loan" ||
+		m.ContentType != "application/json" || string(m.Body) != `{"n":1}` || m.Headers[delivery.HeaderTopic] != e.Topic ||
+		m.Headers[delivery.HeaderOrderingKey] != "k" || m.Headers[delivery.HeaderSequence] != "0" {
 		t.Fatalf("message %+v", m)
 	}
 }
@@ -274,6 +342,46 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
+// A topic-exchange binding "<model>.#" matches the aggregate routing key
+// the delivery sends at its defaults, as it matched per-topic keys.
+func TestHashBindingMatchesAggregate(t *testing.T) {
+	t.Parallel()
+	u := testkit.AMQPURL(t)
+	conn, err := amqp091.Dial(u)
+	if err != nil {
+		t.Fatalf("RabbitMQ: %v", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, q, model := testkit.Name("herald-x-"), testkit.Name("herald-q-"), testkit.Name("m")
+	if err := ch.ExchangeDeclare(ex, "topic", false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ch.ExchangeDelete(ex, false, false) }()
+	if _, err := ch.QueueDeclare(q, false, true, true, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(q, "shop."+model+".#", ex, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	d, err := amqp.New(amqp.Config{URL: u, Exchange: ex, Mandatory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	e := event("shop." + model + ".updated")
+	if err := d.Deliver(context.Background(), e); err != nil {
+		t.Fatalf("routing key shop.%s not routed by binding shop.%s.#: %v", model, model, err)
+	}
+	m, ok, err := ch.Get(q, true)
+	if err != nil || !ok || m.RoutingKey != "shop."+model || m.MessageId != e.ID.String() {
+		t.Fatalf("queue: %v %v %+v", ok, err, m)
+	}
+}
+
 // An event whose header name or routing key AMQP cannot carry (a short
 // string: at most 255 bytes) fails alone, with an error that says why; the
 // rest of its batch is published on the same connection.
@@ -337,7 +445,7 @@ func TestStalledBrokerHonoursContext(t *testing.T) {
 	if err := d.Deliver(context.Background(), event("warm")); err != nil {
 		t.Fatal(err)
 	}
-	proxy.SetStalled(true)
+	proxy.StopReading(true)
 	// More than the socket buffers hold, so that writes block.
 	var es []*envelope.Event
 	for range 64 {
@@ -365,7 +473,7 @@ func TestStalledBrokerHonoursContext(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close still blocked after 10 s on a broker that stopped reading")
 	}
-	proxy.SetStalled(false)
+	proxy.StopReading(false)
 }
 
 // On a dead link (TCP up, nothing carried) a batch that fails on its
@@ -383,8 +491,8 @@ func TestDeadLinkReturnsWithContext(t *testing.T) {
 	if err := d.Deliver(context.Background(), event("warm")); err != nil {
 		t.Fatal(err)
 	}
-	proxy.SetBlackhole(true)
-	defer proxy.SetBlackhole(false)
+	proxy.Stall(true)
+	defer proxy.Stall(false)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	res := make(chan error, 1)

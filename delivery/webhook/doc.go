@@ -1,7 +1,8 @@
 // Package webhook delivers herald events as HTTP POST requests.
 //
 // Each event is one POST of its JSON payload, with the event's headers,
-// herald-event-id and herald-topic as request headers, to Config.URL or to
+// herald-event-id, herald-topic, herald-sequence and herald-ordering-key
+// (delivery.Headers) as request headers, to Config.URL or to
 // the URL a per-event Config.Target gives (a subscriber's endpoint, with
 // its own secret and headers). With a secret the request is signed:
 // `herald-signature: sha256=<hex HMAC-SHA256 of the body>` (SchemeHerald,
@@ -12,7 +13,9 @@
 // Requests to internal addresses are refused: Config.AllowURL is asked
 // before every request, and the client's dialer refuses loopback,
 // link-local (the cloud metadata address 169.254.169.254), private and
-// other internal addresses after DNS resolution, unless
+// other internal addresses after DNS resolution — IPv6 addresses that
+// carry an IPv4 one (NAT64, 6to4, Teredo, IPv4-compatible, -mapped and
+// -translated) are judged by the IPv4 address they carry — unless
 // Config.AllowNetworks lets them through; New refuses a Config.URL whose
 // host the guard would refuse every time (an internal IP address,
 // localhost) with an envelope.ErrConfiguration naming AllowNetworks.

@@ -85,7 +85,8 @@ type Config struct {
 	// connection time and so after DNS resolution, loopback, link-local
 	// (169.254.169.254, the cloud metadata address), private (RFC 1918,
 	// fc00::/7), shared (100.64.0.0/10), unspecified and multicast
-	// addresses.
+	// addresses, and IPv6 addresses that carry one of them (NAT64, 6to4,
+	// Teredo, IPv4-compatible and -translated; see GuardControl).
 	AllowNetworks []netip.Prefix
 
 	// Client sends the requests; nil = a client of the delivery's own with
@@ -218,15 +219,6 @@ func guardedHost(u *url.URL, allow []netip.Prefix) error {
 		return nil
 	}
 	return fmt.Errorf("URL %s: %s is an internal address, which the dial guard refuses; allow its network in AllowNetworks (127.0.0.0/8 and ::1/128 for this host, 10.0.0.0/8 for the cluster)", redact(u), host)
-}
-
-func allowed(ip netip.Addr, allow []netip.Prefix) bool {
-	for _, p := range allow {
-		if p.Contains(ip) {
-			return true
-		}
-	}
-	return false
 }
 
 // redact is u without user info, query and fragment, which may hold
@@ -399,8 +391,14 @@ var errAddressRefused = errors.New("address refused by the dial guard")
 
 // GuardControl returns a net.Dialer Control function that refuses to
 // connect to loopback, link-local, private (RFC 1918, fc00::/7), shared
-// (100.64.0.0/10), unspecified and multicast addresses, unless they lie in
-// one of allow. It runs after DNS resolution, on the address actually
+// (100.64.0.0/10), unspecified (0.0.0.0/8, ::) and multicast addresses,
+// unless they lie in one of allow. An IPv6 address that carries an IPv4
+// address — NAT64 (64:ff9b::/96), 6to4 (2002::/16), Teredo (2001::/32),
+// IPv4-compatible (::a.b.c.d), IPv4-mapped and IPv4-translated
+// (::ffff:0:a.b.c.d) — is judged by the IPv4 address it carries (either
+// may be in allow), and the local-use NAT64 prefix 64:ff9b:1::/48, whose
+// IPv4 address sits where its operator chose, is refused unless allowed.
+// It runs after DNS resolution, on the address actually
 // dialled, so a hostname that resolves (or re-resolves) to an internal
 // address is refused too. The delivery's own client uses it; install it
 // in a Client you give to keep the guard.
@@ -411,24 +409,17 @@ func GuardControl(allow []netip.Prefix) func(network, address string, c syscall.
 			return fmt.Errorf("%w: cannot parse %q", errAddressRefused, address)
 		}
 		ip := ap.Addr().Unmap()
-		for _, p := range allow {
-			if p.Contains(ip) {
-				return nil
-			}
+		if allowed(ip, allow) {
+			return nil
 		}
 		if internal(ip) {
-			return fmt.Errorf("%w: %s is an internal address (allow its network in webhook.Config.AllowNetworks)", errAddressRefused, ip)
+			return fmt.Errorf("%w: %s is an internal address (allow its network in webhook.Config.AllowNetworks)", errAddressRefused, describe(ip))
 		}
 		return nil
 	}
 }
 
 var sharedSpace = netip.MustParsePrefix("100.64.0.0/10")
-
-func internal(ip netip.Addr) bool {
-	return ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsInterfaceLocalMulticast() ||
-		ip.IsPrivate() || ip.IsUnspecified() || ip.IsMulticast() || sharedSpace.Contains(ip)
-}
 
 // validHeaderName reports whether s is an HTTP token (RFC 9110 §5.1).
 func validHeaderName(s string) bool {

@@ -2,7 +2,6 @@ package testkit
 
 import (
 	"errors"
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -11,19 +10,23 @@ import (
 // Proxy is a TCP proxy on the loopback interface that a test puts between
 // a client and a server to cut connections: Cut closes every connection it
 // carries, SetDown refuses (accepts and at once closes) new ones until
-// SetDown(false). The shared servers of the machine are never touched; only
+// SetDown(false), Stall stops forwarding while keeping them open. The shared servers of the machine are never touched; only
 // the connections through the proxy are.
 type Proxy struct {
 	ln     net.Listener
 	target string
 
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-	down  bool
-	cuts  int
-	wg    sync.WaitGroup
+	mu      sync.Mutex
+	conns   map[net.Conn]struct{}
+	down    bool
+	cuts    int
+	wg      sync.WaitGroup
+	stalled bool
+	resume  chan struct{} // closed when a stall ends
+	cutSig  chan struct{} // closed (and replaced) by each Cut
 
-	stall stall // SetStalled, SetBlackhole
+	notReading bool          // StopReading: client-to-server bytes held back
+	readResume chan struct{} // closed when StopReading(false) ends it
 }
 
 // NewProxy starts a proxy to target ("host:port") and stops it when the
@@ -34,8 +37,7 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	if err != nil {
 		t.Fatalf("testkit: proxy: %v", err)
 	}
-	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
-	p.stall.cond = sync.NewCond(&p.stall.mu)
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, cutSig: make(chan struct{})}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.Close)
@@ -58,8 +60,9 @@ func (p *Proxy) Cut() {
 	defer p.mu.Unlock()
 	for c := range p.conns {
 		_ = c.Close()
-		p.stall.cut(c)
 	}
+	close(p.cutSig) // stalled copies end: their connections are closed
+	p.cutSig = make(chan struct{})
 	p.cuts++
 }
 
@@ -85,12 +88,87 @@ func (p *Proxy) Cuts() int {
 	return p.cuts
 }
 
+// Stall makes the proxy stop forwarding bytes, in both directions, on
+// every connection it carries and on new ones, while keeping them open:
+// a peer behind a middlebox that keeps TCP up but passes nothing, found
+// only by a health check. Stall(false) forwards again, what was held back
+// included; Cut and SetDown still close the connections.
+func (p *Proxy) Stall(stall bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case stall && !p.stalled:
+		p.stalled, p.resume = true, make(chan struct{})
+	case !stall && p.stalled:
+		p.stalled = false
+		close(p.resume)
+	}
+}
+
+// StopReading makes the proxy stop reading what clients send (on), or
+// read it again (off), on every connection and on new ones, while answers
+// still flow: a server that stops reading, as RabbitMQ does under a memory
+// or disk alarm. Once the socket buffers are full a client's writes block.
+// Cut and SetDown still close the connections.
+func (p *Proxy) StopReading(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case on && !p.notReading:
+		p.notReading, p.readResume = true, make(chan struct{})
+	case !on && p.notReading:
+		p.notReading = false
+		close(p.readResume)
+	}
+}
+
 // Close stops the proxy and closes every connection.
 func (p *Proxy) Close() {
 	_ = p.ln.Close()
-	p.stall.set(false, false, true)
+	p.Stall(false)
+	p.StopReading(false)
 	p.Cut()
 	p.wg.Wait()
+}
+
+// wait blocks while the proxy is stalled (or, for the bytes clients send,
+// up, not reading), until that ends or a Cut.
+func (p *Proxy) wait(up bool) {
+	for {
+		p.mu.Lock()
+		resume, cut := p.resume, p.cutSig
+		held := p.stalled
+		if !held && up && p.notReading {
+			held, resume = true, p.readResume
+		}
+		p.mu.Unlock()
+		if !held {
+			return
+		}
+		select {
+		case <-resume:
+		case <-cut:
+			return
+		}
+	}
+}
+
+// copy forwards src to dst, holding each read back while the proxy is
+// stalled.
+func (p *Proxy) copy(dst, src net.Conn, up bool) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.wait(up)
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 func (p *Proxy) track(c net.Conn) bool {
@@ -107,7 +185,6 @@ func (p *Proxy) untrack(c net.Conn) {
 	p.mu.Lock()
 	delete(p.conns, c)
 	p.mu.Unlock()
-	p.stall.forget(c)
 }
 
 func (p *Proxy) accept() {
@@ -144,14 +221,14 @@ func (p *Proxy) serve(c net.Conn) {
 	defer p.untrack(s)
 	defer s.Close()
 	done := make(chan struct{}, 2)
-	pipe := func(dst net.Conn, src io.Reader) {
-		_, _ = io.Copy(dst, src)
+	pipe := func(dst, src net.Conn, up bool) {
+		p.copy(dst, src, up)
 		_ = dst.Close()
-		_ = src.(*stalled).Conn.Close()
+		_ = src.Close()
 		done <- struct{}{}
 	}
-	go pipe(s, p.stall.reader(c, true))
-	go pipe(c, p.stall.reader(s, false))
+	go pipe(s, c, true)
+	go pipe(c, s, false)
 	<-done
 	<-done
 }
@@ -162,78 +239,4 @@ func (p *Proxy) Open() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.conns)
-}
-
-// SetStalled makes the proxy stop reading what clients send (stalled) or
-// read it again: a server that stops reading, as RabbitMQ does under a
-// memory or disk alarm. The connections stay open; once the socket
-// buffers are full, a client's writes block. Answers still flow.
-func (p *Proxy) SetStalled(stalled bool) { p.stall.set(stalled, false, false) }
-
-// SetBlackhole makes the proxy carry nothing either way (on) or carry
-// again (off), its connections left open: a dead link that TCP has not
-// noticed.
-func (p *Proxy) SetBlackhole(on bool) { p.stall.set(on, on, false) }
-
-// stall holds the proxy's directions that stopped carrying.
-type stall struct {
-	mu         sync.Mutex
-	cond       *sync.Cond
-	up, down   bool // client to server, server to client
-	closedDown bool
-	cuts       map[net.Conn]bool // connections cut while a read of theirs may wait
-}
-
-// cut wakes the stalled reads of c, which was closed.
-func (s *stall) cut(c net.Conn) {
-	s.mu.Lock()
-	if s.cuts == nil {
-		s.cuts = map[net.Conn]bool{}
-	}
-	s.cuts[c] = true
-	s.mu.Unlock()
-	s.cond.Broadcast()
-}
-
-func (s *stall) forget(c net.Conn) {
-	s.mu.Lock()
-	delete(s.cuts, c)
-	s.mu.Unlock()
-}
-
-func (s *stall) set(up, down, closed bool) {
-	s.mu.Lock()
-	s.up, s.down = up, down
-	if closed {
-		s.closedDown = true
-	}
-	s.mu.Unlock()
-	s.cond.Broadcast()
-}
-
-// reader returns c, whose reads wait while its direction is stalled.
-func (s *stall) reader(c net.Conn, up bool) *stalled { return &stalled{Conn: c, s: s, up: up} }
-
-type stalled struct {
-	net.Conn
-	s  *stall
-	up bool
-}
-
-// Read waits while the direction is stalled, before reading (so the
-// proxy stops reading) and after (so what a read in progress got is held,
-// not passed on).
-func (r *stalled) Read(b []byte) (int, error) {
-	r.wait()
-	n, err := r.Conn.Read(b)
-	r.wait()
-	return n, err
-}
-
-func (r *stalled) wait() {
-	r.s.mu.Lock()
-	for !r.s.closedDown && !r.s.cuts[r.Conn] && ((r.up && r.s.up) || (!r.up && r.s.down)) {
-		r.s.cond.Wait()
-	}
-	r.s.mu.Unlock()
 }

@@ -37,7 +37,16 @@ type Options struct {
 	// PollWhileDown is how often listeners are told to poll (fn(nil))
 	// while the session is not subscribed.
 	PollWhileDown time.Duration
+	// StableAfter is how long a session must stay subscribed for its end
+	// to start a new count of failures: one that fails sooner (a broker
+	// that accepts the subscription, then refuses the first fetch) is one
+	// more failure in a row, and the back-off keeps growing.
+	// 0 = DefaultStableAfter.
+	StableAfter time.Duration
 }
+
+// DefaultStableAfter is Options.StableAfter's default.
+const DefaultStableAfter = 10 * time.Second
 
 // ErrorAfter is how many failures in a row are logged as an ERROR (the
 // ones before are WARNs).
@@ -75,6 +84,9 @@ func New(session Session, opt Options) *Hub {
 	}
 	if opt.PollWhileDown <= 0 {
 		opt.PollWhileDown = time.Second
+	}
+	if opt.StableAfter <= 0 {
+		opt.StableAfter = DefaultStableAfter
 	}
 	return &Hub{session: session, opt: opt, subs: map[*sub]struct{}{}}
 }
@@ -184,20 +196,24 @@ func (h *Hub) loop(ctx context.Context, done chan struct{}) {
 		}
 	}()
 
+	// failures counts the sessions in a row that failed before they were
+	// subscribed or within StableAfter of it: a session that is ready
+	// and then fails at once must not reset the back-off, or a broker
+	// that accepts every subscription and fails every fetch would be
+	// reconnected to at MinBackoff forever, every relay of the process
+	// polling each time.
 	failures := 0
 	backoff := h.opt.MinBackoff
 	for ctx.Err() == nil {
-		wasUp := false
+		var upSince time.Time
 		err := h.session(ctx,
 			func() {
-				wasUp = true
+				upSince = time.Now()
 				up.Store(true)
 				h.setUp(done, true)
 				if failures > 0 {
 					h.opt.Logger.Info(h.opt.Name+": listening again", slog.Int("failures", failures))
 				}
-				failures = 0
-				backoff = h.opt.MinBackoff
 				h.broadcast(nil) // signals sent before now reached no one
 			},
 			h.broadcast)
@@ -213,16 +229,19 @@ func (h *Hub) loop(ctx context.Context, done chan struct{}) {
 		if err == nil {
 			err = errors.New("session ended")
 		}
-		if wasUp {
-			failures = 0
+		if !upSince.IsZero() && time.Since(upSince) >= h.opt.StableAfter {
+			failures, backoff = 0, h.opt.MinBackoff // it had recovered: a new count
 		}
 		failures++
 		level := slog.LevelWarn
 		if failures >= ErrorAfter {
 			level = slog.LevelError
 		}
-		h.opt.Logger.Log(ctx, level, h.opt.Name+": not listening; relays poll meanwhile; reconnecting",
-			slog.Int("failures_in_a_row", failures), slog.Duration("retry_in", backoff), slog.Any("error", err))
+		attrs := []any{slog.Int("failures_in_a_row", failures), slog.Duration("retry_in", backoff), slog.Any("error", err)}
+		if !upSince.IsZero() {
+			attrs = append(attrs, slog.Duration("subscribed_for", time.Since(upSince).Round(time.Millisecond)))
+		}
+		h.opt.Logger.Log(ctx, level, h.opt.Name+": not listening; relays poll meanwhile; reconnecting", attrs...)
 		h.broadcast(nil)
 		t := time.NewTimer(backoff)
 		select {

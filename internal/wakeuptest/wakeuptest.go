@@ -1,9 +1,10 @@
 // Package wakeuptest holds the behaviour every cross-process wakeup must
 // show, run against real servers: a committed write wakes an idle relay
 // that polls once a minute, a rollback signals nothing, and a listener
-// whose connection is killed reconnects and wakes the relay again.
-// testkit.Proxy cuts connections for the transports that have no kill
-// command of their own.
+// whose connection is killed reconnects and wakes the relay again, and
+// while a listener's link is cut or stalled its relays poll.
+// testkit.Proxy cuts and stalls connections for the transports that have
+// no kill command of their own.
 package wakeuptest
 
 import (
@@ -245,6 +246,42 @@ func DownThenBack(t *testing.T, e *Env, delivered *atomic.Int32, probe *Probe, u
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 20*time.Second, func() bool { return delivered.Load() >= want }, "commit after the outage not delivered")
+}
+
+// PollsWhileCut: with the listener's link broken by breakLink(true) —
+// connections cut and refused (testkit.Proxy.SetDown) or kept open and
+// silent (testkit.Proxy.Stall) — the relay is told to poll, so a commit
+// made meanwhile (its signal cannot arrive) is delivered within within,
+// long before the relay's one-minute poll; once the link is back
+// (breakLink(false)) the listener comes back and commits wake the idle
+// relay again.
+func PollsWhileCut(t *testing.T, e *Env, delivered *atomic.Int32, probe *Probe, up func() bool, within time.Duration, breakLink func(bool)) {
+	t.Helper()
+	testkit.Eventually(t, 30*time.Second, up, "the listener never subscribed")
+	testkit.Eventually(t, 30*time.Second, func() bool { return probe.Rec.Nils() > 0 }, "no subscription notice")
+	nils := probe.Rec.Nils()
+	breakLink(true)
+	want := delivered.Load() + 1
+	start := time.Now()
+	if err := e.DB.Create(&Loan{Book: "during the cut"}).Error; err != nil {
+		t.Fatal(err)
+	}
+	if !testkit.WaitFor(within, func() bool { return delivered.Load() >= want }) {
+		t.Fatalf("a commit made while the listener's link is broken was not delivered within %s "+
+			"(poll requests since the break: %d): the relays were neither woken nor told to poll",
+			within, probe.Rec.Nils()-nils)
+	}
+	t.Logf("delivered %s after the break, by a poll", time.Since(start).Round(time.Millisecond))
+	breakLink(false)
+	testkit.Eventually(t, 60*time.Second, up, "the listener did not come back")
+	testkit.Eventually(t, 60*time.Second, func() bool { return probe.Rec.Nils() > nils }, "no poll request after the break")
+	for i := range 3 {
+		want := delivered.Load() + 1
+		if err := e.DB.Create(&Loan{Book: "after the cut"}).Error; err != nil {
+			t.Fatal(err)
+		}
+		testkit.Eventually(t, 20*time.Second, func() bool { return delivered.Load() >= want }, "commit %d after the link came back not delivered", i)
+	}
 }
 
 // Logs is a concurrency-safe log sink for a text slog handler.

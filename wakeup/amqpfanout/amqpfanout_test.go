@@ -33,7 +33,7 @@ func pair(t *testing.T, mods ...func(*amqpfanout.Config)) (writer, relaySide *am
 	proxy = testkit.NewProxy(t, host)
 	u.Host = proxy.Addr()
 	ex := testkit.Name("herald.t.")
-	writer, err = amqpfanout.New(raw, amqpfanout.Config{Exchange: ex})
+	writer, err = amqpfanout.New(amqpfanout.Config{URL: raw, Exchange: ex})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,8 @@ func pair(t *testing.T, mods ...func(*amqpfanout.Config)) (writer, relaySide *am
 	for _, m := range mods {
 		m(&cfg)
 	}
-	relaySide, err = amqpfanout.New(u.String(), cfg)
+	cfg.URL = u.String()
+	relaySide, err = amqpfanout.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,6 +103,28 @@ func TestServerDown(t *testing.T) {
 	wakeuptest.DownThenBack(t, env, n, probe, rw.Up, logs.String, proxy.SetDown)
 }
 
+// TestPollsWhileCut: with the listener's connections cut and refused, its
+// relays poll: a commit made meanwhile is delivered within seconds.
+func TestPollsWhileCut(t *testing.T) {
+	t.Parallel()
+	w, rw, proxy := pair(t)
+	env := wakeuptest.NewEnv(t, w)
+	n, probe := env.Relay(t, rw)
+	wakeuptest.PollsWhileCut(t, env, n, probe, rw.Up, 5*time.Second, proxy.SetDown)
+}
+
+// TestHeartbeatFindsStall: a broker that stops answering while TCP stays
+// up (a proxy that stops forwarding) is found by the AMQP heartbeat; the
+// relays poll meanwhile and the listener comes back once the link
+// forwards again.
+func TestHeartbeatFindsStall(t *testing.T) {
+	t.Parallel()
+	w, rw, proxy := pair(t, func(c *amqpfanout.Config) { c.Heartbeat, c.DialTimeout = time.Second, 2*time.Second })
+	env := wakeuptest.NewEnv(t, w)
+	n, probe := env.Relay(t, rw)
+	wakeuptest.PollsWhileCut(t, env, n, probe, rw.Up, 15*time.Second, proxy.Stall)
+}
+
 // TestCloseWithStalledBroker: Close returns while the broker has stopped
 // reading (RabbitMQ's memory or disk alarm) in the middle of a publish.
 func TestCloseWithStalledBroker(t *testing.T) {
@@ -114,8 +137,8 @@ func TestCloseWithStalledBroker(t *testing.T) {
 	if err := rw.Signal(context.Background(), []string{"warm"}); err != nil {
 		t.Fatal(err)
 	}
-	proxy.SetStalled(true)
-	defer proxy.SetStalled(false)
+	proxy.StopReading(true)
+	defer proxy.StopReading(false)
 	// More than the socket buffers hold, so that the publish blocks.
 	topics := make([]string, 20000)
 	for i := range topics {

@@ -5,8 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"net"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -28,12 +32,21 @@ const (
 	DefaultMaxBackoff    = 30 * time.Second
 	DefaultPollWhileDown = time.Second
 	DefaultSignalTimeout = 5 * time.Second
-	DefaultHealthCheck   = 10 * time.Second
+	DefaultHealthCheck   = 5 * time.Second
 )
+
+// fetchMaxWait is how long a broker holds a fetch with nothing to return:
+// a healthy link answers at least that often.
+const fetchMaxWait = time.Second
 
 // Config configures a Wakeup. The zero value of every field means its
 // default.
 type Config struct {
+	// Brokers are the seed brokers ("host:9092") of the clients the
+	// Wakeup builds; it connects when it first listens or signals.
+	// Required.
+	Brokers []string
+
 	// Topic is the Kafka topic signals go through, the same for writers
 	// and relays of one outbox; "" = DefaultTopic. It is created, with one
 	// partition and Retention, when it does not exist.
@@ -44,9 +57,17 @@ type Config struct {
 	// 0 = DefaultRetention.
 	Retention time.Duration
 
-	// ClientOpts are added to the options of the franz-go clients the
+	// ClientOptions are added to the options of the franz-go clients the
 	// Wakeup builds (TLS, SASL, a Dialer); the seed brokers, the producer
-	// settings and the consumed partitions are set by the Wakeup.
+	// settings and the consumed partitions are set by the Wakeup. The
+	// Wakeup's clients retry a failed request after 50 ms, doubling to at
+	// most 1 s (franz-go's default is 250 ms to 5 s, which delayed the
+	// first signal after a short outage by 3–5 s); a kgo.RetryBackoffFn
+	// here replaces that.
+	ClientOptions []kgo.Opt
+	// ClientOpts are added before ClientOptions.
+	//
+	// Deprecated: use ClientOptions, the name delivery/kafka uses too.
 	ClientOpts []kgo.Opt
 
 	// Logger receives a WARN for each failure of the consumer or of a
@@ -65,9 +86,13 @@ type Config struct {
 	// SignalTimeout bounds one publish; 0 = DefaultSignalTimeout.
 	SignalTimeout time.Duration
 
-	// HealthCheck is how long the consumer may stay quiet before the
-	// cluster is pinged (an unreachable cluster is found this way and the
-	// consumer rebuilt); 0 = DefaultHealthCheck.
+	// HealthCheck is how long the consumer may go without a response
+	// from the brokers — a healthy link answers a fetch at least every
+	// second — before the link is declared dead and the consumer rebuilt
+	// (brokers that stopped answering while TCP stays up are found this
+	// way; a broken connection is found at once). It also bounds the
+	// requests a new consumer sends before it is subscribed.
+	// 0 = DefaultHealthCheck.
 	HealthCheck time.Duration
 }
 
@@ -91,12 +116,16 @@ type Wakeup struct {
 
 var _ wakeup.Wakeup = (*Wakeup)(nil)
 
-// New returns a Wakeup on the given seed brokers; it connects when it first
-// listens or signals.
-func New(brokers []string, cfg Config) (*Wakeup, error) {
-	if len(brokers) == 0 {
-		return nil, envelope.Configurationf("kafkasignal.New", "no seed brokers")
+// New checks cfg and returns a Wakeup on cfg.Brokers; it connects when it
+// first listens or signals.
+func New(cfg Config) (*Wakeup, error) {
+	if len(cfg.Brokers) == 0 {
+		return nil, envelope.Configurationf("kafkasignal.Config.Brokers", "no seed brokers; give at least one host:port")
 	}
+	brokers := cfg.Brokers
+	// The code below reads ClientOpts: the deprecated field and the
+	// new one, in that order.
+	cfg.ClientOpts = append(slices.Clip(cfg.ClientOpts), cfg.ClientOptions...)
 	if cfg.Topic == "" {
 		cfg.Topic = DefaultTopic
 	}
@@ -146,7 +175,7 @@ func (w *Wakeup) admin(ctx context.Context) (*kgo.Client, error) {
 		return nil, wakeup.ErrClosed
 	}
 	if w.client == nil {
-		opts := append([]kgo.Opt{}, w.cfg.ClientOpts...)
+		opts := append([]kgo.Opt{kgo.RetryBackoffFn(retryBackoff)}, w.cfg.ClientOpts...)
 		opts = append(opts,
 			kgo.SeedBrokers(w.brokers...),
 			kgo.DefaultProduceTopic(w.topic),
@@ -156,7 +185,7 @@ func (w *Wakeup) admin(ctx context.Context) (*kgo.Client, error) {
 		)
 		c, err := kgo.NewClient(opts...)
 		if err != nil {
-			return nil, envelope.Configurationf("kafkasignal.Config.ClientOpts", "%v", err)
+			return nil, envelope.Configurationf("kafkasignal.Config.ClientOptions", "%v", err)
 		}
 		w.client = c
 	}
@@ -218,9 +247,10 @@ func (w *Wakeup) publish(ctx context.Context, topics []string) error {
 // Listen calls fn with the topics of each record produced to the signal
 // topic after it subscribed, until ctx ends; see wakeup.Wakeup. All Listen
 // calls of w share one consumer, which starts at the topic's end offsets
-// (no consumer group, no committed offsets); while it fails it is rebuilt
-// with back-off and fn(nil) is called every PollWhileDown, so relays poll
-// meanwhile.
+// (no consumer group, no committed offsets); a broken connection, a fetch
+// error or HealthCheck without a response ends it, and while it is down it
+// is rebuilt with back-off and fn(nil) is called every PollWhileDown, so
+// relays poll meanwhile.
 func (w *Wakeup) Listen(ctx context.Context, fn func(topics []string)) error {
 	return w.hub.Listen(ctx, fn)
 }
@@ -288,59 +318,114 @@ func (w *Wakeup) endOffsets(ctx context.Context, c *kgo.Client) (map[int32]kgo.O
 	return out, nil
 }
 
+// retryBackoff is the clients' wait before retrying a request: 50 ms,
+// doubling to 1 s, with up to 20% jitter.
+func retryBackoff(fails int) time.Duration {
+	d := 50 * time.Millisecond << min(max(fails-1, 0), 5)
+	d = min(d, time.Second)
+	return d - time.Duration(rand.Int64N(int64(d)/5+1))
+}
+
+// linkWatch is a kgo hook on the consumer's connections: the first failed
+// connect, write or read fails the session at once (the client would
+// reconnect by itself, but the relays must poll meanwhile: a new session
+// tells them to when it is subscribed), and every response read is the
+// health check's proof of life.
+type linkWatch struct {
+	fail     context.CancelCauseFunc
+	lastRead atomic.Int64 // unix nanoseconds
+}
+
+func (l *linkWatch) broken(meta kgo.BrokerMetadata, what string, err error) {
+	if err == nil || errors.Is(err, kgo.ErrClientClosed) || errors.Is(err, context.Canceled) {
+		return
+	}
+	l.fail(fmt.Errorf("%s broker %s: %w", what, net.JoinHostPort(meta.Host, strconv.Itoa(int(meta.Port))), err))
+}
+
+func (l *linkWatch) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	l.broken(meta, "connect to", err)
+}
+
+func (l *linkWatch) OnBrokerWrite(meta kgo.BrokerMetadata, _ int16, _ int, _, _ time.Duration, err error) {
+	l.broken(meta, "write to", err)
+}
+
+func (l *linkWatch) OnBrokerRead(meta kgo.BrokerMetadata, _ int16, _ int, _, _ time.Duration, err error) {
+	if err == nil {
+		l.lastRead.Store(time.Now().UnixNano())
+		return
+	}
+	l.broken(meta, "read from", err)
+}
+
 func (w *Wakeup) session(ctx context.Context, ready func(), deliver func([]string)) error {
-	admin, err := w.admin(ctx)
+	// Until it is subscribed, the session's requests are bounded: a
+	// cluster that does not answer is a failure, not a wait.
+	sctx, cancel := context.WithTimeout(ctx, w.cfg.HealthCheck)
+	admin, err := w.admin(sctx)
+	var ends map[int32]kgo.Offset
+	if err == nil {
+		ends, err = w.endOffsets(sctx, admin)
+	}
+	cancel()
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
-	ends, err := w.endOffsets(ctx, admin)
-	if err != nil {
-		return err
-	}
-	opts := append([]kgo.Opt{}, w.cfg.ClientOpts...)
+	pollCtx, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
+	watch := &linkWatch{fail: fail}
+	watch.lastRead.Store(time.Now().UnixNano())
+	opts := append([]kgo.Opt{kgo.RetryBackoffFn(retryBackoff)}, w.cfg.ClientOpts...)
 	opts = append(opts,
 		kgo.SeedBrokers(w.brokers...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{w.topic: ends}),
-		kgo.FetchMaxWait(time.Second),
+		kgo.FetchMaxWait(fetchMaxWait),
 		kgo.KeepRetryableFetchErrors(),
+		kgo.WithHooks(watch),
 	)
 	c, err := kgo.NewClient(opts...)
 	if err != nil {
-		return envelope.Configurationf("kafkasignal.Config.ClientOpts", "%v", err)
+		return envelope.Configurationf("kafkasignal.Config.ClientOptions", "%v", err)
 	}
 	defer c.Close()
 	ready() // records from the end offsets on reach this consumer
+	step := max(w.cfg.HealthCheck/4, 10*time.Millisecond)
 	for {
-		pctx, cancel := context.WithTimeout(ctx, w.cfg.HealthCheck)
-		fs := c.PollFetches(pctx)
+		tctx, cancel := context.WithTimeout(pollCtx, step)
+		fs := c.PollFetches(tctx)
 		cancel()
 		if ctx.Err() != nil || fs.IsClientClosed() {
 			return nil
 		}
-		if pctx.Err() != nil && fs.Empty() {
-			// Quiet for a while: the client reconnects by itself, but a
-			// cluster that stays unreachable must be told to the relays.
-			hctx, cancel := context.WithTimeout(ctx, w.cfg.HealthCheck)
-			err := c.Ping(hctx)
-			cancel()
-			if err != nil && ctx.Err() == nil {
-				return fmt.Errorf("ping: %w", err)
-			}
-			continue
+		if pollCtx.Err() != nil {
+			return context.Cause(pollCtx) // a connection failed
 		}
+		// Every error a fetch carries ends the session — an ACL refusal,
+		// a topic deleted or recreated (UNKNOWN_TOPIC_ID: the client
+		// never adopts the new topic's id), a leader moved — so that it
+		// is logged, the relays poll and a new consumer starts afresh
+		// after a back-off, instead of the client retrying unseen (and,
+		// for a recreated topic, for ever) while relays wait for signals.
 		var ferr error
-		fs.EachError(func(_ string, _ int32, err error) {
-			if ferr == nil && !errors.Is(err, context.Canceled) {
-				ferr = err
+		fs.EachError(func(topic string, partition int32, err error) {
+			if ferr == nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+				ferr = fmt.Errorf("fetch %s/%d: %w", topic, partition, err)
 			}
 		})
 		if ferr != nil {
-			return fmt.Errorf("fetch: %w", ferr)
+			return ferr
 		}
 		var topics wakeup.Topics
 		fs.EachRecord(func(r *kgo.Record) { topics.Add(string(r.Value)) })
 		if topics.Len() > 0 {
 			deliver(topics.List())
+		}
+		if quiet := time.Since(time.Unix(0, watch.lastRead.Load())); quiet > w.cfg.HealthCheck {
+			return fmt.Errorf("health check: no response from the brokers for %s", quiet.Round(time.Millisecond))
 		}
 	}
 }

@@ -27,7 +27,7 @@ func pair(t *testing.T, mods ...func(*kafkasignal.Config)) (writer, relaySide *k
 	}
 	proxy = testkit.NewProxy(t, brokers[0])
 	topic := testkit.Name("herald.t.")
-	writer, err := kafkasignal.New(brokers, kafkasignal.Config{Topic: topic})
+	writer, err := kafkasignal.New(kafkasignal.Config{Brokers: brokers, Topic: topic})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,14 +35,15 @@ func pair(t *testing.T, mods ...func(*kafkasignal.Config)) (writer, relaySide *k
 	var d net.Dialer
 	cfg := kafkasignal.Config{
 		Topic: topic, MinBackoff: 10 * time.Millisecond,
-		ClientOpts: []kgo.Opt{kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) {
+		ClientOptions: []kgo.Opt{kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) {
 			return d.DialContext(ctx, network, proxy.Addr())
 		})},
 	}
 	for _, m := range mods {
 		m(&cfg)
 	}
-	relaySide, err = kafkasignal.New(brokers, cfg)
+	cfg.Brokers = brokers
+	relaySide, err = kafkasignal.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,13 +78,14 @@ func TestRollbackSendsNothing(t *testing.T) {
 }
 
 // TestSurvivesCutConnection: the consumer's connections cut at a TCP
-// proxy are survived; the next commit still wakes the idle relay.
+// proxy are noticed at once (the relays are told to poll) and survived;
+// the next commit still wakes the idle relay.
 func TestSurvivesCutConnection(t *testing.T) {
 	t.Parallel()
 	w, rw, proxy := pair(t)
 	env := wakeuptest.NewEnv(t, w)
 	n, probe := env.Relay(t, rw)
-	wakeuptest.SurvivesKill(t, env, n, probe, rw.Up, false, proxy.Cut)
+	wakeuptest.SurvivesKill(t, env, n, probe, rw.Up, true, proxy.Cut)
 }
 
 // TestServerDown: with the server unreachable (a proxy refusing
@@ -108,7 +110,7 @@ func TestCreatesSignalTopic(t *testing.T) {
 	t.Parallel()
 	brokers := testkit.Kafka(t)
 	topic := testkit.Name("herald.t.")
-	w, err := kafkasignal.New(brokers, kafkasignal.Config{Topic: topic})
+	w, err := kafkasignal.New(kafkasignal.Config{Brokers: brokers, Topic: topic})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,18 +9,23 @@
 // (NOTIFY payloads are limited to 8000 bytes).
 //
 // Relays LISTEN on one dedicated connection per Wakeup value, shared by all
-// the relays of the process. When it drops it is reopened with back-off
-// (a WARN per failure, an ERROR from the fifth in a row on) while the
-// relays are told to poll. LISTEN needs a direct or session-pooled
+// the relays of the process. When it drops — or stays silent for
+// Config.HealthCheck and then does not answer a ping within it, as a
+// connection to a server behind a middlebox that keeps TCP up does — it is
+// reopened with back-off (a WARN per failure, an ERROR from the fifth in a
+// row on) while the relays are told to poll. A new listening connection
+// proves that notifications reach it with a NOTIFY on a channel of its own
+// (herald_probe_ and random hex), never on the shared channel, which
+// carries topic names only. LISTEN needs a direct or session-pooled
 // connection: through a transaction-pooling proxy (PgBouncer
-// pool_mode=transaction) Listen returns an error matching
-// envelope.ErrUnsupported and the relays keep polling — point the Wakeup at
-// the server, or at a session-mode pool, even when the application's own
-// connections go through the proxy.
+// pool_mode=transaction) the probe never arrives, Listen returns an error
+// matching envelope.ErrUnsupported and the relays keep polling — point the
+// Wakeup at the server, or at a session-mode pool, even when the
+// application's own connections go through the proxy.
 //
 // Give one Wakeup value to both the writer side and the relays:
 //
-//	w, err := pgnotify.New(dsn, pgnotify.Config{})
+//	w, err := pgnotify.New(pgnotify.Config{ConnString: dsn})
 //	defer w.Close()
 //	db.Use(gormcapture.New(gormcapture.Config{Wakeup: w}))
 //	r, err := relay.New(sqlDB, d, relay.Config{Wakeup: w})

@@ -35,11 +35,19 @@ const (
 	DefaultPollWhileDown = time.Second
 	DefaultProbeTimeout  = 5 * time.Second
 	DefaultSignalTimeout = 5 * time.Second
+	DefaultHealthCheck   = 10 * time.Second
 )
 
 // Config configures a Wakeup. The zero value of every field means its
 // default.
 type Config struct {
+	// ConnString is the pgx connection string the Wakeup connects with (a
+	// URL or key=value pairs) when it first listens or signals outside a
+	// transaction. Required. The listening connection must reach
+	// PostgreSQL directly or through a session-pooling proxy: LISTEN does
+	// not work through a transaction-pooling one.
+	ConnString string
+
 	// Channel is the NOTIFY channel, the same for writers and relays of
 	// one outbox; "" = DefaultChannel. At most 63 bytes (PostgreSQL's
 	// identifier limit); it is quoted, so case and punctuation are kept.
@@ -66,6 +74,15 @@ type Config struct {
 	// SignalTimeout bounds one Signal sent outside a transaction;
 	// 0 = DefaultSignalTimeout.
 	SignalTimeout time.Duration
+
+	// HealthCheck is how long the listening connection may stay silent
+	// before it is pinged, and how long the ping may take: a server that
+	// stopped answering while TCP stays up (a middlebox, a frozen host) is
+	// found within twice HealthCheck and the connection reopened, the
+	// relays polling meanwhile. It also bounds opening the connection
+	// when the connection string sets no connect_timeout.
+	// 0 = DefaultHealthCheck.
+	HealthCheck time.Duration
 }
 
 // Wakeup is a PostgreSQL LISTEN/NOTIFY wakeup. Writers NOTIFY inside the
@@ -91,15 +108,15 @@ var (
 	_ wakeup.TxSignaler = (*Wakeup)(nil)
 )
 
-// New returns a Wakeup that connects with connString (a pgx connection
-// string: a URL or key=value pairs) when it first listens or signals
-// outside a transaction. The listening connection must reach PostgreSQL
-// directly or through a session-pooling proxy: LISTEN does not work
-// through a transaction-pooling one.
-func New(connString string, cfg Config) (*Wakeup, error) {
-	connCfg, err := pgx.ParseConfig(connString)
+// New checks cfg and returns a Wakeup that connects with cfg.ConnString
+// when it first listens or signals outside a transaction.
+func New(cfg Config) (*Wakeup, error) {
+	if cfg.ConnString == "" {
+		return nil, envelope.Configurationf("pgnotify.Config.ConnString", "empty; give the PostgreSQL connection string (a URL or key=value pairs)")
+	}
+	connCfg, err := pgx.ParseConfig(cfg.ConnString)
 	if err != nil {
-		return nil, envelope.Configurationf("pgnotify.New", "connection string: %v", err)
+		return nil, envelope.Configurationf("pgnotify.Config.ConnString", "%v", err)
 	}
 	if _, ok := connCfg.RuntimeParams["application_name"]; !ok {
 		connCfg.RuntimeParams["application_name"] = "herald/wakeup/pgnotify"
@@ -130,6 +147,12 @@ func New(connString string, cfg Config) (*Wakeup, error) {
 	}
 	if cfg.SignalTimeout <= 0 {
 		cfg.SignalTimeout = DefaultSignalTimeout
+	}
+	if cfg.HealthCheck <= 0 {
+		cfg.HealthCheck = DefaultHealthCheck
+	}
+	if connCfg.ConnectTimeout <= 0 {
+		connCfg.ConnectTimeout = cfg.HealthCheck
 	}
 	// The Signal connection commits without waiting for the WAL flush: a
 	// NOTIFY lost in a server crash costs a poll, and the notify lock
@@ -275,7 +298,8 @@ func (a afterCommit) Close() error { return a.w.Close() }
 
 // Listen calls fn with the topics of each NOTIFY on the channel until ctx
 // ends; see wakeup.Wakeup. All Listen calls of w share one connection,
-// opened by the first and closed when the last returns. While it is down
+// opened by the first and closed when the last returns; silent for
+// HealthCheck, it is pinged, and reopened if the ping fails. While it is down
 // it reconnects with back-off and calls fn(nil) every PollWhileDown, so
 // relays poll meanwhile. When the connection cannot LISTEN — a hot
 // standby, a server without LISTEN, or a transaction-pooling proxy such as
@@ -303,8 +327,10 @@ func (w *Wakeup) Close() error {
 	return nil
 }
 
-// probePrefix starts the payload of the NOTIFY a new listening connection
-// sends itself; such payloads are never handed to listeners.
+// probePrefix started the payload of the NOTIFY a listening connection
+// of an earlier release sent itself on the shared channel; such payloads
+// are never handed to listeners (a rolling upgrade may still send them).
+// Probes now go to a channel of the connection's own.
 const probePrefix = "\x01herald-probe:"
 
 func unsupported(format string, args ...any) error {
@@ -322,18 +348,27 @@ func (w *Wakeup) session(ctx context.Context, ready func(), deliver func([]strin
 		defer cancel()
 		_ = conn.Close(cctx)
 	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+w.ident); err != nil {
+	// The probe channel is the connection's own: a NOTIFY on it proves
+	// that notifications from other sessions reach this connection
+	// (through a transaction-pooling proxy LISTEN succeeds but nothing
+	// ever arrives), and the shared channel carries topics only. Both
+	// LISTENs go in one statement, one transaction: a pooler runs them on
+	// one server connection.
+	probeChannel := probeChannelName()
+	lctx, cancel := context.WithTimeout(ctx, w.cfg.HealthCheck)
+	_, err = conn.Exec(lctx, "LISTEN "+w.ident+"; LISTEN "+pgx.Identifier{probeChannel}.Sanitize())
+	cancel()
+	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && (pgErr.Code == "0A000" || pgErr.Code == "25006") {
 			return unsupported("this connection cannot LISTEN (SQLSTATE %s: %s); relays keep polling", pgErr.Code, pgErr.Message)
 		}
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("LISTEN %s: %w", w.ident, err)
 	}
-	// Prove that a NOTIFY from another session reaches this connection:
-	// through a transaction-pooling proxy LISTEN succeeds but nothing
-	// ever arrives.
-	probe, err := w.probe(ctx)
-	if err != nil {
+	if err := w.probe(ctx, probeChannel); err != nil {
 		return err
 	}
 	pctx, cancel := context.WithTimeout(ctx, w.cfg.ProbeTimeout)
@@ -344,27 +379,59 @@ func (w *Wakeup) session(ctx context.Context, ready func(), deliver func([]strin
 			if ctx.Err() != nil {
 				return nil
 			}
-			if pctx.Err() != nil {
+			if errors.Is(err, context.DeadlineExceeded) && !conn.PgConn().IsClosed() {
 				return unsupported("a NOTIFY sent on channel %q from another connection did not arrive on the listening one within %s: "+
 					"is the connection string pointing at a transaction-pooling proxy (PgBouncer pool_mode=transaction)? "+
-					"Listen needs a direct or session-pooled connection; relays keep polling", w.channel, w.cfg.ProbeTimeout)
+					"Listen needs a direct or session-pooled connection; relays keep polling", probeChannel, w.cfg.ProbeTimeout)
 			}
 			return err
 		}
-		if n.Channel == w.channel && n.Payload == probe {
+		if n.Channel == probeChannel {
 			break
 		}
 		w.handle(n, deliver)
 	}
 	cancel()
-	ready()
-	for {
-		n, err := conn.WaitForNotification(ctx)
+	// UNLISTEN the probe channel, then LISTEN on the shared one again (a
+	// no-op), so that pg_stat_activity shows the listening backend's
+	// query as LISTEN on the shared channel.
+	for _, q := range []string{"UNLISTEN " + pgx.Identifier{probeChannel}.Sanitize(), "LISTEN " + w.ident} {
+		uctx, cancel := context.WithTimeout(ctx, w.cfg.HealthCheck)
+		_, err = conn.Exec(uctx, q)
+		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return err
+			return fmt.Errorf("%s: %w", q, err)
+		}
+	}
+	ready()
+	for {
+		// Silent for HealthCheck: ping. A server that stopped answering
+		// while TCP stays up would otherwise never be noticed.
+		hctx, cancel := context.WithTimeout(ctx, w.cfg.HealthCheck)
+		n, err := conn.WaitForNotification(hctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if conn.PgConn().IsClosed() || !errors.Is(err, context.DeadlineExceeded) {
+				return err
+			}
+			// The ping is LISTEN again: a no-op round trip that keeps
+			// pg_stat_activity showing what the backend does.
+			pctx, cancel := context.WithTimeout(ctx, w.cfg.HealthCheck)
+			_, err := conn.Exec(pctx, "LISTEN "+w.ident)
+			cancel()
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("health check: no answer within %s: %w", w.cfg.HealthCheck, err)
+			}
+			continue
 		}
 		w.handle(n, deliver)
 	}
@@ -380,19 +447,29 @@ func (w *Wakeup) handle(n *pgconn.Notification, deliver func([]string)) {
 	}
 }
 
-// probe sends a NOTIFY with a fresh payload from a short connection of
-// its own and returns the payload.
-func (w *Wakeup) probe(ctx context.Context) (string, error) {
+// probeChannelName is a fresh channel for one connection's probe.
+func probeChannelName() string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
-	p := probePrefix + hex.EncodeToString(b)
+	return "herald_probe_" + hex.EncodeToString(b)
+}
+
+// probe sends a NOTIFY on channel from a short connection of its own.
+func (w *Wakeup) probe(ctx context.Context, channel string) error {
 	c, err := pgx.ConnectConfig(ctx, w.connCfg.Copy())
 	if err != nil {
-		return "", fmt.Errorf("connect (probe): %w", err)
+		return fmt.Errorf("connect (probe): %w", err)
 	}
 	defer func() { _ = c.Close(context.Background()) }()
-	if _, err := c.Exec(ctx, "SELECT pg_notify($1, $2)", w.channel, p); err != nil {
-		return "", fmt.Errorf("NOTIFY (probe): %w", err)
+	ectx, cancel := context.WithTimeout(ctx, w.cfg.HealthCheck)
+	defer cancel()
+	// The simple protocol: no prepared statement, which a pooler's
+	// server connection may already hold under the same name.
+	if _, err := c.Exec(ectx, "SELECT pg_notify($1, '')", pgx.QueryExecModeSimpleProtocol, channel); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("NOTIFY (probe): %w", err)
 	}
-	return p, nil
+	return nil
 }

@@ -24,7 +24,7 @@ func pair(t *testing.T) (writer, relaySide *redispubsub.Wakeup, name string) {
 	t.Helper()
 	url := testkit.RedisURL(t)
 	ch := testkit.Name("herald:t:")
-	writer, err := redispubsub.NewURL(url, redispubsub.Config{Channel: ch})
+	writer, err := redispubsub.New(redispubsub.Config{URL: url, Channel: ch})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func pair(t *testing.T) (writer, relaySide *redispubsub.Wakeup, name string) {
 	opt.ClientName = name
 	client := redis.NewClient(opt)
 	t.Cleanup(func() { _ = client.Close() })
-	relaySide, err = redispubsub.New(client, redispubsub.Config{Channel: ch})
+	relaySide, err = redispubsub.New(redispubsub.Config{Client: client, Channel: ch})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestServerDown(t *testing.T) {
 	opt := mustParse(t, url)
 	proxy := testkit.NewProxy(t, opt.Addr)
 	ch := testkit.Name("herald:t:")
-	writer, err := redispubsub.NewURL(url, redispubsub.Config{Channel: ch})
+	writer, err := redispubsub.New(redispubsub.Config{URL: url, Channel: ch})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,8 @@ func TestServerDown(t *testing.T) {
 	client := redis.NewClient(opt)
 	defer client.Close()
 	logs := &wakeuptest.Logs{}
-	rw, err := redispubsub.New(client, redispubsub.Config{
+	rw, err := redispubsub.New(redispubsub.Config{
+		Client:  client,
 		Channel: ch, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		MinBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond, PollWhileDown: 10 * time.Millisecond,
 	})
@@ -148,4 +149,51 @@ func TestServerDown(t *testing.T) {
 	env := wakeuptest.NewEnv(t, writer)
 	n, probe := env.Relay(t, rw)
 	wakeuptest.DownThenBack(t, env, n, probe, rw.Up, logs.String, proxy.SetDown)
+}
+
+// proxied returns a writer-side Wakeup on the server and a relay-side one
+// whose client goes through a proxy the test can cut or stall.
+func proxied(t *testing.T, cfg redispubsub.Config) (writer, relaySide *redispubsub.Wakeup, proxy *testkit.Proxy) {
+	t.Helper()
+	url := testkit.RedisURL(t)
+	opt := mustParse(t, url)
+	proxy = testkit.NewProxy(t, opt.Addr)
+	cfg.Channel = testkit.Name("herald:t:")
+	writer, err := redispubsub.New(redispubsub.Config{URL: url, Channel: cfg.Channel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = writer.Close() })
+	opt.Addr = proxy.Addr()
+	client := redis.NewClient(opt)
+	t.Cleanup(func() { _ = client.Close() })
+	cfg.Client = client
+	relaySide, err = redispubsub.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = relaySide.Close() })
+	return writer, relaySide, proxy
+}
+
+// TestPollsWhileCut: with the subscription's connections cut and refused,
+// its relays poll: a commit made meanwhile is delivered within seconds.
+func TestPollsWhileCut(t *testing.T) {
+	t.Parallel()
+	w, rw, proxy := proxied(t, redispubsub.Config{MinBackoff: 10 * time.Millisecond})
+	env := wakeuptest.NewEnv(t, w)
+	n, probe := env.Relay(t, rw)
+	wakeuptest.PollsWhileCut(t, env, n, probe, rw.Up, 5*time.Second, proxy.SetDown)
+}
+
+// TestHealthCheckFindsStall: a server that stops answering while TCP
+// stays up (a proxy that stops forwarding) is found by the PING after
+// HealthCheck of silence; the relays poll meanwhile and the subscription
+// comes back once the link forwards again.
+func TestHealthCheckFindsStall(t *testing.T) {
+	t.Parallel()
+	w, rw, proxy := proxied(t, redispubsub.Config{MinBackoff: 10 * time.Millisecond, HealthCheck: 300 * time.Millisecond})
+	env := wakeuptest.NewEnv(t, w)
+	n, probe := env.Relay(t, rw)
+	wakeuptest.PollsWhileCut(t, env, n, probe, rw.Up, 10*time.Second, proxy.Stall)
 }
