@@ -99,8 +99,9 @@
 // DeliveryTimeout (30 s by default) plus writing its marks — and Run gives
 // up waiting after Lease (60 s), cancelling the deliveries. With a broker
 // down the batch fails within seconds (herald's transports fail a refused
-// connection at once, and Kafka once no broker could be reached for
-// kafka.UnreachableAfter, 2 s), so SIGTERM stops the relay within seconds;
+// connection at once — Redis after go-redis's dial retries, about 3 s —
+// and Kafka once no broker could be reached for kafka.UnreachableAfter,
+// 2 s), so SIGTERM stops the relay within seconds;
 // only a broker that accepts connections and never answers holds it for
 // DeliveryTimeout. The database may be down
 // when New and Start run: they log, the loop keeps trying (its wait growing
