@@ -174,6 +174,7 @@ func (_u *AccountUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 		}
 		_spec.Edges.Add = append(_spec.Edges.Add, edge)
 	}
+	_u.mutation.heraldModifiers = append(append([]func(*sql.UpdateBuilder){}, _spec.Modifiers...), _u.modifiers...)
 	_spec.AddModifiers(_u.modifiers...)
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
@@ -371,6 +372,7 @@ func (_u *AccountUpdateOne) sqlSave(ctx context.Context) (_node *Account, err er
 		}
 		_spec.Edges.Add = append(_spec.Edges.Add, edge)
 	}
+	_u.mutation.heraldModifiers = append(append([]func(*sql.UpdateBuilder){}, _spec.Modifiers...), _u.modifiers...)
 	_spec.AddModifiers(_u.modifiers...)
 	_node = &Account{config: _u.config}
 	_spec.Assign = _node.assignValues

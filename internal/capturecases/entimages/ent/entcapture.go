@@ -112,21 +112,42 @@ func (m *AccountMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 func (m *AccountMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
-		e := &Account{}
-		vals, err := e.scanValues(cols)
+		dst, row, err := m.HeraldScanner(cols)
 		if err != nil {
 			return nil, err
 		}
-		if err := rows.Scan(vals...); err != nil {
+		if err := rows.Scan(dst...); err != nil {
 			return nil, err
 		}
-		if err := e.assignValues(cols, vals); err != nil {
+		r, err := row()
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, heraldAccountRow(e, cols, vals))
+		out = append(out, r)
 	}
 	return out, rows.Err()
 }
+
+// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// row of cols, and the row once scanned (NULL as nil).
+func (m *AccountMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
+	e := &Account{}
+	vals, err := e.scanValues(cols)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst := entcapture.NullAware(vals)
+	return dst, func() (map[string]any, error) {
+		if err := e.assignValues(cols, vals); err != nil {
+			return nil, err
+		}
+		return heraldAccountRow(e, cols, dst), nil
+	}, nil
+}
+
+// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// (Modify, AppendX), as its sqlSave last saw them.
+func (m *AccountMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
 // HeraldNew implements entcapture.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
@@ -163,12 +184,14 @@ var _ entcapture.Glue = (*AccountMutation)(nil)
 
 // heraldMemberSchema describes Member to entcapture.
 var heraldMemberSchema = &entcapture.Schema{
-	Name:     "Member",
-	Table:    member.Table,
-	Columns:  []string{"id", "create_time", "update_time", "tenant", "email", "name", "region", "account_id", "seen", "tags", "stamp"},
-	PK:       "id",
-	Nullable: []string{"name", "region", "account_id", "seen", "tags", "stamp"},
-	Fields:   map[string]string{"account_id": "account_id", "create_time": "create_time", "email": "email", "name": "name", "region": "region", "seen": "seen", "stamp": "stamp", "tags": "tags", "tenant": "tenant", "update_time": "update_time"},
+	Name:       "Member",
+	Table:      member.Table,
+	Columns:    []string{"id", "create_time", "update_time", "tenant", "email", "name", "region", "account_id", "seen", "tags", "stamp"},
+	PK:         "id",
+	Nullable:   []string{"name", "account_id", "seen", "tags", "stamp"},
+	DBDefaults: []string{"region"},
+	Precision:  map[string]int{"seen": 3},
+	Fields:     map[string]string{"account_id": "account_id", "create_time": "create_time", "email": "email", "name": "name", "region": "region", "seen": "seen", "stamp": "stamp", "tags": "tags", "tenant": "tenant", "update_time": "update_time"},
 }
 
 // HeraldSchema implements entcapture.Glue.
@@ -226,21 +249,42 @@ func (m *MemberMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 func (m *MemberMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
-		e := &Member{}
-		vals, err := e.scanValues(cols)
+		dst, row, err := m.HeraldScanner(cols)
 		if err != nil {
 			return nil, err
 		}
-		if err := rows.Scan(vals...); err != nil {
+		if err := rows.Scan(dst...); err != nil {
 			return nil, err
 		}
-		if err := e.assignValues(cols, vals); err != nil {
+		r, err := row()
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, heraldMemberRow(e, cols, vals))
+		out = append(out, r)
 	}
 	return out, rows.Err()
 }
+
+// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// row of cols, and the row once scanned (NULL as nil).
+func (m *MemberMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
+	e := &Member{}
+	vals, err := e.scanValues(cols)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst := entcapture.NullAware(vals)
+	return dst, func() (map[string]any, error) {
+		if err := e.assignValues(cols, vals); err != nil {
+			return nil, err
+		}
+		return heraldMemberRow(e, cols, dst), nil
+	}, nil
+}
+
+// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// (Modify, AppendX), as its sqlSave last saw them.
+func (m *MemberMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
 // HeraldNew implements entcapture.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges

@@ -330,6 +330,7 @@ func (_u *MemberUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 		}
 		_spec.Edges.Add = append(_spec.Edges.Add, edge)
 	}
+	_u.mutation.heraldModifiers = append(append([]func(*sql.UpdateBuilder){}, _spec.Modifiers...), _u.modifiers...)
 	_spec.AddModifiers(_u.modifiers...)
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
@@ -680,6 +681,7 @@ func (_u *MemberUpdateOne) sqlSave(ctx context.Context) (_node *Member, err erro
 		}
 		_spec.Edges.Add = append(_spec.Edges.Add, edge)
 	}
+	_u.mutation.heraldModifiers = append(append([]func(*sql.UpdateBuilder){}, _spec.Modifiers...), _u.modifiers...)
 	_spec.AddModifiers(_u.modifiers...)
 	_node = &Member{config: _u.config}
 	_spec.Assign = _node.assignValues

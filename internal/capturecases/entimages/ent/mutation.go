@@ -33,18 +33,19 @@ const (
 // AccountMutation represents an operation that mutates the Account nodes in the graph.
 type AccountMutation struct {
 	config
-	op             Op
-	typ            string
-	id             *uuid.UUID
-	name           *string
-	clearedFields  map[string]struct{}
-	members        map[int]struct{}
-	removedmembers map[int]struct{}
-	clearedmembers bool
-	done           bool
-	oldValue       func(context.Context) (*Account, error)
-	predicates     []predicate.Account
-	heraldBefore   func([]sql.ConflictOption)
+	op              Op
+	typ             string
+	id              *uuid.UUID
+	name            *string
+	clearedFields   map[string]struct{}
+	members         map[int]struct{}
+	removedmembers  map[int]struct{}
+	clearedmembers  bool
+	done            bool
+	oldValue        func(context.Context) (*Account, error)
+	predicates      []predicate.Account
+	heraldBefore    func([]sql.ConflictOption)
+	heraldModifiers []func(*sql.UpdateBuilder)
 }
 
 var _ ent.Mutation = (*AccountMutation)(nil)
@@ -459,26 +460,27 @@ func (m *AccountMutation) ResetEdge(name string) error {
 // MemberMutation represents an operation that mutates the Member nodes in the graph.
 type MemberMutation struct {
 	config
-	op             Op
-	typ            string
-	id             *int
-	create_time    *time.Time
-	update_time    *time.Time
-	tenant         *string
-	email          *string
-	name           *string
-	region         *string
-	seen           *time.Time
-	tags           *[]string
-	appendtags     []string
-	stamp          *string
-	clearedFields  map[string]struct{}
-	account        *uuid.UUID
-	clearedaccount bool
-	done           bool
-	oldValue       func(context.Context) (*Member, error)
-	predicates     []predicate.Member
-	heraldBefore   func([]sql.ConflictOption)
+	op              Op
+	typ             string
+	id              *int
+	create_time     *time.Time
+	update_time     *time.Time
+	tenant          *string
+	email           *string
+	name            *string
+	region          *string
+	seen            *time.Time
+	tags            *[]string
+	appendtags      []string
+	stamp           *string
+	clearedFields   map[string]struct{}
+	account         *uuid.UUID
+	clearedaccount  bool
+	done            bool
+	oldValue        func(context.Context) (*Member, error)
+	predicates      []predicate.Member
+	heraldBefore    func([]sql.ConflictOption)
+	heraldModifiers []func(*sql.UpdateBuilder)
 }
 
 var _ ent.Mutation = (*MemberMutation)(nil)
