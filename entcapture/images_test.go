@@ -9,7 +9,6 @@ import (
 	"time"
 
 	entsql "entgo.io/ent/dialect/sql"
-	"github.com/google/uuid"
 
 	"github.com/heraldgo/herald/entcapture"
 	"github.com/heraldgo/herald/envelope"
@@ -368,5 +367,4 @@ func TestConcurrentUpsertOfNewKey(t *testing.T) {
 	if a := image(t, p, "after")["name"]; a != "two" {
 		t.Errorf("after.name = %v, want \"two\"", a)
 	}
-	_ = uuid.Nil
 }

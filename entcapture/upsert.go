@@ -375,19 +375,21 @@ func (s *scope) upsertReturns(w *write) (scannerGlue, bool) {
 	return sg, ok
 }
 
-// upsertOf returns the scope's upsert request that ctx's INSERT is to
-// run with, if any.
-func (d *CaptureDriver) upsertOf(ctx context.Context) *upsertReturning {
-	var s *scope
-	if sc, ok := ctx.Value(upsertKey{}).(*scope); ok {
-		s = sc
-	} else if f, ok := ctx.Value(fuseKey{}).(*fusion); ok && f != nil && f.cd == d {
-		s = f.scope
+// upsertOf returns the pending upsert that ctx's INSERT is to run with,
+// if any: the fused create's (fallen back to a scope when the upsert's
+// conflict options came), or the scope's whose create ctx is the context of.
+func (d *CaptureDriver) upsertOf(ctx context.Context) *upsert {
+	var cands [2]*scope
+	if f, ok := ctx.Value(fuseKey{}).(*fusion); ok && f != nil && f.cd == d {
+		cands[0] = f.scope
 	}
-	if s == nil || s.upsert == nil || s.upsert.ret == nil || s.upsert.ret.d != d || s.upsert.ret.done {
-		return nil
+	cands[1], _ = ctx.Value(upsertKey{}).(*scope)
+	for _, s := range cands {
+		if s != nil && s.upsert != nil && s.upsert.ret != nil && s.upsert.ret.d == d && !s.upsert.ret.done {
+			return s.upsert
+		}
 	}
-	return s.upsert.ret
+	return nil
 }
 
 const beforeSetting = `'herald.before'`
@@ -447,20 +449,15 @@ func (r *upsertReturning) statement(query string, nothing bool) (q string, n int
 // queryUpsert runs ent's upsert INSERT with the capture's RETURNING when
 // ctx carries the request for it; handled reports whether it did.
 func (d *CaptureDriver) queryUpsert(ctx context.Context, ex dialect.ExecQuerier, query string, args, v any) (handled bool, err error) {
-	r := d.upsertOf(ctx)
-	if r == nil {
+	u := d.upsertOf(ctx)
+	if u == nil {
 		return false, nil
 	}
 	rows, ok := v.(*sql.Rows)
 	if !ok {
 		return false, nil
 	}
-	var u *upsert
-	if s, ok := ctx.Value(upsertKey{}).(*scope); ok {
-		u = s.upsert
-	} else if f, ok := ctx.Value(fuseKey{}).(*fusion); ok {
-		u = f.scope.upsert
-	}
+	r := u.ret
 	q, n, ok := r.statement(query, u.nothing)
 	if !ok {
 		return false, nil
