@@ -39,12 +39,22 @@ type Member struct {
 	Stamp      *string
 }
 
+// Visit is entimages' visits table as GORM declares it.
+type Visit struct {
+	ID         int
+	CreateTime time.Time
+	UpdateTime time.Time
+	Kind       *string `gorm:"default:walk"`
+	At         time.Time
+}
+
 // TestGormAndEntSameImages: a row whose stored values differ from the Go
 // values that wrote it — a database default left unset, times finer than
 // their columns (timestamptz, timestamptz(3)), a NULL UUID that ent's Go
 // field holds as the nil UUID — gives the same event bytes through
-// entcapture and gormcapture: the create, and the update that clears the
-// UUID (issue 18, 8, 9, 10).
+// entcapture and gormcapture: creates (on PostgreSQL, Member's are not
+// fused — a schema hook — and Visit's are: the statement renders the
+// stored values), and the update that clears the UUID (issue 18, 8, 9, 10).
 func TestGormAndEntSameImages(t *testing.T) {
 	t.Parallel()
 	for _, d := range []envelope.Dialect{envelope.Postgres, envelope.SQLite} {
@@ -73,21 +83,22 @@ func TestGormAndEntSameImages(t *testing.T) {
 			must(t, envelope.Migrate(ctx, db, d, ""))
 			opts := envelope.Options{Payload: envelope.BeforeAndAfter, Exclude: []string{"tags"}}
 			client := imgent.NewClient(imgent.Driver(entcapture.Driver(entsql.OpenDB(name, db),
-				entcapture.Config{Options: map[string]envelope.Options{"Member": opts}})))
+				entcapture.Config{Options: map[string]envelope.Options{"Member": opts, "Visit": {}}})))
 			must(t, client.Schema.Create(ctx))
 			p := gormcapture.New(gormcapture.Config{})
 			must(t, gdb.Use(p))
 			must(t, p.Capture(&Member{}, opts))
+			must(t, p.Capture(&Visit{}, envelope.Options{}))
 
 			acct := uuid.New()
 			reset := func() {
 				t.Helper()
-				for _, q := range []string{`DELETE FROM members`, `DELETE FROM herald_outbox`, `DELETE FROM accounts`} {
+				for _, q := range []string{`DELETE FROM members`, `DELETE FROM visits`, `DELETE FROM herald_outbox`, `DELETE FROM accounts`} {
 					_, err := db.Exec(q)
 					must(t, err)
 				}
 				if d == envelope.Postgres {
-					_, err = db.Exec(`ALTER SEQUENCE members_id_seq RESTART`)
+					_, err = db.Exec(`ALTER SEQUENCE members_id_seq RESTART; ALTER SEQUENCE visits_id_seq RESTART`)
 				} else {
 					_, err = db.Exec(`DELETE FROM sqlite_sequence`)
 				}
@@ -115,19 +126,26 @@ func TestGormAndEntSameImages(t *testing.T) {
 			updated := created.Add(2 * time.Hour)
 
 			reset()
+			// With the edge field set (not fused on PostgreSQL: an edge),
+			// and without (fused: the statement renders the stored times
+			// and the default).
 			m := client.Member.Create().SetTenant("t").SetEmail("e").SetCreateTime(created).SetUpdateTime(created).
 				SetSeen(seen).SetAccountID(acct).SaveX(ctx)
 			client.Member.UpdateOneID(m.ID).ClearAccount().SetUpdateTime(updated).ExecX(ctx)
+			client.Member.Create().SetTenant("t").SetEmail("f").SetCreateTime(created).SetUpdateTime(created).SetSeen(seen).ExecX(ctx)
+			client.Visit.Create().SetCreateTime(created).SetUpdateTime(created).SetAt(seen).ExecX(ctx)
 			ents := events()
 
 			reset()
 			g := &Member{CreateTime: created, UpdateTime: created, Tenant: "t", Email: "e", Seen: &seen, AccountID: &acct}
 			must(t, gdb.Create(g).Error)
 			must(t, gdb.Model(&Member{ID: g.ID}).Updates(map[string]any{"update_time": updated, "account_id": nil}).Error)
+			must(t, gdb.Create(&Member{CreateTime: created, UpdateTime: created, Tenant: "t", Email: "f", Seen: &seen}).Error)
+			must(t, gdb.Create(&Visit{CreateTime: created, UpdateTime: created, At: seen}).Error)
 			gorms := events()
 
-			if len(ents) != 2 || len(gorms) != 2 {
-				t.Fatalf("%d ent events, %d gorm events, want 2 each:\nent  %s\ngorm %s", len(ents), len(gorms), ents, gorms)
+			if len(ents) != 4 || len(gorms) != 4 {
+				t.Fatalf("%d ent events, %d gorm events, want 4 each:\nent  %s\ngorm %s", len(ents), len(gorms), ents, gorms)
 			}
 			for i := range ents {
 				if !bytes.Equal(ents[i], gorms[i]) {

@@ -18,6 +18,7 @@ import (
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/account"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/member"
+	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/visit"
 
 	stdsql "database/sql"
 )
@@ -31,6 +32,8 @@ type Client struct {
 	Account *AccountClient
 	// Member is the client for interacting with the Member builders.
 	Member *MemberClient
+	// Visit is the client for interacting with the Visit builders.
+	Visit *VisitClient
 }
 
 // NewClient creates a new client configured with the given options.
@@ -44,6 +47,7 @@ func (c *Client) init() {
 	c.Schema = migrate.NewSchema(c.driver)
 	c.Account = NewAccountClient(c.config)
 	c.Member = NewMemberClient(c.config)
+	c.Visit = NewVisitClient(c.config)
 }
 
 type (
@@ -138,6 +142,7 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		config:  cfg,
 		Account: NewAccountClient(cfg),
 		Member:  NewMemberClient(cfg),
+		Visit:   NewVisitClient(cfg),
 	}, nil
 }
 
@@ -159,6 +164,7 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		config:  cfg,
 		Account: NewAccountClient(cfg),
 		Member:  NewMemberClient(cfg),
+		Visit:   NewVisitClient(cfg),
 	}, nil
 }
 
@@ -189,6 +195,7 @@ func (c *Client) Close() error {
 func (c *Client) Use(hooks ...Hook) {
 	c.Account.Use(hooks...)
 	c.Member.Use(hooks...)
+	c.Visit.Use(hooks...)
 }
 
 // Intercept adds the query interceptors to all the entity clients.
@@ -196,6 +203,7 @@ func (c *Client) Use(hooks ...Hook) {
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	c.Account.Intercept(interceptors...)
 	c.Member.Intercept(interceptors...)
+	c.Visit.Intercept(interceptors...)
 }
 
 // Mutate implements the ent.Mutator interface.
@@ -205,6 +213,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.Account.mutate(ctx, m)
 	case *MemberMutation:
 		return c.Member.mutate(ctx, m)
+	case *VisitMutation:
+		return c.Visit.mutate(ctx, m)
 	default:
 		return nil, fmt.Errorf("ent: unknown mutation type %T", m)
 	}
@@ -510,13 +520,147 @@ func (c *MemberClient) mutate(ctx context.Context, m *MemberMutation) (Value, er
 	}
 }
 
+// VisitClient is a client for the Visit schema.
+type VisitClient struct {
+	config
+}
+
+// NewVisitClient returns a client for the Visit from the given config.
+func NewVisitClient(c config) *VisitClient {
+	return &VisitClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `visit.Hooks(f(g(h())))`.
+func (c *VisitClient) Use(hooks ...Hook) {
+	c.hooks.Visit = append(c.hooks.Visit, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `visit.Intercept(f(g(h())))`.
+func (c *VisitClient) Intercept(interceptors ...Interceptor) {
+	c.inters.Visit = append(c.inters.Visit, interceptors...)
+}
+
+// Create returns a builder for creating a Visit entity.
+func (c *VisitClient) Create() *VisitCreate {
+	mutation := newVisitMutation(c.config, OpCreate)
+	return &VisitCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of Visit entities.
+func (c *VisitClient) CreateBulk(builders ...*VisitCreate) *VisitCreateBulk {
+	return &VisitCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *VisitClient) MapCreateBulk(slice any, setFunc func(*VisitCreate, int)) *VisitCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &VisitCreateBulk{err: fmt.Errorf("calling to VisitClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*VisitCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &VisitCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for Visit.
+func (c *VisitClient) Update() *VisitUpdate {
+	mutation := newVisitMutation(c.config, OpUpdate)
+	return &VisitUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *VisitClient) UpdateOne(_m *Visit) *VisitUpdateOne {
+	mutation := newVisitMutation(c.config, OpUpdateOne, withVisit(_m))
+	return &VisitUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *VisitClient) UpdateOneID(id int) *VisitUpdateOne {
+	mutation := newVisitMutation(c.config, OpUpdateOne, withVisitID(id))
+	return &VisitUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for Visit.
+func (c *VisitClient) Delete() *VisitDelete {
+	mutation := newVisitMutation(c.config, OpDelete)
+	return &VisitDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *VisitClient) DeleteOne(_m *Visit) *VisitDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *VisitClient) DeleteOneID(id int) *VisitDeleteOne {
+	builder := c.Delete().Where(visit.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &VisitDeleteOne{builder}
+}
+
+// Query returns a query builder for Visit.
+func (c *VisitClient) Query() *VisitQuery {
+	return &VisitQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeVisit},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a Visit entity by its id.
+func (c *VisitClient) Get(ctx context.Context, id int) (*Visit, error) {
+	return c.Query().Where(visit.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *VisitClient) GetX(ctx context.Context, id int) *Visit {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *VisitClient) Hooks() []Hook {
+	hooks := c.hooks.Visit
+	return append(hooks[:len(hooks):len(hooks)], visit.Hooks[:]...)
+}
+
+// Interceptors returns the client interceptors.
+func (c *VisitClient) Interceptors() []Interceptor {
+	return c.inters.Visit
+}
+
+func (c *VisitClient) mutate(ctx context.Context, m *VisitMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&VisitCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&VisitUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&VisitUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&VisitDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown Visit mutation op: %q", m.Op())
+	}
+}
+
 // hooks and interceptors per client, for fast access.
 type (
 	hooks struct {
-		Account, Member []ent.Hook
+		Account, Member, Visit []ent.Hook
 	}
 	inters struct {
-		Account, Member []ent.Interceptor
+		Account, Member, Visit []ent.Interceptor
 	}
 )
 

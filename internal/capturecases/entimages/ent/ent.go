@@ -14,6 +14,7 @@ import (
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/account"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/member"
+	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/visit"
 )
 
 // ent aliases to avoid import conflicts in user's code.
@@ -76,6 +77,7 @@ func checkColumn(t, c string) error {
 		columnCheck = sql.NewColumnCheck(map[string]func(string) bool{
 			account.Table: account.ValidColumn,
 			member.Table:  member.ValidColumn,
+			visit.Table:   visit.ValidColumn,
 		})
 	})
 	return columnCheck(t, c)

@@ -13,6 +13,7 @@ import (
 	"github.com/heraldgo/herald/entcapture"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/account"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/member"
+	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/visit"
 )
 
 // HeraldDriver returns the client's driver, for entcapture.Enqueue.
@@ -361,6 +362,157 @@ func heraldMemberRow(e *Member, cols []string, vals []any) map[string]any {
 
 var _ entcapture.Glue = (*MemberMutation)(nil)
 
+// heraldVisitSchema describes Visit to entcapture.
+var heraldVisitSchema = &entcapture.Schema{
+	Name:       "Visit",
+	Table:      visit.Table,
+	Columns:    []string{"id", "create_time", "update_time", "kind", "at"},
+	PK:         "id",
+	DBDefaults: []string{"kind"},
+	Precision:  map[string]int{"at": 3},
+	Fields:     map[string]string{"at": "at", "create_time": "create_time", "kind": "kind", "update_time": "update_time"},
+}
+
+// HeraldSchema implements entcapture.Glue.
+func (m *VisitMutation) HeraldSchema() *entcapture.Schema { return heraldVisitSchema }
+
+// HeraldDriver implements entcapture.Glue.
+func (m *VisitMutation) HeraldDriver() dialect.Driver {
+	if d, ok := m.driver.(*txDriver); ok {
+		return d.drv
+	}
+	return m.driver
+}
+
+// HeraldTx implements entcapture.Glue.
+func (m *VisitMutation) HeraldTx() dialect.Tx {
+	if d, ok := m.driver.(*txDriver); ok {
+		return d.tx
+	}
+	return nil
+}
+
+// HeraldOnCommit implements entcapture.Glue.
+func (m *VisitMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
+
+// HeraldID implements entcapture.Glue.
+func (m *VisitMutation) HeraldID() (any, bool) {
+	if m.id == nil {
+		return nil, false
+	}
+	return *m.id, true
+}
+
+// HeraldBeforeInsert implements entcapture.Glue.
+func (m *VisitMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
+
+// HeraldPredicates implements entcapture.Glue.
+func (m *VisitMutation) HeraldPredicates() []func(*sql.Selector) {
+	ps := make([]func(*sql.Selector), len(m.predicates))
+	for i, p := range m.predicates {
+		ps[i] = p
+	}
+	return ps
+}
+
+// HeraldRow implements entcapture.Glue.
+func (m *VisitMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
+	e, ok := v.(*Visit)
+	if !ok || e == nil {
+		return nil, false
+	}
+	return heraldVisitRow(e, heraldVisitSchema.Columns, nil), true
+}
+
+// HeraldScan implements entcapture.Glue.
+func (m *VisitMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
+	var out []map[string]any
+	for rows.Next() {
+		dst, row, err := m.HeraldScanner(cols)
+		if err != nil {
+			return nil, err
+		}
+		if err := rows.Scan(dst...); err != nil {
+			return nil, err
+		}
+		r, err := row()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// row of cols, and the row once scanned (NULL as nil).
+func (m *VisitMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
+	e := &Visit{}
+	vals, err := e.scanValues(cols)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst := entcapture.NullAware(vals)
+	return dst, func() (map[string]any, error) {
+		if err := e.assignValues(cols, vals); err != nil {
+			return nil, err
+		}
+		return heraldVisitRow(e, cols, dst), nil
+	}, nil
+}
+
+// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// (Modify, AppendX), as its sqlSave last saw them.
+func (m *VisitMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
+
+// HeraldNew implements entcapture.Glue: the entity a create of the
+// mutation's fields returns, as its createSpec builds it, without edges
+// (and without the id the database generates).
+func (m *VisitMutation) HeraldNew() ent.Value {
+	e := &Visit{}
+	if v, ok := m.ID(); ok {
+		e.ID = v
+	}
+	if v, ok := m.CreateTime(); ok {
+		e.CreateTime = v
+	}
+	if v, ok := m.UpdateTime(); ok {
+		e.UpdateTime = v
+	}
+	if v, ok := m.Kind(); ok {
+		e.Kind = v
+	}
+	if v, ok := m.At(); ok {
+		e.At = v
+	}
+	return e
+}
+
+func heraldVisitRow(e *Visit, cols []string, vals []any) map[string]any {
+	row := make(map[string]any, len(cols))
+	for i, c := range cols {
+		if vals != nil && entcapture.IsNull(vals[i]) {
+			row[c] = nil
+			continue
+		}
+		switch c {
+		case "id":
+			row[c] = e.ID
+		case "create_time":
+			row[c] = e.CreateTime
+		case "update_time":
+			row[c] = e.UpdateTime
+		case "kind":
+			row[c] = e.Kind
+		case "at":
+			row[c] = e.At
+		}
+	}
+	return row
+}
+
+var _ entcapture.Glue = (*VisitMutation)(nil)
+
 func init() {
 	heraldAccountSchema.Scan = (*AccountMutation)(nil).HeraldScan
 	heraldAccountSchema.Hooks = func() []ent.Hook { return account.Hooks[:] }
@@ -372,4 +524,6 @@ func init() {
 		heraldMemberSchema.EdgeColumns = map[string]string{}
 	}
 	heraldMemberSchema.EdgeColumns["account"] = "account_id"
+	heraldVisitSchema.Scan = (*VisitMutation)(nil).HeraldScan
+	heraldVisitSchema.Hooks = func() []ent.Hook { return visit.Hooks[:] }
 }

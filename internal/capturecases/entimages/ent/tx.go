@@ -18,6 +18,8 @@ type Tx struct {
 	Account *AccountClient
 	// Member is the client for interacting with the Member builders.
 	Member *MemberClient
+	// Visit is the client for interacting with the Visit builders.
+	Visit *VisitClient
 
 	// lazily loaded.
 	client     *Client
@@ -151,6 +153,7 @@ func (tx *Tx) Client() *Client {
 func (tx *Tx) init() {
 	tx.Account = NewAccountClient(tx.config)
 	tx.Member = NewMemberClient(tx.config)
+	tx.Visit = NewVisitClient(tx.config)
 }
 
 // txDriver wraps the given dialect.Tx with a nop dialect.Driver implementation.

@@ -77,6 +77,25 @@ func (Member) Indexes() []ent.Index {
 	return []ent.Index{index.Fields("tenant", "email").Unique()}
 }
 
+// Visit is visits: like Member's columns whose stored value differs from
+// the Go value (a database default, timestamptz(3), mixin.Time), on a
+// schema without hooks of its own, whose creates on PostgreSQL are fused
+// (one statement writes the row and its event).
+type Visit struct{ ent.Schema }
+
+func (Visit) Mixin() []ent.Mixin { return []ent.Mixin{mixin.Time{}, capture()} }
+
+func (Visit) Annotations() []schema.Annotation {
+	return []schema.Annotation{entsql.Annotation{Table: "visits"}}
+}
+
+func (Visit) Fields() []ent.Field {
+	return []ent.Field{
+		field.String("kind").Optional().Annotations(entsql.Default("walk")),
+		field.Time("at").SchemaType(map[string]string{dialect.Postgres: "timestamptz(3)"}),
+	}
+}
+
 type tenantKey struct{}
 
 type stampKey struct{}

@@ -55,10 +55,25 @@ var (
 			},
 		},
 	}
+	// VisitsColumns holds the columns for the "visits" table.
+	VisitsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "create_time", Type: field.TypeTime},
+		{Name: "update_time", Type: field.TypeTime},
+		{Name: "kind", Type: field.TypeString, Nullable: true, Default: "walk"},
+		{Name: "at", Type: field.TypeTime, SchemaType: map[string]string{"postgres": "timestamptz(3)"}},
+	}
+	// VisitsTable holds the schema information for the "visits" table.
+	VisitsTable = &schema.Table{
+		Name:       "visits",
+		Columns:    VisitsColumns,
+		PrimaryKey: []*schema.Column{VisitsColumns[0]},
+	}
 	// Tables holds all the tables in the schema.
 	Tables = []*schema.Table{
 		AccountsTable,
 		MembersTable,
+		VisitsTable,
 	}
 )
 
@@ -69,5 +84,8 @@ func init() {
 	MembersTable.ForeignKeys[0].RefTable = AccountsTable
 	MembersTable.Annotation = &entsql.Annotation{
 		Table: "members",
+	}
+	VisitsTable.Annotation = &entsql.Annotation{
+		Table: "visits",
 	}
 }

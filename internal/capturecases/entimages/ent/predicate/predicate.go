@@ -11,3 +11,6 @@ type Account func(*sql.Selector)
 
 // Member is the predicate function for member builders.
 type Member func(*sql.Selector)
+
+// Visit is the predicate function for visit builders.
+type Visit func(*sql.Selector)

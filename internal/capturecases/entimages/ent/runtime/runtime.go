@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/account"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/member"
+	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/visit"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/schema"
 )
 
@@ -43,6 +44,23 @@ func init() {
 	member.DefaultUpdateTime = memberDescUpdateTime.Default.(func() time.Time)
 	// member.UpdateDefaultUpdateTime holds the default value on update for the update_time field.
 	member.UpdateDefaultUpdateTime = memberDescUpdateTime.UpdateDefault.(func() time.Time)
+	visitMixin := schema.Visit{}.Mixin()
+	visitMixinHooks1 := visitMixin[1].Hooks()
+	visit.Hooks[0] = visitMixinHooks1[0]
+	visitMixinFields0 := visitMixin[0].Fields()
+	_ = visitMixinFields0
+	visitFields := schema.Visit{}.Fields()
+	_ = visitFields
+	// visitDescCreateTime is the schema descriptor for create_time field.
+	visitDescCreateTime := visitMixinFields0[0].Descriptor()
+	// visit.DefaultCreateTime holds the default value on creation for the create_time field.
+	visit.DefaultCreateTime = visitDescCreateTime.Default.(func() time.Time)
+	// visitDescUpdateTime is the schema descriptor for update_time field.
+	visitDescUpdateTime := visitMixinFields0[1].Descriptor()
+	// visit.DefaultUpdateTime holds the default value on creation for the update_time field.
+	visit.DefaultUpdateTime = visitDescUpdateTime.Default.(func() time.Time)
+	// visit.UpdateDefaultUpdateTime holds the default value on update for the update_time field.
+	visit.UpdateDefaultUpdateTime = visitDescUpdateTime.UpdateDefault.(func() time.Time)
 }
 
 const (
