@@ -17,11 +17,34 @@ import (
 // it with errors.Is; the message names the event and the reason.
 var ErrDelivery = errors.New("herald/delivery: delivery refused")
 
+// ErrPermanent marks a failure that trying again cannot mend: an event no
+// route accepts, a destination function that gives no destination. The
+// relay dead-letters such an event at once, whatever its attempts so far,
+// instead of retrying it MaxAttempts times; its last_error says why, and
+// RetryDeadLettered sends it again once the configuration is mended. A
+// delivery returns it with Permanent; match it with errors.Is.
+var ErrPermanent = errors.New("herald/delivery: permanent failure, not retried")
+
+// Permanent returns err marked with ErrPermanent (nil for a nil err). The
+// result's message is err's; errors.Is and errors.As see both.
+func Permanent(err error) error {
+	if err == nil || errors.Is(err, ErrPermanent) {
+		return err
+	}
+	return &permanentError{err}
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string   { return e.err.Error() }
+func (e *permanentError) Unwrap() []error { return []error{e.err, ErrPermanent} }
+
 // Delivery hands events over to where they go.
 //
 // Deliver returns nil once e has been handed over (written to the broker,
-// accepted by the endpoint); any error makes the relay try again later. It
-// must honour ctx: the relay bounds each call with its DeliveryTimeout and
+// accepted by the endpoint); any error makes the relay try again later
+// (one marked Permanent dead-letters the event at once). It must honour
+// ctx: the relay bounds each call with its DeliveryTimeout and
 // cancels it on a forced stop. It may be called from several goroutines at
 // once (up to the relay's Concurrency) and must not keep e after it
 // returns. Receivers must tolerate duplicates (de-duplicate on e.ID):

@@ -231,16 +231,18 @@ func TestCallBatchChecksItsResult(t *testing.T) {
 func TestHelpers(t *testing.T) {
 	t.Parallel()
 	e := ev("library.loan.updated")
-	e.Headers = map[string]string{"traceparent": "00-1", delivery.HeaderTopic: "spoofed"}
+	e.Sequence = 42
+	e.Headers = map[string]string{"traceparent": "00-1", delivery.HeaderTopic: "spoofed", "Herald-Sequence": "1", "herald-ordering-key": "spoofed"}
 	h := delivery.Headers(e)
-	if h[delivery.HeaderEventID] != e.ID.String() || h[delivery.HeaderTopic] != e.Topic || h["traceparent"] != "00-1" || len(h) != 3 {
-		t.Fatalf("Headers: %v", h)
+	if h[delivery.HeaderEventID] != e.ID.String() || h[delivery.HeaderTopic] != e.Topic || h[delivery.HeaderSequence] != "42" ||
+		h["traceparent"] != "00-1" || len(h) != 4 {
+		t.Fatalf("Headers of an unordered event: %v, want herald's three (no ordering key) and traceparent", h)
 	}
 	if e.Headers[delivery.HeaderTopic] != "spoofed" {
 		t.Fatal("Headers must not modify the event")
 	}
 	l := delivery.HeaderList(e)
-	if len(l) != 3 || l[0].Name != delivery.HeaderEventID || l[1].Name != delivery.HeaderTopic || l[2].Name != "traceparent" {
+	if len(l) != 4 || l[0].Name != delivery.HeaderEventID || l[1].Name != delivery.HeaderSequence || l[2].Name != delivery.HeaderTopic || l[3].Name != "traceparent" {
 		t.Fatalf("HeaderList: %v", l)
 	}
 	if string(delivery.Body(e)) != `{"a":1}` || string(delivery.Body(&envelope.Event{})) != "null" {
@@ -252,6 +254,35 @@ func TestHelpers(t *testing.T) {
 	e.OrderingKey = "library.Loan:7"
 	if string(delivery.Key(e)) != "library.Loan:7" {
 		t.Fatal("Key")
+	}
+	if h := delivery.Headers(e); h[delivery.HeaderOrderingKey] != "library.Loan:7" || len(h) != 5 {
+		t.Fatalf("Headers of an ordered event: %v, want herald-ordering-key", h)
+	}
+}
+
+// ByAggregate groups the topics of one captured model, which differ only
+// by their operation, into one destination.
+func TestByAggregate(t *testing.T) {
+	t.Parallel()
+	for topic, want := range map[string]string{
+		"shop.order.inserted":        "shop.order",
+		"shop.order.updated":         "shop.order",
+		"shop.order.deleted":         "shop.order",
+		"shop.order_item.updated":    "shop.order_item",
+		"mail.send":                  "mail.send",
+		"updated":                    "updated",
+		".updated":                   ".updated",
+		"shop.order.updated.v2":      "shop.order.updated.v2",
+		"shop.orderupdated":          "shop.orderupdated",
+		"library.loan.overdue":       "library.loan.overdue",
+		"billing.invoice.inserted.x": "billing.invoice.inserted.x",
+	} {
+		if got := delivery.ByAggregate(ev(topic)); got != want {
+			t.Errorf("ByAggregate(%q) = %q, want %q", topic, got, want)
+		}
+		if got := delivery.ByTopic(ev(topic)); got != topic {
+			t.Errorf("ByTopic(%q) = %q", topic, got)
+		}
 	}
 }
 

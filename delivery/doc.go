@@ -9,11 +9,31 @@
 // build of services that do not import them.
 //
 // Every transport sends the event's JSON payload as the body (Body) and the
-// event's headers plus its id and topic (HeaderEventID, HeaderTopic) as
-// message headers (Headers); transports that have a message key use the
-// ordering key (Key), so one key stays in one partition.
+// event's headers plus its id, topic, sequence and ordering key
+// (HeaderEventID, HeaderTopic, HeaderSequence, HeaderOrderingKey) as
+// message headers (Headers), herald's values winning over an event header
+// of the same name in any case: a consumer de-duplicates on the id and
+// orders a key's messages on the sequence with no herald code. Transports
+// that have a message key use the ordering key (Key), so one key stays in
+// one partition.
+//
+// A broker orders messages within one destination (a Kafka topic's
+// partition, a Redis stream, a queue) only, so every event of one ordering
+// key must reach one destination. The transports' destination functions
+// (kafka.Config.TopicFunc, redisstream.Config.StreamFunc,
+// amqp.Config.RoutingKeyFunc) default to ByAggregate: the topic less its
+// operation, so a captured row's events — "shop.order.inserted",
+// "shop.order.updated", "shop.order.deleted" at the default topic
+// template — share the destination "shop.order". ByTopic keeps a
+// destination per topic; a function of your own routes by aggregate as
+// Debezium's outbox router does, and must give one answer per key.
+//
+// A failure retrying cannot mend — an event no route accepts, a
+// destination function that gives none — is marked Permanent, and the
+// relay dead-letters its event at the first attempt.
 //
 // Guarantee: a Delivery reports success (a nil error) only for an event it
 // has handed over; anything else — an error, a panic, a timeout, an event no
-// route accepts — leaves the event to be delivered again.
+// route accepts — leaves the event unpublished: retried later, or
+// dead-lettered (at once for a Permanent failure) until RetryDeadLettered.
 package delivery

@@ -2,16 +2,35 @@ package delivery
 
 import (
 	"sort"
+	"strconv"
+	"strings"
 
 	"github.com/heraldgo/herald/envelope"
 )
 
 // The headers every delivery adds to the event's own. They win over an
-// event header of the same name.
+// event header of the same name, whatever its case: an event header
+// "Herald-Event-Id" is dropped, not sent beside herald's own.
 const (
-	HeaderEventID = "herald-event-id" // the event's id, what receivers de-duplicate on
-	HeaderTopic   = "herald-topic"    // the event's topic
+	HeaderEventID     = "herald-event-id"     // the event's id, what receivers de-duplicate on
+	HeaderTopic       = "herald-topic"        // the event's topic
+	HeaderSequence    = "herald-sequence"     // the event's sequence in decimal, what receivers order a key's events on
+	HeaderOrderingKey = "herald-ordering-key" // the event's ordering key; absent for an unordered event
 )
+
+// reserved reports whether name is one of herald's own headers, in any
+// case.
+func reserved(name string) bool {
+	if len(name) < len("herald-") || !strings.EqualFold(name[:len("herald-")], "herald-") {
+		return false
+	}
+	for _, h := range [...]string{HeaderEventID, HeaderTopic, HeaderSequence, HeaderOrderingKey} {
+		if strings.EqualFold(name, h) {
+			return true
+		}
+	}
+	return false
+}
 
 // Body returns the message body of e: its JSON payload ("null" when the
 // event has none).
@@ -23,14 +42,24 @@ func Body(e *envelope.Event) []byte {
 }
 
 // Headers returns the message headers of e: its own headers plus
-// HeaderEventID and HeaderTopic. The map is new; the caller may keep it.
+// HeaderEventID, HeaderTopic, HeaderSequence and, for an ordered event,
+// HeaderOrderingKey. An event header whose name is one of those in any
+// case is left out, so herald's values are the only ones sent even by
+// transports whose header names are case-insensitive (HTTP). The map is
+// new; the caller may keep it.
 func Headers(e *envelope.Event) map[string]string {
-	h := make(map[string]string, len(e.Headers)+2)
+	h := make(map[string]string, len(e.Headers)+4)
 	for k, v := range e.Headers {
-		h[k] = v
+		if !reserved(k) {
+			h[k] = v
+		}
 	}
 	h[HeaderEventID] = e.ID.String()
 	h[HeaderTopic] = e.Topic
+	h[HeaderSequence] = strconv.FormatInt(e.Sequence, 10)
+	if e.OrderingKey != "" {
+		h[HeaderOrderingKey] = e.OrderingKey
+	}
 	return h
 }
 
@@ -58,3 +87,39 @@ func Key(e *envelope.Event) []byte {
 	}
 	return []byte(e.OrderingKey)
 }
+
+// The operation suffixes ByAggregate removes: the last part of the
+// default captured topic, "{namespace}.{model}.{operation}".
+var operationSuffixes = [...]string{
+	"." + string(envelope.Inserted),
+	"." + string(envelope.Updated),
+	"." + string(envelope.Deleted),
+}
+
+// ByAggregate is the default destination of every transport: the event's
+// topic less a last part naming an operation (".inserted", ".updated",
+// ".deleted"), so that a captured row's events — "shop.order.inserted",
+// "shop.order.updated", "shop.order.deleted" at the default topic
+// template — all go to "shop.order", in sequence order, and a consumer of
+// that one destination sees a row's insert before its update. A topic
+// that does not end so ("mail.send") is its own destination.
+//
+// It groups what the default topic template splits. Events of one
+// ordering key under topics that differ otherwise — a topic template with
+// {operation} elsewhere than at the end, your own messages that share a
+// key across topics ("order.placed", "order.shipped") — need a
+// destination function that maps them to one destination.
+func ByAggregate(e *envelope.Event) string {
+	for _, s := range operationSuffixes {
+		if base, ok := strings.CutSuffix(e.Topic, s); ok && base != "" {
+			return base
+		}
+	}
+	return e.Topic
+}
+
+// ByTopic is the event's topic as it is: one destination per topic, as
+// transports did before ByAggregate was their default. Events of one key
+// under several topics then reach several destinations, with no order
+// between them.
+func ByTopic(e *envelope.Event) string { return e.Topic }

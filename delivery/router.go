@@ -22,7 +22,8 @@ type Route struct {
 // Routing is the Delivery that Router and RouterOf build: it picks, for
 // each event, the delivery of its exact topic, else of the first prefix
 // pattern that matches, else the fallback. An event nothing accepts fails
-// with ErrDelivery and is never marked delivered.
+// with ErrDelivery and ErrPermanent: the relay dead-letters it at its
+// first attempt, its last_error naming the topic.
 //
 // Routing is a BatchDelivery: a batch is split by route, a BatchDelivery
 // route gets its share at once, and the events of plain routes are
@@ -150,8 +151,13 @@ func (r *Routing) route(topic string) int {
 	return r.fallback
 }
 
+// unrouted is the error of an event nothing accepts. It is permanent:
+// routes are fixed when the Router is built, so trying again would fail
+// the same way MaxAttempts times (16 s at the relay's defaults) before
+// the event is dead-lettered anyway, its key held meanwhile.
 func unrouted(e *envelope.Event) error {
-	return fmt.Errorf("%w: no route for topic %q (event %s) and no fallback", ErrDelivery, e.Topic, e.ID)
+	return Permanent(fmt.Errorf("%w: no route for topic %q (event %s) and no fallback; dead-lettered at its first attempt: add a route or a fallback, then RetryDeadLettered",
+		ErrDelivery, e.Topic, e.ID))
 }
 
 // Deliver delivers e through its route.

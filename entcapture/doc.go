@@ -8,8 +8,10 @@
 //
 //   - Mixin declares capture on a schema (or on a helper every schema
 //     uses): func (Loan) Mixin() []ent.Mixin { return []ent.Mixin{entcapture.Mixin(envelope.Options{…})} }.
-//   - Extension, added to the code generation in entc.go
-//     (entc.Extensions(entcapture.Extension())), generates the typed glue a
+//   - entcapturegen.Extension (package
+//     github.com/heraldgo/herald/entcapture/entcapturegen), added to the
+//     code generation in entc.go (entc.Extensions(entcapturegen.Extension())),
+//     generates the typed glue a
 //     generic hook lacks — table and column names, the id, .Sensitive()
 //     fields (left out of events unless named in Options.Fields), typed row
 //     scans, the foreign keys whose ON DELETE reaches captured rows — and

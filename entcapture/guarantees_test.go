@@ -241,13 +241,13 @@ func (fakeMutation) Op() entgo.Op     { return entgo.OpCreate }
 func (fakeMutation) Fields() []string { return nil }
 
 // TestMissingGlue: a captured schema whose code was generated without
-// entcapture.Extension fails with ErrConfiguration saying what to add.
+// entcapturegen.Extension fails with ErrConfiguration saying what to add.
 func TestMissingGlue(t *testing.T) {
 	t.Parallel()
 	called := false
 	next := entgo.MutateFunc(func(context.Context, entgo.Mutation) (entgo.Value, error) { called = true; return nil, nil })
 	_, err := entcapture.Mixin(envelope.Options{}).Hooks()[0](next).Mutate(context.Background(), fakeMutation{})
-	if !errors.Is(err, envelope.ErrConfiguration) || !strings.Contains(err.Error(), "entcapture.Extension()") || called {
+	if !errors.Is(err, envelope.ErrConfiguration) || !strings.Contains(err.Error(), "entcapturegen.Extension()") || called {
 		t.Fatalf("err = %v, write ran: %v", err, called)
 	}
 }

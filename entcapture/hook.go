@@ -106,7 +106,7 @@ func opOf(op ent.Op) envelope.Operation {
 // errNoGlue is returned for a captured schema generated without Extension.
 func errNoGlue(m ent.Mutation) error {
 	return envelope.Configurationf(m.Type(), "schema %s uses entcapture.Mixin, but its generated code has no entcapture glue: "+
-		"add entc.Extensions(entcapture.Extension()) to the code generation (entc.go) and run go generate", m.Type())
+		"add entc.Extensions(entcapturegen.Extension()) to the code generation (entc.go) and run go generate", m.Type())
 }
 
 // captureMutator is the Mutator the capture hook returns; its type lets

@@ -133,7 +133,7 @@ func (s *scope) finishCreates() error {
 		w := it.w
 		row, ok := w.g.HeraldRow(it.v)
 		if !ok {
-			return envelope.Configurationf(w.sch.Name, "create returned %T, not the schema's entity: regenerate the code with entcapture.Extension()", it.v)
+			return envelope.Configurationf(w.sch.Name, "create returned %T, not the schema's entity: regenerate the code with entcapturegen.Extension()", it.v)
 		}
 		for _, c := range w.sch.Nullable {
 			if f := fieldOf(w.sch, c); f != "" {

@@ -50,7 +50,8 @@ type Config struct {
 	BatchSize int
 
 	// MaxAttempts is how many failed deliveries dead-letter an event;
-	// 0 = DefaultMaxAttempts.
+	// 0 = DefaultMaxAttempts. A failure marked delivery.Permanent
+	// dead-letters it at once.
 	MaxAttempts int
 
 	// RetryBase is the wait after the first failure; it doubles with each

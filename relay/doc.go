@@ -19,7 +19,13 @@
 //     pending events, the first BatchSize unordered ones and, after a short
 //     lease, the heads of up to BatchSize keys walked through the
 //     pending-key index — so a lease costs the same however large a backlog
-//     waits behind a few keys.
+//     waits behind a few keys. Where PostgreSQL can JIT-compile (JIT
+//     available and jit on, as the relay's connections see it when it
+//     checks its table), each lease runs in a transaction of its own that
+//     first says SET LOCAL jit = off: a large outbox's statistics push the
+//     lease's estimate past jit_above_cost, and JIT would then cost tens of
+//     milliseconds a poll for a statement that reads a few hundred index
+//     entries.
 //  2. Order: an event with an ordering key is not leased while an earlier
 //     event of its key is unpublished (pending, failed or dead) — unless
 //     the same lease takes that earlier event too: on PostgreSQL, the lease
@@ -50,7 +56,8 @@
 //  5. Mark: one statement marks the delivered events published, one
 //     records the failures (attempts, last_error, next_attempt_at = the
 //     database's now + min(RetryBase·2^(attempts−1), RetryMax) ±10%),
-//     dead-lettering those out of attempts. Marks are guarded by leased_by,
+//     dead-lettering those out of attempts or failed permanently
+//     (delivery.ErrPermanent). Marks are guarded by leased_by,
 //     so a relay that lost its lease cannot undo another's work, and are
 //     written even while the relay stops.
 //     With Config.DeleteOnPublish the delivered events are deleted in

@@ -22,7 +22,8 @@ type Observer interface {
 	// Failed is called for each failed delivery that was recorded and will
 	// be tried again.
 	Failed(ctx context.Context, f Failed)
-	// DeadLettered is called for each event that ran out of attempts.
+	// DeadLettered is called for each event that ran out of attempts or
+	// failed permanently (delivery.ErrPermanent).
 	DeadLettered(ctx context.Context, d DeadLettered)
 }
 
@@ -42,7 +43,8 @@ type Failed struct {
 	NextAttemptAt time.Time       // when it is due again, by the database's clock
 }
 
-// DeadLettered describes an event that ran out of attempts.
+// DeadLettered describes an event that ran out of attempts or failed
+// permanently (errors.Is(Err, delivery.ErrPermanent)).
 type DeadLettered struct {
 	Relay    string
 	Event    *envelope.Event // as leased

@@ -110,8 +110,13 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 		args = append(args, walk)
 	}
 	args = append(args, r.fargs...)
-	rows, err := r.query(ctx, query, args...)
+	ltx, err := r.beginLease(ctx)
 	if err != nil {
+		return nil, nil, stmtErr(ctx, "lease query", err)
+	}
+	rows, err := ltx.query(ctx, r, query, args...)
+	if err != nil {
+		ltx.rollback()
 		return nil, nil, stmtErr(ctx, "lease query", err)
 	}
 	defer rows.Close()
@@ -132,6 +137,10 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 			// Not even its sequence could be read: give back what this
 			// lease took so far (the rest waits for its lease to run out).
 			_ = rows.Close()
+			if ltx.tx != nil {
+				ltx.rollback() // nothing was leased
+				return nil, nil, err
+			}
 			es := make([]*envelope.Event, len(got))
 			for i, l := range got {
 				es[i] = l.e
@@ -142,9 +151,14 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 		got = append(got, leased{e, err, sc.pos})
 	}
 	if err := rows.Err(); err != nil {
+		ltx.rollback()
 		return nil, nil, stmtErr(ctx, "lease query", err)
 	}
 	if err := rows.Close(); err != nil {
+		ltx.rollback()
+		return nil, nil, stmtErr(ctx, "lease query", err)
+	}
+	if err := ltx.commit(); err != nil {
 		return nil, nil, stmtErr(ctx, "lease query", err)
 	}
 	// Whether the next lease walks keys (see leaseBatchPostgres). A full
@@ -654,7 +668,11 @@ func (r *Relay) mark(runCtx context.Context, batch []*envelope.Event, errs []err
 			released = append(released, e)
 		default:
 			f := failure{Sequence: e.Sequence, Attempts: e.Attempts + 1, Error: lastError(err), event: e, err: err}
-			if f.Attempts >= r.cfg.MaxAttempts {
+			// A permanent failure (delivery.Permanent: no route, no
+			// destination) would fail the same way every time: it is
+			// dead-lettered at once rather than holding its key through
+			// MaxAttempts backoffs.
+			if f.Attempts >= r.cfg.MaxAttempts || errors.Is(err, delivery.ErrPermanent) {
 				f.Dead = true
 				if r.dialect != envelope.Postgres {
 					f.DeadLettered = r.dialect.TimeArg(dbNow)
@@ -723,8 +741,11 @@ func (r *Relay) mark(runCtx context.Context, batch []*envelope.Event, errs []err
 				r.log.WarnContext(ctx, "herald/relay: delivery failed; not recorded because the event is no longer leased by this relay",
 					attrs...)
 			case f.Dead:
-				r.log.ErrorContext(ctx, "herald/relay: event dead-lettered: out of attempts; it and later events of its ordering key wait for RetryDeadLettered",
-					append(attrs, slog.Int("max_attempts", r.cfg.MaxAttempts))...)
+				msg := "herald/relay: event dead-lettered: out of attempts; it and later events of its ordering key wait for RetryDeadLettered"
+				if f.Attempts < r.cfg.MaxAttempts {
+					msg = "herald/relay: event dead-lettered: permanent failure, not retried; it and later events of its ordering key wait for RetryDeadLettered"
+				}
+				r.log.ErrorContext(ctx, msg, append(attrs, slog.Int("max_attempts", r.cfg.MaxAttempts))...)
 				if r.cfg.Observer != nil {
 					r.observe(ctx, "DeadLettered", func() {
 						r.cfg.Observer.DeadLettered(ctx, DeadLettered{Relay: r.cfg.Name, Event: e, Err: f.err, Attempts: f.Attempts})

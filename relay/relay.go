@@ -55,8 +55,11 @@ type Relay struct {
 	// execMode, when set, goes first in every statement's arguments: pgx's
 	// QueryExecModeCacheDescribe (see detectExecMode). Found with the table.
 	execMode atomic.Pointer[any]
-	walk     atomic.Int64 // keys the next lease walks for heads (see leaseBatchPostgres)
-	runs     atomic.Bool  // the next lease takes runs of keys (leaseRunsPostgres): evidence of keys with events behind their heads
+	// noJIT: the database may JIT-compile the lease, which then runs in a
+	// transaction with jit off (see jit.go). Found with the table.
+	noJIT atomic.Bool
+	walk  atomic.Int64 // keys the next lease walks for heads (see leaseBatchPostgres)
+	runs  atomic.Bool  // the next lease takes runs of keys (leaseRunsPostgres): evidence of keys with events behind their heads
 	// lastKeys are the ordering keys of the last non-empty lease; noRuns:
 	// a runs lease found no followers since the last evidence of a key's
 	// backlog (both the poll loop's own).
@@ -206,6 +209,11 @@ func (r *Relay) checkTable(ctx context.Context) error {
 		if mode != nil {
 			r.execMode.Store(&mode)
 		}
+		jit, err := detectJIT(ctx, r.db)
+		if err != nil {
+			return fmt.Errorf("%w: %w", errUnreachable, err)
+		}
+		r.noJIT.Store(jit)
 	}
 	r.tableOK.Store(true)
 	return nil

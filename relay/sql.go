@@ -114,6 +114,7 @@ const leaseHeadsPostgres = `{walkcte}SELECT e.sequence{headcols} FROM {table} e
             {pendingsrc}
             UNION ALL
             (SELECT c.sequence FROM {table} c WHERE c.published_at IS NULL AND c.ordering_key IS NULL
+               {available}
              ORDER BY c.sequence LIMIT $4){walksource}))
       AND e.published_at IS NULL AND e.dead_lettered_at IS NULL
       AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= coalesce($3::timestamptz, now()))
@@ -138,10 +139,12 @@ const leaseHeadsPostgres = `{walkcte}SELECT e.sequence{headcols} FROM {table} e
 // and 1000 such tests made a lease take seconds.
 const (
 	pendingSourcePostgres = `(SELECT c.sequence FROM {table} c WHERE c.published_at IS NULL AND c.dead_lettered_at IS NULL
+               {available}
              ORDER BY c.sequence LIMIT $4)`
 	pendingSourceRunsPostgres = `(SELECT d.sequence FROM (
                 SELECT c.sequence, c.ordering_key, row_number() OVER (PARTITION BY c.ordering_key ORDER BY c.sequence) AS rn
                 FROM (SELECT c.sequence, c.ordering_key FROM {table} c WHERE c.published_at IS NULL AND c.dead_lettered_at IS NULL
+                        {available}
                       ORDER BY c.sequence LIMIT $4) c) d
              WHERE d.ordering_key IS NULL OR d.rn = 1)`
 )
@@ -212,6 +215,26 @@ WHERE t.sequence = ANY(ARRAY(SELECT herald_seq FROM runs)) AND t.sequence = runs
       AND (t.lease_until IS NULL OR t.lease_until < coalesce($3::timestamptz, now())) THEN true ELSE false END
 RETURNING {tcolumns}, runs.herald_pos`
 
+// availablePostgres narrows the lease's candidate sources to events no
+// live lease holds and whose retry is due. The candidates were the first
+// BatchSize pending events whatever their state: while one relay held a
+// lease on the front of a backlog, a second relay's candidates were those
+// very events, each failing the lease's predicates, and it leased nothing
+// until the first relay's marks (two relays drained no faster than one);
+// and BatchSize failing unordered events waiting for their retry at the
+// front of the table held back every unordered event behind them
+// (TestSecondRelayLeasesPastTheFirstsLease, TestRetriesDoNotHoldBackOthers).
+// Candidates only narrow where the predicates look, so the per-key
+// argument above is unchanged. The pending index has no lease column: the
+// scan reads each candidate's row, which the lease reads anyway, and steps
+// over at most the events other relays hold plus those waiting for a retry.
+const (
+	availablePostgres = `AND (c.lease_until IS NULL OR c.lease_until < coalesce($3::timestamptz, now()))
+               AND (c.next_attempt_at IS NULL OR c.next_attempt_at <= coalesce($3::timestamptz, now()))`
+	availableSQLite = `AND (c.lease_until IS NULL OR c.lease_until < $3)
+                  AND (c.next_attempt_at IS NULL OR c.next_attempt_at <= $3)`
+)
+
 // walkPostgres is the key walk's CTE and candidate source, spliced into
 // leaseBatchPostgres only for a lease that walks: the statement without it
 // carries no recursive CTE, whose estimated cost on a table with few
@@ -244,10 +267,12 @@ WHERE sequence IN (
     SELECT e.sequence FROM {table} e
     WHERE e.sequence IN (
             SELECT sequence FROM (SELECT c.sequence FROM {table} c
-                WHERE c.published_at IS NULL AND c.dead_lettered_at IS NULL ORDER BY c.sequence LIMIT $4)
+                WHERE c.published_at IS NULL AND c.dead_lettered_at IS NULL
+                  {available} ORDER BY c.sequence LIMIT $4)
             UNION ALL
             SELECT sequence FROM (SELECT c.sequence FROM {table} c
-                WHERE c.published_at IS NULL AND c.ordering_key IS NULL ORDER BY c.sequence LIMIT $4){walksource})
+                WHERE c.published_at IS NULL AND c.ordering_key IS NULL
+                  {available} ORDER BY c.sequence LIMIT $4){walksource})
       AND e.published_at IS NULL AND e.dead_lettered_at IS NULL
       AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= $3)
       AND (e.lease_until IS NULL OR e.lease_until < $3)
@@ -542,14 +567,15 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 	fc, _, _ := b.filterCondition(f, cleanupFrom)
 	f2, _, _ := b.filterCondition(f, 2)
 	lease := b.pick(leaseBatchPostgres, leaseBatchSQLite)
+	avail := strings.NewReplacer("{available}", b.pick(availablePostgres, availableSQLite))
 	cte, src := b.pick(walkCTEPostgres, walkCTESQLite), b.pick(walkSourcePostgres, walkSourceSQLite)
-	st.lease = b.render(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", "", "{pendingsrc}", pendingSourcePostgres).Replace(lease), f5, "")
-	st.leaseWalk = b.render(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", "", "{pendingsrc}", pendingSourcePostgres).Replace(lease), f6, "")
+	st.lease = b.render(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", "", "{pendingsrc}", pendingSourcePostgres).Replace(lease)), f5, "")
+	st.leaseWalk = b.render(avail.Replace(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", "", "{pendingsrc}", pendingSourcePostgres).Replace(lease)), f6, "")
 	st.leaseRuns, st.leaseRunsWalk = st.lease, st.leaseWalk
 	if b.d == envelope.Postgres {
 		runs := leaseRunsPostgres
-		st.leaseRuns = b.render(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourceRunsPostgres).Replace(runs), f5, "")
-		st.leaseRunsWalk = b.render(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourceRunsPostgres).Replace(runs), f6, "")
+		st.leaseRuns = b.render(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourceRunsPostgres).Replace(runs)), f5, "")
+		st.leaseRunsWalk = b.render(avail.Replace(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourceRunsPostgres).Replace(runs)), f6, "")
 	}
 	st.markPublished = b.render(b.pick(markPublishedPostgres, markPublishedSQLite), "", "")
 	st.deletePublished = b.render(b.pick(deletePublishedPostgres, deletePublishedSQLite), "", "")

@@ -15,8 +15,8 @@ import (
 )
 
 // DefaultDialTimeout bounds connecting (TCP, TLS and the AMQP handshake)
-// when the delivery's context has no earlier deadline.
-const DefaultDialTimeout = 30 * time.Second
+// when the delivery's context has no deadline; amqpfanout's is the same.
+const DefaultDialTimeout = 10 * time.Second
 
 // Config configures a Delivery.
 type Config struct {
@@ -31,12 +31,20 @@ type Config struct {
 	// exchange, which routes a message to the queue named by its routing
 	// key. herald never declares it.
 	Exchange string
-	// RoutingKey is the routing key of every message; "" = the event's
-	// topic (or RoutingKeyFunc's answer), which suits a topic exchange
-	// ("library.loan.*" bindings).
+	// RoutingKey is the routing key of every message; "" =
+	// RoutingKeyFunc's answer.
 	RoutingKey string
-	// RoutingKeyFunc maps an event to its routing key; nil = the event's
-	// topic. Not together with RoutingKey.
+	// RoutingKeyFunc maps an event to its routing key; nil =
+	// delivery.ByAggregate, the topic less its operation: a captured row's
+	// events ("shop.order.inserted", "shop.order.updated") share the
+	// routing key "shop.order" — on the default exchange, the queue
+	// "shop.order" — and a queue holds them in sequence order. A topic
+	// exchange binds "shop.order", "shop.*" or "shop.order.#" (which
+	// matches "shop.order" and "shop.order.updated" alike, so a binding
+	// made for per-topic routing keys keeps working). To filter by
+	// operation give delivery.ByTopic, and bind each queue to every
+	// operation of a model ("shop.order.*"), or lose the order between
+	// them. Not together with RoutingKey.
 	RoutingKeyFunc func(e *envelope.Event) string
 
 	// Mandatory publishes with the mandatory flag: a message the exchange
@@ -90,6 +98,9 @@ func New(cfg Config) (*Delivery, error) {
 		return nil, cfgErr("URL", "%v", err)
 	}
 	d := &Delivery{cfg: cfg}
+	if d.cfg.RoutingKeyFunc == nil {
+		d.cfg.RoutingKeyFunc = delivery.ByAggregate
+	}
 	if cfg.AMQPConfig != nil {
 		d.amqp = *cfg.AMQPConfig
 	}
@@ -102,16 +113,12 @@ func New(cfg Config) (*Delivery, error) {
 
 // Publishing returns the message the delivery publishes for e and its
 // routing key: persistent, the payload as JSON body, the event id as
-// message id, the event's headers plus herald-event-id and herald-topic as
-// headers.
+// message id, the event's headers plus herald-event-id, herald-topic,
+// herald-sequence and herald-ordering-key as headers (delivery.Headers).
 func (d *Delivery) Publishing(e *envelope.Event) (routingKey string, msg amqp091.Publishing) {
 	routingKey = d.cfg.RoutingKey
-	switch {
-	case routingKey != "":
-	case d.cfg.RoutingKeyFunc != nil:
+	if routingKey == "" {
 		routingKey = d.cfg.RoutingKeyFunc(e)
-	default:
-		routingKey = e.Topic
 	}
 	hs := delivery.Headers(e)
 	t := make(amqp091.Table, len(hs))

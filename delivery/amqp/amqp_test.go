@@ -129,8 +129,75 @@ func newReceiver(t testing.TB) *deliverytest.Receiver {
 	}
 }
 
+// atDefaults is a receiver of a delivery built from the URL alone, which
+// publishes to the default exchange: the routing key names the queue. It
+// declares a queue for every destination the delivery may use (each event
+// topic and its aggregate) and consumes them all on one channel, each
+// message's destination its queue.
+func atDefaults(t testing.TB, topics []string) *deliverytest.Receiver {
+	u := testkit.AMQPURL(t)
+	conn, err := amqp091.Dial(u)
+	if err != nil {
+		t.Fatalf("RabbitMQ: %v", err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu   sync.Mutex
+		msgs []deliverytest.Message
+		wg   sync.WaitGroup
+	)
+	queues := map[string]bool{}
+	for _, tp := range topics {
+		queues[tp] = true
+		queues[delivery.ByAggregate(&envelope.Event{Topic: tp})] = true
+	}
+	for q := range queues {
+		if _, err := ch.QueueDeclare(q, false, true, true, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		ds, err := ch.Consume(q, "", true, true, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			for m := range ds {
+				dm := deliverytest.Message{Body: m.Body, Headers: map[string]string{}, Destination: q}
+				for k, v := range m.Headers {
+					if s, ok := v.(string); ok {
+						dm.Headers[strings.ToLower(k)] = s
+					}
+				}
+				mu.Lock()
+				msgs = append(msgs, dm)
+				mu.Unlock()
+			}
+		})
+	}
+	t.Cleanup(func() {
+		_ = conn.Close()
+		wg.Wait()
+	})
+	return &deliverytest.Receiver{
+		NewDelivery: func(t testing.TB) delivery.Delivery {
+			d, err := amqp.New(amqp.Config{URL: u})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d
+		},
+		Received: func(testing.TB) []deliverytest.Message {
+			mu.Lock()
+			defer mu.Unlock()
+			return append([]deliverytest.Message(nil), msgs...)
+		},
+	}
+}
+
 func TestConformance(t *testing.T) {
-	deliverytest.Run(t, deliverytest.Suite{NewReceiver: newReceiver})
+	deliverytest.Run(t, deliverytest.Suite{NewReceiver: newReceiver, AtDefaults: atDefaults})
 }
 
 func event(topic string) *envelope.Event {
@@ -151,8 +218,9 @@ func TestMessageProperties(t *testing.T) {
 	}
 	testkit.Eventually(t, 10*time.Second, func() bool { return len(b.received()) == 1 }, "one message")
 	m := b.received()[0]
-	if m.DeliveryMode != amqp091.Persistent || m.MessageId != e.ID.String() || m.RoutingKey != e.Topic ||
-		m.ContentType != "application/json" || string(m.Body) != `{"n":1}` || m.Headers[delivery.HeaderTopic] != e.Topic {
+	if m.DeliveryMode != amqp091.Persistent || m.MessageId != e.ID.String() || m.RoutingKey != "library.loan" ||
+		m.ContentType != "application/json" || string(m.Body) != `{"n":1}` || m.Headers[delivery.HeaderTopic] != e.Topic ||
+		m.Headers[delivery.HeaderOrderingKey] != "k" || m.Headers[delivery.HeaderSequence] != "0" {
 		t.Fatalf("message %+v", m)
 	}
 }
@@ -268,5 +336,45 @@ func TestConfigErrors(t *testing.T) {
 	}
 	if _, err := amqp.New(amqp.Config{URL: "http://x"}); !errors.Is(err, envelope.ErrConfiguration) {
 		t.Errorf("bad URL: %v", err)
+	}
+}
+
+// A topic-exchange binding "<model>.#" matches the aggregate routing key
+// the delivery sends at its defaults, as it matched per-topic keys.
+func TestHashBindingMatchesAggregate(t *testing.T) {
+	t.Parallel()
+	u := testkit.AMQPURL(t)
+	conn, err := amqp091.Dial(u)
+	if err != nil {
+		t.Fatalf("RabbitMQ: %v", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, q, model := testkit.Name("herald-x-"), testkit.Name("herald-q-"), testkit.Name("m")
+	if err := ch.ExchangeDeclare(ex, "topic", false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ch.ExchangeDelete(ex, false, false) }()
+	if _, err := ch.QueueDeclare(q, false, true, true, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(q, "shop."+model+".#", ex, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	d, err := amqp.New(amqp.Config{URL: u, Exchange: ex, Mandatory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	e := event("shop." + model + ".updated")
+	if err := d.Deliver(context.Background(), e); err != nil {
+		t.Fatalf("routing key shop.%s not routed by binding shop.%s.#: %v", model, model, err)
+	}
+	m, ok, err := ch.Get(q, true)
+	if err != nil || !ok || m.RoutingKey != "shop."+model || m.MessageId != e.ID.String() {
+		t.Fatalf("queue: %v %v %+v", ok, err, m)
 	}
 }

@@ -1,10 +1,15 @@
 // Package amqp delivers herald events to RabbitMQ with amqp091-go.
 //
 // Each event is one persistent message, published to an existing exchange
-// (Config.Exchange; "" = the default exchange) with the event's topic as
-// routing key — or Config.RoutingKey, or Config.RoutingKeyFunc's answer —
-// the JSON payload as body, the event id as message id, and the event's
-// headers plus herald-event-id and herald-topic as headers. The Delivery
+// (Config.Exchange; "" = the default exchange) with Config.RoutingKey or
+// Config.RoutingKeyFunc's answer as routing key, by default
+// delivery.ByAggregate — the event's topic less its operation, so a
+// captured row's "shop.order.inserted" and "shop.order.updated" share the
+// routing key "shop.order" (on the default exchange, the queue
+// "shop.order") and a queue holds them in sequence order — the JSON
+// payload as body, the event id as message id, and the event's headers
+// plus herald-event-id, herald-topic, herald-sequence and
+// herald-ordering-key as headers. The Delivery
 // is a delivery.BatchDelivery: a relay's batch is published on one channel
 // in confirm mode and the broker's confirmations are awaited for the whole
 // batch; an event succeeds only when its message is confirmed. A lost

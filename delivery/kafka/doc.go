@@ -1,16 +1,26 @@
 // Package kafka delivers herald events to Kafka with franz-go.
 //
-// Each event becomes one record: to Config.Topic, or to the event's own
-// topic (optionally mapped by Config.TopicFunc); the ordering key as the
-// record key, so the events of one key stay in one partition and keep
-// their order; the JSON payload as the value; the event's headers plus
-// herald-event-id and herald-topic as record headers. The Delivery is a
+// Each event becomes one record: to Config.Topic, or to Config.TopicFunc's
+// answer, by default delivery.ByAggregate — the event's topic less its
+// operation, so a captured row's "shop.order.inserted" and
+// "shop.order.updated" both go to the Kafka topic "shop.order"; the
+// ordering key as the record key, so the events of one key stay in one
+// partition and keep their order; the JSON payload as the value; the
+// event's headers plus herald-event-id, herald-topic, herald-sequence and
+// herald-ordering-key as record headers, so a consumer de-duplicates on
+// the id and orders on the sequence with no herald code. The Delivery is a
 // delivery.BatchDelivery: a relay's batch is produced at once — acks from
 // all in-sync replicas, the idempotent producer — and each record's result
 // is mapped back to its event, so one refused record fails only its event.
 //
 // The delivery takes a ready *kgo.Client (and never closes it) or builds
 // one from seed brokers (and flushes and closes it in Close).
+//
+// Events of one ordering key reach one partition only if TopicFunc maps
+// them all to one Kafka topic: ByAggregate does for captured events at the
+// default topic template; give your own function (as Debezium's outbox
+// router routes by aggregate) when a key spans topics that differ
+// otherwise.
 //
 // Guarantee: Deliver returns nil only for an event whose record Kafka
 // acknowledged; a record still unacknowledged when the relay's delivery

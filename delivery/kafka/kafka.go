@@ -35,11 +35,17 @@ type Config struct {
 	// its linger (10 ms by default) adds to every batch.
 	Client *kgo.Client
 
-	// Topic is the Kafka topic of every event; "" = the event's own topic
-	// (or TopicFunc's answer).
+	// Topic is the Kafka topic of every event; "" = TopicFunc's answer.
 	Topic string
-	// TopicFunc maps an event to its Kafka topic; nil = the event's topic.
-	// Not together with Topic. An event it maps to "" fails (ErrDelivery).
+	// TopicFunc maps an event to its Kafka topic; nil =
+	// delivery.ByAggregate, the topic less its operation: a captured row's
+	// events ("shop.order.inserted", "shop.order.updated") go to the Kafka
+	// topic "shop.order" with the ordering key as record key, so one
+	// partition holds them in sequence order. Give the same answer for
+	// every event of one ordering key, or a consumer loses their order;
+	// delivery.ByTopic is a Kafka topic per event topic. Not together with
+	// Topic. An event it maps to "" or to an illegal topic name fails at
+	// once, dead-lettered (ErrDelivery, ErrPermanent).
 	TopicFunc func(e *envelope.Event) string
 
 	// CloseTimeout bounds how long Close waits for records still buffered
@@ -82,6 +88,9 @@ func New(cfg Config) (*Delivery, error) {
 		return nil, cfgErr("CloseTimeout", "negative (%s)", cfg.CloseTimeout)
 	}
 	d := &Delivery{cl: cfg.Client, topic: cfg.Topic, topicFunc: cfg.TopicFunc, closeTimeout: cfg.CloseTimeout}
+	if d.topicFunc == nil {
+		d.topicFunc = delivery.ByAggregate
+	}
 	if d.closeTimeout == 0 {
 		d.closeTimeout = DefaultCloseTimeout
 	}
@@ -118,16 +127,13 @@ func (d *Delivery) Client() *kgo.Client { return d.cl }
 
 // Record returns the record the delivery produces for e: the topic, the
 // ordering key as key (nil for an unordered event), the payload as value,
-// the event's headers plus herald-event-id and herald-topic as headers.
-// The topic is "" when TopicFunc maps e to none.
+// the event's headers plus herald-event-id, herald-topic, herald-sequence
+// and herald-ordering-key as headers (delivery.Headers). The topic is ""
+// when TopicFunc maps e to none.
 func (d *Delivery) Record(e *envelope.Event) *kgo.Record {
 	topic := d.topic
-	switch {
-	case topic != "":
-	case d.topicFunc != nil:
+	if topic == "" {
 		topic = d.topicFunc(e)
-	default:
-		topic = e.Topic
 	}
 	hs := delivery.HeaderList(e)
 	rh := make([]kgo.RecordHeader, len(hs))
@@ -174,12 +180,12 @@ func (d *Delivery) DeliverBatch(ctx context.Context, es []*envelope.Event) []err
 	for i, e := range es {
 		r := d.Record(e)
 		if r.Topic == "" {
-			finish(i, fmt.Errorf("herald/kafka: event %s (topic %q): TopicFunc gave no Kafka topic: %w", e.ID, e.Topic, delivery.ErrDelivery))
+			finish(i, delivery.Permanent(fmt.Errorf("herald/kafka: event %s (topic %q): TopicFunc gave no Kafka topic: %w", e.ID, e.Topic, delivery.ErrDelivery)))
 			continue
 		}
 		if !legalTopic(r.Topic) {
-			finish(i, fmt.Errorf("herald/kafka: event %s: %q is not a legal Kafka topic name (at most 249 of a-z A-Z 0-9 . _ -); map it with Config.TopicFunc: %w",
-				e.ID, r.Topic, delivery.ErrDelivery))
+			finish(i, delivery.Permanent(fmt.Errorf("herald/kafka: event %s: %q is not a legal Kafka topic name (at most 249 of a-z A-Z 0-9 . _ -); map it with Config.TopicFunc: %w",
+				e.ID, r.Topic, delivery.ErrDelivery)))
 			continue
 		}
 		d.cl.Produce(ctx, r, func(r *kgo.Record, err error) {

@@ -3,7 +3,9 @@ package kafka_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -56,7 +58,8 @@ func createTopic(t testing.TB, brokers []string, topic string, partitions int32)
 // check).
 type consumer struct {
 	brokers []string
-	topic   string
+	topic   string // a topic, or with regex a regular expression of topics
+	regex   bool
 
 	once   sync.Once
 	mu     sync.Mutex
@@ -66,8 +69,12 @@ type consumer struct {
 }
 
 func (c *consumer) start(t testing.TB) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.brokers...), kgo.ConsumeTopics(c.topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))
+	opts := []kgo.Opt{kgo.SeedBrokers(c.brokers...), kgo.ConsumeTopics(c.topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50 * time.Millisecond)}
+	if c.regex {
+		opts = append(opts, kgo.ConsumeRegex(), kgo.MetadataMinAge(50*time.Millisecond), kgo.MetadataMaxAge(200*time.Millisecond))
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +86,8 @@ func (c *consumer) start(t testing.TB) {
 		for ctx.Err() == nil {
 			fs := cl.PollFetches(ctx)
 			fs.EachRecord(func(r *kgo.Record) {
-				m := deliverytest.Message{Body: r.Value, Key: string(r.Key), Headers: map[string]string{}}
+				m := deliverytest.Message{Body: r.Value, Key: string(r.Key), Headers: map[string]string{},
+					Destination: fmt.Sprintf("%s/%d", r.Topic, r.Partition)}
 				for _, h := range r.Headers {
 					m.Headers[strings.ToLower(h.Key)] = string(h.Value)
 				}
@@ -137,8 +145,34 @@ func newReceiver(t testing.TB) *deliverytest.Receiver {
 	}
 }
 
+// atDefaults is a receiver of a delivery built from the brokers alone: a
+// consumer of every topic whose name begins with the topics' first part,
+// each message's destination its topic and partition. The topics the
+// delivery may write to (the event topics and their aggregates) are
+// created with 3 partitions, so a key split over partitions would show.
+func atDefaults(t testing.TB, topics []string) *deliverytest.Receiver {
+	first, _, _ := strings.Cut(topics[0], ".")
+	brokers := testkit.Kafka(t)
+	for _, tp := range topics {
+		createTopic(t, brokers, tp, 3)
+		createTopic(t, brokers, delivery.ByAggregate(&envelope.Event{Topic: tp}), 3)
+	}
+	c := &consumer{brokers: brokers, topic: "^" + regexp.QuoteMeta(first) + `\.`, regex: true}
+	t.Cleanup(c.stop)
+	return &deliverytest.Receiver{
+		NewDelivery: func(t testing.TB) delivery.Delivery {
+			d, err := kafka.New(kafka.Config{Brokers: brokers})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d
+		},
+		Received: c.Received,
+	}
+}
+
 func TestConformance(t *testing.T) {
-	deliverytest.Run(t, deliverytest.Suite{NewReceiver: newReceiver, Keyed: true})
+	deliverytest.Run(t, deliverytest.Suite{NewReceiver: newReceiver, Keyed: true, AtDefaults: atDefaults})
 }
 
 func event(topic, key string) *envelope.Event {
@@ -269,7 +303,7 @@ func TestRecord(t *testing.T) {
 	e := event("library.loan.updated", "library.Loan:7")
 	e.Headers = map[string]string{"traceparent": "00-1"}
 	r := d.Record(e)
-	if r.Topic != e.Topic || string(r.Key) != e.OrderingKey || string(r.Value) != `{"n":1}` || len(r.Headers) != 3 {
+	if r.Topic != "library.loan" || string(r.Key) != e.OrderingKey || string(r.Value) != `{"n":1}` || len(r.Headers) != 5 {
 		t.Fatalf("record %+v", r)
 	}
 	if d.Record(event("t", "")).Key != nil {

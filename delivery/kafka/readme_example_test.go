@@ -13,7 +13,7 @@ import (
 // readmeDeliveries is the README's Deliveries snippet, compiled here so
 // that it stays true.
 func readmeDeliveries(ctx context.Context, sqlDB *sql.DB, secret string) error {
-	k, err := kafka.New(kafka.Config{Brokers: []string{"kafka:9092"}}) // topic = the event's topic
+	k, err := kafka.New(kafka.Config{Brokers: []string{"kafka:9092"}}) // Kafka topic = delivery.ByAggregate: shop.order.* → shop.order
 	if err != nil {
 		return err
 	}

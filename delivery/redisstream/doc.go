@@ -1,11 +1,16 @@
 // Package redisstream delivers herald events to Redis streams with
 // go-redis.
 //
-// Each event is one XADD to Config.Stream, or to the event's topic
-// (optionally mapped by Config.StreamFunc), with the fields id, topic,
-// ordering_key, headers (a JSON object: the event's headers plus
-// herald-event-id and herald-topic) and payload (the JSON payload as
-// stored); Config.MaxLen trims each stream with MAXLEN ~. The Delivery is
+// Each event is one XADD to Config.Stream, or to Config.StreamFunc's
+// answer, by default delivery.ByAggregate — the event's topic less its
+// operation, so a captured row's "shop.order.inserted" and
+// "shop.order.updated" share the stream "shop.order" — with the fields
+// id, topic, sequence, ordering_key, headers (a JSON object: the event's
+// headers plus herald-event-id, herald-topic, herald-sequence and
+// herald-ordering-key) and payload (the JSON payload as stored): a
+// consumer using XRANGE or XREADGROUP alone de-duplicates on id and orders
+// a key's entries on sequence. Config.MaxLen trims each stream with
+// MAXLEN ~. The Delivery is
 // a delivery.BatchDelivery: a relay's batch goes in one pipeline — one
 // round trip — and each entry's result is mapped back to its event.
 //
@@ -16,5 +21,8 @@
 // answered with an entry id. Entries are appended in batch order, and a
 // relay hands over the next event of a key only after the one before it
 // was appended, so a stream holds each key's events in order (an entry
-// may repeat after a failure: consumers de-duplicate on the id field).
+// may repeat after a failure: consumers de-duplicate on the id field) —
+// provided every event of the key goes to that stream, as ByAggregate
+// sends a captured row's; a key whose topics differ otherwise needs a
+// StreamFunc that gives them one stream.
 package redisstream

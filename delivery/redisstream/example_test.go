@@ -9,9 +9,11 @@ import (
 	"github.com/heraldgo/herald/envelope"
 )
 
-// The XADD a delivery sends for an event: one stream per topic, trimmed
-// to about 100,000 entries. Give d to relay.New, and Close it after the
-// relay stopped.
+// The XADD a delivery sends for an event: at the defaults the stream is
+// the topic less its operation (delivery.ByAggregate), so a row's
+// inserted, updated and deleted events share one stream in sequence
+// order; it is trimmed to about 100,000 entries. Give d to relay.New, and
+// Close it after the relay stopped.
 func ExampleDelivery_Args() {
 	d, err := redisstream.New(redisstream.Config{URL: "redis://127.0.0.1:6379/0", MaxLen: 100_000})
 	if err != nil {
@@ -19,8 +21,8 @@ func ExampleDelivery_Args() {
 	}
 	defer d.Close()
 	e := &envelope.Event{
-		ID:    uuid.MustParse("01920000-0000-7000-8000-000000000007"),
-		Topic: "library.loan.updated", OrderingKey: "library.Loan:7", Payload: []byte(`{"id":7}`),
+		ID:       uuid.MustParse("01920000-0000-7000-8000-000000000007"),
+		Sequence: 42, Topic: "library.loan.updated", OrderingKey: "library.Loan:7", Payload: []byte(`{"id":7}`),
 	}
 	a, err := d.Args(e)
 	if err != nil {
@@ -33,5 +35,5 @@ func ExampleDelivery_Args() {
 	}
 	fmt.Println()
 	// Output:
-	// XADD library.loan.updated MAXLEN ~ 100000 * id 01920000-0000-7000-8000-000000000007 topic library.loan.updated ordering_key library.Loan:7 headers {"herald-event-id":"01920000-0000-7000-8000-000000000007","herald-topic":"library.loan.updated"} payload {"id":7}
+	// XADD library.loan MAXLEN ~ 100000 * id 01920000-0000-7000-8000-000000000007 topic library.loan.updated sequence 42 ordering_key library.Loan:7 headers {"herald-event-id":"01920000-0000-7000-8000-000000000007","herald-ordering-key":"library.Loan:7","herald-sequence":"42","herald-topic":"library.loan.updated"} payload {"id":7}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -16,8 +17,9 @@ import (
 const (
 	FieldID          = "id"           // the event id, what consumers de-duplicate on
 	FieldTopic       = "topic"        // the event's topic
+	FieldSequence    = "sequence"     // the event's sequence in decimal: a key's events are in this order
 	FieldOrderingKey = "ordering_key" // "" for an unordered event
-	FieldHeaders     = "headers"      // JSON object: the event's headers plus herald-event-id and herald-topic
+	FieldHeaders     = "headers"      // JSON object: the event's headers plus herald-event-id, herald-topic, herald-sequence, herald-ordering-key
 	FieldPayload     = "payload"      // the JSON payload, as stored
 )
 
@@ -31,11 +33,16 @@ type Config struct {
 	// the delivery never closes it.
 	Client redis.UniversalClient
 
-	// Stream is the stream of every event; "" = the event's topic (or
-	// StreamFunc's answer).
+	// Stream is the stream of every event; "" = StreamFunc's answer.
 	Stream string
-	// StreamFunc maps an event to its stream; nil = the event's topic. Not
-	// together with Stream. An event it maps to "" fails (ErrDelivery).
+	// StreamFunc maps an event to its stream; nil = delivery.ByAggregate,
+	// the topic less its operation: a captured row's events
+	// ("shop.order.inserted", "shop.order.updated") share the stream
+	// "shop.order" and arrive there in sequence order. Give the same
+	// answer for every event of one ordering key, or a consumer loses
+	// their order; delivery.ByTopic is a stream per topic. Not together
+	// with Stream. An event it maps to "" fails at once, dead-lettered
+	// (ErrDelivery, ErrPermanent).
 	StreamFunc func(e *envelope.Event) string
 
 	// MaxLen trims each stream to about this many entries (XADD MAXLEN ~,
@@ -77,6 +84,9 @@ func New(cfg Config) (*Delivery, error) {
 		return nil, cfgErr("MaxLen", "negative (%d); 0 means no trimming", cfg.MaxLen)
 	}
 	d := &Delivery{rdb: cfg.Client, stream: cfg.Stream, streamFunc: cfg.StreamFunc, maxLen: cfg.MaxLen}
+	if d.streamFunc == nil {
+		d.streamFunc = delivery.ByAggregate
+	}
 	if d.rdb == nil {
 		opt, err := redis.ParseURL(cfg.URL)
 		if err != nil {
@@ -94,12 +104,8 @@ func (d *Delivery) Client() redis.UniversalClient { return d.rdb }
 // maps e to none.
 func (d *Delivery) Args(e *envelope.Event) (*redis.XAddArgs, error) {
 	stream := d.stream
-	switch {
-	case stream != "":
-	case d.streamFunc != nil:
+	if stream == "" {
 		stream = d.streamFunc(e)
-	default:
-		stream = e.Topic
 	}
 	hs, err := json.Marshal(delivery.Headers(e))
 	if err != nil {
@@ -111,6 +117,7 @@ func (d *Delivery) Args(e *envelope.Event) (*redis.XAddArgs, error) {
 		Values: []any{
 			FieldID, e.ID.String(),
 			FieldTopic, e.Topic,
+			FieldSequence, strconv.FormatInt(e.Sequence, 10),
 			FieldOrderingKey, e.OrderingKey,
 			FieldHeaders, hs,
 			FieldPayload, delivery.Body(e),
@@ -143,7 +150,7 @@ func (d *Delivery) DeliverBatch(ctx context.Context, es []*envelope.Event) []err
 		case err != nil:
 			errs[i] = err
 		case a.Stream == "":
-			errs[i] = fmt.Errorf("herald/redisstream: event %s (topic %q): StreamFunc gave no stream: %w", e.ID, e.Topic, delivery.ErrDelivery)
+			errs[i] = delivery.Permanent(fmt.Errorf("herald/redisstream: event %s (topic %q): StreamFunc gave no stream: %w", e.ID, e.Topic, delivery.ErrDelivery))
 		default:
 			cmds[i] = pipe.XAdd(ctx, a)
 			continue

@@ -31,14 +31,15 @@ func read(t testing.TB, rdb *redis.Client, stream string) []deliverytest.Message
 	}
 	out := make([]deliverytest.Message, 0, len(xs))
 	for _, x := range xs {
-		m := deliverytest.Message{Headers: map[string]string{}}
+		m := deliverytest.Message{Headers: map[string]string{}, Destination: stream}
 		m.Body = []byte(x.Values[redisstream.FieldPayload].(string))
 		m.Key = x.Values[redisstream.FieldOrderingKey].(string)
 		if err := json.Unmarshal([]byte(x.Values[redisstream.FieldHeaders].(string)), &m.Headers); err != nil {
 			t.Fatalf("entry %s: headers: %v", x.ID, err)
 		}
-		if m.Headers[delivery.HeaderEventID] != x.Values[redisstream.FieldID] || m.Headers[delivery.HeaderTopic] != x.Values[redisstream.FieldTopic] {
-			t.Fatalf("entry %s: id/topic fields %v disagree with the headers %v", x.ID, x.Values, m.Headers)
+		if m.Headers[delivery.HeaderEventID] != x.Values[redisstream.FieldID] || m.Headers[delivery.HeaderTopic] != x.Values[redisstream.FieldTopic] ||
+			m.Headers[delivery.HeaderSequence] != x.Values[redisstream.FieldSequence] || m.Headers[delivery.HeaderOrderingKey] != m.Key {
+			t.Fatalf("entry %s: id/topic/sequence/ordering_key fields %v disagree with the headers %v", x.ID, x.Values, m.Headers)
 		}
 		out = append(out, m)
 	}
@@ -81,8 +82,40 @@ func newReceiver(t testing.TB) *deliverytest.Receiver {
 	}
 }
 
+// atDefaults is a receiver of a delivery built from a URL alone: it reads
+// every stream of its private server with XRANGE.
+func atDefaults(t testing.TB, _ []string) *deliverytest.Receiver {
+	srv := deliverytest.NewRedisServer(t)
+	reader := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 1, MaxRetries: -1})
+	t.Cleanup(func() { _ = reader.Close() })
+	return &deliverytest.Receiver{
+		NewDelivery: func(t testing.TB) delivery.Delivery {
+			d, err := redisstream.New(redisstream.Config{URL: srv.URL()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d
+		},
+		Received: func(t testing.TB) []deliverytest.Message {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			streams, _, err := reader.ScanType(ctx, 0, "*", 1000, "stream").Result()
+			if err != nil {
+				t.Fatalf("SCAN: %v", err)
+			}
+			var out []deliverytest.Message
+			for _, s := range streams {
+				out = append(out, read(t, reader, s)...)
+			}
+			return out
+		},
+		Down: srv.Stop,
+		Up:   srv.Start,
+	}
+}
+
 func TestConformance(t *testing.T) {
-	deliverytest.Run(t, deliverytest.Suite{NewReceiver: newReceiver, Keyed: true})
+	deliverytest.Run(t, deliverytest.Suite{NewReceiver: newReceiver, Keyed: true, AtDefaults: atDefaults})
 }
 
 func event(topic, key string) *envelope.Event {
@@ -121,7 +154,8 @@ func TestStreamPerTopicAndErrorsPerEntry(t *testing.T) {
 	}
 	es := []*envelope.Event{event("a", "k1"), event("wrongtype", "k2"), event("b", ""), event("none", "k3")}
 	errs := d.DeliverBatch(ctx, es)
-	if errs == nil || errs[0] != nil || errs[2] != nil || !strings.Contains(errs[1].Error(), "WRONGTYPE") || !errors.Is(errs[3], delivery.ErrDelivery) {
+	if errs == nil || errs[0] != nil || errs[2] != nil || !strings.Contains(errs[1].Error(), "WRONGTYPE") ||
+		!errors.Is(errs[3], delivery.ErrDelivery) || !errors.Is(errs[3], delivery.ErrPermanent) {
 		t.Fatalf("errors %v", errs)
 	}
 	t.Cleanup(func() { rdb.Del(context.Background(), wrongType, prefix+".a", prefix+".b") })

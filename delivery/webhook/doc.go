@@ -1,7 +1,8 @@
 // Package webhook delivers herald events as HTTP POST requests.
 //
 // Each event is one POST of its JSON payload, with the event's headers,
-// herald-event-id and herald-topic as request headers, to Config.URL or to
+// herald-event-id, herald-topic, herald-sequence and herald-ordering-key
+// (delivery.Headers) as request headers, to Config.URL or to
 // the URL a per-event Config.Target gives (a subscriber's endpoint, with
 // its own secret and headers). With a secret the request is signed:
 // `herald-signature: sha256=<hex HMAC-SHA256 of the body>` (SchemeHerald,

@@ -106,8 +106,35 @@ func newReceiver(t testing.TB) *deliverytest.Receiver {
 	}
 }
 
+// atDefaults is an httptest receiver of a delivery built from its URL
+// (and the network the test server listens on) alone; the destination is
+// the URL's path: one URL, so one destination.
+func atDefaults(t testing.TB, _ []string) *deliverytest.Receiver {
+	s := newServer(t, nil)
+	return &deliverytest.Receiver{
+		NewDelivery: func(t testing.TB) delivery.Delivery {
+			d, err := webhook.New(webhook.Config{URL: s.URL + "/events", AllowNetworks: loopback})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d
+		},
+		Received: func(t testing.TB) []deliverytest.Message {
+			var ms []deliverytest.Message
+			for _, r := range s.requests() {
+				m := deliverytest.Message{Body: r.Body, Headers: map[string]string{}, Destination: r.Path}
+				for k, v := range r.Header {
+					m.Headers[strings.ToLower(k)] = v[0]
+				}
+				ms = append(ms, m)
+			}
+			return ms
+		},
+	}
+}
+
 func TestConformance(t *testing.T) {
-	deliverytest.Run(t, deliverytest.Suite{NewReceiver: newReceiver})
+	deliverytest.Run(t, deliverytest.Suite{NewReceiver: newReceiver, AtDefaults: atDefaults})
 }
 
 func event(topic string) *envelope.Event {

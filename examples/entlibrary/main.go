@@ -2,7 +2,7 @@
 // ent on a SQLite file in a temporary directory, schemas captured with
 // entcapture.Mixin (an edge whose rows the database deletes with their
 // parent, and an edge schema), their generated code (ent/, made by
-// `go generate ./ent` with entcapture.Extension()), and a relay that
+// `go generate ./ent` with entcapturegen.Extension()), and a relay that
 // delivers every event in order to a Go function that prints it.
 //
 //	go run ./examples/entlibrary

@@ -6,10 +6,25 @@
 //
 //	go run ./examples/service -kafka 127.0.0.1:9092 -webhook-url https://billing.example/hooks -webhook-secret s3cret
 //
+// Without a Kafka, -kafka-fake runs an in-process Kafka (franz-go's kfake)
+// instead and logs its address, which any Kafka client can consume from
+// while the service runs (kcat -b <addr> -t shop.order -C); its records are
+// gone when the service exits:
+//
+//	go run ./examples/service -kafka-fake -webhook-url http://127.0.0.1:9000/hooks -webhook-allow-private
+//
+// An order's events share its ordering key "order:<id>": the captured
+// shop.order.inserted and shop.order.updated and the API's own
+// shop.order.placed. They go to one Kafka topic, the aggregate's
+// (shop.order: shopTopic, a Config.TopicFunc), so they reach one partition
+// and a consumer reads them in sequence order (the herald-sequence
+// header); -kafka-topic sends every shop event to one topic instead.
+//
 // The relay runs in the service's process by default (-mode all). Run it
 // as a process of its own — one relay process beside many API replicas —
 // with -mode api for the API and -mode relay for the relay; the API's
-// commits still wake it at once through NOTIFY.
+// commits still wake it at once through NOTIFY. The relay logs "relay
+// started" once it runs, in every mode but api.
 //
 // SIGTERM (or Ctrl-C) shuts it down gracefully: the HTTP server stops
 // accepting requests and finishes the ones in flight, then the relay
@@ -43,6 +58,8 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -58,10 +75,14 @@ import (
 
 // Config is the service's configuration, from flags.
 type Config struct {
-	Mode          string // all, api or relay
-	Addr          string
-	DSN           string
-	KafkaBrokers  []string
+	Mode         string // all, api or relay
+	Addr         string
+	DSN          string
+	KafkaBrokers []string
+	// KafkaFake runs an in-process Kafka (kfake) instead of KafkaBrokers.
+	KafkaFake bool
+	// KafkaTopic is the one Kafka topic of every shop event; "" = its
+	// aggregate's (shopTopic).
 	KafkaTopic    string
 	WebhookURL    string
 	WebhookSecret string
@@ -77,7 +98,8 @@ func main() {
 	flag.StringVar(&cfg.Addr, "addr", "127.0.0.1:8080", "HTTP listen address (modes all and api)")
 	flag.StringVar(&cfg.DSN, "dsn", envOr("HERALD_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL connection string")
 	flag.StringVar(&brokers, "kafka", envOr("HERALD_KAFKA_BROKERS", "127.0.0.1:9092"), "Kafka seed brokers, comma-separated")
-	flag.StringVar(&cfg.KafkaTopic, "kafka-topic", "shop.events", "Kafka topic of the shop.* events")
+	flag.BoolVar(&cfg.KafkaFake, "kafka-fake", false, "run an in-process Kafka (kfake) instead of -kafka, for trying the service without one")
+	flag.StringVar(&cfg.KafkaTopic, "kafka-topic", "", "one Kafka topic for every shop.* event (default: the aggregate's, shop.order for an order's events)")
 	flag.StringVar(&cfg.WebhookURL, "webhook-url", "", "URL receiving the billing.* events")
 	flag.StringVar(&cfg.WebhookSecret, "webhook-secret", os.Getenv("WEBHOOK_SECRET"), "secret signing the webhook requests (herald-signature: sha256=…)")
 	flag.BoolVar(&cfg.AllowPrivateWebhook, "webhook-allow-private", false, "let the webhook reach loopback and private addresses")
@@ -124,7 +146,7 @@ func Run(ctx context.Context, cfg Config, listening func(addr string)) error {
 
 	// One wakeup for the process: the API's transactions NOTIFY through
 	// it, the relay LISTENs on it.
-	wake, err := pgnotify.New(cfg.DSN, pgnotify.Config{})
+	wake, err := pgnotify.New(pgnotify.Config{ConnString: cfg.DSN})
 	if err != nil {
 		return err
 	}
@@ -132,18 +154,32 @@ func Run(ctx context.Context, cfg Config, listening func(addr string)) error {
 
 	var r *relay.Relay
 	if cfg.Mode != "api" {
+		if cfg.KafkaFake {
+			// shop.order exists at once; another aggregate's topic is
+			// created when first produced to.
+			cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "shop.order"),
+				kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(3))
+			if err != nil {
+				return fmt.Errorf("start the in-process Kafka: %w", err)
+			}
+			defer cluster.Close()
+			cfg.KafkaBrokers = cluster.ListenAddrs()
+			slog.Info("in-process Kafka (kfake) started; its records are lost when the service exits", "brokers", strings.Join(cfg.KafkaBrokers, ","))
+		}
 		router, err := newRouter(cfg)
 		if err != nil {
 			return err
 		}
 		defer router.Close()
-		r, err = relay.New(sqlDB, router, relay.Config{Wakeup: wake, Name: "service-relay-" + fmt.Sprint(os.Getpid())})
+		name := "service-relay-" + fmt.Sprint(os.Getpid())
+		r, err = relay.New(sqlDB, router, relay.Config{Wakeup: wake, Name: name})
 		if err != nil {
 			return err
 		}
 		if err := r.Start(ctx); err != nil {
 			return err
 		}
+		slog.Info("relay started", "relay", name, "mode", cfg.Mode, "kafka", strings.Join(cfg.KafkaBrokers, ","))
 	}
 
 	var srv *http.Server
@@ -194,10 +230,31 @@ func Run(ctx context.Context, cfg Config, listening func(addr string)) error {
 	return errors.Join(errs...)
 }
 
+// shopTopic is the Kafka topic of a shop event: its aggregate, the first
+// two parts of its topic ("shop.order.inserted", "shop.order.placed" →
+// "shop.order"). An order's captured changes and the events the API
+// enqueues for it share its ordering key, so they must share a topic to
+// share a partition; delivery.ByAggregate, the default, would send
+// shop.order.placed to a topic of its own.
+func shopTopic(e *envelope.Event) string {
+	parts := strings.SplitN(e.Topic, ".", 3)
+	if len(parts) < 2 {
+		return e.Topic
+	}
+	return parts[0] + "." + parts[1]
+}
+
 // newRouter sends shop.* to Kafka and billing.* to the signed webhook; an
-// event of any other topic fails and is retried until a route exists.
+// event of any other topic is dead-lettered at once (no route).
 func newRouter(cfg Config) (*delivery.Routing, error) {
-	k, err := kafka.New(kafka.Config{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic})
+	kcfg := kafka.Config{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic}
+	if cfg.KafkaTopic == "" {
+		kcfg.TopicFunc = shopTopic
+	}
+	if cfg.KafkaFake {
+		kcfg.ClientOptions = []kgo.Opt{kgo.AllowAutoTopicCreation()}
+	}
+	k, err := kafka.New(kcfg)
 	if err != nil {
 		return nil, err
 	}

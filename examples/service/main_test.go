@@ -15,6 +15,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -46,6 +47,7 @@ type service struct {
 	exited   chan struct{}
 	exitErr  error
 	shutdown chan struct{} // closed when it logged "shutting down"
+	brokers  string        // with -kafka-fake, the in-process Kafka's address
 }
 
 // start runs the service in mode with the given flags and waits until it
@@ -63,6 +65,7 @@ func start(t *testing.T, mode string, args ...string) *service {
 	}
 	s := &service{cmd: cmd, exited: make(chan struct{}), shutdown: make(chan struct{})}
 	addr := make(chan string, 1)
+	relayUp := make(chan struct{}, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		closed := false
@@ -71,11 +74,17 @@ func start(t *testing.T, mode string, args ...string) *service {
 			s.mu.Lock()
 			s.lines = append(s.lines, line)
 			s.mu.Unlock()
-			var rec struct{ Msg, Addr string }
+			var rec struct{ Msg, Addr, Brokers string }
 			_ = json.Unmarshal([]byte(line), &rec)
 			switch rec.Msg {
 			case "listening":
 				addr <- rec.Addr
+			case "relay started":
+				relayUp <- struct{}{}
+			case "in-process Kafka (kfake) started; its records are lost when the service exits":
+				s.mu.Lock()
+				s.brokers = rec.Brokers
+				s.mu.Unlock()
 			case "shutting down":
 				if !closed {
 					close(s.shutdown)
@@ -99,6 +108,15 @@ func start(t *testing.T, mode string, args ...string) *service {
 			s.mu.Unlock()
 		}
 	})
+	if mode != "api" {
+		select {
+		case <-relayUp:
+		case <-s.exited:
+			t.Fatalf("service exited: %v", s.exitErr)
+		case <-time.After(60 * time.Second):
+			t.Fatal(`the relay did not log "relay started" within 60 s`)
+		}
+	}
 	if mode == "relay" {
 		return s
 	}
@@ -264,13 +282,46 @@ func (c *consumer) find(eventID string) *kgo.Record {
 	return nil
 }
 
-const kafkaTopic = "shop.events"
+// kafkaTopic is the Kafka topic of an order's events at the service's
+// defaults: their aggregate's.
+const kafkaTopic = "shop.order"
 
 func servers(t *testing.T) (dsn string, sqlDB *sql.DB, brokers []string) {
 	t.Helper()
 	sqlDB, dsn = testkit.Postgres(t)
-	brokers = testkit.Kafka(t, kfake.SeedTopics(1, kafkaTopic))
+	brokers = testkit.Kafka(t, kfake.SeedTopics(3, kafkaTopic))
 	return dsn, sqlDB, brokers
+}
+
+// inOrder checks that the records of one order's key are in one partition
+// of kafkaTopic, in herald-sequence order, and returns their herald topics.
+func (c *consumer) inOrder(t *testing.T, key string) []string {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var topics []string
+	partition, last := int32(-1), int64(0)
+	seen := map[string]bool{}
+	for _, r := range c.records {
+		if string(r.Key) != key || seen[header(r, "herald-event-id")] {
+			continue
+		}
+		seen[header(r, "herald-event-id")] = true
+		if partition >= 0 && r.Partition != partition {
+			t.Fatalf("key %s: records in partitions %d and %d", key, partition, r.Partition)
+		}
+		partition = r.Partition
+		seq, err := strconv.ParseInt(header(r, "herald-sequence"), 10, 64)
+		if err != nil || seq <= last {
+			t.Fatalf("key %s: herald-sequence %q after %d: not in sequence order", key, header(r, "herald-sequence"), last)
+		}
+		if got := header(r, "herald-ordering-key"); got != key {
+			t.Fatalf("key %s: herald-ordering-key %q", key, got)
+		}
+		last = seq
+		topics = append(topics, header(r, "herald-topic"))
+	}
+	return topics
 }
 
 // TestService drives the service end to end: orders through its API,
@@ -282,7 +333,7 @@ func TestService(t *testing.T) {
 	dsn, sqlDB, brokers := servers(t)
 	const secret = "s3cret"
 	hooks := newReceiver(t, secret)
-	svc := start(t, "all", "-dsn", dsn, "-kafka", strings.Join(brokers, ","), "-kafka-topic", kafkaTopic,
+	svc := start(t, "all", "-dsn", dsn, "-kafka", strings.Join(brokers, ","),
 		"-webhook-url", hooks.URL, "-webhook-secret", secret, "-webhook-allow-private")
 	shop := newConsumer(t, brokers, kafkaTopic)
 
@@ -338,6 +389,12 @@ func TestService(t *testing.T) {
 	}, "refund not delivered to the webhook")
 	testkit.Eventually(t, 60*time.Second, func() bool { return len(shop.byTopic()["shop.order.updated"]) == 1 },
 		"the captured cancel not in Kafka: %v", shop.byTopic())
+	// One order's events, captured and enqueued, share its key: one topic,
+	// one partition, in sequence order (insert and placed in one
+	// transaction, then the update).
+	if got := shop.inOrder(t, fmt.Sprintf("order:%d", first.OrderID)); len(got) != 3 || got[2] != "shop.order.updated" {
+		t.Fatalf("order %d: records %v, want its insert and placed events, then its update", first.OrderID, got)
+	}
 	hooks.mu.Lock()
 	bad := hooks.bad
 	hooks.mu.Unlock()
@@ -385,7 +442,7 @@ func TestRelayProcess(t *testing.T) {
 	t.Parallel()
 	dsn, _, brokers := servers(t)
 	hooks := newReceiver(t, "x")
-	common := []string{"-dsn", dsn, "-kafka", strings.Join(brokers, ","), "-kafka-topic", kafkaTopic,
+	common := []string{"-dsn", dsn, "-kafka", strings.Join(brokers, ","),
 		"-webhook-url", hooks.URL, "-webhook-secret", "x", "-webhook-allow-private"}
 	api := start(t, "api", common...)
 	rel := start(t, "relay", common...)
@@ -397,4 +454,31 @@ func TestRelayProcess(t *testing.T) {
 	testkit.Eventually(t, 30*time.Second, func() bool { return shop.find(res.EventID) != nil }, "the relay process did not deliver")
 	api.stop(t)
 	rel.stop(t)
+}
+
+// TestKafkaFake: with -kafka-fake the service needs no Kafka; its
+// in-process one, at the address it logs, holds the shop's events.
+func TestKafkaFake(t *testing.T) {
+	t.Parallel()
+	dsn, sqlDB, _ := servers(t)
+	hooks := newReceiver(t, "x")
+	svc := start(t, "all", "-dsn", dsn, "-kafka", "127.0.0.1:1", "-kafka-fake",
+		"-webhook-url", hooks.URL, "-webhook-secret", "x", "-webhook-allow-private")
+	svc.mu.Lock()
+	brokers := svc.brokers
+	svc.mu.Unlock()
+	if brokers == "" {
+		t.Fatal("no in-process Kafka address logged before the relay started")
+	}
+	shop := newConsumer(t, strings.Split(brokers, ","), kafkaTopic)
+	status, res := post(t, svc.url+"/orders", `{"customer":"cy","item":"ink","qty":1}`, "")
+	if status != http.StatusCreated {
+		t.Fatalf("POST /orders = %d", status)
+	}
+	testkit.Eventually(t, 30*time.Second, func() bool { return shop.find(res.EventID) != nil }, "the placed event not in the in-process Kafka")
+	var published sql.NullTime
+	if err := sqlDB.QueryRow(`SELECT published_at FROM herald_outbox WHERE id = $1`, res.EventID).Scan(&published); err != nil || !published.Valid {
+		t.Fatalf("placed event not marked published (%v)", err)
+	}
+	svc.stop(t)
 }

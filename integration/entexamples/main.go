@@ -2,7 +2,7 @@
 // ent's own code: it takes ent's examples that run without a server
 // (testdata/upstream: the examples/ folder of github.com/ent/ent at v0.14.5,
 // Apache 2.0, generated code left out), adds entcapture.Mixin to every
-// schema and entcapture.Extension to their code generation, regenerates
+// schema and entcapturegen.Extension to their code generation, regenerates
 // them, opens their clients on entcapture.Driver with the outbox table
 // migrated, and runs their Example tests. Each must print exactly what it
 // prints without capture (its `// Output:` comment, unchanged), and leave
@@ -301,7 +301,7 @@ func addMixin(f string) error {
 var featureRE = regexp.MustCompile(`--feature ([\w/,]+)`)
 
 // addExtension makes the example's code generation use
-// entcapture.Extension: in its own entc.go, or in one written for it from
+// entcapturegen.Extension: in its own entc.go, or in one written for it from
 // the flags of its `ent generate` command.
 func addExtension(entDir string) error {
 	entc := filepath.Join(entDir, "entc.go")
@@ -310,8 +310,8 @@ func addExtension(entDir string) error {
 		if !strings.Contains(s, "opts := []entc.Option{\n") {
 			return errors.New(entc + ": no opts := []entc.Option{")
 		}
-		s = strings.Replace(s, "opts := []entc.Option{\n", "opts := []entc.Option{\n\t\tentc.Extensions(entcapture.Extension()),\n", 1)
-		s = strings.Replace(s, "import (\n", "import (\n\t\"github.com/heraldgo/herald/entcapture\"\n", 1)
+		s = strings.Replace(s, "opts := []entc.Option{\n", "opts := []entc.Option{\n\t\tentc.Extensions(entcapturegen.Extension()),\n", 1)
+		s = strings.Replace(s, "import (\n", "import (\n\t\"github.com/heraldgo/herald/entcapture/entcapturegen\"\n", 1)
 		return os.WriteFile(entc, []byte(s), 0o644)
 	}
 	var features []string
@@ -342,11 +342,11 @@ import (
 	"entgo.io/ent/entc"
 	"entgo.io/ent/entc/gen"
 
-	"github.com/heraldgo/herald/entcapture"
+	"github.com/heraldgo/herald/entcapture/entcapturegen"
 )
 
 func main() {
-	err := entc.Generate("./schema", &gen.Config{}, entc.FeatureNames(%s), entc.Extensions(entcapture.Extension()))
+	err := entc.Generate("./schema", &gen.Config{}, entc.FeatureNames(%s), entc.Extensions(entcapturegen.Extension()))
 	if err != nil {
 		log.Fatal(err)
 	}

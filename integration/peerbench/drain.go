@@ -36,11 +36,18 @@ type drainCase struct {
 // them is its best batch in the run.
 var watermillBatches = []int{1000, 10000}
 
+// backlogSizes are the backlog section's drains (-backlogs).
+var backlogSizes = []int{10000, 100000, 1000000}
+
 func drainCases() []drainCase {
 	cs := []drainCase{
-		{"herald relay, defaults (batch 100, 1 relay, delivery.Func)", heraldDrain(100, 1, false)},
-		{"herald relay, tuned (batch 1000, 2 relays, BatchDelivery)", heraldDrain(1000, 2, true)},
+		{"herald relay, defaults (batch 100, 1 relay, delivery.Func)", heraldDrain(100, 1, false, 0)},
+		{"herald relay, batch 1000, 1 relay, BatchDelivery", heraldDrain(1000, 1, true, 0)},
+		{"herald relay, tuned (batch 1000, 2 relays, BatchDelivery)", heraldDrain(1000, 2, true, 0)},
+		{"herald relay, batch 1000, 1 relay, BatchDelivery, 1,000 ordering keys", heraldDrain(1000, 1, true, 1000)},
+		{"bare lease-and-mark loop (relaybench), batch 100, 1 worker", bareDrain(100, 1)},
 		{"bare lease-and-mark loop (relaybench), batch 1000, 1 worker", bareDrain(1000, 1)},
+		{"bare lease-and-mark loop (relaybench), batch 1000, 2 workers", bareDrain(1000, 2)},
 		{"watermill-sql subscriber, defaults (batch 100)", watermillDrain(0)},
 	}
 	for _, b := range watermillBatches {
@@ -57,19 +64,39 @@ func drainCases() []drainCase {
 
 func openDB(cfg config) (*sql.DB, error) { return sql.Open("pgx", cfg.dsn) }
 
-func heraldDrain(batch, relays int, batchDelivery bool) func(context.Context, config) (float64, string, error) {
+func heraldDrain(batch, relays int, batchDelivery bool, keys int) func(context.Context, config) (float64, string, error) {
 	return func(ctx context.Context, cfg config) (float64, string, error) {
-		db, err := openDB(cfg)
-		if err != nil {
-			return 0, "", err
-		}
-		defer db.Close()
-		if err := fillHerald(ctx, db, cfg.events); err != nil {
-			return 0, "", err
-		}
-		d, err := relaybench.DrainRelays(ctx, db, "herald_outbox", cfg.events, batch, relays, batchDelivery)
-		return rate(cfg.events, d), "", err
+		return heraldDrainOf(ctx, cfg, cfg.events, batch, relays, batchDelivery, keys)
 	}
+}
+
+// heraldDrainOf drains n events spread over keys ordering keys (0:
+// unordered) with relays relays of BatchSize batch.
+func heraldDrainOf(ctx context.Context, cfg config, n, batch, relays int, batchDelivery bool, keys int) (float64, string, error) {
+	db, err := openDB(cfg)
+	if err != nil {
+		return 0, "", err
+	}
+	defer db.Close()
+	if err := fillHeraldKeys(ctx, db, n, keys); err != nil {
+		return 0, "", err
+	}
+	d, err := relaybench.DrainRelays(ctx, db, "herald_outbox", n, batch, relays, batchDelivery)
+	return rate(n, d), "", err
+}
+
+// backlogCases drain backlogs of each -backlogs size with the relay at its
+// defaults (batch 100, one relay): at PostgreSQL's default settings (JIT
+// on; -stock for autovacuum on) the rate must not fall with the size.
+func backlogCases(sizes []int) []drainCase {
+	var cs []drainCase
+	for _, n := range sizes {
+		cs = append(cs, drainCase{fmt.Sprintf("herald relay, defaults (batch 100, 1 relay), backlog of %d", n),
+			func(ctx context.Context, cfg config) (float64, string, error) {
+				return heraldDrainOf(ctx, cfg, n, 100, 1, false, 0)
+			}})
+	}
+	return cs
 }
 
 func bareDrain(batch, workers int) func(context.Context, config) (float64, string, error) {
@@ -102,11 +129,13 @@ func resetHerald(ctx context.Context, db *sql.DB) error {
 	return err
 }
 
-func fillHerald(ctx context.Context, db *sql.DB, n int) error {
+func fillHerald(ctx context.Context, db *sql.DB, n int) error { return fillHeraldKeys(ctx, db, n, 0) }
+
+func fillHeraldKeys(ctx context.Context, db *sql.DB, n, keys int) error {
 	if err := resetHerald(ctx, db); err != nil {
 		return err
 	}
-	if err := relaybench.Fill(ctx, db, "herald_outbox", n, 0); err != nil {
+	if err := relaybench.Fill(ctx, db, "herald_outbox", n, keys); err != nil {
 		return err
 	}
 	_, err := db.ExecContext(ctx, `CHECKPOINT`)

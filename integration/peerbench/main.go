@@ -5,12 +5,17 @@
 // server's settings and the command. Sections (-sections):
 //
 //   - drain: a backlog of -events events delivered to a no-op handler by
-//     herald's relay (defaults; tuned), the bare lease-and-mark loop of
-//     integration/relaybench, watermill-sql v4's subscriber and watermill's
+//     herald's relay (defaults; batch 1000 with one relay, two relays, and
+//     one relay on 1,000 ordering keys), the bare lease-and-mark loop of
+//     integration/relaybench (batch 100 and 1000, one worker and two), watermill-sql v4's subscriber and watermill's
 //     forwarder (components/forwarder, reading the same SQL subscriber and
 //     publishing to a no-op publisher), each at defaults (batch 100) and at
 //     each of -watermill-batches (1,000 and 10,000; the fastest is its best
 //     batch), and River (defaults; tuned);
+//   - backlog: the relay at its defaults draining backlogs of each
+//     -backlogs size (10,000, 100,000, 1,000,000), at the server's
+//     settings (JIT on unless the DSN says otherwise; -stock for
+//     autovacuum on): the rate should not fall with the size;
 //   - producer: cost per write, each ÷ a plain GORM Create in its own
 //     transaction: herald's captured Create, and GORM Create + herald
 //     Enqueue, + watermill Publish, + River InsertTx, + a hand-written
@@ -148,7 +153,7 @@ func runCleanups() {
 	cleanups = nil
 }
 
-var allSections = []string{"drain", "producer", "enqueue-many", "bulk", "latency", "sqlite"}
+var allSections = []string{"drain", "backlog", "producer", "enqueue-many", "bulk", "latency", "sqlite"}
 
 func main() {
 	var (
@@ -168,7 +173,16 @@ func main() {
 	)
 	wmBatches := flag.String("watermill-batches", "1000,10000", "SubscribeBatchSizes of the tuned watermill subscriber and forwarder drains, comma-separated (their default, 100, is measured too)")
 	flag.BoolVar(&unorderedIdx, "unordered-idx", true, "create herald_outbox_pending_unordered_idx if the migrations did not (schema version 3 does)")
+	backlogs := flag.String("backlogs", "10000,100000,1000000", "backlog sizes of the backlog section's drains, comma-separated")
 	flag.Parse()
+	backlogSizes = nil
+	for _, f := range strings.Split(*backlogs, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			fatalf("peerbench: -backlogs: %q is not a positive size", f)
+		}
+		backlogSizes = append(backlogSizes, n)
+	}
 	watermillBatches = nil
 	for _, f := range strings.Split(*wmBatches, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -391,6 +405,10 @@ func sectionCases(sec string) []kase {
 		for _, c := range drainCases() {
 			out = append(out, kase{"drain", c.name, true, one(c.name, "events/s", c.run)})
 		}
+	case "backlog":
+		for _, c := range backlogCases(backlogSizes) {
+			out = append(out, kase{"backlog", c.name, true, one(c.name, "events/s", c.run)})
+		}
 	case "producer":
 		out = append(out, kase{"producer", "producer", true, producerRound}) // several ratios per round
 	case "enqueue-many":
@@ -424,6 +442,8 @@ func sectionNote(sec string, cfg config) string {
 	switch sec {
 	case "drain":
 		return fmt.Sprintf("Drain of %d pending events (~250-byte JSON payload) to a no-op handler, timed from start until the last event is acknowledged/marked. Each drain starts from a freshly filled table.", cfg.events)
+	case "backlog":
+		return "Drains of backlogs of each -backlogs size with the relay at its defaults (batch 100, one relay, delivery.Func), each from a freshly filled table, at the server's settings as listed above (JIT as configured there): the rate should not fall with the size."
 	case "producer":
 		return fmt.Sprintf("Time per write of %d writes, each in its own transaction, ÷ the time of a plain GORM Create of the same row in its own transaction, alternated write by write.", cfg.writes)
 	case "enqueue-many":

@@ -21,7 +21,9 @@ func TestDrainWithTransports(t *testing.T) {
 	t.Parallel()
 	db, _ := testkit.Postgres(t)
 	ctx := context.Background()
-	brokers := testkit.Kafka(t, kfake.SeedTopics(3, "library.loan.updated"))
+	// relaybench.Fill's topic is library.loan.updated; the delivery's
+	// default Kafka topic is its aggregate (delivery.ByAggregate).
+	brokers := testkit.Kafka(t, kfake.SeedTopics(3, "library.loan"))
 	kd, err := kafka.New(kafka.Config{Brokers: brokers})
 	if err != nil {
 		t.Fatal(err)

@@ -1,10 +1,13 @@
 // Package deliverytest is the conformance suite every herald delivery
 // passes, through a real relay on PostgreSQL: the body is the payload as
-// stored, byte for byte; the event's headers, its id and its topic arrive
-// as headers; the events of one ordering key arrive in order (1,000 events
-// over 100 keys); a receiver that is down makes deliveries fail, and they
-// are retried and delivered once it is back; Close releases every
-// connection and goroutine.
+// stored, byte for byte; the event's headers, its id, topic, sequence and
+// ordering key arrive as headers; the events of one ordering key arrive in
+// order (1,000 events over 100 keys); at the transport's defaults, a
+// captured row's inserted, updated and deleted events arrive in one
+// destination (stream, Kafka topic and partition, queue) in sequence
+// order, read by a plain client of the broker; a receiver that is down
+// makes deliveries fail, and they are retried and delivered once it is
+// back; Close releases every connection and goroutine.
 //
 // A transport's test calls Run with a Suite that builds a receiver (a
 // consumer of the broker, an HTTP server) and deliveries to it.
@@ -14,6 +17,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +39,10 @@ type Message struct {
 	Body    []byte
 	Headers map[string]string // names lower-case
 	Key     string            // the message key; "" when the transport has none
+	// Destination is where the message was read from, as the broker
+	// orders it: a stream, a Kafka topic and partition, a queue, a URL.
+	// Set by AtDefaults receivers.
+	Destination string
 }
 
 // Receiver is one receiver of a transport and the way to reach it.
@@ -56,6 +65,13 @@ type Suite struct {
 	NewReceiver func(t testing.TB) *Receiver
 	// Keyed says the transport carries the ordering key as the message key.
 	Keyed bool
+	// AtDefaults starts a receiver whose delivery is built with nothing
+	// but the broker's address: no topic, stream, routing key or
+	// destination function. It reads every destination the delivery may
+	// write events of topics to (all of them begin with one unique first
+	// part, up to the first '.'), in the broker's order, and names each
+	// message's Destination.
+	AtDefaults func(t testing.TB, topics []string) *Receiver
 }
 
 // Run runs the conformance tests. Call it from a test that is not
@@ -64,6 +80,7 @@ func Run(t *testing.T, s Suite) {
 	t.Run("CloseReleases", func(t *testing.T) { closeReleases(t, s) })
 	t.Run("Content", func(t *testing.T) { t.Parallel(); content(t, s) })
 	t.Run("KeyOrder", func(t *testing.T) { t.Parallel(); keyOrder(t, s) })
+	t.Run("RowOrderAtDefaults", func(t *testing.T) { t.Parallel(); rowOrderAtDefaults(t, s) })
 	t.Run("DownThenUp", func(t *testing.T) { t.Parallel(); downThenUp(t, s) })
 }
 
@@ -167,6 +184,12 @@ func content(t *testing.T, s Suite) {
 		}
 		want[delivery.HeaderEventID] = e.ID.String()
 		want[delivery.HeaderTopic] = e.Topic
+		want[delivery.HeaderSequence] = strconv.FormatInt(e.Sequence, 10)
+		if e.OrderingKey != "" {
+			want[delivery.HeaderOrderingKey] = e.OrderingKey
+		} else if k, ok := m.Headers[delivery.HeaderOrderingKey]; ok {
+			t.Errorf("event %s is unordered, yet has header %s = %q", e.ID, delivery.HeaderOrderingKey, k)
+		}
 		for k, v := range want {
 			if m.Headers[k] != v {
 				t.Errorf("event %s: header %s = %q, want %q (headers %v)", e.ID, k, m.Headers[k], v, m.Headers)
@@ -255,4 +278,78 @@ func downThenUp(t *testing.T, s Suite) {
 	rc.Up(t)
 	env.WaitPublished(t, 60*time.Second)
 	WaitReceived(t, rc, es, 30*time.Second)
+}
+
+// rowOrderAtDefaults writes what capture writes for rows of one model —
+// topics that differ only by operation, the row's own ordering key — and
+// checks that, at the transport's defaults, each row's events arrive in
+// one destination, in sequence order, each with its sequence and ordering
+// key in headers a plain client reads.
+func rowOrderAtDefaults(t *testing.T, s Suite) {
+	if s.AtDefaults == nil {
+		t.Fatal("deliverytest: Suite.AtDefaults is nil; every transport must show its defaults keep a key in one destination")
+	}
+	const rows = 20
+	prefix := testkit.Name("conf")
+	topic := func(op envelope.Operation) string { return prefix + ".loan." + string(op) }
+	topics := []string{topic(envelope.Inserted), topic(envelope.Updated), topic(envelope.Deleted)}
+	env := NewEnv(t)
+	rc := s.AtDefaults(t, topics)
+	d := withDelivery(t, rc)
+	env.StartRelay(t, d, RelayConfig())
+	// One transaction per step, as a service writes: every row inserted,
+	// updated twice, deleted. The relay runs meanwhile, so a key's events
+	// go out in several batches.
+	var all []*envelope.Event
+	for _, op := range []envelope.Operation{envelope.Inserted, envelope.Updated, envelope.Updated, envelope.Deleted} {
+		ms := make([]envelope.Message, rows)
+		for n := range ms {
+			ms[n] = envelope.Message{Topic: topic(op), OrderingKey: fmt.Sprintf("%s.Loan:%d", prefix, n),
+				Payload: map[string]any{"model": prefix + ".Loan", "operation": op, "pk": n}}
+		}
+		all = append(all, env.Write(t, ms...)...)
+	}
+	WaitReceived(t, rc, all, time.Minute)
+	byID := map[string]*envelope.Event{}
+	for _, e := range all {
+		byID[e.ID.String()] = e
+	}
+	type got struct {
+		seq  []int64
+		dest map[string]bool
+	}
+	perKey := map[string]*got{}
+	seen := map[string]bool{}
+	for _, m := range rc.Received(t) {
+		id := m.Headers[delivery.HeaderEventID]
+		e := byID[id]
+		if e == nil || seen[id] {
+			continue // a duplicate: at least once
+		}
+		seen[id] = true
+		if m.Destination == "" {
+			t.Fatalf("event %s: the receiver names no destination", id)
+		}
+		if h := m.Headers[delivery.HeaderSequence]; h != strconv.FormatInt(e.Sequence, 10) {
+			t.Errorf("event %s: header %s = %q, want its sequence %d", id, delivery.HeaderSequence, h, e.Sequence)
+		}
+		if h := m.Headers[delivery.HeaderOrderingKey]; h != e.OrderingKey {
+			t.Errorf("event %s: header %s = %q, want its ordering key %q", id, delivery.HeaderOrderingKey, h, e.OrderingKey)
+		}
+		g := perKey[e.OrderingKey]
+		if g == nil {
+			g = &got{dest: map[string]bool{}}
+			perKey[e.OrderingKey] = g
+		}
+		g.seq = append(g.seq, e.Sequence)
+		g.dest[m.Destination] = true
+	}
+	for k, g := range perKey {
+		if len(g.dest) != 1 {
+			t.Fatalf("key %s: its events arrived in %d destinations %v: a consumer has no order between a row's insert and its update", k, len(g.dest), slices.Sorted(maps.Keys(g.dest)))
+		}
+		if !slices.IsSorted(g.seq) {
+			t.Fatalf("key %s: its destination holds sequences %v, not in sequence order", k, g.seq)
+		}
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
@@ -60,7 +61,7 @@ func observerFuncs() relay.Config {
 
 // README.md, "Deliveries".
 func readmeDeliveries(sqlDB *sql.DB, secret string) {
-	k, err := kafka.New(kafka.Config{Brokers: []string{"kafka:9092"}}) // topic = the event's topic
+	k, err := kafka.New(kafka.Config{Brokers: []string{"kafka:9092"}}) // Kafka topic = delivery.ByAggregate: shop.order.* → shop.order
 	hook, err := webhook.New(webhook.Config{
 		URL: "https://billing.example.com/events", Secret: secret, // herald-signature: sha256=<hex HMAC>
 	})
@@ -68,6 +69,15 @@ func readmeDeliveries(sqlDB *sql.DB, secret string) {
 	r, err := relay.New(sqlDB, d, relay.Config{})
 	// ... r.Run(ctx); then d.Close() closes both
 	_, _ = r, err
+}
+
+// README.md, "Deliveries": a destination of one's own.
+func readmeTopicFunc(brokers []string) (*kafka.Delivery, error) {
+	k, err := kafka.New(kafka.Config{Brokers: brokers, TopicFunc: func(e *envelope.Event) string {
+		aggregate, _, _ := strings.Cut(e.Topic, ".") // order.placed, order.shipped → outbox.order
+		return "outbox." + aggregate
+	}})
+	return k, err
 }
 
 // envelope's package documentation.
@@ -113,7 +123,7 @@ func operations(ctx context.Context, r *relay.Relay, ids []uuid.UUID) {
 
 // README.md, "Wakeups".
 func readmeWakeups(dsn string, db *gorm.DB, sqlDB *sql.DB, d delivery.Delivery) {
-	w, err := pgnotify.New(dsn, pgnotify.Config{}) // one per process
+	w, err := pgnotify.New(pgnotify.Config{ConnString: dsn}) // one per process
 	defer w.Close()
 	err = db.Use(gormcapture.New(gormcapture.Config{Wakeup: w})) // captured writes and Enqueue NOTIFY in their transaction
 	r, err := relay.New(sqlDB, d, relay.Config{Wakeup: w})       // the relay LISTENs
@@ -122,7 +132,7 @@ func readmeWakeups(dsn string, db *gorm.DB, sqlDB *sql.DB, d delivery.Delivery) 
 
 // The wakeup transports' package documentation.
 func wakeupPgnotify(dsn string, db *gorm.DB, sqlDB *sql.DB, d delivery.Delivery) {
-	w, err := pgnotify.New(dsn, pgnotify.Config{})
+	w, err := pgnotify.New(pgnotify.Config{ConnString: dsn})
 	defer w.Close()
 	db.Use(gormcapture.New(gormcapture.Config{Wakeup: w}))
 	r, err := relay.New(sqlDB, d, relay.Config{Wakeup: w})
@@ -130,7 +140,7 @@ func wakeupPgnotify(dsn string, db *gorm.DB, sqlDB *sql.DB, d delivery.Delivery)
 }
 
 func wakeupRedis(db *gorm.DB, sqlDB *sql.DB, d delivery.Delivery) {
-	w, err := redispubsub.NewURL("redis://127.0.0.1:6379/0", redispubsub.Config{})
+	w, err := redispubsub.New(redispubsub.Config{URL: "redis://127.0.0.1:6379/0"})
 	defer w.Close()
 	db.Use(gormcapture.New(gormcapture.Config{Wakeup: w}))
 	r, err := relay.New(sqlDB, d, relay.Config{Wakeup: w})
@@ -138,7 +148,7 @@ func wakeupRedis(db *gorm.DB, sqlDB *sql.DB, d delivery.Delivery) {
 }
 
 func wakeupKafka(db *gorm.DB, sqlDB *sql.DB, d delivery.Delivery) {
-	w, err := kafkasignal.New([]string{"127.0.0.1:9092"}, kafkasignal.Config{})
+	w, err := kafkasignal.New(kafkasignal.Config{Brokers: []string{"127.0.0.1:9092"}})
 	defer w.Close()
 	db.Use(gormcapture.New(gormcapture.Config{Wakeup: w}))
 	r, err := relay.New(sqlDB, d, relay.Config{Wakeup: w})
@@ -146,7 +156,7 @@ func wakeupKafka(db *gorm.DB, sqlDB *sql.DB, d delivery.Delivery) {
 }
 
 func wakeupAMQP(db *gorm.DB, sqlDB *sql.DB, d delivery.Delivery) {
-	w, err := amqpfanout.New("amqp://guest:guest@127.0.0.1:5672/", amqpfanout.Config{})
+	w, err := amqpfanout.New(amqpfanout.Config{URL: "amqp://guest:guest@127.0.0.1:5672/"})
 	defer w.Close()
 	db.Use(gormcapture.New(gormcapture.Config{Wakeup: w}))
 	r, err := relay.New(sqlDB, d, relay.Config{Wakeup: w})
@@ -154,4 +164,4 @@ func wakeupAMQP(db *gorm.DB, sqlDB *sql.DB, d delivery.Delivery) {
 }
 
 // Referenced, so the linters do not report the fragments unused.
-var _ = []any{readmeWakeups, wakeupPgnotify, wakeupRedis, wakeupKafka, wakeupAMQP, operations, deliveryFunc, deliveryRouter, observerFuncs, readmeDeliveries, envelopeDoc, gormcaptureDoc, Loan{}.ChangeCapture}
+var _ = []any{readmeWakeups, wakeupPgnotify, wakeupRedis, wakeupKafka, wakeupAMQP, operations, deliveryFunc, deliveryRouter, observerFuncs, readmeDeliveries, readmeTopicFunc, envelopeDoc, gormcaptureDoc, Loan{}.ChangeCapture}

@@ -31,6 +31,11 @@ const (
 // Config configures a Wakeup. The zero value of every field means its
 // default.
 type Config struct {
+	// URL is the broker's AMQP URL (amqp://user:pass@host:port/vhost,
+	// amqps://…); the Wakeup connects when it first listens or signals.
+	// Required.
+	URL string
+
 	// Exchange is the fanout exchange, the same for writers and relays of
 	// one outbox; "" = DefaultExchange. It is declared (durable) by both
 	// sides if it does not exist.
@@ -80,11 +85,15 @@ type Wakeup struct {
 
 var _ wakeup.Wakeup = (*Wakeup)(nil)
 
-// New returns a Wakeup that connects to url (amqp://user:pass@host:port/vhost)
-// when it first listens or signals.
-func New(url string, cfg Config) (*Wakeup, error) {
+// New checks cfg and returns a Wakeup that connects to cfg.URL when it
+// first listens or signals.
+func New(cfg Config) (*Wakeup, error) {
+	url := cfg.URL
+	if url == "" {
+		return nil, envelope.Configurationf("amqpfanout.Config.URL", "empty; give the broker's amqp:// URL")
+	}
 	if _, err := amqp.ParseURI(url); err != nil {
-		return nil, envelope.Configurationf("amqpfanout.New", "url: %v", err)
+		return nil, envelope.Configurationf("amqpfanout.Config.URL", "%v", err)
 	}
 	if cfg.Exchange == "" {
 		cfg.Exchange = DefaultExchange

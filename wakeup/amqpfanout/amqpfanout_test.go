@@ -31,7 +31,7 @@ func pair(t *testing.T, mods ...func(*amqpfanout.Config)) (writer, relaySide *am
 	proxy = testkit.NewProxy(t, host)
 	u.Host = proxy.Addr()
 	ex := testkit.Name("herald.t.")
-	writer, err = amqpfanout.New(raw, amqpfanout.Config{Exchange: ex})
+	writer, err = amqpfanout.New(amqpfanout.Config{URL: raw, Exchange: ex})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,8 @@ func pair(t *testing.T, mods ...func(*amqpfanout.Config)) (writer, relaySide *am
 	for _, m := range mods {
 		m(&cfg)
 	}
-	relaySide, err = amqpfanout.New(u.String(), cfg)
+	cfg.URL = u.String()
+	relaySide, err = amqpfanout.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@
 //
 // Give one Wakeup value to both the writer side and the relays:
 //
-//	w, err := amqpfanout.New("amqp://guest:guest@127.0.0.1:5672/", amqpfanout.Config{})
+//	w, err := amqpfanout.New(amqpfanout.Config{URL: "amqp://guest:guest@127.0.0.1:5672/"})
 //	defer w.Close()
 //	db.Use(gormcapture.New(gormcapture.Config{Wakeup: w}))
 //	r, err := relay.New(sqlDB, d, relay.Config{Wakeup: w})

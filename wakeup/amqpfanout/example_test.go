@@ -16,12 +16,12 @@ func Example() {
 	if url == "" {
 		url = testkit.DefaultAMQPURL
 	}
-	writer, err := amqpfanout.New(url, amqpfanout.Config{Exchange: "herald.example"})
+	writer, err := amqpfanout.New(amqpfanout.Config{URL: url, Exchange: "herald.example"})
 	if err != nil {
 		panic(err)
 	}
 	defer writer.Close()
-	listener, err := amqpfanout.New(url, amqpfanout.Config{Exchange: "herald.example"})
+	listener, err := amqpfanout.New(amqpfanout.Config{URL: url, Exchange: "herald.example"})
 	if err != nil {
 		panic(err)
 	}

@@ -27,7 +27,7 @@
 //
 // Give one Wakeup value to both the writer side and the relays:
 //
-//	w, err := kafkasignal.New([]string{"127.0.0.1:9092"}, kafkasignal.Config{})
+//	w, err := kafkasignal.New(kafkasignal.Config{Brokers: []string{"127.0.0.1:9092"}})
 //	defer w.Close()
 //	db.Use(gormcapture.New(gormcapture.Config{Wakeup: w}))
 //	r, err := relay.New(sqlDB, d, relay.Config{Wakeup: w})

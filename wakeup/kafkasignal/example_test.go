@@ -20,12 +20,12 @@ func Example() {
 	defer cluster.Close()
 	brokers := cluster.ListenAddrs()
 
-	writer, err := kafkasignal.New(brokers, kafkasignal.Config{Topic: "herald.example"})
+	writer, err := kafkasignal.New(kafkasignal.Config{Brokers: brokers, Topic: "herald.example"})
 	if err != nil {
 		panic(err)
 	}
 	defer writer.Close()
-	listener, err := kafkasignal.New(brokers, kafkasignal.Config{Topic: "herald.example"})
+	listener, err := kafkasignal.New(kafkasignal.Config{Brokers: brokers, Topic: "herald.example"})
 	if err != nil {
 		panic(err)
 	}

@@ -112,8 +112,9 @@ func TestFetchErrorsReported(t *testing.T) {
 			})
 			topic := testkit.Name("herald.t.")
 			logs := &wakeuptest.Logs{}
-			w, err := kafkasignal.New(cluster.ListenAddrs(), kafkasignal.Config{
-				Topic: topic, Logger: slog.New(slog.NewTextHandler(logs, nil)),
+			w, err := kafkasignal.New(kafkasignal.Config{
+				Brokers: cluster.ListenAddrs(),
+				Topic:   topic, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 				MinBackoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
 			})
 			if err != nil {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -42,6 +43,11 @@ const maxFetchWait = time.Second
 // Config configures a Wakeup. The zero value of every field means its
 // default.
 type Config struct {
+	// Brokers are the seed brokers ("host:9092") of the clients the
+	// Wakeup builds; it connects when it first listens or signals.
+	// Required.
+	Brokers []string
+
 	// Topic is the Kafka topic signals go through, the same for writers
 	// and relays of one outbox; "" = DefaultTopic. It is created, with one
 	// partition and Retention, when it does not exist.
@@ -52,13 +58,17 @@ type Config struct {
 	// 0 = DefaultRetention.
 	Retention time.Duration
 
-	// ClientOpts are added to the options of the franz-go clients the
+	// ClientOptions are added to the options of the franz-go clients the
 	// Wakeup builds (TLS, SASL, a Dialer); the seed brokers, the producer
 	// settings and the consumed partitions are set by the Wakeup. The
 	// Wakeup's clients retry a failed request after 50 ms, doubling to at
 	// most 1 s (franz-go's default is 250 ms to 5 s, which delayed the
 	// first signal after a short outage by 3–5 s); a kgo.RetryBackoffFn
 	// here replaces that.
+	ClientOptions []kgo.Opt
+	// ClientOpts are added before ClientOptions.
+	//
+	// Deprecated: use ClientOptions, the name delivery/kafka uses too.
 	ClientOpts []kgo.Opt
 
 	// Logger receives a WARN for each failure of the consumer or of a
@@ -108,12 +118,16 @@ type Wakeup struct {
 
 var _ wakeup.Wakeup = (*Wakeup)(nil)
 
-// New returns a Wakeup on the given seed brokers; it connects when it first
-// listens or signals.
-func New(brokers []string, cfg Config) (*Wakeup, error) {
-	if len(brokers) == 0 {
-		return nil, envelope.Configurationf("kafkasignal.New", "no seed brokers")
+// New checks cfg and returns a Wakeup on cfg.Brokers; it connects when it
+// first listens or signals.
+func New(cfg Config) (*Wakeup, error) {
+	if len(cfg.Brokers) == 0 {
+		return nil, envelope.Configurationf("kafkasignal.Config.Brokers", "no seed brokers; give at least one host:port")
 	}
+	brokers := cfg.Brokers
+	// The code below reads ClientOpts: the deprecated field and the
+	// new one, in that order.
+	cfg.ClientOpts = append(slices.Clip(cfg.ClientOpts), cfg.ClientOptions...)
 	if cfg.Topic == "" {
 		cfg.Topic = DefaultTopic
 	}
@@ -173,7 +187,7 @@ func (w *Wakeup) admin(ctx context.Context) (*kgo.Client, error) {
 		)
 		c, err := kgo.NewClient(opts...)
 		if err != nil {
-			return nil, envelope.Configurationf("kafkasignal.Config.ClientOpts", "%v", err)
+			return nil, envelope.Configurationf("kafkasignal.Config.ClientOptions", "%v", err)
 		}
 		w.client = c
 	}
@@ -382,7 +396,7 @@ func (w *Wakeup) session(ctx context.Context, ready func(), deliver func([]strin
 	)
 	c, err := kgo.NewClient(opts...)
 	if err != nil {
-		return envelope.Configurationf("kafkasignal.Config.ClientOpts", "%v", err)
+		return envelope.Configurationf("kafkasignal.Config.ClientOptions", "%v", err)
 	}
 	defer c.Close()
 	// Subscribed once a fetch came back: the consumer's own connection

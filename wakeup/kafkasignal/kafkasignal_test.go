@@ -27,7 +27,7 @@ func pair(t *testing.T, mods ...func(*kafkasignal.Config)) (writer, relaySide *k
 	}
 	proxy = testkit.NewProxy(t, brokers[0])
 	topic := testkit.Name("herald.t.")
-	writer, err := kafkasignal.New(brokers, kafkasignal.Config{Topic: topic})
+	writer, err := kafkasignal.New(kafkasignal.Config{Brokers: brokers, Topic: topic})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,14 +35,15 @@ func pair(t *testing.T, mods ...func(*kafkasignal.Config)) (writer, relaySide *k
 	var d net.Dialer
 	cfg := kafkasignal.Config{
 		Topic: topic, MinBackoff: 10 * time.Millisecond,
-		ClientOpts: []kgo.Opt{kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) {
+		ClientOptions: []kgo.Opt{kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) {
 			return d.DialContext(ctx, network, proxy.Addr())
 		})},
 	}
 	for _, m := range mods {
 		m(&cfg)
 	}
-	relaySide, err = kafkasignal.New(brokers, cfg)
+	cfg.Brokers = brokers
+	relaySide, err = kafkasignal.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func TestCreatesSignalTopic(t *testing.T) {
 	t.Parallel()
 	brokers := testkit.Kafka(t)
 	topic := testkit.Name("herald.t.")
-	w, err := kafkasignal.New(brokers, kafkasignal.Config{Topic: topic})
+	w, err := kafkasignal.New(kafkasignal.Config{Brokers: brokers, Topic: topic})
 	if err != nil {
 		t.Fatal(err)
 	}

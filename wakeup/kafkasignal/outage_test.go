@@ -41,7 +41,8 @@ func TestFirstDeliveryAfterOutage(t *testing.T) {
 			return d.DialContext(ctx, network, proxy.Addr())
 		})},
 	}
-	writer, err := kafkasignal.New(brokers, cfg)
+	cfg.Brokers = brokers
+	writer, err := kafkasignal.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +50,7 @@ func TestFirstDeliveryAfterOutage(t *testing.T) {
 	logs := &wakeuptest.Logs{}
 	relayCfg := cfg
 	relayCfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	relaySide, err := kafkasignal.New(brokers, relayCfg)
+	relaySide, err := kafkasignal.New(relayCfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@
 //
 // Give one Wakeup value to both the writer side and the relays:
 //
-//	w, err := pgnotify.New(dsn, pgnotify.Config{})
+//	w, err := pgnotify.New(pgnotify.Config{ConnString: dsn})
 //	defer w.Close()
 //	db.Use(gormcapture.New(gormcapture.Config{Wakeup: w}))
 //	r, err := relay.New(sqlDB, d, relay.Config{Wakeup: w})

@@ -41,7 +41,7 @@ func Example() {
 	}
 	defer func() { _, _ = sqlDB.Exec("DROP TABLE " + table) }()
 
-	w, err := pgnotify.New(dsn, pgnotify.Config{Channel: "herald_example"})
+	w, err := pgnotify.New(pgnotify.Config{ConnString: dsn, Channel: "herald_example"})
 	if err != nil {
 		panic(err)
 	}
@@ -86,7 +86,7 @@ func ExampleWakeup_SignalTx() {
 		panic(err)
 	}
 	defer db.Close()
-	wake, err := pgnotify.New(dsn, pgnotify.Config{})
+	wake, err := pgnotify.New(pgnotify.Config{ConnString: dsn})
 	if err != nil {
 		panic(err)
 	}

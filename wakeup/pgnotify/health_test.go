@@ -26,13 +26,14 @@ func proxied(t *testing.T, cfg pgnotify.Config) (writer, relaySide *pgnotify.Wak
 	}
 	proxy = testkit.NewProxy(t, cfgDSN.Host+":"+itoa(cfgDSN.Port))
 	ch := testkit.Name("herald_t_")
-	writer, err = pgnotify.New(dsn, pgnotify.Config{Channel: ch})
+	writer, err = pgnotify.New(pgnotify.Config{ConnString: dsn, Channel: ch})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = writer.Close() })
 	cfg.Channel = ch
-	relaySide, err = pgnotify.New(strings.Replace(dsn, cfgDSN.Host+":"+itoa(cfgDSN.Port), proxy.Addr(), 1), cfg)
+	cfg.ConnString = strings.Replace(dsn, cfgDSN.Host+":"+itoa(cfgDSN.Port), proxy.Addr(), 1)
+	relaySide, err = pgnotify.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func TestProbeStaysOffSharedChannel(t *testing.T) {
 	if _, err := raw.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
-	w, err := pgnotify.New(dsn, pgnotify.Config{Channel: ch})
+	w, err := pgnotify.New(pgnotify.Config{ConnString: dsn, Channel: ch})
 	if err != nil {
 		t.Fatal(err)
 	}

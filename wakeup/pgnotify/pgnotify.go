@@ -41,6 +41,13 @@ const (
 // Config configures a Wakeup. The zero value of every field means its
 // default.
 type Config struct {
+	// ConnString is the pgx connection string the Wakeup connects with (a
+	// URL or key=value pairs) when it first listens or signals outside a
+	// transaction. Required. The listening connection must reach
+	// PostgreSQL directly or through a session-pooling proxy: LISTEN does
+	// not work through a transaction-pooling one.
+	ConnString string
+
 	// Channel is the NOTIFY channel, the same for writers and relays of
 	// one outbox; "" = DefaultChannel. At most 63 bytes (PostgreSQL's
 	// identifier limit); it is quoted, so case and punctuation are kept.
@@ -101,15 +108,15 @@ var (
 	_ wakeup.TxSignaler = (*Wakeup)(nil)
 )
 
-// New returns a Wakeup that connects with connString (a pgx connection
-// string: a URL or key=value pairs) when it first listens or signals
-// outside a transaction. The listening connection must reach PostgreSQL
-// directly or through a session-pooling proxy: LISTEN does not work
-// through a transaction-pooling one.
-func New(connString string, cfg Config) (*Wakeup, error) {
-	connCfg, err := pgx.ParseConfig(connString)
+// New checks cfg and returns a Wakeup that connects with cfg.ConnString
+// when it first listens or signals outside a transaction.
+func New(cfg Config) (*Wakeup, error) {
+	if cfg.ConnString == "" {
+		return nil, envelope.Configurationf("pgnotify.Config.ConnString", "empty; give the PostgreSQL connection string (a URL or key=value pairs)")
+	}
+	connCfg, err := pgx.ParseConfig(cfg.ConnString)
 	if err != nil {
-		return nil, envelope.Configurationf("pgnotify.New", "connection string: %v", err)
+		return nil, envelope.Configurationf("pgnotify.Config.ConnString", "%v", err)
 	}
 	if _, ok := connCfg.RuntimeParams["application_name"]; !ok {
 		connCfg.RuntimeParams["application_name"] = "herald/wakeup/pgnotify"

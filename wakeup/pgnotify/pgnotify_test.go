@@ -105,7 +105,8 @@ func setup(t *testing.T, cfg pgnotify.Config) *fixture {
 	if cfg.Channel == "" {
 		cfg.Channel = testkit.Name("herald_t_")
 	}
-	w, err := pgnotify.New(dsn, cfg)
+	cfg.ConnString = dsn
+	w, err := pgnotify.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +156,7 @@ func waitUp(t *testing.T, w *pgnotify.Wakeup) {
 func TestCommitWakesIdleRelay(t *testing.T) {
 	t.Parallel()
 	f := setup(t, pgnotify.Config{})
-	relayWake, err := pgnotify.New(f.dsn, pgnotify.Config{Channel: f.w.Channel()})
+	relayWake, err := pgnotify.New(pgnotify.Config{ConnString: f.dsn, Channel: f.w.Channel()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,7 +342,8 @@ func TestDownLogsErrorAndPolls(t *testing.T) {
 	addr := l.Addr().String()
 	_ = l.Close() // nothing listens there now
 	logs := &syncBuffer{}
-	w, err := pgnotify.New("postgres://postgres@"+addr+"/test?sslmode=disable&connect_timeout=2", pgnotify.Config{
+	w, err := pgnotify.New(pgnotify.Config{
+		ConnString: "postgres://postgres@" + addr + "/test?sslmode=disable&connect_timeout=2",
 		Logger:     slog.New(slog.NewTextHandler(logs, nil)),
 		MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond, PollWhileDown: 10 * time.Millisecond,
 	})
@@ -391,7 +393,7 @@ func TestTransactionPoolerUnsupported(t *testing.T) {
 	sqlDB, dsn := testkit.Postgres(t)
 	bouncer := startPgBouncer(t)
 	schemaDSN := strings.Replace(dsn, "127.0.0.1:5432", bouncer, 1)
-	w, err := pgnotify.New(schemaDSN, pgnotify.Config{ProbeTimeout: 2 * time.Second, Channel: testkit.Name("herald_t_")})
+	w, err := pgnotify.New(pgnotify.Config{ConnString: schemaDSN, ProbeTimeout: 2 * time.Second, Channel: testkit.Name("herald_t_")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -505,9 +507,11 @@ func TestConfigErrors(t *testing.T) {
 		{"postgres://127.0.0.1/x", pgnotify.Config{Channel: strings.Repeat("c", 64)}, "pgnotify.Config.Channel"},
 		{"postgres://127.0.0.1/x", pgnotify.Config{Channel: "a\x00b"}, "pgnotify.Config.Channel"},
 		{"postgres://127.0.0.1/x", pgnotify.Config{MinBackoff: time.Second, MaxBackoff: time.Millisecond}, "pgnotify.Config.MaxBackoff"},
-		{"host=127.0.0.1 port=notaport", pgnotify.Config{}, "pgnotify.New"},
+		{"host=127.0.0.1 port=notaport", pgnotify.Config{}, "pgnotify.Config.ConnString"},
+		{"", pgnotify.Config{}, "pgnotify.Config.ConnString"},
 	} {
-		_, err := pgnotify.New(c.dsn, c.cfg)
+		c.cfg.ConnString = c.dsn
+		_, err := pgnotify.New(c.cfg)
 		if !errors.Is(err, envelope.ErrConfiguration) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("New(%q, %+v) = %v; want ErrConfiguration naming %s", c.dsn, c.cfg, err, c.want)
 		}
@@ -519,7 +523,7 @@ func TestConfigErrors(t *testing.T) {
 func TestCloseEndsListen(t *testing.T) {
 	t.Parallel()
 	_, dsn := testkit.Postgres(t)
-	w, err := pgnotify.New(dsn, pgnotify.Config{Channel: testkit.Name("herald_t_")})
+	w, err := pgnotify.New(pgnotify.Config{ConnString: dsn, Channel: testkit.Name("herald_t_")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -546,7 +550,7 @@ func TestCloseEndsListen(t *testing.T) {
 func TestSignalOutsideTransaction(t *testing.T) {
 	t.Parallel()
 	_, dsn := testkit.Postgres(t)
-	w, err := pgnotify.New(dsn, pgnotify.Config{Channel: testkit.Name("herald_t_")})
+	w, err := pgnotify.New(pgnotify.Config{ConnString: dsn, Channel: testkit.Name("herald_t_")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -565,7 +569,7 @@ func TestSignalOutsideTransaction(t *testing.T) {
 func TestOneConnectionPerProcess(t *testing.T) {
 	t.Parallel()
 	sqlDB, dsn := testkit.Postgres(t)
-	w, err := pgnotify.New(dsn, pgnotify.Config{Channel: testkit.Name("herald_t_")})
+	w, err := pgnotify.New(pgnotify.Config{ConnString: dsn, Channel: testkit.Name("herald_t_")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -595,7 +599,7 @@ func TestOneConnectionPerProcess(t *testing.T) {
 func TestAfterCommit(t *testing.T) {
 	t.Parallel()
 	_, dsn := testkit.Postgres(t)
-	w, err := pgnotify.New(dsn, pgnotify.Config{Channel: testkit.Name("herald_t_")})
+	w, err := pgnotify.New(pgnotify.Config{ConnString: dsn, Channel: testkit.Name("herald_t_")})
 	if err != nil {
 		t.Fatal(err)
 	}

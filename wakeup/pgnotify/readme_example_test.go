@@ -15,7 +15,7 @@ import (
 // readmeWakeups is the README's Wakeups snippet, compiled here so that it
 // stays true.
 func readmeWakeups(ctx context.Context, dsn string, db *gorm.DB, sqlDB *sql.DB, d delivery.Delivery) error {
-	w, err := pgnotify.New(dsn, pgnotify.Config{}) // one per process
+	w, err := pgnotify.New(pgnotify.Config{ConnString: dsn}) // one per process
 	if err != nil {
 		return err
 	}

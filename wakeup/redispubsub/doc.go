@@ -15,7 +15,7 @@
 //
 // Give one Wakeup value to both the writer side and the relays:
 //
-//	w, err := redispubsub.NewURL("redis://127.0.0.1:6379/0", redispubsub.Config{})
+//	w, err := redispubsub.New(redispubsub.Config{URL: "redis://127.0.0.1:6379/0"})
 //	defer w.Close()
 //	db.Use(gormcapture.New(gormcapture.Config{Wakeup: w}))
 //	r, err := relay.New(sqlDB, d, relay.Config{Wakeup: w})

@@ -16,12 +16,12 @@ func Example() {
 	if url == "" {
 		url = testkit.DefaultRedisURL
 	}
-	writer, err := redispubsub.NewURL(url, redispubsub.Config{Channel: "herald:example"})
+	writer, err := redispubsub.New(redispubsub.Config{URL: url, Channel: "herald:example"})
 	if err != nil {
 		panic(err)
 	}
 	defer writer.Close()
-	listener, err := redispubsub.NewURL(url, redispubsub.Config{Channel: "herald:example"})
+	listener, err := redispubsub.New(redispubsub.Config{URL: url, Channel: "herald:example"})
 	if err != nil {
 		panic(err)
 	}

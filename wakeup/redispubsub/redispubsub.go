@@ -30,6 +30,14 @@ const (
 // Config configures a Wakeup. The zero value of every field means its
 // default.
 type Config struct {
+	// URL is the Redis URL (redis://[user:password@]host:port/db) of a
+	// client the Wakeup builds and owns: Close closes it. Not together
+	// with Client.
+	URL string
+	// Client is a ready client; Close leaves it open. Not together with
+	// URL.
+	Client redis.UniversalClient
+
 	// Channel is the pub/sub channel, the same for writers and relays of
 	// one outbox; "" = DefaultChannel.
 	Channel string
@@ -71,22 +79,31 @@ type Wakeup struct {
 
 var _ wakeup.Wakeup = (*Wakeup)(nil)
 
-// New returns a Wakeup on client; Close leaves the client open.
-func New(client redis.UniversalClient, cfg Config) (*Wakeup, error) {
-	if client == nil {
-		return nil, envelope.Configurationf("redispubsub.New", "nil client")
+// New checks cfg and returns a Wakeup on cfg.Client, or on a client of
+// its own built from cfg.URL (which connects on first use).
+func New(cfg Config) (*Wakeup, error) {
+	switch {
+	case cfg.URL == "" && cfg.Client == nil:
+		return nil, envelope.Configurationf("redispubsub.Config.URL", "neither URL nor Client is set; give a Redis URL or a ready client")
+	case cfg.URL != "" && cfg.Client != nil:
+		return nil, envelope.Configurationf("redispubsub.Config.Client", "set together with URL; give one of them")
+	case cfg.Client != nil:
+		return newWakeup(cfg.Client, false, cfg)
 	}
-	return newWakeup(client, false, cfg)
-}
-
-// NewURL returns a Wakeup on a client of its own made from a Redis URL
-// (redis://[user:password@]host:port/db); Close closes it.
-func NewURL(url string, cfg Config) (*Wakeup, error) {
-	opt, err := redis.ParseURL(url)
+	opt, err := redis.ParseURL(cfg.URL)
 	if err != nil {
-		return nil, envelope.Configurationf("redispubsub.NewURL", "%v", err)
+		return nil, envelope.Configurationf("redispubsub.Config.URL", "%v", err)
 	}
 	return newWakeup(redis.NewClient(opt), true, cfg)
+}
+
+// NewURL is New with cfg.URL set to url.
+//
+// Deprecated: use New(Config{URL: url, ...}), the construction every
+// delivery and wakeup package shares.
+func NewURL(url string, cfg Config) (*Wakeup, error) {
+	cfg.URL = url
+	return New(cfg)
 }
 
 func newWakeup(client redis.UniversalClient, owned bool, cfg Config) (*Wakeup, error) {
@@ -156,8 +173,8 @@ func (w *Wakeup) Listen(ctx context.Context, fn func(topics []string)) error {
 	return w.hub.Listen(ctx, fn)
 }
 
-// Close stops listening and publishing and closes the client if NewURL
-// made it. Later Signal and Listen calls return wakeup.ErrClosed.
+// Close stops listening and publishing and closes the client if the
+// Wakeup built it from Config.URL. Later Signal and Listen calls return wakeup.ErrClosed.
 func (w *Wakeup) Close() error {
 	w.hub.Close()
 	w.sender.Close()

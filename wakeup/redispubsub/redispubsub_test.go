@@ -24,7 +24,7 @@ func pair(t *testing.T) (writer, relaySide *redispubsub.Wakeup, name string) {
 	t.Helper()
 	url := testkit.RedisURL(t)
 	ch := testkit.Name("herald:t:")
-	writer, err := redispubsub.NewURL(url, redispubsub.Config{Channel: ch})
+	writer, err := redispubsub.New(redispubsub.Config{URL: url, Channel: ch})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func pair(t *testing.T) (writer, relaySide *redispubsub.Wakeup, name string) {
 	opt.ClientName = name
 	client := redis.NewClient(opt)
 	t.Cleanup(func() { _ = client.Close() })
-	relaySide, err = redispubsub.New(client, redispubsub.Config{Channel: ch})
+	relaySide, err = redispubsub.New(redispubsub.Config{Client: client, Channel: ch})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestServerDown(t *testing.T) {
 	opt := mustParse(t, url)
 	proxy := testkit.NewProxy(t, opt.Addr)
 	ch := testkit.Name("herald:t:")
-	writer, err := redispubsub.NewURL(url, redispubsub.Config{Channel: ch})
+	writer, err := redispubsub.New(redispubsub.Config{URL: url, Channel: ch})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,8 @@ func TestServerDown(t *testing.T) {
 	client := redis.NewClient(opt)
 	defer client.Close()
 	logs := &wakeuptest.Logs{}
-	rw, err := redispubsub.New(client, redispubsub.Config{
+	rw, err := redispubsub.New(redispubsub.Config{
+		Client:  client,
 		Channel: ch, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		MinBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond, PollWhileDown: 10 * time.Millisecond,
 	})
@@ -158,7 +159,7 @@ func proxied(t *testing.T, cfg redispubsub.Config) (writer, relaySide *redispubs
 	opt := mustParse(t, url)
 	proxy = testkit.NewProxy(t, opt.Addr)
 	cfg.Channel = testkit.Name("herald:t:")
-	writer, err := redispubsub.NewURL(url, redispubsub.Config{Channel: cfg.Channel})
+	writer, err := redispubsub.New(redispubsub.Config{URL: url, Channel: cfg.Channel})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +167,8 @@ func proxied(t *testing.T, cfg redispubsub.Config) (writer, relaySide *redispubs
 	opt.Addr = proxy.Addr()
 	client := redis.NewClient(opt)
 	t.Cleanup(func() { _ = client.Close() })
-	relaySide, err = redispubsub.New(client, cfg)
+	cfg.Client = client
+	relaySide, err = redispubsub.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,11 +8,11 @@ import (
 	"entgo.io/ent/entc"
 	"entgo.io/ent/entc/gen"
 
-	"github.com/heraldgo/herald/entcapture"
+	"github.com/heraldgo/herald/entcapture/entcapturegen"
 )
 
 func main() {
-	if err := entc.Generate("./schema", &gen.Config{}, entc.Extensions(entcapture.Extension())); err != nil {
+	if err := entc.Generate("./schema", &gen.Config{}, entc.Extensions(entcapturegen.Extension())); err != nil {
 		log.Fatal(err)
 	}
 }

@@ -114,19 +114,19 @@ func newWakeup(kind, dsn, kafka, channel string) (wakeup.Wakeup, error) {
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	switch kind {
 	case "pgnotify":
-		return pgnotify.New(dsn, pgnotify.Config{Channel: channel, Logger: quiet})
+		return pgnotify.New(pgnotify.Config{ConnString: dsn, Channel: channel, Logger: quiet})
 	case "pgnotify-after": // writers signal after commit (AfterCommit); the relay listens alike
-		w, err := pgnotify.New(dsn, pgnotify.Config{Channel: channel, Logger: quiet})
+		w, err := pgnotify.New(pgnotify.Config{ConnString: dsn, Channel: channel, Logger: quiet})
 		if err != nil {
 			return nil, err
 		}
 		return w.AfterCommit(), nil
 	case "redis":
-		return redispubsub.NewURL(env("HERALD_REDIS_URL", "redis://127.0.0.1:6379/0"), redispubsub.Config{Channel: channel, Logger: quiet})
+		return redispubsub.New(redispubsub.Config{URL: env("HERALD_REDIS_URL", "redis://127.0.0.1:6379/0"), Channel: channel, Logger: quiet})
 	case "amqp":
-		return amqpfanout.New(env("HERALD_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), amqpfanout.Config{Exchange: channel, Logger: quiet})
+		return amqpfanout.New(amqpfanout.Config{URL: env("HERALD_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), Exchange: channel, Logger: quiet})
 	case "kafka":
-		return kafkasignal.New(strings.Split(kafka, ","), kafkasignal.Config{Topic: channel, Logger: quiet})
+		return kafkasignal.New(kafkasignal.Config{Brokers: strings.Split(kafka, ","), Topic: channel, Logger: quiet})
 	case "poll", "poll10ms", "rawnotify":
 		return nil, nil
 	}

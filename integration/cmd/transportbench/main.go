@@ -40,8 +40,10 @@ import (
 	"github.com/heraldgo/herald/integration/relaybench"
 )
 
-// topic is the topic relaybench.Fill gives every event.
-const topic = "library.loan.updated"
+// topic is the Kafka topic of the events relaybench.Fill writes
+// (library.loan.updated): the delivery's default, their aggregate
+// (delivery.ByAggregate).
+const topic = "library.loan"
 
 func main() {
 	var (

@@ -8,12 +8,12 @@ import (
 	"entgo.io/ent/entc"
 	"entgo.io/ent/entc/gen"
 
-	"github.com/heraldgo/herald/entcapture"
+	"github.com/heraldgo/herald/entcapture/entcapturegen"
 )
 
 func main() {
 	err := entc.Generate("./schema", &gen.Config{Target: "./ent", Package: "github.com/heraldgo/herald/internal/capturecases/entcc/ent"},
-		entc.Extensions(entcapture.Extension()))
+		entc.Extensions(entcapturegen.Extension()))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"entgo.io/ent/entc/gen"
 
 	"github.com/heraldgo/herald/entcapture"
+	"github.com/heraldgo/herald/entcapture/entcapturegen"
 	"github.com/heraldgo/herald/examples/entlibrary/ent"
 )
 
@@ -20,9 +21,9 @@ func driverDoc(db *sql.DB) *ent.Client {
 	return client
 }
 
-// entcapture.Extension's documentation.
+// entcapturegen.Extension's documentation.
 func extensionDoc() {
-	entc.Generate("./schema", &gen.Config{}, entc.Extensions(entcapture.Extension()))
+	entc.Generate("./schema", &gen.Config{}, entc.Extensions(entcapturegen.Extension()))
 }
 
 var _ = []any{driverDoc, extensionDoc}

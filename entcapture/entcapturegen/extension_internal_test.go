@@ -1,4 +1,4 @@
-package entcapture
+package entcapturegen
 
 import (
 	"errors"
@@ -15,6 +15,7 @@ import (
 	"entgo.io/ent/entc/load"
 	"entgo.io/ent/schema/field"
 
+	"github.com/heraldgo/herald/entcapture"
 	"github.com/heraldgo/herald/envelope"
 )
 
@@ -25,7 +26,7 @@ type genLoan struct {
 
 func (genLoan) Fields() []ent.Field { return []ent.Field{field.String("status")} }
 
-func (s genLoan) Mixin() []ent.Mixin { return []ent.Mixin{Mixin(s.opts)} }
+func (s genLoan) Mixin() []ent.Mixin { return []ent.Mixin{entcapture.Mixin(s.opts)} }
 
 func graphOf(t *testing.T, s ent.Interface, features ...gen.Feature) *gen.Graph {
 	t.Helper()

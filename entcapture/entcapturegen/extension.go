@@ -1,4 +1,11 @@
-package entcapture
+// Package entcapturegen is the entc extension of herald's ent capture: it
+// generates the typed glue entcapture's hook needs. Only entc.go (the
+// code generator, built with //go:build ignore) imports it, so a service
+// that imports entcapture for Driver, Mixin and Enqueue links no part of
+// ent's code generator (entc/gen, entc/load, golang.org/x/tools, go/types).
+// It is named entcapturegen, not gen, so that it does not shadow
+// entgo.io/ent/entc/gen in the entc.go files that import both.
+package entcapturegen
 
 import (
 	"bytes"
@@ -22,6 +29,7 @@ import (
 	"entgo.io/ent/entc"
 	"entgo.io/ent/entc/gen"
 
+	"github.com/heraldgo/herald/entcapture"
 	"github.com/heraldgo/herald/envelope"
 )
 
@@ -37,7 +45,7 @@ var templates string
 // hooks), and enables the ent features capture uses (sql/execquery,
 // sql/upsert). Add it to the code generation in entc.go:
 //
-//	entc.Generate("./schema", &gen.Config{}, entc.Extensions(entcapture.Extension()))
+//	entc.Generate("./schema", &gen.Config{}, entc.Extensions(entcapturegen.Extension()))
 //
 // Code generation fails, naming the schema and the option, when a
 // captured schema's Options name a column it does not have, or when the
@@ -146,7 +154,7 @@ func addStdsqlImport(src []byte) ([]byte, bool, error) {
 func check(g *gen.Graph) error {
 	for _, f := range []string{"sql/execquery", "sql/upsert"} {
 		if ok, _ := g.FeatureEnabled(f); !ok {
-			return envelope.Configurationf("entcapture.Extension", "feature %s is not enabled: add entc.FeatureNames(%q) to the code generation (entc.Extensions(entcapture.Extension()) enables it unless overridden)", f, f)
+			return envelope.Configurationf("entcapturegen.Extension", "feature %s is not enabled: add entc.FeatureNames(%q) to the code generation (entc.Extensions(entcapturegen.Extension()) enables it unless overridden)", f, f)
 		}
 	}
 	for _, n := range g.Nodes {
@@ -183,18 +191,18 @@ func check(g *gen.Graph) error {
 	return nil
 }
 
-func annotation(n *gen.Type) (Annotation, bool, error) {
-	raw, ok := n.Annotations[AnnotationName]
+func annotation(n *gen.Type) (entcapture.Annotation, bool, error) {
+	raw, ok := n.Annotations[entcapture.AnnotationName]
 	if !ok || raw == nil {
-		return Annotation{}, false, nil
+		return entcapture.Annotation{}, false, nil
 	}
-	var a Annotation
+	var a entcapture.Annotation
 	b, err := json.Marshal(raw)
 	if err == nil {
 		err = json.Unmarshal(b, &a)
 	}
 	if err != nil {
-		return a, false, envelope.Configurationf(n.Name, "bad %s annotation: %v", AnnotationName, err)
+		return a, false, envelope.Configurationf(n.Name, "bad %s annotation: %v", entcapture.AnnotationName, err)
 	}
 	return a, true, nil
 }

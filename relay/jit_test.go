@@ -1,0 +1,106 @@
+package relay
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"testing"
+
+	"github.com/heraldgo/herald/envelope"
+)
+
+// explainJIT runs the relay's lease under EXPLAIN ANALYZE on q (the pool,
+// or the lease's own transaction) and reports whether PostgreSQL
+// JIT-compiled it.
+func explainJIT(t *testing.T, r *Relay, q interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}) bool {
+	t.Helper()
+	rows, err := q.QueryContext(context.Background(), "EXPLAIN (ANALYZE, FORMAT JSON) "+r.sql.lease,
+		r.args([]any{r.cfg.Lease.Microseconds(), r.cfg.Name, nil, r.cfg.BatchSize})...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan string
+	for rows.Next() {
+		if err := rows.Scan(&plan); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Contains(plan, `"JIT"`)
+}
+
+// TestLeaseImmuneToJIT: on connections where PostgreSQL would JIT-compile
+// the lease (jit_above_cost = 0 stands for a large table's estimate), the
+// relay leases with jit off in the lease's own transaction, and the lease
+// still takes and commits its events; on connections with jit off it
+// leases as a single statement.
+func TestLeaseImmuneToJIT(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envelope.Postgres)
+	var available bool
+	if err := e.db.QueryRow(`SELECT pg_jit_available()`).Scan(&available); err != nil {
+		t.Fatal(err)
+	}
+	if !available {
+		t.Skip("this PostgreSQL has no JIT provider (pg_jit_available() is false): nothing to be immune to")
+	}
+	fillKeyed(t, e, 500, 0)
+	open := func(params string) *env {
+		db, err := sql.Open("pgx", e.dsn+params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		c := *e
+		c.db = db
+		return &c
+	}
+
+	jit := open("&jit=on&jit_above_cost=0")
+	r := jit.newRelay(t, &recorder{}, Config{Name: "jit"})
+	if !r.noJIT.Load() {
+		t.Fatal("the relay did not see that its connections JIT-compile (jit on, jit_above_cost 0)")
+	}
+	plain, err := r.db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	compiled := explainJIT(t, r, plain)
+	_ = plain.Rollback()
+	if !compiled {
+		t.Fatal("control: the lease run as a plain statement on these connections was not JIT-compiled; the test proves nothing")
+	}
+	ltx, err := r.beginLease(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	compiled = explainJIT(t, r, ltx.tx)
+	ltx.rollback()
+	if compiled {
+		t.Fatal("the lease in the relay's lease transaction was JIT-compiled")
+	}
+	batch, _, err := r.lease(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(batch) != r.cfg.BatchSize {
+		t.Fatalf("leased %d events, want %d", len(batch), r.cfg.BatchSize)
+	}
+	var leased int
+	if err := e.db.QueryRow(`SELECT count(*) FROM herald_outbox WHERE leased_by = 'jit'`).Scan(&leased); err != nil {
+		t.Fatal(err)
+	}
+	if leased != len(batch) {
+		t.Fatalf("another connection sees %d events leased, want %d: the lease's transaction did not commit", leased, len(batch))
+	}
+
+	off := open("&jit=off")
+	if r := off.newRelay(t, &recorder{}, Config{Name: "nojit"}); r.noJIT.Load() {
+		t.Fatal("the relay leases in a transaction on connections with jit off")
+	}
+}
