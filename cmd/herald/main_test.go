@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -434,5 +435,43 @@ func TestRelaySQLiteWebhook(t *testing.T) {
 		"/readyz never 200:\n%s", p.log())
 	enqueue(t, db, envelope.SQLite, "shop.order.placed", "shop.order.paid", "shop.order.shipped")
 	testkit.Eventually(t, 30*time.Second, func() bool { return len(rec.got()) == 3 }, "webhook got %d of 3 events\n%s", len(rec.got()), p.log())
+	p.stop(t)
+}
+
+// TestRelayReadyzFollowsTheDatabase: /readyz is 503, naming the database,
+// while the database cannot be reached, and 200 again once it can; the
+// process stays up (/healthz) and still stops cleanly on SIGTERM.
+func TestRelayReadyzFollowsTheDatabase(t *testing.T) {
+	_, dsn := testkit.Postgres(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testkit.NewProxy(t, u.Host)
+	u.Host = proxy.Addr()
+	rec := &receiver{}
+	hook := httptest.NewServer(rec)
+	defer hook.Close()
+	mustRun(t, nil, "migrate", "up", "--dsn", dsn)
+	p := startRelay(t, nil, "--dsn", u.String(), "--webhook-url", hook.URL, "--webhook-allow-networks", "127.0.0.0/8")
+	testkit.Eventually(t, 30*time.Second, func() bool { code, _ := p.get("/readyz"); return code == http.StatusOK },
+		"/readyz never 200:\n%s", p.log())
+
+	proxy.SetDown(true)
+	var body string
+	testkit.Eventually(t, 30*time.Second, func() bool {
+		var code int
+		code, body = p.get("/readyz")
+		return code == http.StatusServiceUnavailable
+	}, "/readyz still 200 with the database down:\n%s", p.log())
+	if !strings.Contains(body, "database:") {
+		t.Fatalf("/readyz with the database down: %q, want the database named", body)
+	}
+	if code, _ := p.get("/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz with the database down: %d, want 200 (the process is up)", code)
+	}
+	proxy.SetDown(false)
+	testkit.Eventually(t, 30*time.Second, func() bool { code, _ := p.get("/readyz"); return code == http.StatusOK },
+		"/readyz not 200 again after the database came back:\n%s", p.log())
 	p.stop(t)
 }
