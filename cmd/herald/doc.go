@@ -99,8 +99,11 @@
 //
 // The wakeup, which lets the relay poll rarely and still deliver at once:
 //
-//	--wakeup          HERALD_WAKEUP          pgnotify (LISTEN on --dsn, PostgreSQL), redis (pub/sub on
-//	                                         --redis-url), kafka (--kafka-brokers), amqp (--amqp-url), none
+//	--wakeup          HERALD_WAKEUP          pgnotify (PostgreSQL LISTEN), redis (pub/sub), kafka (a signal
+//	                                         topic), amqp (a fanout exchange), or none (the default)
+//	--wakeup-url      HERALD_WAKEUP_URL      what it connects to: PostgreSQL DSN, redis:// or amqp:// URL,
+//	                                         Kafka brokers (default --dsn, --redis-url, --amqp-url,
+//	                                         --kafka-brokers: the delivery's own server)
 //	--wakeup-channel  HERALD_WAKEUP_CHANNEL  its channel, topic or exchange (default the package's)
 //
 // Writers must signal the same wakeup (see the wakeup packages).

@@ -208,6 +208,8 @@ func TestUsageErrors(t *testing.T) {
 		{nil, []string{"relay", "--dsn", dsn, "--webhook-url", "http://x", "--lease", "1s", "--delivery-timeout", "2s"}, "DeliveryTimeout"},
 		{nil, []string{"relay", "--dsn", "app.db", "--webhook-url", "http://x", "--wakeup", "pgnotify"}, "needs a PostgreSQL --dsn"},
 		{nil, []string{"relay", "--dsn", dsn, "--webhook-url", "http://x", "--admin-addr", "nope"}, "--admin-addr"},
+		{nil, []string{"relay", "--dsn", dsn, "--webhook-url", "http://x", "--wakeup", "redis"}, "--wakeup redis needs --wakeup-url or --redis-url"},
+		{nil, []string{"relay", "--dsn", dsn, "--webhook-url", "http://x", "--wakeup-url", "redis://x"}, "--wakeup-url needs --wakeup"},
 	} {
 		_, errOut, code := runHerald(t, c.env, c.args...)
 		if code != 2 || !strings.Contains(errOut, c.want) {
@@ -473,5 +475,32 @@ func TestRelayReadyzFollowsTheDatabase(t *testing.T) {
 	proxy.SetDown(false)
 	testkit.Eventually(t, 30*time.Second, func() bool { code, _ := p.get("/readyz"); return code == http.StatusOK },
 		"/readyz not 200 again after the database came back:\n%s", p.log())
+	p.stop(t)
+}
+
+// TestRelayReadyzNeedsTheWakeup: with a wakeup that cannot subscribe (its
+// Redis does not answer), /readyz is 503 naming the wakeup while /healthz
+// is 200, and the relay still stops cleanly.
+func TestRelayReadyzNeedsTheWakeup(t *testing.T) {
+	dsn := testkit.ModerncDSN(testkit.SQLitePath(t))
+	ru, err := url.Parse(testkit.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testkit.NewProxy(t, ru.Host)
+	proxy.SetDown(true)
+	mustRun(t, nil, "migrate", "up", "--dsn", dsn)
+	p := startRelay(t, nil, "--dsn", dsn, "--webhook-url", "http://127.0.0.1:1/", "--webhook-allow-networks", "127.0.0.0/8",
+		"--wakeup", "redis", "--wakeup-url", "redis://"+proxy.Addr()+ru.Path)
+	code, body := p.get("/readyz")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "wakeup: not listening") {
+		t.Fatalf("/readyz with the wakeup's Redis refusing: %d %q, want 503 naming the wakeup", code, body)
+	}
+	if code, _ := p.get("/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz: %d", code)
+	}
+	proxy.SetDown(false)
+	testkit.Eventually(t, 30*time.Second, func() bool { code, _ := p.get("/readyz"); return code == http.StatusOK },
+		"/readyz not 200 once the wakeup's Redis answers:\n%s", p.log())
 	p.stop(t)
 }

@@ -61,6 +61,7 @@ type relayFlags struct {
 	routes       listFlag
 
 	wakeup        string
+	wakeupURL     string
 	wakeupChannel string
 
 	adminAddr   string
@@ -98,6 +99,7 @@ func (f *relayFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.routes, "route", "route topics to a delivery: pattern=name (kafka, redis, amqp, webhook); repeat it or comma-separate; needed when several deliveries are given; pattern * routes the rest")
 
 	fs.StringVar(&f.wakeup, "wakeup", "none", "wake the relay when events are written: pgnotify (PostgreSQL LISTEN on --dsn), redis (pub/sub on --redis-url), kafka (--kafka-brokers), amqp (--amqp-url), none")
+	fs.StringVar(&f.wakeupURL, "wakeup-url", "", "what the wakeup connects to: a PostgreSQL DSN, redis:// or amqp:// URL, or comma-separated Kafka brokers (default --dsn, --redis-url, --amqp-url or --kafka-brokers)")
 	fs.StringVar(&f.wakeupChannel, "wakeup-channel", "", "the wakeup's channel, topic or exchange (default the wakeup package's)")
 
 	fs.StringVar(&f.adminAddr, "admin-addr", "", "serve /healthz, /readyz and /metrics on this address (host:port; default none)")
@@ -260,40 +262,63 @@ func (f *relayFlags) build(errOut io.Writer) (_ *built, err error) {
 	}
 
 	var w wakeup.Wakeup
+	// wurl is what the wakeup connects to: --wakeup-url, else the
+	// delivery's (or the database's) own.
+	wurl := func(def, defFlag string) (string, error) {
+		if f.wakeupURL != "" {
+			return f.wakeupURL, nil
+		}
+		if def == "" {
+			return "", usagef("--wakeup %s needs --wakeup-url or %s", f.wakeup, defFlag)
+		}
+		return def, nil
+	}
 	switch f.wakeup {
 	case "", "none":
-	case "pgnotify":
-		if b.dialect != envelope.Postgres {
-			return nil, usagef("--wakeup pgnotify needs a PostgreSQL --dsn")
+		if f.wakeupURL != "" {
+			return nil, usagef("--wakeup-url needs --wakeup")
 		}
-		pw, err := pgnotify.New(pgnotify.Config{ConnString: f.db.dsn, Channel: f.wakeupChannel, Logger: b.logger})
+	case "pgnotify":
+		conn := f.wakeupURL
+		if conn == "" {
+			if b.dialect != envelope.Postgres {
+				return nil, usagef("--wakeup pgnotify needs a PostgreSQL --dsn (or --wakeup-url)")
+			}
+			conn = f.db.dsn
+		}
+		pw, err := pgnotify.New(pgnotify.Config{ConnString: conn, Channel: f.wakeupChannel, Logger: b.logger})
 		if err != nil {
 			return nil, flagErr("wakeup", err)
 		}
 		w = pw
 	case "redis":
-		if f.redisURL == "" {
-			return nil, usagef("--wakeup redis needs --redis-url")
+		u, err := wurl(f.redisURL, "--redis-url")
+		if err != nil {
+			return nil, err
 		}
-		rw, err := redispubsub.New(redispubsub.Config{URL: f.redisURL, Channel: f.wakeupChannel, Logger: b.logger})
+		rw, err := redispubsub.New(redispubsub.Config{URL: u, Channel: f.wakeupChannel, Logger: b.logger})
 		if err != nil {
 			return nil, flagErr("wakeup", err)
 		}
 		w = rw
 	case "kafka":
-		if len(f.kafkaBrokers) == 0 {
-			return nil, usagef("--wakeup kafka needs --kafka-brokers")
+		u, err := wurl(strings.Join(f.kafkaBrokers, ","), "--kafka-brokers")
+		if err != nil {
+			return nil, err
 		}
-		kw, err := kafkasignal.New(kafkasignal.Config{Brokers: f.kafkaBrokers, Topic: f.wakeupChannel, Logger: b.logger})
+		var brokers listFlag
+		_ = brokers.Set(u)
+		kw, err := kafkasignal.New(kafkasignal.Config{Brokers: brokers, Topic: f.wakeupChannel, Logger: b.logger})
 		if err != nil {
 			return nil, flagErr("wakeup", err)
 		}
 		w = kw
 	case "amqp":
-		if f.amqpURL == "" {
-			return nil, usagef("--wakeup amqp needs --amqp-url")
+		u, err := wurl(f.amqpURL, "--amqp-url")
+		if err != nil {
+			return nil, err
 		}
-		aw, err := amqpfanout.New(amqpfanout.Config{URL: f.amqpURL, Exchange: f.wakeupChannel, Logger: b.logger})
+		aw, err := amqpfanout.New(amqpfanout.Config{URL: u, Exchange: f.wakeupChannel, Logger: b.logger})
 		if err != nil {
 			return nil, flagErr("wakeup", err)
 		}
