@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -334,9 +335,9 @@ func (r *receiver) got() []string {
 }
 
 // TestRelayDeliversToEachTransport runs `herald relay` as a process on
-// PostgreSQL with a pgnotify wakeup, three deliveries and routes (webhook,
-// Redis Streams, Kafka on an in-process kfake), configured through both
-// flags and HERALD_* variables, and stops it with SIGTERM.
+// PostgreSQL with a pgnotify wakeup, four deliveries and routes (webhook,
+// Redis Streams, Kafka on an in-process kfake, RabbitMQ), configured
+// through both flags and HERALD_* variables, and stops it with SIGTERM.
 func TestRelayDeliversToEachTransport(t *testing.T) {
 	db, dsn := testkit.Postgres(t)
 	redisURL := testkit.RedisURL(t)
@@ -354,6 +355,27 @@ func TestRelayDeliversToEachTransport(t *testing.T) {
 	defer rdb.Close()
 	defer rdb.Del(context.Background(), stream)
 
+	// RabbitMQ: the default exchange routes by queue name, and the routing
+	// key is the event's aggregate (its topic less the operation).
+	amqpURL := testkit.AMQPURL(t)
+	ops := testkit.Name("herald_cli_")
+	conn, err := amqp091.Dial(amqpURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(ops+".job", false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	amqpMsgs, err := ch.Consume(ops+".job", "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	mustRun(t, []string{"HERALD_DSN=" + dsn}, "migrate", "up")
 	// Written before the relay starts: delivered at its first poll.
 	enqueue(t, db, envelope.Postgres, "billing.invoice.created", "shop.order.placed")
@@ -363,7 +385,8 @@ func TestRelayDeliversToEachTransport(t *testing.T) {
 		"HERALD_REDIS_URL=" + redisURL,
 		"HERALD_REDIS_STREAM=" + stream,
 		// A list variable: comma-separated, the same as repeated flags.
-		"HERALD_ROUTE=shop.*=redis,billing.*=webhook,audit.*=kafka",
+		"HERALD_ROUTE=shop.*=redis,billing.*=webhook,audit.*=kafka," + ops + ".*=amqp",
+		"HERALD_AMQP_URL=" + amqpURL,
 		"HERALD_BATCH_SIZE=abc", // the flag below wins
 	},
 		"--batch-size", "50", "--concurrency", "4",
@@ -380,7 +403,7 @@ func TestRelayDeliversToEachTransport(t *testing.T) {
 
 	// Written while the relay waits up to a minute between polls: the
 	// wakeup brings them.
-	enqueue(t, db, envelope.Postgres, "billing.invoice.paid", "shop.order.shipped", "audit.login", "audit.logout")
+	enqueue(t, db, envelope.Postgres, "billing.invoice.paid", "shop.order.shipped", "audit.login", "audit.logout", ops+".job.inserted")
 
 	testkit.Eventually(t, 30*time.Second, func() bool { return len(rec.got()) == 2 }, "webhook got %d of 2 events\n%s", len(rec.got()), p.log())
 	for _, b := range rec.got() {
@@ -406,6 +429,15 @@ func TestRelayDeliversToEachTransport(t *testing.T) {
 	}
 	if len(kafkaGot) != 2 || !strings.Contains(strings.Join(kafkaGot, " "), "audit.login") {
 		t.Fatalf("Kafka got %q, want the two audit.* events\n%s", kafkaGot, p.log())
+	}
+
+	select {
+	case m := <-amqpMsgs:
+		if !strings.Contains(string(m.Body), ops+".job.inserted") {
+			t.Fatalf("RabbitMQ got %s, want the %s.job.inserted event", m.Body, ops)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("RabbitMQ queue %s.job got nothing within 30s\n%s", ops, p.log())
 	}
 
 	code, metrics := p.get("/metrics")

@@ -88,7 +88,7 @@ func (f *relayFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.deleteOnPublish, "delete-on-publish", false, "delete each event when it is delivered instead of marking it published")
 
 	fs.Var(&f.kafkaBrokers, "kafka-brokers", "deliver to Kafka: comma-separated seed brokers (delivery name \"kafka\")")
-	fs.StringVar(&f.kafkaTopic, "kafka-topic", "", "the Kafka topic of every event (default the event's aggregate: its topic less the operation)")
+	fs.StringVar(&f.kafkaTopic, "kafka-topic", "", "the Kafka topic of every event (default the event's aggregate: its topic less a last .inserted, .updated or .deleted)")
 	fs.StringVar(&f.redisURL, "redis-url", "", "deliver to Redis Streams: redis://host:port/db (delivery name \"redis\")")
 	fs.StringVar(&f.redisStream, "redis-stream", "", "the stream of every event (default the event's aggregate)")
 	fs.StringVar(&f.amqpURL, "amqp-url", "", "deliver to RabbitMQ: amqp://user:pass@host:port/vhost (delivery name \"amqp\")")
