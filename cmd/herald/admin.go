@@ -120,7 +120,7 @@ func attrs(s attribute.Set) string {
 	sort.Slice(kv, func(i, j int) bool { return kv[i].Key < kv[j].Key })
 	parts := make([]string, len(kv))
 	for i, a := range kv {
-		parts[i] = fmt.Sprintf("%s=%q", a.Key, a.Value.Emit())
+		parts[i] = fmt.Sprintf("%s=%q", a.Key, a.Value.String())
 	}
 	return "{" + strings.Join(parts, ",") + "}"
 }
