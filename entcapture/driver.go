@@ -75,6 +75,25 @@ func Driver(drv dialect.Driver, cfg ...Config) *CaptureDriver {
 	return d
 }
 
+// captureOf finds the CaptureDriver under drv: drv itself, or under the
+// drivers that wrap it (client.Debug()'s dialect.DebugDriver, or any
+// driver with an Unwrap() dialect.Driver method); nil if there is none.
+func captureOf(drv dialect.Driver) *CaptureDriver {
+	for range 16 {
+		switch d := drv.(type) {
+		case *CaptureDriver:
+			return d
+		case *dialect.DebugDriver:
+			drv = d.Driver
+		case interface{ Unwrap() dialect.Driver }:
+			drv = d.Unwrap()
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
 // Unwrap returns the wrapped driver.
 func (d *CaptureDriver) Unwrap() dialect.Driver { return d.Driver }
 

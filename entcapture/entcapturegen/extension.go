@@ -238,8 +238,42 @@ func writeGlue(g *gen.Graph) error {
 		pf("\t%q\n", path.Join(g.Package, n.PackageDir()))
 	}
 	pf(")\n\n")
-	pf(`// HeraldDriver returns the client's driver, for entcapture.Enqueue.
-func (c *Client) HeraldDriver() dialect.Driver { return c.driver }
+	pf(`// HeraldDriver returns the client's driver (for a transaction's client,
+// tx.Client() or m.Client() in a hook, the driver the transaction was
+// begun on), for entcapture.Enqueue.
+func (c *Client) HeraldDriver() dialect.Driver {
+	if d, ok := heraldTxDriver(c.driver); ok {
+		return d.drv
+	}
+	return c.driver
+}
+
+// HeraldTx returns the transaction of a transaction's client (nil for
+// another client), for entcapture.Enqueue.
+func (c *Client) HeraldTx() dialect.Tx {
+	if d, ok := heraldTxDriver(c.driver); ok {
+		return d.tx
+	}
+	return nil
+}
+
+// HeraldOnCommit runs f after the client's transaction commits, for entcapture.Enqueue.
+func (c *Client) HeraldOnCommit(f func()) bool { return heraldOnCommit(c.driver, f) }
+
+// heraldTxDriver finds the transaction driver under d (client.Debug()
+// wraps it).
+func heraldTxDriver(d dialect.Driver) (*txDriver, bool) {
+	for {
+		switch x := d.(type) {
+		case *txDriver:
+			return x, true
+		case *dialect.DebugDriver:
+			d = x.Driver
+		default:
+			return nil, false
+		}
+	}
+}
 
 // HeraldDriver returns the driver the transaction was begun on, for entcapture.Enqueue.
 func (tx *Tx) HeraldDriver() dialect.Driver { return tx.config.driver.(*txDriver).drv }
@@ -251,7 +285,7 @@ func (tx *Tx) HeraldTx() dialect.Tx { return tx.config.driver.(*txDriver).tx }
 func (tx *Tx) HeraldOnCommit(f func()) bool { return heraldOnCommit(tx.config.driver, f) }
 
 func heraldOnCommit(d dialect.Driver, f func()) bool {
-	txd, ok := d.(*txDriver)
+	txd, ok := heraldTxDriver(d)
 	if !ok {
 		return false
 	}
@@ -409,7 +443,7 @@ func (m *%[1]s) HeraldSchema() *entcapture.Schema { return %[2]sSchema }
 
 // HeraldDriver implements entcapture.Glue.
 func (m *%[1]s) HeraldDriver() dialect.Driver {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
 	}
 	return m.driver
@@ -417,7 +451,7 @@ func (m *%[1]s) HeraldDriver() dialect.Driver {
 
 // HeraldTx implements entcapture.Glue.
 func (m *%[1]s) HeraldTx() dialect.Tx {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
 	}
 	return nil
