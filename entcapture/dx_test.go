@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/heraldgo/herald/entcapture"
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/capturecases/entcc/ent"
+	"github.com/heraldgo/herald/internal/capturecases/entcc/ent/loan"
 	dx "github.com/heraldgo/herald/internal/capturecases/entdx/ent"
 	"github.com/heraldgo/herald/internal/capturecases/entdx/ent/doc"
 	"github.com/heraldgo/herald/internal/capturecases/entdx/ent/page"
@@ -129,6 +131,56 @@ func TestEnqueueTxClient(t *testing.T) {
 			}
 			if got := topicsOf(t, e.db, envelope.DefaultTable); len(got) != 0 {
 				t.Fatalf("herald_outbox got %q; the Driver's table is custom_outbox", got)
+			}
+		})
+	}
+}
+
+// TestBulkUpdateAnySize (issue 18, defect 14): a BeforeAndAfter update of
+// more rows than the dialect's bind-parameter limit (70,000 on PostgreSQL,
+// 65535; 33,000 on SQLite, 32766) is captured, one event per row: the
+// write is pinned to the rows read before it by one parameter, not one per
+// row.
+func TestBulkUpdateAnySize(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: tens of thousands of rows")
+	}
+	t.Parallel()
+	for _, d := range dialects {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			n := 33000
+			fill := `WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM g WHERE i < %d) INSERT INTO loans (id, status, days, returned) SELECT i, 'out', 1, false FROM g`
+			if d.dialect == envelope.Postgres {
+				n = 70000
+				fill = `INSERT INTO loans (id, status, days, returned) SELECT g, 'out', 1, false FROM generate_series(1, %d) g`
+			}
+			e := newEnv(t, d.dialect, entcapture.Config{Options: map[string]envelope.Options{"Loan": {Payload: envelope.BeforeAndAfter}}})
+			_, err := e.db.Exec(fmt.Sprintf(fill, n))
+			must(t, err)
+			got, err := e.client.Loan.Update().Where(loan.Status("out")).SetStatus("in").Save(ctx)
+			must(t, err)
+			if got != n {
+				t.Fatalf("updated %d rows, want %d", got, n)
+			}
+			var events, withBefore int
+			must(t, e.db.QueryRow(`SELECT COUNT(*) FROM herald_outbox WHERE topic = 'loan.updated'`).Scan(&events))
+			must(t, e.db.QueryRow(`SELECT COUNT(*) FROM herald_outbox WHERE topic = 'loan.updated' AND CAST(payload AS TEXT) LIKE '%"before":{%"status":"out"%'`).Scan(&withBefore))
+			if events != n || withBefore != n {
+				t.Fatalf("%d events, %d with the before image, want %d", events, withBefore, n)
+			}
+			// In client.Tx on a client without the wrapper, the after
+			// images are read by id after the UPDATE: one parameter too.
+			tx, err := e.plain.Tx(ctx)
+			must(t, err)
+			if got, err = tx.Loan.Update().Where(loan.Status("in")).SetDays(2).Save(ctx); err != nil || got != n {
+				t.Fatalf("without the wrapper: updated %d rows, %v", got, err)
+			}
+			must(t, tx.Commit())
+			must(t, e.db.QueryRow(`SELECT COUNT(*) FROM herald_outbox WHERE topic = 'loan.updated' AND CAST(payload AS TEXT) LIKE '%"after":{%"days":2%'`).Scan(&events))
+			if events != n {
+				t.Fatalf("without the wrapper: %d events with the after image, want %d", events, n)
 			}
 		})
 	}

@@ -471,7 +471,7 @@ func (s *scope) selectRows(w *write, cols []string, id any, byID bool, ids []any
 	}
 	sel.Select(qc...)
 	if ids != nil {
-		sel.Where(sql.In(sel.C(w.sch.PK), ids...))
+		keysIn(s.d, w.sch.Table, w.sch.PK, ids)(sel)
 	} else {
 		if byID {
 			sel.Where(sql.EQ(sel.C(w.sch.PK), id))

@@ -227,7 +227,7 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 		}
 		ids = pks(before, w.sch.PK)
 		if !one {
-			w.g.WhereP(sql.FieldIn(w.sch.PK, ids...))
+			w.g.WhereP(keysIn(s.d, w.sch.Table, w.sch.PK, ids))
 		}
 	}
 	owners := ids
@@ -330,7 +330,7 @@ func (w *write) delete(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 		return nil, err
 	}
 	ids := pks(before, w.sch.PK)
-	w.g.WhereP(sql.FieldIn(w.sch.PK, ids...))
+	w.g.WhereP(keysIn(s.d, w.sch.Table, w.sch.PK, ids))
 	if err := s.cascade(w.sch, ids, 0); err != nil {
 		return nil, err
 	}
