@@ -266,3 +266,37 @@ func TestSoftDeleteMixinOrder(t *testing.T) {
 		})
 	}
 }
+
+// TestConfigChecks (issue 18): a Config whose Options name no captured
+// schema (a misspelling), or two Configs, fail the first captured write on
+// the driver with ErrConfiguration naming the name, and write nothing (a
+// misspelled name used to be ignored silently).
+func TestConfigChecks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := openDB(t, envelope.SQLite)
+	for _, c := range []struct {
+		name string
+		cfgs []entcapture.Config
+		want string
+	}{
+		{"misspelled schema", []entcapture.Config{{Options: map[string]envelope.Options{"Reader": {}, "Laon": {Payload: envelope.Keys}}}}, `no captured schema named "Laon"`},
+		{"two configs", []entcapture.Config{{}, {Table: "x"}}, "at most one Config, got 2"},
+	} {
+		client := ent.NewClient(ent.Driver(entcapture.Driver(entsql.OpenDB(entDialect(envelope.SQLite), db), c.cfgs...)))
+		createSchema(t, func(ctx context.Context) error { return client.Schema.Create(ctx) })
+		_, err := client.Reader.Create().SetID(1).SetName("a").SetEmail("a@x").Save(ctx)
+		if !errors.Is(err, envelope.ErrConfiguration) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want ErrConfiguration containing %q", c.name, err, c.want)
+		}
+		_, err = entcapture.Enqueue(ctx, client, envelope.Message{Topic: "t", Payload: 1})
+		if !errors.Is(err, envelope.ErrConfiguration) {
+			t.Errorf("%s: Enqueue: err = %v, want ErrConfiguration", c.name, err)
+		}
+	}
+	var n int
+	must(t, db.QueryRow(`SELECT COUNT(*) FROM readers`).Scan(&n))
+	if n != 0 {
+		t.Fatalf("%d readers written under a bad Config", n)
+	}
+}

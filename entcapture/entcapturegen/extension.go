@@ -314,6 +314,11 @@ var _ = stdsql.ErrNoRows
 		return err
 	}
 	pf("func init() {\n")
+	pf("\tentcapture.Register(")
+	for _, n := range captured {
+		pf("herald%sSchema, ", n.Name)
+	}
+	pf(")\n")
 	for _, n := range captured {
 		v := "herald" + n.Name
 		pf("\t%sSchema.Scan = (*%s)(nil).HeraldScan\n", v, n.MutationName())

@@ -560,6 +560,7 @@ func heraldReaderRow(e *Reader, cols []string, vals []any) map[string]any {
 var _ entcapture.Glue = (*ReaderMutation)(nil)
 
 func init() {
+	entcapture.Register(heraldClubSchema, heraldLoanSchema, heraldMembershipSchema, heraldReaderSchema)
 	heraldClubSchema.Scan = (*ClubMutation)(nil).HeraldScan
 	heraldClubSchema.Hooks = func() []ent.Hook { return club.Hooks[:] }
 	heraldClubSchema.Edges = append(heraldClubSchema.Edges, entcapture.ThroughEdge{Name: "readers", Through: heraldMembershipSchema, Own: "club_id", Other: "reader_id"})

@@ -458,6 +458,7 @@ func heraldTagRow(e *Tag, cols []string, vals []any) map[string]any {
 var _ entcapture.Glue = (*TagMutation)(nil)
 
 func init() {
+	entcapture.Register(heraldLoanSchema, heraldReaderSchema, heraldTagSchema)
 	heraldLoanSchema.Scan = (*LoanMutation)(nil).HeraldScan
 	heraldLoanSchema.Hooks = func() []ent.Hook { return loan.Hooks[:] }
 	heraldReaderSchema.Scan = (*ReaderMutation)(nil).HeraldScan

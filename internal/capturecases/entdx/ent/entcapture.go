@@ -435,6 +435,7 @@ func heraldPageRow(e *Page, cols []string, vals []any) map[string]any {
 var _ entcapture.Glue = (*PageMutation)(nil)
 
 func init() {
+	entcapture.Register(heraldDocSchema, heraldNoteSchema, heraldPageSchema)
 	heraldDocSchema.Scan = (*DocMutation)(nil).HeraldScan
 	heraldDocSchema.Hooks = func() []ent.Hook { return doc.Hooks[:] }
 	heraldNoteSchema.Scan = (*NoteMutation)(nil).HeraldScan
