@@ -16,9 +16,11 @@ import (
 	"github.com/heraldgo/herald/internal/capturecases/entcc/ent/loan"
 	dx "github.com/heraldgo/herald/internal/capturecases/entdx/ent"
 	"github.com/heraldgo/herald/internal/capturecases/entdx/ent/doc"
+	"github.com/heraldgo/herald/internal/capturecases/entdx/ent/enttest"
 	"github.com/heraldgo/herald/internal/capturecases/entdx/ent/page"
 	_ "github.com/heraldgo/herald/internal/capturecases/entdx/ent/runtime"
 	dxschema "github.com/heraldgo/herald/internal/capturecases/entdx/schema"
+	"github.com/heraldgo/herald/internal/testkit"
 )
 
 // dxEnv is a database with a client of the entdx schemas on
@@ -298,5 +300,30 @@ func TestConfigChecks(t *testing.T) {
 	must(t, db.QueryRow(`SELECT COUNT(*) FROM readers`).Scan(&n))
 	if n != 0 {
 		t.Fatalf("%d readers written under a bad Config", n)
+	}
+}
+
+// TestEnttest (issue 18): enttest.Open replaces an ent.Driver option with
+// a driver of its own, so a captured write on its client fails with
+// ErrConfiguration naming the remedy, enttest.NewClient with the wrapper;
+// which captures.
+func TestEnttest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := openDB(t, envelope.SQLite)
+	path := testkit.SQLitePath(t)
+	wrapped := dx.Driver(entcapture.Driver(entsql.OpenDB(entDialect(envelope.SQLite), db)))
+
+	opened := enttest.Open(t, "sqlite3", testkit.MattnDSN(path), enttest.WithOptions(wrapped))
+	defer opened.Close()
+	_, err := opened.Note.Create().SetTitle("a").Save(ctx)
+	if !errors.Is(err, envelope.ErrConfiguration) || !strings.Contains(err.Error(), "enttest.NewClient(t, enttest.WithOptions(ent.Driver(entcapture.Driver(") {
+		t.Fatalf("enttest.Open: err = %v, want ErrConfiguration naming enttest.NewClient", err)
+	}
+
+	client := enttest.NewClient(t, enttest.WithOptions(wrapped))
+	client.Note.Create().SetTitle("a").SaveX(ctx)
+	if got := strings.Join(topicsOf(t, db, envelope.DefaultTable), " "); got != "note.inserted" {
+		t.Fatalf("enttest.NewClient: topics %q", got)
 	}
 }
