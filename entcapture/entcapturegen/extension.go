@@ -152,7 +152,7 @@ func checkBulkTemplate(version string, read func() ([]byte, error)) error {
 	if bulk == nil || bulk.Tree == nil {
 		return fail("its create.tmpl defines no dialect/sql/create_bulk")
 	}
-	if sum := sha256.Sum256([]byte(bulk.Tree.Root.String())); hex.EncodeToString(sum[:]) != bulkTreeHash {
+	if sum := sha256.Sum256([]byte(bulk.Root.String())); hex.EncodeToString(sum[:]) != bulkTreeHash {
 		return fail("its create_bulk template differs from " + bulkRelease + "'s")
 	}
 	return nil
