@@ -55,6 +55,7 @@ type capturePool struct {
 	updCascade    []updateCascade // an UPDATE's ON UPDATE cascades, as read before it
 	paired        bool            // before[i] is after[i] as it was (updateWithBefore)
 	fused         bool            // the statement wrote its events itself (fusedUpdate)
+	lent          *schema.Schema  // the model of a write without one (tableModel)
 }
 
 func (p *Plugin) update(orig func(*gorm.DB)) func(*gorm.DB) {
@@ -63,20 +64,25 @@ func (p *Plugin) update(orig func(*gorm.DB)) func(*gorm.DB) {
 			return
 		}
 		st := db.Statement
-		if st.Schema == nil || db.DryRun {
+		sch, lent := st.Schema, (*schema.Schema)(nil)
+		if sch == nil {
+			sch = p.tableModel(st)
+			lent = sch
+		}
+		if sch == nil || db.DryRun {
 			orig(db)
 			return
 		}
-		m := p.modelFor(st.Schema)
+		m := p.modelFor(sch)
 		spec := m.spec
 		if spec != nil && !spec.Captures(envelope.Updated) {
 			spec = nil
 		}
-		if spec == nil && len(p.updateCascadesFor(db, st.Schema, st.Table)) == 0 { // SET is not built yet
+		if spec == nil && len(p.updateCascadesFor(db, sch, st.Table)) == 0 { // SET is not built yet
 			orig(db)
 			return
 		}
-		p.inOwnTx(db, func() { p.intercept(db, orig, spec) })
+		p.inOwnTx(db, func() { p.intercept(db, orig, spec, lent) })
 	}
 }
 
@@ -86,26 +92,36 @@ func (p *Plugin) delete(orig func(*gorm.DB)) func(*gorm.DB) {
 			return
 		}
 		st := db.Statement
-		if st.Schema == nil || db.DryRun {
+		sch, lent := st.Schema, (*schema.Schema)(nil)
+		if sch == nil {
+			sch = p.tableModel(st)
+			lent = sch
+		}
+		if sch == nil || db.DryRun {
 			orig(db)
 			return
 		}
-		m := p.modelFor(st.Schema)
+		m := p.modelFor(sch)
 		spec := m.spec
 		if spec != nil && !spec.Captures(envelope.Deleted) && !spec.Captures(envelope.Updated) {
 			spec = nil
 		}
-		if spec == nil && len(p.cascadesFor(db, st.Schema, st.Table)) == 0 {
+		if spec == nil && len(p.cascadesFor(db, sch, st.Table)) == 0 {
 			orig(db)
 			return
 		}
-		p.inOwnTx(db, func() { p.intercept(db, orig, spec) })
+		p.inOwnTx(db, func() { p.intercept(db, orig, spec, lent) })
 	}
 }
 
-func (p *Plugin) intercept(db *gorm.DB, orig func(*gorm.DB), spec *envelope.Spec) {
+// intercept runs GORM's own callback with the statement's pool swapped
+// for a capturePool. lent, when not nil, is the schema of the captured
+// model a statement without one writes as (tableModel): GORM builds the
+// statement without it, exactly as without the plugin, and the capture
+// sees it only while it reads and writes the rows (lend).
+func (p *Plugin) intercept(db *gorm.DB, orig func(*gorm.DB), spec *envelope.Spec, lent *schema.Schema) {
 	st := db.Statement
-	c := &capturePool{ConnPool: st.ConnPool, p: p, db: db, spec: spec, at: now()}
+	c := &capturePool{ConnPool: st.ConnPool, p: p, db: db, spec: spec, at: now(), lent: lent}
 	st.ConnPool = c
 	orig(db)
 	st.ConnPool = c.ConnPool
@@ -116,9 +132,20 @@ func (p *Plugin) intercept(db *gorm.DB, orig func(*gorm.DB), spec *envelope.Spec
 	if db.Error != nil || !c.hit {
 		return
 	}
+	defer c.lend()()
 	if err := c.finish(); err != nil {
 		fail(db, err)
 	}
+}
+
+// lend gives the statement the lent schema until the returned func runs.
+func (c *capturePool) lend() func() {
+	st := c.db.Statement
+	if c.lent == nil || st.Schema != nil {
+		return func() {}
+	}
+	st.Schema = c.lent
+	return func() { st.Schema = nil }
 }
 
 func (c *capturePool) isStatement(q string) bool {
@@ -132,6 +159,7 @@ func (c *capturePool) ExecContext(ctx context.Context, q string, args ...any) (s
 		return c.ConnPool.ExecContext(ctx, q, args...)
 	}
 	c.hit = true
+	defer c.lend()()
 	if n, ok, err := c.fusedUpdate(ctx, q, args); ok || err != nil {
 		if err != nil {
 			c.err = err
@@ -155,6 +183,7 @@ func (c *capturePool) QueryContext(ctx context.Context, q string, args ...any) (
 		return c.ConnPool.QueryContext(ctx, q, args...)
 	}
 	c.hit, c.userReturning = true, true
+	defer c.lend()() // GORM scans the caller's rows without it
 	st := c.db.Statement
 	if c.spec != nil && c.spec.Captures(envelope.Updated) && len(q) >= 6 && strings.EqualFold(q[:6], "UPDATE") &&
 		setsKey(changedColumns(st), keyColumns(st.Schema)) {
