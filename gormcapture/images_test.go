@@ -232,7 +232,7 @@ func (s *Shown) Scan(src any) error {
 // Images are what the row holds, not what the field's Go type renders:
 // a bytes column whose Valuer renders NULL for the value read back holds
 // its bytes in the event (base64, as any bytes); a serializer column
-// holding '' holds "" (not null).
+// holding ” holds "" (not null).
 func TestImagesAreWhatTheRowHolds(t *testing.T) {
 	t.Parallel()
 	eachDialect(t, func(t *testing.T, d envelope.Dialect) {

@@ -36,13 +36,28 @@ type PrivatePostgres struct {
 func NewPrivatePostgres(t testing.TB, settings ...string) *PrivatePostgres {
 	t.Helper()
 	needServer(t, "a private PostgreSQL cluster (initdb, pg_ctl)")
-	bin, err := postgresBin()
+	p, err := StartPrivatePostgres(settings...)
+	if p != nil {
+		t.Cleanup(func() { _ = p.Stop() })
+	}
 	if err != nil {
 		t.Fatalf("testkit: %v", err)
 	}
+	return p
+}
+
+// StartPrivatePostgres is NewPrivatePostgres for a program that is not a
+// test (integration/gormsuite's WAL judge): it returns an error instead of
+// failing a test, and the caller stops the cluster with Stop (also after
+// an error, when the cluster is not nil).
+func StartPrivatePostgres(settings ...string) (*PrivatePostgres, error) {
+	bin, err := postgresBin()
+	if err != nil {
+		return nil, err
+	}
 	dir, err := os.MkdirTemp("", "herald-pg-")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	p := &PrivatePostgres{bin: bin, dir: dir, data: filepath.Join(dir, "data"),
 		sock: dir, log: filepath.Join(dir, "server.log")}
@@ -50,41 +65,48 @@ func NewPrivatePostgres(t testing.TB, settings ...string) *PrivatePostgres {
 		p.asUser = "postgres"
 		u, err := user.Lookup("postgres")
 		if err != nil {
-			t.Fatalf("testkit: running as root, and there is no postgres OS user to run a private cluster as: %v", err)
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("running as root, and there is no postgres OS user to run a private cluster as: %w", err)
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
 		if err := os.Chown(dir, uid, gid); err != nil {
-			t.Fatal(err)
+			_ = os.RemoveAll(dir)
+			return nil, err
 		}
 	}
-	t.Cleanup(func() {
-		_ = p.run("pg_ctl", "-D", p.data, "-m", "immediate", "-w", "stop")
-		_ = os.RemoveAll(dir)
-	})
 	if err := p.run("initdb", "-D", p.data, "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8"); err != nil {
-		t.Fatalf("testkit: initdb: %v", err)
+		return p, fmt.Errorf("initdb: %w", err)
 	}
-	p.port = freePort(t)
+	if p.port, err = freePort(); err != nil {
+		return p, err
+	}
 	conf := fmt.Sprintf("port = %d\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '%s'\n", p.port, p.sock)
 	for _, s := range settings {
 		conf += s + "\n"
 	}
 	f, err := os.OpenFile(filepath.Join(p.data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
-		t.Fatal(err)
+		return p, err
 	}
 	_, err = f.WriteString(conf)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		t.Fatal(err)
+		return p, err
 	}
-	if err := p.Start(); err != nil {
-		t.Fatalf("testkit: %v", err)
+	return p, p.Start()
+}
+
+// Stop stops the server (immediately: nothing of it is kept) and removes
+// its directory.
+func (p *PrivatePostgres) Stop() error {
+	err := p.run("pg_ctl", "-D", p.data, "-m", "immediate", "-w", "stop")
+	if rerr := os.RemoveAll(p.dir); err == nil {
+		err = rerr
 	}
-	return p
+	return err
 }
 
 // Addr is the server's "127.0.0.1:port".
@@ -177,12 +199,11 @@ func postgresBin() (string, error) {
 	return "", fmt.Errorf("no PostgreSQL server binaries (initdb, pg_ctl) found under /usr/lib/postgresql/*/bin or on PATH: install the postgresql package, or set HERALD_PG_BIN")
 }
 
-func freePort(t testing.TB) int {
-	t.Helper()
+func freePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return 0, err
 	}
 	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return ln.Addr().(*net.TCPAddr).Port, nil
 }
