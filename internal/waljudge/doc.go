@@ -10,8 +10,8 @@
 //
 // # How a run is judged
 //
-//  1. A cluster with wal_level=logical (Settings; internal/testkit's
-//     StartPrivatePostgres starts one on a free port).
+//  1. A cluster with wal_level=logical (Settings; internal/pgcluster's
+//     Start runs one on a free port).
 //  2. Setup, on the judged database before the run: a DDL event trigger
 //     makes every table REPLICA IDENTITY FULL (the whole old row of an
 //     UPDATE or DELETE is in the log, for before images) and writes each

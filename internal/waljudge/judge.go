@@ -175,7 +175,9 @@ var opOf = map[string]string{"INSERT": "inserted", "UPDATE": "updated", "DELETE"
 
 // Txn judges one committed transaction.
 func (j *Judge) Txn(t *Txn) {
-	j.r.Txns++
+	if len(t.Changes) > 0 {
+		j.r.Txns++
+	}
 	raw := append([]string(nil), j.rawSQL...)
 	for _, m := range t.Messages {
 		switch m.Prefix {
@@ -373,7 +375,7 @@ func (j *Judge) judgeRow(g *group, raw []string) {
 	}
 	for _, rc := range short {
 		switch {
-		case len(g.events) == 0 && namedIn(g.table, raw):
+		case namedIn(g.table, raw):
 			j.r.RawChanges++
 			j.exclude(Finding{Kind: Raw, Table: g.table, Op: rc.c.Op, Key: g.key})
 		case len(g.events) == 0 && j.cfg.Exempt != nil && j.cfg.Exempt(g.table) != "":

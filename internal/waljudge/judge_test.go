@@ -89,7 +89,7 @@ func TestJudge(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("findings:\n%s\nwant:\n%s\n%+v", strings.Join(got, "\n"), strings.Join(want, "\n"), r.Findings)
 	}
-	if r.Txns != 3 || r.Changes != 8 || r.Events != 7 || r.Matched != 4 || r.Missing != 1 || r.Phantom != 1 || r.Duplicate != 1 ||
+	if r.Txns != 2 || r.Changes != 8 || r.Events != 7 || r.Matched != 4 || r.Missing != 1 || r.Phantom != 1 || r.Duplicate != 1 ||
 		r.WrongOp != 1 || r.Mismatched != 1 || r.RawChanges != 1 || r.ExemptChanges != 1 || r.Compared != 10 {
 		t.Errorf("report %+v", *r)
 	}

@@ -7,7 +7,7 @@ import (
 )
 
 // Settings are the server settings a judged cluster needs
-// (testkit.StartPrivatePostgres takes them).
+// (pgcluster.Start takes them).
 var Settings = []string{"wal_level = logical", "max_replication_slots = 16", "max_wal_senders = 16"}
 
 // setupSQL installs, in one database, the event trigger that makes every
@@ -50,13 +50,16 @@ func Setup(ctx context.Context, db *sql.DB, slot string) error {
 }
 
 // Drain reads the slot's changes (consuming them) in chunks and hands
-// them to the judge in log order. Call it when the writes have stopped
+// them to the judge in log order. Empty transactions are not skipped: a
+// DDL transaction holds only the trigger's PrefixKey messages, and
+// test_decoding's skip-empty-xacts would print them without the
+// transaction's COMMIT. Call it when the writes have stopped
 // (or repeatedly: each call goes on where the last one stopped).
 func Drain(ctx context.Context, db *sql.DB, slot string, j *Judge) error {
 	var dec Decoder
 	for {
 		rows, err := db.QueryContext(ctx, `SELECT xid::text::bigint, data FROM pg_logical_slot_get_changes($1, NULL, 20000,
-			'include-xids', '1', 'skip-empty-xacts', '1', 'include-timestamp', '0')`, slot)
+			'include-xids', '1', 'include-timestamp', '0')`, slot)
 		if err != nil {
 			return fmt.Errorf("waljudge: read the slot: %w", err)
 		}
