@@ -354,8 +354,8 @@ func (r *run) exec(work, dir, bin, runRe, pgBase string, wal bool) error {
 			if judged, err = sql.Open("pgx", dsn); err != nil {
 				return err
 			}
-			defer func() { _ = waljudge.Drop(context.Background(), judged, walSlot); _ = judged.Close() }()
-			if err := waljudge.Setup(context.Background(), judged, walSlot); err != nil {
+			defer func() { _ = waljudge.Drop(context.Background(), judged, r.walSlot()); _ = judged.Close() }()
+			if err := waljudge.Setup(context.Background(), judged, r.walSlot()); err != nil {
 				return err
 			}
 			env = append(env, "HERALD_GORMSUITE_WAL=1")
@@ -404,8 +404,9 @@ func (r *run) exec(work, dir, bin, runRe, pgBase string, wal bool) error {
 	return nil
 }
 
-// walSlot is the logical replication slot of a judged run's database.
-const walSlot = "herald_judge"
+// walSlot is the logical replication slot of a judged run's database
+// (slot names are the cluster's: one per run).
+func (r *run) walSlot() string { return "herald_judge_" + r.mode }
 
 // judge reads the run's log from the slot and judges it (internal/waljudge),
 // writing every finding to out. Tables written by models without a primary
@@ -431,7 +432,7 @@ func (r *run) judge(db *sql.DB, out string) error {
 		},
 		Images: r.mode != "keys",
 	})
-	if err := waljudge.Drain(context.Background(), db, walSlot, j); err != nil {
+	if err := waljudge.Drain(context.Background(), db, r.walSlot(), j); err != nil {
 		return err
 	}
 	r.wal = j.Report()

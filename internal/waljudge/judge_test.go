@@ -55,6 +55,9 @@ func TestJudge(t *testing.T) {
 		`2|table public.users: UPDATE: old-key: id[bigint]:3 name[text]:'y' new-tuple: id[bigint]:3 name[text]:'z'`,
 		`2|`+outbox(`{"model":"User","operation":"updated","pk":3,"before":{"id":3,"name":"y"},"after":{"id":3,"name":null}}`),
 		`2|`+outbox(`{"model":"User","operation":"deleted","pk":9}`),
+		// An old row lacks its NULL columns: the before image's null matches.
+		`2|table public.users: DELETE: id[bigint]:6`,
+		`2|`+outbox(`{"model":"User","operation":"deleted","pk":6,"before":{"id":6,"name":null}}`),
 		`2|COMMIT 2`,
 		`0|message: transactional: 0 prefix: herald_judge_test, sz: 5 content:TestB`,
 		// A duplicate, a wrong operation, raw SQL, an exempt table, a
@@ -89,8 +92,8 @@ func TestJudge(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("findings:\n%s\nwant:\n%s\n%+v", strings.Join(got, "\n"), strings.Join(want, "\n"), r.Findings)
 	}
-	if r.Txns != 2 || r.Changes != 8 || r.Events != 7 || r.Matched != 4 || r.Missing != 1 || r.Phantom != 1 || r.Duplicate != 1 ||
-		r.WrongOp != 1 || r.Mismatched != 1 || r.RawChanges != 1 || r.ExemptChanges != 1 || r.Compared != 10 {
+	if r.Txns != 2 || r.Changes != 9 || r.Events != 8 || r.Matched != 5 || r.Missing != 1 || r.Phantom != 1 || r.Duplicate != 1 ||
+		r.WrongOp != 1 || r.Mismatched != 1 || r.RawChanges != 1 || r.ExemptChanges != 1 || r.Compared != 12 {
 		t.Errorf("report %+v", *r)
 	}
 }
