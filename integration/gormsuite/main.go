@@ -15,11 +15,19 @@
 // The suite is read from ../shared/thirdparty/gorm-tests-v1.31.2/tests
 // relative to the repository root (override with -suite or
 // HERALD_GORM_SUITE). It is copied into work/suite, every gorm.Open call
-// in it is routed through heraldOpen (hook_test.go.txt), and it is built
+// in it is routed through heraldOpen (hook_test.go.txt), every top-level
+// test starts with heraldTest(t) (the WAL judge's marker), and it is built
 // once; each run gets its own SQLite file (TMPDIR) or its own PostgreSQL
 // database, created and dropped here, on the server HERALD_POSTGRES_DSN
-// names (default postgres://postgres@127.0.0.1:5432/test?sslmode=disable).
-// Exit status 1 when any pass list differs from the baseline's.
+// names (default postgres://postgres@127.0.0.1:5432/test?sslmode=disable)
+// — or, by default (-wal), on a private cluster with wal_level=logical,
+// where each run with the plugin is judged by the WAL: every row change of
+// every committed transaction against the outbox rows inserted in it
+// (internal/waljudge; the hook marks each test's start and every
+// hand-written SQL write in the log).
+// Exit status 1 when any pass list differs from the baseline's, or the
+// WAL judge finds a missing, phantom, duplicate or wrong-operation event
+// or an image that differs from the stored row.
 package main
 
 import (
