@@ -170,7 +170,9 @@
 //     Constraints belong to the model type that declares them: when two
 //     struct types map to one table, a delete or update through one follows
 //     that type's constraint tags (and those of models referring to it), not
-//     the other's; a write through db.Table(another table) follows none.
+//     the other's; a write through db.Table(another table) follows none,
+//     and one that names a captured model's table and no model follows
+//     that model's (the one it is captured as).
 //   - A model without a primary key (and not a join model as above) cannot
 //     key its events: declaring it (ChangeCapture, Capture) is an
 //     envelope.ErrConfiguration at its first write, and CaptureAll leaves it

@@ -76,13 +76,18 @@ func (f Finding) String() string {
 
 // Report is what the judge found.
 type Report struct {
-	Txns, Changes, Events, Matched int
-	Missing, Phantom, Duplicate    int
-	WrongOp                        int
-	Compared, Mismatched           int // image columns compared, and differing
-	Uncompared                     int // image columns of a type the judge cannot compare
-	RawChanges, ExemptChanges      int // row changes excluded: hand-written SQL, exempt tables
-	Findings                       []Finding
+	Txns    int // committed transactions with row changes
+	Changes int // row changes of judged tables (not the outbox, not herald_*)
+	Events  int // outbox rows inserted
+	Matched int // row changes paired with an event of their operation
+	// Failures, each also a Finding.
+	Missing, Phantom, Duplicate, WrongOp int
+	Compared, Mismatched                 int // image columns compared, and differing (failures)
+	Uncompared                           int // image columns the judge cannot compare (unchanged TOAST, a list for an array)
+	RawChanges, ExemptChanges            int // row changes without events, excluded: hand-written SQL, exempt tables
+	// Findings: every failure, and each exclusion once per test, table
+	// and kind, in log order.
+	Findings []Finding
 }
 
 // Failed reports whether anything but exclusions was found.
