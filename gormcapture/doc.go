@@ -95,7 +95,7 @@
 // reads it back, unless that would not say what the row holds — a
 // Valuer that renders NULL for a stored value (a struct read back with a
 // zero field) puts the stored bytes or text in the event, and a serializer
-// column holding '' (JSON's serializer stores a nil value so under NOT
+// column holding the empty string (JSON's serializer stores nil so under NOT
 // NULL) is "", not null. A single-row Create on PostgreSQL writes its row and
 // its event in one statement, the event's row rendered by PostgreSQL from
 // the stored row, when every column has a rendering known to match
