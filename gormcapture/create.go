@@ -76,7 +76,7 @@ func (p *Plugin) insert(db *gorm.DB, spec *envelope.Spec, lent *schema.Schema) e
 	st.AddClauseIfNotExists(clause.Insert{})
 	st.AddClause(callbacks.ConvertToCreateValues(st))
 	if db.Error != nil {
-		return nil //nolint:nilerr // GORM's own error (an empty slice, invalid data) is already on db
+		return nil // GORM's own error (an empty slice, invalid data) is already on db
 	}
 	if lent != nil {
 		sch, st.Schema = lent, lent

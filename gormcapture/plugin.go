@@ -396,7 +396,7 @@ func (p *Plugin) buildModel(sch *schema.Schema) *model {
 // counts: an alias ("users u"), a schema-qualified name, a subquery or an
 // expression with arguments is not captured. nil: none.
 func (p *Plugin) tableModel(st *gorm.Statement) *schema.Schema {
-	if st.Schema != nil || st.Table == "" || st.DB == nil || st.DB.Dialector == nil {
+	if st.Schema != nil || st.Table == "" || st.DB == nil || st.Dialector == nil {
 		return nil
 	}
 	if e := st.TableExpr; e != nil && (len(e.Vars) > 0 || e.SQL != st.Quote(st.Table)) {

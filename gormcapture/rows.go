@@ -480,12 +480,16 @@ func scanValuer(t reflect.Type, raw any) (any, error) {
 	if !ok {
 		valuer, ok = pv.Interface().(driver.Valuer)
 	}
-	if ok {
-		if dv, err := valuer.Value(); err != nil || dv == nil {
-			return raw, nil
-		}
+	if ok && rendersNull(valuer) {
+		return raw, nil
 	}
 	return v, nil
+}
+
+// rendersNull reports a Valuer whose Value is NULL or fails.
+func rendersNull(v driver.Valuer) bool {
+	dv, err := v.Value()
+	return err != nil || dv == nil
 }
 
 func isNil(v reflect.Value) bool {

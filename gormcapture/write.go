@@ -183,30 +183,38 @@ func (c *capturePool) QueryContext(ctx context.Context, q string, args ...any) (
 		return c.ConnPool.QueryContext(ctx, q, args...)
 	}
 	c.hit, c.userReturning = true, true
+	moving, err := c.beforeQuery(ctx, q)
+	if err != nil {
+		c.err = err
+		return nil, err
+	}
+	if moving {
+		return c.queryMovingKeys(ctx, q, args)
+	}
+	return c.ConnPool.QueryContext(ctx, q, args...)
+}
+
+// beforeQuery does what QueryContext does before the caller's statement:
+// it takes the savepoint, reads cascades and before images. moving: the
+// UPDATE sets a primary-key column (queryMovingKeys).
+func (c *capturePool) beforeQuery(ctx context.Context, q string) (moving bool, err error) {
 	defer c.lend()() // GORM scans the caller's rows without it
 	st := c.db.Statement
 	if c.spec != nil && c.spec.Captures(envelope.Updated) && len(q) >= 6 && strings.EqualFold(q[:6], "UPDATE") &&
 		setsKey(changedColumns(st), keyColumns(st.Schema)) {
-		return c.queryMovingKeys(ctx, q, args)
+		return true, nil
 	}
 	if err := c.prepare(ctx, q); err != nil {
-		c.err = err
-		return nil, err
+		return false, err
 	}
 	if c.update && c.spec != nil {
 		cols := payloadColumns(st.Schema, c.spec, c.spec.NeedsBefore(envelope.Updated))
-		if err := c.readBefore(ctx, cols); err != nil {
-			c.err = err
-			return nil, err
-		}
+		return false, c.readBefore(ctx, cols)
 	} else if !c.update && c.spec != nil && c.spec.Captures(envelope.Deleted) {
 		cols := payloadColumns(st.Schema, c.spec, c.spec.NeedsBefore(envelope.Deleted))
-		if err := c.readBefore(ctx, cols); err != nil {
-			c.err = err
-			return nil, err
-		}
+		return false, c.readBefore(ctx, cols)
 	}
-	return c.ConnPool.QueryContext(ctx, q, args...)
+	return false, nil
 }
 
 // queryMovingKeys runs an UPDATE with the caller's RETURNING that sets a
@@ -216,17 +224,32 @@ func (c *capturePool) QueryContext(ctx context.Context, q string, args ...any) (
 // asked for, read by their new keys. Statements: those of run, and the
 // SELECT.
 func (c *capturePool) queryMovingKeys(ctx context.Context, q string, args []any) (*sql.Rows, error) {
+	text, vars, err := c.movedRows(ctx, q, args)
+	if err != nil {
+		c.err = err
+		return nil, err
+	}
+	rows, err := own(c.ConnPool).QueryContext(ctx, text, vars...)
+	if err != nil {
+		c.err = fmt.Errorf("herald/gormcapture: read the updated rows: %w", err)
+		return nil, c.err
+	}
+	return rows, nil
+}
+
+// movedRows runs queryMovingKeys's UPDATE and returns the SELECT of the
+// rows it moved, by their new keys, with the caller's RETURNING columns.
+func (c *capturePool) movedRows(ctx context.Context, q string, args []any) (string, []any, error) {
+	defer c.lend()()
 	st := c.db.Statement
 	i := strings.LastIndex(q, " RETURNING ")
 	if i < 0 || strings.ContainsAny(q[i:], "?$") {
-		c.err = &envelope.Error{Kind: envelope.ErrUnsupported, Where: c.spec.Label + " update",
+		return "", nil, &envelope.Error{Kind: envelope.ErrUnsupported, Where: c.spec.Label + " update",
 			Msg: "cannot find the RETURNING of an UPDATE that moves rows to new primary keys"}
-		return nil, c.err
 	}
 	c.userReturning = false
 	if _, err := c.run(ctx, q[:i], args); err != nil {
-		c.err = err
-		return nil, err
+		return "", nil, err
 	}
 	pk := keyColumns(st.Schema)
 	keys := make([][]any, len(c.after))
@@ -241,21 +264,15 @@ func (c *capturePool) queryMovingKeys(ctx context.Context, q string, args []any)
 		cols = r.Columns
 	}
 	if len(keys)*len(pk) > maxBindKeys {
-		c.err = &envelope.Error{Kind: envelope.ErrUnsupported, Where: c.spec.Label + " update",
+		return "", nil, &envelope.Error{Kind: envelope.ErrUnsupported, Where: c.spec.Label + " update",
 			Msg: fmt.Sprintf("an UPDATE with RETURNING that moves %d rows to new primary keys: at most %d at once", len(keys), maxBindKeys/len(pk))}
-		return nil, c.err
 	}
 	sel := &gorm.Statement{DB: c.db, Table: st.Table, TableExpr: st.TableExpr, Schema: st.Schema, Context: ctx, Clauses: map[string]clause.Clause{}}
 	sel.AddClause(clause.Select{Columns: cols})
 	sel.AddClause(clause.From{})
 	sel.AddClause(clause.Where{Exprs: []clause.Expression{keysIn(pk, keys)}})
 	sel.Build("SELECT", "FROM", "WHERE")
-	rows, err := own(c.ConnPool).QueryContext(ctx, sel.SQL.String(), sel.Vars...)
-	if err != nil {
-		c.err = fmt.Errorf("herald/gormcapture: read the updated rows: %w", err)
-		return nil, c.err
-	}
-	return rows, nil
+	return sel.SQL.String(), sel.Vars, nil
 }
 
 // prepare takes the write's savepoint and, for a real DELETE, reads what

@@ -260,8 +260,8 @@ func parseRowUntil(s, stop string) (*Row, string, error) {
 func cutIdent(s string, end byte) (string, string, error) {
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '"':
+		switch c := s[i]; c {
+		case '"':
 			j := i + 1
 			for {
 				if j >= len(s) {
@@ -282,7 +282,7 @@ func cutIdent(s string, end byte) (string, string, error) {
 				b.WriteString(s[i : j+1])
 			}
 			i = j
-		case c == end:
+		case end:
 			return b.String(), s[i+1:], nil
 		default:
 			b.WriteByte(c)

@@ -58,42 +58,42 @@ func Setup(ctx context.Context, db *sql.DB, slot string) error {
 func Drain(ctx context.Context, db *sql.DB, slot string, j *Judge) error {
 	var dec Decoder
 	for {
-		rows, err := db.QueryContext(ctx, `SELECT xid::text::bigint, data FROM pg_logical_slot_get_changes($1, NULL, 20000,
-			'include-xids', '1', 'include-timestamp', '0')`, slot)
-		if err != nil {
-			return fmt.Errorf("waljudge: read the slot: %w", err)
-		}
-		n := 0
-		for rows.Next() {
-			var xid int64
-			var data string
-			if err := rows.Scan(&xid, &data); err != nil {
-				_ = rows.Close()
-				return err
-			}
-			n++
-			txn, msg, err := dec.Feed(uint32(xid), data)
-			if err != nil {
-				_ = rows.Close()
-				return err
-			}
-			if msg != nil {
-				j.Message(*msg)
-			}
-			if txn != nil {
-				j.Txn(txn)
-			}
-		}
-		if err := rows.Close(); err != nil {
+		n, err := drainChunk(ctx, db, slot, &dec, j)
+		if err != nil || n == 0 {
 			return err
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if n == 0 {
-			return nil
 		}
 	}
+}
+
+// drainChunk reads up to 20,000 changes (whole transactions) and returns
+// how many rows it read.
+func drainChunk(ctx context.Context, db *sql.DB, slot string, dec *Decoder, j *Judge) (int, error) {
+	rows, err := db.QueryContext(ctx, `SELECT xid::text::bigint, data FROM pg_logical_slot_get_changes($1, NULL, 20000,
+		'include-xids', '1', 'include-timestamp', '0')`, slot)
+	if err != nil {
+		return 0, fmt.Errorf("waljudge: read the slot: %w", err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var xid int64
+		var data string
+		if err := rows.Scan(&xid, &data); err != nil {
+			return n, err
+		}
+		n++
+		txn, msg, err := dec.Feed(uint32(xid), data)
+		if err != nil {
+			return n, err
+		}
+		if msg != nil {
+			j.Message(*msg)
+		}
+		if txn != nil {
+			j.Txn(txn)
+		}
+	}
+	return n, rows.Err()
 }
 
 // Drop drops the slot (a slot left behind keeps the server's WAL).
