@@ -454,7 +454,7 @@ const asyncCommitPostgres = `
 // when the table or one of the columns is missing.
 // It also names the table of paused topics the lease reads (schema
 // version 5), so a table not migrated that far is found at start-up.
-const checkTableSQL = `SELECT {all_columns} FROM {table} WHERE 1 = 0 AND NOT EXISTS (SELECT 1 FROM {paused})`
+const checkTableSQL = `SELECT {all_columns} FROM {table}, (SELECT count(*) AS n FROM {paused}) AS herald_paused WHERE 1 = 0`
 
 var placeholderRE = regexp.MustCompile(`\$(\d+)`)
 
