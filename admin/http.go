@@ -384,8 +384,11 @@ func (h *Handler) formAction(w http.ResponseWriter, r *http.Request) {
 			back.Set(strings.TrimSuffix(k, "_filter"), v)
 		}
 	}
-	// Relative: the page is where this handler is mounted.
-	http.Redirect(w, r, "./?"+back.Encode(), http.StatusSeeOther)
+	// Relative, resolved by the browser against the URL it posted to, so
+	// it lands where the handler is mounted. (http.Redirect would resolve
+	// it against r.URL.Path, which http.StripPrefix has cut.)
+	w.Header().Set("Location", "./?"+back.Encode())
+	w.WriteHeader(http.StatusSeeOther)
 }
 
 // pageData is what the page template shows.
