@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/heraldgo/herald/admin"
 	"github.com/heraldgo/herald/relay"
 )
@@ -20,8 +22,12 @@ func ExampleAdmin() {
 		ctx context.Context
 		db  *sql.DB
 		r   *relay.Relay
+		id  uuid.UUID
 	)
 	adm, err := admin.New(admin.Config{DB: db, Relay: r}) // or Config{DB: db, Table: "herald_outbox"} without a relay
+	if err != nil {
+		log.Fatal(err)
+	}
 
 	// List dead letters, a page at a time (keyset on the sequence).
 	q := admin.Query{State: admin.StateDead, Topics: []string{"billing.*"}, ErrorContains: "503"}
@@ -40,20 +46,29 @@ func ExampleAdmin() {
 	}
 
 	// One event, and what its key holds back behind it.
-	d, err := adm.Get(ctx, q.IDs[0])
+	d, err := adm.Get(ctx, id)
+	if err != nil {
+		log.Fatal(err) // errors.Is(err, admin.ErrNotFound) for an unknown id
+	}
 	fmt.Println(d.State, d.LastError, d.HeldBack, len(d.HeldBackFirst))
 
 	// Retry, or discard (delete: the key's later events are released).
 	n, err := adm.Retry(ctx, admin.Query{Topics: []string{"billing.*"}, ErrorContains: "503"})
-	n, err = adm.Discard(ctx, admin.Query{IDs: q.IDs})
+	fmt.Println("retried", n, err)
+	n, err = adm.Discard(ctx, admin.Query{IDs: []uuid.UUID{id}})
+	fmt.Println("discarded", n, err)
 
 	// Stop every relay of the table leasing a topic, and let it go again.
-	err = adm.Pause(ctx, "billing.invoice", "provider incident #812")
-	_, err = adm.Resume(ctx, "billing.invoice")
+	if err := adm.Pause(ctx, "billing.invoice", "provider incident #812"); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := adm.Resume(ctx, "billing.invoice"); err != nil {
+		log.Fatal(err)
+	}
 
 	// Backlog per topic, in one statement.
 	topics, err := adm.Backlog(ctx) // Topic, Pending, OldestPendingAge, DeadLettered, Paused
-	_, _, _ = n, topics, err
+	fmt.Println(topics, err)
 }
 
 func ExampleNewHandler() {

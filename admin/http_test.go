@@ -88,7 +88,7 @@ func TestHandlerAPIAndCSRF(t *testing.T) {
 		e.recv.heal()
 
 		get := func(path string) (int, string) {
-			req, _ := http.NewRequest("GET", base+path, nil)
+			req, _ := http.NewRequest(http.MethodGet, base+path, nil)
 			return do(t, req)
 		}
 		code, body := get("api/events?state=dead&topic=shop.*")
@@ -118,7 +118,7 @@ func TestHandlerAPIAndCSRF(t *testing.T) {
 		}
 
 		form := func(path string, v url.Values, hdr map[string]string) (int, string) {
-			req, _ := http.NewRequest("POST", base+path, strings.NewReader(v.Encode()))
+			req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader(v.Encode()))
 			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 			for k, x := range hdr {
 				req.Header.Set(k, x)
@@ -144,7 +144,7 @@ func TestHandlerAPIAndCSRF(t *testing.T) {
 		if e.state(t, evs[0].ID).State != admin.StateDead {
 			t.Fatal("a refused request retried the event")
 		}
-		req, _ := http.NewRequest("POST", base+"retry", strings.NewReader(withToken.Encode()))
+		req, _ := http.NewRequest(http.MethodPost, base+"retry", strings.NewReader(withToken.Encode()))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		req.Header.Set("Origin", srv.URL)
 		req.Header.Set("Sec-Fetch-Site", "same-origin")
@@ -162,7 +162,7 @@ func TestHandlerAPIAndCSRF(t *testing.T) {
 		waitFor(t, "the event retried through the form delivered", func() bool { return e.recv.delivered(evs[0].ID) })
 
 		api := func(path, body string, hdr map[string]string) (int, string) {
-			req, _ := http.NewRequest("POST", base+path, strings.NewReader(body))
+			req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader(body))
 			req.Header.Set("Content-Type", "application/json")
 			for k, x := range hdr {
 				req.Header.Set(k, x)
