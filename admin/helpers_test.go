@@ -171,6 +171,12 @@ func (c *receiver) delivered(id uuid.UUID) bool {
 	return c.got[id] > 0
 }
 
+func (c *receiver) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.order)
+}
+
 func (c *receiver) position(id uuid.UUID) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
