@@ -27,6 +27,26 @@ type Observer interface {
 	DeadLettered(ctx context.Context, d DeadLettered)
 }
 
+// PollObserver is an Observer that is also told of each poll: a relay
+// whose Config.Observer implements it calls Polled after every poll that
+// ran its lease, an empty one included, from the poll loop's goroutine
+// (quick, non-blocking, as the Observer's other methods).
+type PollObserver interface {
+	Observer
+	Polled(ctx context.Context, p Poll)
+}
+
+// Poll describes one poll: the lease, the delivery of what it took, and
+// the marks.
+type Poll struct {
+	Relay    string        // the relay's Name
+	Leased   int           // events the lease took (0: nothing was due)
+	Lease    time.Duration // the lease statement, with its transaction where it has one
+	Deliver  time.Duration // delivering the batch (0 for an empty lease)
+	Duration time.Duration // the whole poll: lease, hold, delivery and marks
+	Err      error         // the lease's or the marks' error, if any
+}
+
 // Delivered describes a delivered event.
 type Delivered struct {
 	Relay string          // the relay's Name

@@ -234,6 +234,43 @@ type Backlog struct {
 	DeadLettered     int64         // events out of attempts
 }
 
+// TopicBacklog is Backlog for one topic.
+type TopicBacklog struct {
+	Topic string
+	Backlog
+}
+
+// BacklogByTopic is Backlog by topic, in one statement: the topics that
+// hold pending or dead-lettered events (within the relay's Topics /
+// ExcludeTopics), in topic order. A topic whose events are all published
+// is not listed.
+func (r *Relay) BacklogByTopic(ctx context.Context) ([]TopicBacklog, error) {
+	args := append([]any{r.nowArg()}, r.fargs...)
+	rows, err := r.query(ctx, r.sql.backlogByTopic, args...)
+	if err != nil {
+		return nil, fmt.Errorf("herald/relay: backlog by topic: %w%s", err, poolerHint(err))
+	}
+	defer rows.Close()
+	var out []TopicBacklog
+	for rows.Next() {
+		var (
+			t           TopicBacklog
+			oldest, now envelope.NullTime
+		)
+		if err := rows.Scan(&t.Topic, &t.Pending, &oldest, &t.DeadLettered, &now); err != nil {
+			return nil, fmt.Errorf("herald/relay: backlog by topic: %w", err)
+		}
+		if oldest.Valid && now.Valid {
+			t.OldestPendingAge = max(0, now.Time.Sub(oldest.Time))
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("herald/relay: backlog by topic: %w%s", err, poolerHint(err))
+	}
+	return out, nil
+}
+
 // Backlog counts the relay's pending and dead-lettered events (within its
 // Topics / ExcludeTopics) in one statement.
 func (r *Relay) Backlog(ctx context.Context) (Backlog, error) {

@@ -55,9 +55,17 @@ func stmtErr(ctx context.Context, what string, err error) error {
 // poll is one poll: lease a batch, deliver it, mark it. ctx is the run's
 // forced-stop context: it cancels the lease query and the deliveries, never
 // the marks.
-func (r *Relay) poll(ctx context.Context) (pollResult, error) {
+func (r *Relay) poll(ctx context.Context) (res pollResult, err error) {
 	t0 := r.now()
+	var p Poll
+	if po, ok := r.cfg.Observer.(PollObserver); ok {
+		defer func() {
+			p.Relay, p.Duration, p.Err = r.cfg.Name, r.now().Sub(t0), err
+			r.observe(ctx, "Polled", func() { po.Polled(ctx, p) })
+		}()
+	}
 	batch, errs, err := r.lease(ctx)
+	p.Lease, p.Leased = r.now().Sub(t0), len(batch)
 	if err != nil || len(batch) == 0 {
 		return pollResult{}, err
 	}
@@ -70,8 +78,10 @@ func (r *Relay) poll(ctx context.Context) (pollResult, error) {
 	if err != nil || len(batch) == 0 {
 		return pollResult{leased: len(batch)}, err
 	}
+	t1 := r.now()
 	r.deliver(ctx, batch, errs, since)
-	res, err := r.mark(ctx, batch, errs)
+	p.Deliver = r.now().Sub(t1)
+	res, err = r.mark(ctx, batch, errs)
 	res.leased = len(batch)
 	return res, err
 }

@@ -378,6 +378,18 @@ const backlogSQL = `SELECT p.n, p.oldest, d.n, {now} FROM
     (SELECT count(*) AS n FROM {table} e
      WHERE e.dead_lettered_at IS NOT NULL {filter}) AS d`
 
+// backlogByTopicSQL is backlogSQL by topic, in one statement: the rows
+// not yet published (pending and dead), grouped by topic; published
+// history is never scanned.
+const backlogByTopicSQL = `SELECT e.topic,
+    count(CASE WHEN e.dead_lettered_at IS NULL THEN 1 END),
+    min(CASE WHEN e.dead_lettered_at IS NULL THEN e.created_at END),
+    count(e.dead_lettered_at), {now}
+FROM {table} e
+WHERE e.published_at IS NULL {filter}
+GROUP BY e.topic
+ORDER BY e.topic`
+
 // cleanupPublishedPostgres deletes one batch of published events published
 // more than $2 microseconds before the database's now; the caller repeats
 // it until a batch comes back short, so no statement holds many locks for
@@ -461,12 +473,12 @@ var placeholderRE = regexp.MustCompile(`\$(\d+)`)
 // statements is the relay's SQL rendered for its dialect, table, columns
 // and topic filter.
 type statements struct {
-	lease, leaseWalk                               string // without and with the key walk
-	leaseRuns, leaseRunsWalk                       string // the same, leasing runs of a key (PostgreSQL; on SQLite = lease, leaseWalk)
-	markPublished, deletePublished, markFailed     string
-	renew, release                                 string
-	backlog, cleanupPublished, cleanupDeadLettered string
-	retry, checkTable                              string
+	lease, leaseWalk                                               string // without and with the key walk
+	leaseRuns, leaseRunsWalk                                       string // the same, leasing runs of a key (PostgreSQL; on SQLite = lease, leaseWalk)
+	markPublished, deletePublished, markFailed                     string
+	renew, release                                                 string
+	backlog, backlogByTopic, cleanupPublished, cleanupDeadLettered string
+	retry, checkTable                                              string
 }
 
 // sqlBuilder renders statement templates.
@@ -592,6 +604,7 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 	st.renew = b.render(b.pick(renewLeasePostgres, renewLeaseSQLite), "", "")
 	st.release = b.render(b.pick(releasePostgres, releaseSQLite), "", "")
 	st.backlog = b.render(backlogSQL, f2, "")
+	st.backlogByTopic = b.render(backlogByTopicSQL, f2, "")
 	st.cleanupPublished = b.render(b.pick(cleanupPublishedPostgres, cleanupPublishedSQLite), fc, "")
 	st.cleanupDeadLettered = b.render(b.pick(cleanupDeadLetteredPostgres, cleanupDeadLetteredSQLite), fc, "")
 	// retry's {where} is added per call (see Relay.RetryDeadLettered); keep

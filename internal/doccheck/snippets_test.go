@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
+	"go.opentelemetry.io/otel/metric"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/heraldgo/herald/delivery/webhook"
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/gormcapture"
+	"github.com/heraldgo/herald/otelherald"
 	"github.com/heraldgo/herald/relay"
 	"github.com/heraldgo/herald/wakeup"
 	"github.com/heraldgo/herald/wakeup/amqpfanout"
@@ -119,6 +121,15 @@ func operations(ctx context.Context, r *relay.Relay, ids []uuid.UUID) {
 
 	b, err := r.Backlog(ctx) // b.Pending, b.OldestPendingAge, b.DeadLettered: export them as gauges
 	_, _, _, _ = n, err, b, ids
+}
+
+// README.md, "Running herald in production": metrics in OpenTelemetry.
+func otelMetrics(db *sql.DB, d delivery.Delivery, provider metric.MeterProvider) error {
+	m, err := otelherald.New(otelherald.Config{MeterProvider: provider, System: "kafka"})
+	r, err := relay.New(db, d, relay.Config{Name: "relay-1", Observer: m})
+	stop, err := m.ObserveBacklog(r) // herald.backlog.* by topic, one statement per BacklogInterval
+	_ = stop
+	return err
 }
 
 // README.md, "Wakeups".

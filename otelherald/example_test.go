@@ -1,0 +1,42 @@
+package otelherald_test
+
+import (
+	"context"
+	"database/sql"
+	"log"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/heraldgo/herald/delivery"
+	"github.com/heraldgo/herald/otelherald"
+	"github.com/heraldgo/herald/relay"
+)
+
+// A relay's metrics through the OpenTelemetry SDK: the Metrics is the
+// relay's Observer, and its backlog gauges are registered for the relay.
+// Any reader or exporter of the SDK works (a periodic OTLP exporter, or
+// the Prometheus exporter for a /metrics endpoint).
+func Example() {
+	ctx := context.Background()
+	var (
+		db *sql.DB           // the outbox's database
+		d  delivery.Delivery // where the events go
+	)
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	defer provider.Shutdown(ctx)
+
+	m, err := otelherald.New(otelherald.Config{MeterProvider: provider, System: "kafka"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	r, err := relay.New(db, d, relay.Config{Name: "relay-1", Observer: m})
+	if err != nil {
+		log.Fatal(err)
+	}
+	stop, err := m.ObserveBacklog(r) // herald.backlog.* by topic, one statement per BacklogInterval
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer stop()
+	_ = r.Run(ctx)
+}
