@@ -240,7 +240,7 @@ func TestPauseHoldsTopicInOrder(t *testing.T) {
 		// Free events, one at a time, until each relay has delivered one:
 		// each has then leased past the paused events, which come earlier
 		// in sequence order.
-		for i := 0; !(e.recv.count() > 0 && second.count() > 0); i++ {
+		for i := 0; e.recv.count() == 0 || second.count() == 0; i++ {
 			if i == 500 {
 				t.Fatalf("one relay delivered nothing: %d and %d", e.recv.count(), second.count())
 			}
