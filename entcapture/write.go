@@ -398,7 +398,7 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 		}
 		ids = pks(before, w.sch.PK)
 		if !one {
-			w.g.WhereP(sql.FieldIn(w.sch.PK, ids...))
+			w.g.WhereP(keysIn(s.d, w.sch.Table, w.sch.PK, ids))
 		}
 	}
 	owners := ids
@@ -486,11 +486,15 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 // images (or the ids), and nothing is read.
 func (w *write) delete(ctx context.Context, s *scope, next ent.Mutator) (ent.Value, error) {
 	rows := w.spec.Options.Payload != envelope.Keys
+	mark := s.mark()
 	if len(w.sch.Cascades) == 0 && w.returns(s, nil, true) {
 		req := w.returningRequest(s, w.columns(rows))
 		v, err := next.Mutate(withReturning(ctx, req), w.g)
 		if err != nil {
 			return v, err
+		}
+		if w.notDelete(s, mark) {
+			return v, nil
 		}
 		if !req.done {
 			return v, errNotReturned(w)
@@ -506,7 +510,7 @@ func (w *write) delete(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 		return nil, err
 	}
 	ids := pks(before, w.sch.PK)
-	w.g.WhereP(sql.FieldIn(w.sch.PK, ids...))
+	w.g.WhereP(keysIn(s.d, w.sch.Table, w.sch.PK, ids))
 	if err := s.cascade(w.sch, ids, 0); err != nil {
 		return nil, err
 	}
@@ -514,8 +518,24 @@ func (w *write) delete(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 	if err != nil {
 		return v, err
 	}
+	if w.notDelete(s, mark) {
+		return v, nil
+	}
 	w.deleted(s, before, rows)
 	return v, nil
+}
+
+// notDelete reports whether a hook after the capture hook turned the
+// delete into another write — ent's soft-delete mixin (listed after
+// entcapture.Mixin) sets the mutation's op to an update and runs it
+// through the client, where the capture hook captures it as an update —
+// and if so drops what the delete recorded (its cascades' events).
+func (w *write) notDelete(s *scope, mark []int) bool {
+	if w.g.Op().Is(ent.OpDelete | ent.OpDeleteOne) {
+		return false
+	}
+	s.reset(mark)
+	return true
 }
 
 // deleted records the deletes of rows (their before images, or ids).
