@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/subtle"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -16,6 +17,9 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/heraldgo/herald/admin"
+	"github.com/heraldgo/herald/relay"
 )
 
 // adminServer serves /healthz, /readyz and /metrics on --admin-addr. The
@@ -25,8 +29,11 @@ type adminServer struct {
 	ln  net.Listener
 }
 
-func startAdmin(addr string, db *sql.DB, wake *watchedWakeup, reader *sdkmetric.ManualReader, log *slog.Logger) (*adminServer, error) {
+func startAdmin(addr string, db *sql.DB, wake *watchedWakeup, reader *sdkmetric.ManualReader, page http.Handler, log *slog.Logger) (*adminServer, error) {
 	mux := http.NewServeMux()
+	if page != nil {
+		mux.Handle("/admin/", http.StripPrefix("/admin", page))
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
@@ -67,6 +74,34 @@ func startAdmin(addr string, db *sql.DB, wake *watchedWakeup, reader *sdkmetric.
 	}()
 	log.Info("herald relay: admin listening", slog.String("addr", ln.Addr().String()))
 	return s, nil
+}
+
+// adminPage is the admin package's page and JSON API for the relay's
+// table, behind HTTP Basic authentication (user and password compared in
+// constant time); readOnly refuses every request that changes something.
+func adminPage(db *sql.DB, r *relay.Relay, user, password string, readOnly bool, log *slog.Logger) (http.Handler, error) {
+	a, err := admin.New(admin.Config{DB: db, Relay: r, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	h, err := admin.NewHandler(a, admin.HandlerConfig{Authorize: func(_ *http.Request, write bool) error {
+		if write && readOnly {
+			return errors.New("the admin page is read-only (--admin-read-only)")
+		}
+		return nil // authenticated below
+	}})
+	if err != nil {
+		return nil, err
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		u, p, ok := req.BasicAuth()
+		if !ok || subtle.ConstantTimeCompare([]byte(u), []byte(user)) != 1 || subtle.ConstantTimeCompare([]byte(p), []byte(password)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Basic realm="herald", charset="UTF-8"`)
+			http.Error(w, "herald admin: authentication required", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, req)
+	}), nil
 }
 
 func (s *adminServer) close() {

@@ -118,6 +118,20 @@
 //	               subscribed; 503 with the reasons otherwise
 //	GET /metrics   the relay's OpenTelemetry metrics (otelherald: deliveries, failures, dead letters,
 //	               poll and lease durations, backlog by topic)
+//	    /admin/    with --admin-password: the admin package's page and JSON API (dead letters,
+//	               retry, discard, pause, resume) for the relay's table
+//
+// The admin page:
+//
+//	--admin-password   HERALD_ADMIN_PASSWORD   serve /admin/ behind HTTP Basic authentication with this password
+//	--admin-user       HERALD_ADMIN_USER       its user name (default herald)
+//	--admin-read-only  HERALD_ADMIN_READ_ONLY  refuse retry, discard, pause and resume (403)
+//
+// Without --admin-password there is no page: the admin handler has no
+// authentication of its own, and serving repairs to whoever reaches the
+// port is not a default. Put the port behind TLS (a proxy, a mesh) when it
+// leaves the host: Basic authentication sends the password with every
+// request.
 //
 // /metrics is a plain text rendering of an OTel SDK ManualReader's data,
 // one line per point — name{attribute="value",…} value; histograms as

@@ -209,6 +209,7 @@ func TestUsageErrors(t *testing.T) {
 		{nil, []string{"relay", "--dsn", dsn, "--webhook-url", "http://x", "--lease", "1s", "--delivery-timeout", "2s"}, "DeliveryTimeout"},
 		{nil, []string{"relay", "--dsn", "app.db", "--webhook-url", "http://x", "--wakeup", "pgnotify"}, "needs a PostgreSQL --dsn"},
 		{nil, []string{"relay", "--dsn", dsn, "--webhook-url", "http://x", "--admin-addr", "nope"}, "--admin-addr"},
+		{nil, []string{"relay", "--dsn", dsn, "--webhook-url", "http://x", "--admin-password", "x"}, "--admin-password needs --admin-addr"},
 		{nil, []string{"relay", "--dsn", dsn, "--webhook-url", "http://x", "--wakeup", "redis"}, "--wakeup redis needs --wakeup-url or --redis-url"},
 		{nil, []string{"relay", "--dsn", dsn, "--webhook-url", "http://x", "--wakeup-url", "redis://x"}, "--wakeup-url needs --wakeup"},
 	} {
@@ -464,11 +465,30 @@ func TestRelaySQLiteWebhook(t *testing.T) {
 	p := startRelay(t, []string{"HERALD_WEBHOOK_URL=" + hook.URL, "HERALD_WEBHOOK_ALLOW_NETWORKS=127.0.0.0/8",
 		"HERALD_ROUTE=shop.*=kafka"}, // would be exit 2 (no kafka delivery): the --route flags win
 		"--dsn", dsn, "--min-poll-interval", "20ms", "--max-poll-interval", "200ms",
-		"--route", "shop.order.placed=webhook", "--route", "*=webhook")
+		"--route", "shop.order.placed=webhook", "--route", "*=webhook",
+		"--admin-password", "s3cret")
 	testkit.Eventually(t, 30*time.Second, func() bool { code, _ := p.get("/readyz"); return code == http.StatusOK },
 		"/readyz never 200:\n%s", p.log())
 	enqueue(t, db, envelope.SQLite, "shop.order.placed", "shop.order.paid", "shop.order.shipped")
 	testkit.Eventually(t, 30*time.Second, func() bool { return len(rec.got()) == 3 }, "webhook got %d of 3 events\n%s", len(rec.got()), p.log())
+
+	// The admin page and its API, behind HTTP Basic authentication.
+	if code, _ := p.get("/admin/api/backlog"); code != http.StatusUnauthorized {
+		t.Fatalf("/admin/api/backlog without credentials: %d, want 401", code)
+	}
+	for _, path := range []string{"/admin/api/backlog", "/admin/"} {
+		req, _ := http.NewRequest(http.MethodGet, p.admin+path, nil)
+		req.SetBasicAuth("herald", "s3cret")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s with credentials: %d %s", path, resp.StatusCode, b)
+		}
+	}
 	p.stop(t)
 }
 

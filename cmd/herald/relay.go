@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"strings"
 	"sync/atomic"
@@ -64,7 +65,10 @@ type relayFlags struct {
 	wakeupURL     string
 	wakeupChannel string
 
-	adminAddr   string
+	adminAddr     string
+	adminUser     string
+	adminPassword string
+	adminReadOnly bool
 	stopTimeout time.Duration
 	logLevel    string
 }
@@ -103,6 +107,9 @@ func (f *relayFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.wakeupChannel, "wakeup-channel", "", "the wakeup's channel, topic or exchange (default the wakeup package's)")
 
 	fs.StringVar(&f.adminAddr, "admin-addr", "", "serve /healthz, /readyz and /metrics on this address (host:port; default none)")
+	fs.StringVar(&f.adminUser, "admin-user", "herald", "the user name of the admin page's HTTP Basic authentication")
+	fs.StringVar(&f.adminPassword, "admin-password", "", "serve the dead-letter admin page and its JSON API under /admin/ on --admin-addr, behind HTTP Basic authentication with this password (default: no page)")
+	fs.BoolVar(&f.adminReadOnly, "admin-read-only", false, "the admin page only reads: retry, discard, pause and resume are refused")
 	fs.DurationVar(&f.stopTimeout, "stop-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long the batch in hand may take to finish before its deliveries are cancelled")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 }
@@ -156,6 +163,9 @@ func (f *relayFlags) build(errOut io.Writer) (_ *built, err error) {
 	}
 	if f.stopTimeout <= 0 {
 		return nil, usagef("--stop-timeout %s: must be positive", f.stopTimeout)
+	}
+	if f.adminPassword != "" && f.adminAddr == "" {
+		return nil, usagef("--admin-password needs --admin-addr")
 	}
 	if f.adminAddr != "" {
 		if _, _, err := net.SplitHostPort(f.adminAddr); err != nil {
@@ -400,7 +410,13 @@ func runRelay(ctx context.Context, args []string, out, errOut io.Writer) error {
 
 	var admin *adminServer
 	if b.adminAddr != "" {
-		admin, err = startAdmin(b.adminAddr, sqlDB, b.wake, reader, b.logger)
+		var page http.Handler
+		if f.adminPassword != "" {
+			if page, err = adminPage(sqlDB, r, f.adminUser, f.adminPassword, f.adminReadOnly, b.logger); err != nil {
+				return err
+			}
+		}
+		admin, err = startAdmin(b.adminAddr, sqlDB, b.wake, reader, page, b.logger)
 		if err != nil {
 			return err
 		}
