@@ -69,8 +69,8 @@ type relayFlags struct {
 	adminUser     string
 	adminPassword string
 	adminReadOnly bool
-	stopTimeout time.Duration
-	logLevel    string
+	stopTimeout   time.Duration
+	logLevel      string
 }
 
 func (f *relayFlags) register(fs *flag.FlagSet) {
