@@ -5,7 +5,7 @@
 //	go install github.com/heraldgo/herald/cmd/herald@latest
 //
 //	herald migrate up     --dsn "$DATABASE_URL"   # create the table or bring it to the latest version
-//	herald migrate status --dsn app.db            # "version 4 (latest 4)"
+//	herald migrate status --dsn app.db            # "version N (latest M)"
 //	herald backlog --json --dsn "$DATABASE_URL"   # pending, oldest pending age, dead letters by topic
 //	herald relay --dsn "$DATABASE_URL" --kafka-brokers kafka:9092 --wakeup pgnotify --admin-addr :9090
 //

@@ -556,3 +556,34 @@ func TestRelayReadyzNeedsTheWakeup(t *testing.T) {
 		"/readyz not 200 once the wakeup's Redis answers:\n%s", p.log())
 	p.stop(t)
 }
+
+// TestRelayUnroutedEventIsDeadLettered: with routes and no '*' route, an
+// event no route takes is dead-lettered at its first attempt, and herald
+// backlog shows it.
+func TestRelayUnroutedEventIsDeadLettered(t *testing.T) {
+	dsn := testkit.ModerncDSN(testkit.SQLitePath(t))
+	rec := &receiver{}
+	hook := httptest.NewServer(rec)
+	defer hook.Close()
+	env := []string{"HERALD_DSN=" + dsn}
+	mustRun(t, env, "migrate", "up")
+	db, err := migrate.Open(envelope.SQLite, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	enqueue(t, db, envelope.SQLite, "shop.order.placed", "other.thing.happened")
+	p := startRelay(t, env, "--webhook-url", hook.URL, "--webhook-allow-networks", "127.0.0.0/8",
+		"--route", "shop.*=webhook", "--min-poll-interval", "20ms", "--max-poll-interval", "200ms")
+	testkit.Eventually(t, 30*time.Second, func() bool {
+		bl := backlogJSON(t, env)
+		return len(bl) == 1 && bl["other.thing.happened"].DeadLettered == 1 && bl["other.thing.happened"].Pending == 0
+	}, "other.thing.happened not dead-lettered: %+v\n%s", backlogJSON(t, env), p.log())
+	if got := rec.got(); len(got) != 1 || !strings.Contains(got[0], "shop.order.placed") {
+		t.Fatalf("webhook got %q, want only shop.order.placed", got)
+	}
+	p.stop(t)
+	if !strings.Contains(p.log(), "other.thing.happened") {
+		t.Fatalf("the dead letter is not in the log:\n%s", p.log())
+	}
+}
