@@ -46,7 +46,9 @@
 // A mistake in the command line — an unknown command or flag, a value that
 // does not parse, a delivery or wakeup that lacks what it needs, a relay
 // setting out of range — is reported naming the flag (or variable) and
-// exits with status 2 before anything is connected. Other failures exit 1.
+// exits with status 2 before anything is connected. A missing outbox table
+// (or column) is a configuration error too, found once the database
+// answers: exit 2. Other failures exit 1.
 //
 // The database, for every command:
 //
