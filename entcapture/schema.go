@@ -131,12 +131,12 @@ type scannerGlue interface {
 func NullAware(vals []any) []any {
 	out := make([]any, len(vals))
 	for i, v := range vals {
-		switch v.(type) {
+		switch sc := v.(type) {
 		case *stdsql.NullString, *stdsql.NullInt64, *stdsql.NullInt32, *stdsql.NullInt16, *stdsql.NullFloat64,
 			*stdsql.NullBool, *stdsql.NullTime, *stdsql.NullByte, *[]byte, *any:
 			out[i] = v // IsNull tells their NULL
 		case stdsql.Scanner:
-			out[i] = &nullScan{dst: v.(stdsql.Scanner)}
+			out[i] = &nullScan{dst: sc}
 		default:
 			out[i] = v
 		}
