@@ -24,3 +24,24 @@ func TestDiff(t *testing.T) {
 		t.Fatalf("lost %v, gained %v, unseen %v", lost, gained, unseen)
 	}
 }
+
+// Differences in the database-free tests (GORM's LRU cache) are moved out;
+// every other test, and their subtests, stay.
+func TestSplitDBFree(t *testing.T) {
+	free := map[string]bool{"TestLoadingExpired": true}
+	kept, dropped := splitDBFree([]string{"TestLoadingExpired", "TestLoadingExpired/a", "TestCreate", "TestLoadingExpiredToo"}, free)
+	if !slices.Equal(kept, []string{"TestCreate", "TestLoadingExpiredToo"}) || !slices.Equal(dropped, []string{"TestLoadingExpired", "TestLoadingExpired/a"}) {
+		t.Fatalf("kept %v, dropped %v", kept, dropped)
+	}
+}
+
+// The database-free file is in GORM's suite and holds the LRU tests.
+func TestDBFreeTests(t *testing.T) {
+	free, err := dbFreeTests("../../../shared/thirdparty/gorm-tests-v1.31.2/tests")
+	if err != nil {
+		t.Skipf("GORM's suite is not beside the repository: %v", err)
+	}
+	if !free["TestLoadingExpired"] || !free["TestLRUWithPurge"] || free["TestCreate"] {
+		t.Fatalf("database-free tests: %v", free)
+	}
+}
