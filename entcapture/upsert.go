@@ -173,7 +173,7 @@ func (s *scope) beforeUpsert(opts []sql.ConflictOption) error {
 			u.cols = append(u.cols, c)
 		}
 	}
-	if err := s.writeLock(w.sch.Table, w.sch.PK); err != nil {
+	if err := s.writeLock(w.sch); err != nil {
 		return err
 	}
 	rows, err := s.rowsByTarget(w, u, true)
@@ -188,7 +188,7 @@ func (s *scope) beforeUpsert(opts []sql.ConflictOption) error {
 // rowsByTarget reads the rows whose conflict columns hold the creates'
 // values, keyed by those values.
 func (s *scope) rowsByTarget(w *write, u *upsert, lock bool) (map[string]map[string]any, error) {
-	sel := sql.Dialect(dialectName(s.d)).Select().From(sql.Table(w.sch.Table))
+	sel := sql.Dialect(dialectName(s.d)).Select().From(w.sch.table())
 	qc := make([]string, len(u.cols))
 	for i, c := range u.cols {
 		qc[i] = sel.C(c)
@@ -259,11 +259,11 @@ func (s *scope) afterUpsert() error {
 				continue
 			}
 			s.add(w.spec, envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Updated,
-				PK: a[w.sch.PK], Changed: u.update, Before: b, After: a, OccurredAt: at})
+				PK: w.sch.keyOf(a), Changed: u.update, Before: b, After: a, OccurredAt: at})
 			continue
 		}
 		s.add(w.spec, envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Inserted,
-			PK: a[w.sch.PK], After: a, OccurredAt: at})
+			PK: w.sch.keyOf(a), After: a, OccurredAt: at})
 	}
 	return nil
 }

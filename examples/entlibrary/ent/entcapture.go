@@ -81,13 +81,8 @@ func (m *ClubMutation) HeraldTx() dialect.Tx {
 // HeraldOnCommit implements entcapture.Glue.
 func (m *ClubMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldID implements entcapture.Glue.
-func (m *ClubMutation) HeraldID() (any, bool) {
-	if m.id == nil {
-		return nil, false
-	}
-	return *m.id, true
-}
+// HeraldBeforeDelete implements entcapture.Glue.
+func (m *ClubMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
 // HeraldBeforeInsert implements entcapture.Glue.
 func (m *ClubMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
@@ -128,6 +123,14 @@ func (m *ClubMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[strin
 		out = append(out, heraldClubRow(e, cols, vals))
 	}
 	return out, rows.Err()
+}
+
+// HeraldID implements entcapture.Glue.
+func (m *ClubMutation) HeraldID() (any, bool) {
+	if m.id == nil {
+		return nil, false
+	}
+	return *m.id, true
 }
 
 // HeraldNew implements entcapture.Glue: the entity a create of the
@@ -200,13 +203,8 @@ func (m *LoanMutation) HeraldTx() dialect.Tx {
 // HeraldOnCommit implements entcapture.Glue.
 func (m *LoanMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldID implements entcapture.Glue.
-func (m *LoanMutation) HeraldID() (any, bool) {
-	if m.id == nil {
-		return nil, false
-	}
-	return *m.id, true
-}
+// HeraldBeforeDelete implements entcapture.Glue.
+func (m *LoanMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
 // HeraldBeforeInsert implements entcapture.Glue.
 func (m *LoanMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
@@ -247,6 +245,14 @@ func (m *LoanMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[strin
 		out = append(out, heraldLoanRow(e, cols, vals))
 	}
 	return out, rows.Err()
+}
+
+// HeraldID implements entcapture.Glue.
+func (m *LoanMutation) HeraldID() (any, bool) {
+	if m.id == nil {
+		return nil, false
+	}
+	return *m.id, true
 }
 
 // HeraldNew implements entcapture.Glue: the entity a create of the
@@ -320,13 +326,8 @@ func (m *MembershipMutation) HeraldTx() dialect.Tx {
 // HeraldOnCommit implements entcapture.Glue.
 func (m *MembershipMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldID implements entcapture.Glue.
-func (m *MembershipMutation) HeraldID() (any, bool) {
-	if m.id == nil {
-		return nil, false
-	}
-	return *m.id, true
-}
+// HeraldBeforeDelete implements entcapture.Glue.
+func (m *MembershipMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
 // HeraldBeforeInsert implements entcapture.Glue.
 func (m *MembershipMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
@@ -367,6 +368,14 @@ func (m *MembershipMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map
 		out = append(out, heraldMembershipRow(e, cols, vals))
 	}
 	return out, rows.Err()
+}
+
+// HeraldID implements entcapture.Glue.
+func (m *MembershipMutation) HeraldID() (any, bool) {
+	if m.id == nil {
+		return nil, false
+	}
+	return *m.id, true
 }
 
 // HeraldNew implements entcapture.Glue: the entity a create of the
@@ -438,13 +447,8 @@ func (m *ReaderMutation) HeraldTx() dialect.Tx {
 // HeraldOnCommit implements entcapture.Glue.
 func (m *ReaderMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldID implements entcapture.Glue.
-func (m *ReaderMutation) HeraldID() (any, bool) {
-	if m.id == nil {
-		return nil, false
-	}
-	return *m.id, true
-}
+// HeraldBeforeDelete implements entcapture.Glue.
+func (m *ReaderMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
 // HeraldBeforeInsert implements entcapture.Glue.
 func (m *ReaderMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
@@ -485,6 +489,14 @@ func (m *ReaderMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[str
 		out = append(out, heraldReaderRow(e, cols, vals))
 	}
 	return out, rows.Err()
+}
+
+// HeraldID implements entcapture.Glue.
+func (m *ReaderMutation) HeraldID() (any, bool) {
+	if m.id == nil {
+		return nil, false
+	}
+	return *m.id, true
 }
 
 // HeraldNew implements entcapture.Glue: the entity a create of the
@@ -528,7 +540,7 @@ var _ entcapture.Glue = (*ReaderMutation)(nil)
 func init() {
 	heraldClubSchema.Scan = (*ClubMutation)(nil).HeraldScan
 	heraldClubSchema.Hooks = func() []ent.Hook { return club.Hooks[:] }
-	heraldClubSchema.Edges = append(heraldClubSchema.Edges, entcapture.ThroughEdge{Name: "readers", Through: heraldMembershipSchema, Own: "club_id", Other: "reader_id"})
+	heraldClubSchema.Edges = append(heraldClubSchema.Edges, entcapture.ThroughEdge{Name: "readers", Through: heraldMembershipSchema, Own: "club_id", Other: "reader_id", Bidi: false})
 	if heraldClubSchema.EdgeColumns == nil {
 		heraldClubSchema.EdgeColumns = map[string]string{}
 	}
@@ -554,7 +566,7 @@ func init() {
 	heraldReaderSchema.Scan = (*ReaderMutation)(nil).HeraldScan
 	heraldReaderSchema.Hooks = func() []ent.Hook { return reader.Hooks[:] }
 	heraldReaderSchema.ChildEdges = append(heraldReaderSchema.ChildEdges, entcapture.ChildEdge{Name: "loans", Child: heraldLoanSchema, Column: "reader_id"})
-	heraldReaderSchema.Edges = append(heraldReaderSchema.Edges, entcapture.ThroughEdge{Name: "clubs", Through: heraldMembershipSchema, Own: "reader_id", Other: "club_id"})
+	heraldReaderSchema.Edges = append(heraldReaderSchema.Edges, entcapture.ThroughEdge{Name: "clubs", Through: heraldMembershipSchema, Own: "reader_id", Other: "club_id", Bidi: false})
 	heraldReaderSchema.ChildEdges = append(heraldReaderSchema.ChildEdges, entcapture.ChildEdge{Name: "presides", Child: heraldClubSchema, Column: "reader_presides"})
 	heraldReaderSchema.ChildEdges = append(heraldReaderSchema.ChildEdges, entcapture.ChildEdge{Name: "memberships", Child: heraldMembershipSchema, Column: "reader_id"})
 	heraldReaderSchema.Cascades = append(heraldReaderSchema.Cascades, entcapture.Cascade{Child: heraldClubSchema, Column: "reader_presides", SetNull: true})

@@ -53,6 +53,7 @@ type ClubMutation struct {
 	oldValue           func(context.Context) (*Club, error)
 	predicates         []predicate.Club
 	heraldBefore       func([]sql.ConflictOption)
+	heraldDelete       func(context.Context) error
 }
 
 var _ ent.Mutation = (*ClubMutation)(nil)
@@ -610,6 +611,7 @@ type LoanMutation struct {
 	oldValue      func(context.Context) (*Loan, error)
 	predicates    []predicate.Loan
 	heraldBefore  func([]sql.ConflictOption)
+	heraldDelete  func(context.Context) error
 }
 
 var _ ent.Mutation = (*LoanMutation)(nil)
@@ -1103,6 +1105,7 @@ type MembershipMutation struct {
 	oldValue      func(context.Context) (*Membership, error)
 	predicates    []predicate.Membership
 	heraldBefore  func([]sql.ConflictOption)
+	heraldDelete  func(context.Context) error
 }
 
 var _ ent.Mutation = (*MembershipMutation)(nil)
@@ -1650,6 +1653,7 @@ type ReaderMutation struct {
 	oldValue           func(context.Context) (*Reader, error)
 	predicates         []predicate.Reader
 	heraldBefore       func([]sql.ConflictOption)
+	heraldDelete       func(context.Context) error
 }
 
 var _ ent.Mutation = (*ReaderMutation)(nil)

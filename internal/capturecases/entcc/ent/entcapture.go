@@ -81,13 +81,8 @@ func (m *LoanMutation) HeraldTx() dialect.Tx {
 // HeraldOnCommit implements entcapture.Glue.
 func (m *LoanMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldID implements entcapture.Glue.
-func (m *LoanMutation) HeraldID() (any, bool) {
-	if m.id == nil {
-		return nil, false
-	}
-	return *m.id, true
-}
+// HeraldBeforeDelete implements entcapture.Glue.
+func (m *LoanMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
 // HeraldBeforeInsert implements entcapture.Glue.
 func (m *LoanMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
@@ -128,6 +123,14 @@ func (m *LoanMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[strin
 		out = append(out, heraldLoanRow(e, cols, vals))
 	}
 	return out, rows.Err()
+}
+
+// HeraldID implements entcapture.Glue.
+func (m *LoanMutation) HeraldID() (any, bool) {
+	if m.id == nil {
+		return nil, false
+	}
+	return *m.id, true
 }
 
 // HeraldNew implements entcapture.Glue: the entity a create of the
@@ -223,13 +226,8 @@ func (m *ReaderMutation) HeraldTx() dialect.Tx {
 // HeraldOnCommit implements entcapture.Glue.
 func (m *ReaderMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldID implements entcapture.Glue.
-func (m *ReaderMutation) HeraldID() (any, bool) {
-	if m.id == nil {
-		return nil, false
-	}
-	return *m.id, true
-}
+// HeraldBeforeDelete implements entcapture.Glue.
+func (m *ReaderMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
 // HeraldBeforeInsert implements entcapture.Glue.
 func (m *ReaderMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
@@ -270,6 +268,14 @@ func (m *ReaderMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[str
 		out = append(out, heraldReaderRow(e, cols, vals))
 	}
 	return out, rows.Err()
+}
+
+// HeraldID implements entcapture.Glue.
+func (m *ReaderMutation) HeraldID() (any, bool) {
+	if m.id == nil {
+		return nil, false
+	}
+	return *m.id, true
 }
 
 // HeraldNew implements entcapture.Glue: the entity a create of the
@@ -341,13 +347,8 @@ func (m *TagMutation) HeraldTx() dialect.Tx {
 // HeraldOnCommit implements entcapture.Glue.
 func (m *TagMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldID implements entcapture.Glue.
-func (m *TagMutation) HeraldID() (any, bool) {
-	if m.id == nil {
-		return nil, false
-	}
-	return *m.id, true
-}
+// HeraldBeforeDelete implements entcapture.Glue.
+func (m *TagMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
 // HeraldBeforeInsert implements entcapture.Glue.
 func (m *TagMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
@@ -388,6 +389,14 @@ func (m *TagMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string
 		out = append(out, heraldTagRow(e, cols, vals))
 	}
 	return out, rows.Err()
+}
+
+// HeraldID implements entcapture.Glue.
+func (m *TagMutation) HeraldID() (any, bool) {
+	if m.id == nil {
+		return nil, false
+	}
+	return *m.id, true
 }
 
 // HeraldNew implements entcapture.Glue: the entity a create of the

@@ -48,6 +48,7 @@ type LoanMutation struct {
 	oldValue      func(context.Context) (*Loan, error)
 	predicates    []predicate.Loan
 	heraldBefore  func([]sql.ConflictOption)
+	heraldDelete  func(context.Context) error
 }
 
 var _ ent.Mutation = (*LoanMutation)(nil)
@@ -703,6 +704,7 @@ type ReaderMutation struct {
 	oldValue      func(context.Context) (*Reader, error)
 	predicates    []predicate.Reader
 	heraldBefore  func([]sql.ConflictOption)
+	heraldDelete  func(context.Context) error
 }
 
 var _ ent.Mutation = (*ReaderMutation)(nil)
@@ -1089,6 +1091,7 @@ type TagMutation struct {
 	oldValue      func(context.Context) (*Tag, error)
 	predicates    []predicate.Tag
 	heraldBefore  func([]sql.ConflictOption)
+	heraldDelete  func(context.Context) error
 }
 
 var _ ent.Mutation = (*TagMutation)(nil)

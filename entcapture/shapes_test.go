@@ -1,0 +1,345 @@
+package entcapture_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	entsql "entgo.io/ent/dialect/sql"
+
+	"github.com/heraldgo/herald/entcapture"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/folder"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/node"
+	_ "github.com/heraldgo/herald/entcapture/internal/entshapes/ent/runtime"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/schema"
+	"github.com/heraldgo/herald/envelope"
+)
+
+// The entshapes schemas' tables, each with the topic segment of its
+// events and its key columns: what the row-diff oracle reads.
+var shapeTables = []struct {
+	table, model string
+	key          []string
+}{
+	{"users", "user", []string{"id"}},
+	{"friendships", "friendship", []string{"id"}},
+	{"user_following", "user_following", []string{"user_id", "follower_id"}},
+	{"user_tags", "user_tags", []string{"user_id", "tag_id"}},
+	{"tags", "tag", []string{"id"}},
+	{"groups", "group", []string{"id"}},
+	{"memberships", "membership", []string{"user_id", "group_id"}},
+	{"folders", "folder", []string{"id"}},
+	{"nodes", "node", []string{"id"}},
+	{"persons", "person", []string{"id"}},
+	{"docs", "doc", []string{"id"}},
+	{"books", "book", []string{"id"}},
+	{"labels", "label", []string{"id"}},
+	{"projects", "project", []string{"id"}},
+	{"tasks", "task", []string{"id"}},
+}
+
+type shapes struct {
+	*env
+	c *ent.Client
+}
+
+func shapesEnv(t *testing.T, d envelope.Dialect) *shapes {
+	t.Helper()
+	db := openDB(t, d)
+	c := ent.NewClient(ent.Driver(entcapture.Driver(entsql.OpenDB(entDialect(d), db))))
+	createSchema(t, func(ctx context.Context) error { return c.Schema.Create(ctx) })
+	return &shapes{env: &env{dialect: d, db: db}, c: c}
+}
+
+// snapshot reads every captured table: table -> key text -> row.
+func (s *shapes) snapshot(t *testing.T) map[string]map[string]map[string]any {
+	t.Helper()
+	out := map[string]map[string]map[string]any{}
+	for _, st := range shapeTables {
+		rows, err := s.db.Query(`SELECT * FROM ` + st.table)
+		must(t, err)
+		cols, err := rows.Columns()
+		must(t, err)
+		m := map[string]map[string]any{}
+		for rows.Next() {
+			vals := make([]any, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			must(t, rows.Scan(ptrs...))
+			r := map[string]any{}
+			for i, c := range cols {
+				if b, ok := vals[i].([]byte); ok {
+					vals[i] = string(b)
+				}
+				r[c] = vals[i]
+			}
+			m[keyText(st.key, r)] = normalize(t, r)
+		}
+		must(t, rows.Err())
+		must(t, rows.Close())
+		out[st.table] = m
+	}
+	return out
+}
+
+func keyText(key []string, r map[string]any) string {
+	parts := make([]string, len(key))
+	for i, k := range key {
+		parts[i] = fmt.Sprintf("%s=%v", k, r[k])
+	}
+	return strings.Join(parts, ",")
+}
+
+// normalize gives a row the types its JSON decodes to.
+func normalize(t *testing.T, r map[string]any) map[string]any {
+	b, err := json.Marshal(r)
+	must(t, err)
+	var out map[string]any
+	must(t, json.Unmarshal(b, &out))
+	return out
+}
+
+// check runs write and holds its events to the row-diff oracle: every row
+// the write inserted, updated or deleted (as the tables read before and
+// after it say) has exactly one event of that operation, whose image is
+// the stored row, and no other row has one. It returns the events as
+// sorted "topic key" lines and clears the outbox.
+func (s *shapes) check(t *testing.T, what string, write func() error) string {
+	t.Helper()
+	_, err := s.db.Exec(`DELETE FROM herald_outbox`)
+	must(t, err)
+	before := s.snapshot(t)
+	if err := write(); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	after := s.snapshot(t)
+	type want struct {
+		op  string
+		img map[string]any
+	}
+	expect := map[string]want{} // "model key" -> want
+	for _, st := range shapeTables {
+		b, a := before[st.table], after[st.table]
+		for k, r := range a {
+			if o, ok := b[k]; !ok {
+				expect[st.model+" "+k] = want{"inserted", r}
+			} else if !reflect.DeepEqual(o, r) {
+				expect[st.model+" "+k] = want{"updated", r}
+			}
+		}
+		for k, r := range b {
+			if _, ok := a[k]; !ok {
+				expect[st.model+" "+k] = want{"deleted", r}
+			}
+		}
+	}
+	keys := map[string][]string{}
+	for _, st := range shapeTables {
+		keys[st.model] = st.key
+	}
+	var lines []string
+	seen := map[string]string{}
+	for _, ev := range s.events(t) {
+		var p struct {
+			Operation     string
+			PK            any
+			Before, After map[string]any
+		}
+		must(t, json.Unmarshal(ev.Payload, &p))
+		model := strings.TrimSuffix(ev.Topic, "."+p.Operation)
+		key, ok := keys[model]
+		if !ok {
+			t.Errorf("%s: event of unknown topic %s", what, ev.Topic)
+			continue
+		}
+		pk := map[string]any{}
+		if m, ok := p.PK.(map[string]any); ok {
+			pk = m
+		} else {
+			pk[key[0]] = p.PK
+		}
+		id := model + " " + keyText(key, pk)
+		lines = append(lines, ev.Topic+" "+keyText(key, pk))
+		if prev, dup := seen[id]; dup {
+			t.Errorf("%s: two events for %s: %s and %s", what, id, prev, p.Operation)
+			continue
+		}
+		seen[id] = p.Operation
+		w, ok := expect[id]
+		switch {
+		case !ok:
+			t.Errorf("%s: %s event for %s, whose row the write did not change", what, p.Operation, id)
+		case w.op != p.Operation:
+			t.Errorf("%s: %s event for %s, whose row was %s", what, p.Operation, id, w.op)
+		case p.Operation == "deleted" && !reflect.DeepEqual(p.Before, w.img):
+			t.Errorf("%s: %s deleted: before %v, the row was %v", what, id, p.Before, w.img)
+		case p.Operation != "deleted" && !reflect.DeepEqual(p.After, w.img):
+			t.Errorf("%s: %s %s: after %v, the row is %v", what, id, p.Operation, p.After, w.img)
+		}
+	}
+	for id, w := range expect {
+		if _, ok := seen[id]; !ok {
+			t.Errorf("%s: no event for %s, %s", what, id, w.op)
+		}
+	}
+	_, err = s.db.Exec(`DELETE FROM herald_outbox`)
+	must(t, err)
+	sort.Strings(lines)
+	return strings.Join(lines, ", ")
+}
+
+// TestBidirectionalEdgeSchema: ent writes (and deletes) both join rows of
+// a bidirectional edge through an edge schema; each gets its event
+// (issue 18, defect 1).
+func TestBidirectionalEdgeSchema(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		s := shapesEnv(t, d)
+		ctx := context.Background()
+		u := s.c.User.CreateBulk(s.c.User.Create().SetName("a"), s.c.User.Create().SetName("b"), s.c.User.Create().SetName("c")).SaveX(ctx)
+		got := s.check(t, "AddFriends", func() error { return s.c.User.UpdateOne(u[0]).AddFriends(u[1]).Exec(ctx) })
+		if want := "friendship.inserted id=1, friendship.inserted id=2"; got != want {
+			t.Errorf("AddFriends: got %s, want %s", got, want)
+		}
+		var d4 *ent.User
+		s.check(t, "create with AddFriends", func() (err error) {
+			d4, err = s.c.User.Create().SetName("d").AddFriends(u[0], u[2]).Save(ctx)
+			return err
+		})
+		s.check(t, "RemoveFriends", func() error { return s.c.User.UpdateOne(u[0]).RemoveFriends(u[1]).Exec(ctx) })
+		s.check(t, "ClearFriends", func() error { return s.c.User.UpdateOne(d4).ClearFriends().Exec(ctx) })
+		if n := s.count(t, "friendships"); n != 0 {
+			t.Errorf("%d friendships left", n)
+		}
+	})
+}
+
+// TestCascadeOncePerRow: a row a delete reaches twice (through a
+// self-referencing tree, or through two foreign keys) gets one event, and
+// a row both deleted and nulled only its delete (issue 18, defect 6).
+func TestCascadeOncePerRow(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		s := shapesEnv(t, d)
+		ctx := context.Background()
+		f1 := s.c.Folder.Create().SetName("f1").SaveX(ctx)
+		f2 := s.c.Folder.Create().SetName("f2").SetParent(f1).SaveX(ctx)
+		s.c.Folder.Create().SetName("f3").SetParent(f2).SaveX(ctx)
+		got := s.check(t, "Folder.Delete", func() error { _, err := s.c.Folder.Delete().Exec(ctx); return err })
+		if want := "folder.deleted id=1, folder.deleted id=2, folder.deleted id=3"; got != want {
+			t.Errorf("Folder.Delete: got %s, want %s", got, want)
+		}
+		f1 = s.c.Folder.Create().SetName("f1").SaveX(ctx)
+		f2 = s.c.Folder.Create().SetName("f2").SetParent(f1).SaveX(ctx)
+		s.c.Folder.Create().SetName("f3").SetParent(f2).SaveX(ctx)
+		s.check(t, "DeleteOne(root)", func() error { return s.c.Folder.DeleteOne(f1).Exec(ctx) })
+
+		p1 := s.c.Person.Create().SetName("p1").SaveX(ctx)
+		p2 := s.c.Person.Create().SetName("p2").SaveX(ctx)
+		s.c.Doc.Create().SetTitle("d").SetAuthor(p1).SetReviewer(p2).SaveX(ctx)
+		s.check(t, "Person.Delete (two foreign keys)", func() error { _, err := s.c.Person.Delete().Exec(ctx); return err })
+
+		n1 := s.c.Node.Create().SetName("n1").SaveX(ctx)
+		n2 := s.c.Node.Create().SetName("n2").SetParent(n1).SaveX(ctx)
+		s.c.Node.Create().SetName("n3").SetParent(n2).SaveX(ctx)
+		got = s.check(t, "Node.Delete (SET NULL tree)", func() error { _, err := s.c.Node.Delete().Exec(ctx); return err })
+		if want := "node.deleted id=1, node.deleted id=2, node.deleted id=3"; got != want {
+			t.Errorf("Node.Delete: got %s, want %s", got, want)
+		}
+		n1 = s.c.Node.Create().SetName("n1").SaveX(ctx)
+		n2 = s.c.Node.Create().SetName("n2").SetParent(n1).SaveX(ctx)
+		s.c.Node.Create().SetName("n3").SetParent(n2).SaveX(ctx)
+		s.check(t, "Node.Delete(n1, n2)", func() error {
+			_, err := s.c.Node.Delete().Where(node.IDIn(n1.ID, n2.ID)).Exec(ctx)
+			return err
+		})
+		_ = folder.Label
+	})
+}
+
+// TestUpdateThatUpdatesNothing: an UpdateOne that sets no column (ent
+// sends no UPDATE) has no event of its row; the join row an edge setter
+// writes has its own (issue 18, defect 7).
+func TestUpdateThatUpdatesNothing(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		s := shapesEnv(t, d)
+		ctx := context.Background()
+		p := s.c.User.Create().SetName("p").SaveX(ctx)
+		q := s.c.User.Create().SetName("q").SaveX(ctx)
+		s.check(t, "UpdateOne.AddFollowing", func() error { return s.c.User.UpdateOne(p).AddFollowing(q).Exec(ctx) })
+		if got := s.check(t, "UpdateOneID.Exec", func() error { return s.c.User.UpdateOneID(p.ID).Exec(ctx) }); got != "" {
+			t.Errorf("UpdateOneID with nothing set: %s", got)
+		}
+	})
+}
+
+// TestNarrowedDeleteCascade: a schema hook after the capture hook narrows
+// a delete (a tenant's WhereP): the events are those of the rows deleted,
+// and of the rows their cascade reaches (issue 18, defect 3).
+func TestNarrowedDeleteCascade(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		s := shapesEnv(t, d)
+		ctx := context.Background()
+		for _, tenant := range []string{"a", "b"} {
+			p := s.c.Project.Create().SetTenant(tenant).SetName("p" + tenant).SaveX(ctx)
+			s.c.Task.Create().SetName("t" + tenant).SetProject(p).SaveX(ctx)
+		}
+		actx := context.WithValue(ctx, schema.TenantKey{}, "a")
+		got := s.check(t, "Project.Delete as tenant a", func() error { _, err := s.c.Project.Delete().Exec(actx); return err })
+		if want := "project.deleted id=1, task.deleted id=1"; got != want {
+			t.Errorf("got %s, want %s", got, want)
+		}
+		if n := s.count(t, "projects"); n != 1 {
+			t.Errorf("%d projects left, want tenant b's", n)
+		}
+	})
+}
+
+// TestCascadeFromUncapturedParent: rows of a captured schema that the
+// database deletes or nulls because an uncaptured parent (or its
+// uncaptured parent) is deleted get their events (issue 18, defect 4).
+func TestCascadeFromUncapturedParent(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		s := shapesEnv(t, d)
+		ctx := context.Background()
+		room := s.c.Room.Create().SetName("r").SaveX(ctx)
+		sh1 := s.c.Shelf.Create().SetName("s1").SetRoom(room).SaveX(ctx)
+		sh2 := s.c.Shelf.Create().SetName("s2").SetRoom(room).SaveX(ctx)
+		for _, sh := range []*ent.Shelf{sh1, sh2} {
+			s.c.Book.Create().SetTitle("b").SetShelf(sh).SaveX(ctx)
+			s.c.Label.Create().SetText("l").SetShelf(sh).SaveX(ctx)
+		}
+		got := s.check(t, "Shelf.DeleteOne", func() error { return s.c.Shelf.DeleteOne(sh1).Exec(ctx) })
+		if want := "book.deleted id=1, label.updated id=1"; got != want {
+			t.Errorf("Shelf.DeleteOne: got %s, want %s", got, want)
+		}
+		got = s.check(t, "Room.Delete", func() error { _, err := s.c.Room.Delete().Exec(ctx); return err })
+		if want := "book.deleted id=2, label.updated id=2"; got != want {
+			t.Errorf("Room.Delete: got %s, want %s", got, want)
+		}
+		tx, err := s.c.Tx(ctx)
+		must(t, err)
+		sh := tx.Shelf.Create().SetName("s3").SaveX(ctx)
+		tx.Book.Create().SetTitle("b").SetShelf(sh).SaveX(ctx)
+		must(t, tx.Commit())
+		s.check(t, "Shelf.Delete in Tx", func() error {
+			tx, err := s.c.Tx(ctx)
+			must(t, err)
+			if _, err := tx.Shelf.Delete().Exec(ctx); err != nil {
+				_ = tx.Rollback()
+				return err
+			}
+			return tx.Commit()
+		})
+	})
+}
