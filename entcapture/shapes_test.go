@@ -3,6 +3,7 @@ package entcapture_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"sort"
@@ -14,6 +15,7 @@ import (
 	"github.com/heraldgo/herald/entcapture"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/folder"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/membership"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/node"
 	_ "github.com/heraldgo/herald/entcapture/internal/entshapes/ent/runtime"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/schema"
@@ -45,15 +47,39 @@ var shapeTables = []struct {
 
 type shapes struct {
 	*env
-	c *ent.Client
+	c    *ent.Client
+	mode envelope.PayloadMode
 }
 
-func shapesEnv(t *testing.T, d envelope.Dialect) *shapes {
+// eachShape runs f on each dialect in each payload mode, with a fresh
+// database of the entshapes schemas whose captured schemas (join tables
+// aside: they take their owner's) are captured in that mode.
+func eachShape(t *testing.T, f func(t *testing.T, s *shapes)) {
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		for _, mode := range []envelope.PayloadMode{envelope.After, envelope.Keys, envelope.BeforeAndAfter} {
+			t.Run(mode.String(), func(t *testing.T) { f(t, shapesEnv(t, d, mode)) })
+		}
+	})
+}
+
+// plain is s for writes through a client without entcapture.Driver: its
+// schemas are captured as their Mixin says (After).
+func (s *shapes) plain() *shapes {
+	p := *s
+	p.mode = envelope.After
+	return &p
+}
+
+func shapesEnv(t *testing.T, d envelope.Dialect, mode envelope.PayloadMode) *shapes {
 	t.Helper()
 	db := openDB(t, d)
-	c := ent.NewClient(ent.Driver(entcapture.Driver(entsql.OpenDB(entDialect(d), db))))
+	opts := map[string]envelope.Options{}
+	for _, n := range []string{"User", "Friendship", "Tag", "Group", "Membership", "Folder", "Node", "Person", "Doc", "Book", "Label", "Project", "Task"} {
+		opts[n] = envelope.Options{Payload: mode}
+	}
+	c := ent.NewClient(ent.Driver(entcapture.Driver(entsql.OpenDB(entDialect(d), db), entcapture.Config{Options: opts})))
 	createSchema(t, func(ctx context.Context) error { return c.Schema.Create(ctx) })
-	return &shapes{env: &env{dialect: d, db: db}, c: c}
+	return &shapes{env: &env{dialect: d, db: db}, c: c, mode: mode}
 }
 
 // snapshot reads every captured table: table -> key text -> row.
@@ -140,9 +166,9 @@ func (s *shapes) check(t *testing.T, what string, write func() error) string {
 			}
 		}
 	}
-	keys := map[string][]string{}
+	keys, tableOf := map[string][]string{}, map[string]string{}
 	for _, st := range shapeTables {
-		keys[st.model] = st.key
+		keys[st.model], tableOf[st.model] = st.key, st.table
 	}
 	var lines []string
 	seen := map[string]string{}
@@ -178,6 +204,12 @@ func (s *shapes) check(t *testing.T, what string, write func() error) string {
 			t.Errorf("%s: %s event for %s, whose row the write did not change", what, p.Operation, id)
 		case w.op != p.Operation:
 			t.Errorf("%s: %s event for %s, whose row was %s", what, p.Operation, id, w.op)
+		case s.mode == envelope.Keys:
+			if p.Before != nil || p.After != nil {
+				t.Errorf("%s: %s %s in Keys mode has images", what, id, p.Operation)
+			}
+		case p.Operation == "updated" && s.mode == envelope.BeforeAndAfter && !reflect.DeepEqual(p.Before, before[tableOf[model]][keyText(key, pk)]):
+			t.Errorf("%s: %s updated: before %v, the row was %v", what, id, p.Before, before[tableOf[model]][keyText(key, pk)])
 		case p.Operation == "deleted" && !reflect.DeepEqual(p.Before, w.img):
 			t.Errorf("%s: %s deleted: before %v, the row was %v", what, id, p.Before, w.img)
 		case p.Operation != "deleted" && !reflect.DeepEqual(p.After, w.img):
@@ -200,8 +232,7 @@ func (s *shapes) check(t *testing.T, what string, write func() error) string {
 // (issue 18, defect 1).
 func TestBidirectionalEdgeSchema(t *testing.T) {
 	t.Parallel()
-	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
-		s := shapesEnv(t, d)
+	eachShape(t, func(t *testing.T, s *shapes) {
 		ctx := context.Background()
 		u := s.c.User.CreateBulk(s.c.User.Create().SetName("a"), s.c.User.Create().SetName("b"), s.c.User.Create().SetName("c")).SaveX(ctx)
 		got := s.check(t, "AddFriends", func() error { return s.c.User.UpdateOne(u[0]).AddFriends(u[1]).Exec(ctx) })
@@ -226,8 +257,7 @@ func TestBidirectionalEdgeSchema(t *testing.T) {
 // a row both deleted and nulled only its delete (issue 18, defect 6).
 func TestCascadeOncePerRow(t *testing.T) {
 	t.Parallel()
-	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
-		s := shapesEnv(t, d)
+	eachShape(t, func(t *testing.T, s *shapes) {
 		ctx := context.Background()
 		f1 := s.c.Folder.Create().SetName("f1").SaveX(ctx)
 		f2 := s.c.Folder.Create().SetName("f2").SetParent(f1).SaveX(ctx)
@@ -240,6 +270,18 @@ func TestCascadeOncePerRow(t *testing.T) {
 		f2 = s.c.Folder.Create().SetName("f2").SetParent(f1).SaveX(ctx)
 		s.c.Folder.Create().SetName("f3").SetParent(f2).SaveX(ctx)
 		s.check(t, "DeleteOne(root)", func() error { return s.c.Folder.DeleteOne(f1).Exec(ctx) })
+		f1 = s.c.Folder.Create().SetName("f1").SaveX(ctx)
+		f2 = s.c.Folder.Create().SetName("f2").SetParent(f1).SaveX(ctx)
+		s.c.Folder.Create().SetName("f3").SetParent(f2).SaveX(ctx)
+		s.plain().check(t, "Folder.Delete in Tx of a plain client", func() error {
+			tx, err := ent.NewClient(ent.Driver(entsql.OpenDB(entDialect(s.dialect), s.db))).Tx(ctx)
+			must(t, err)
+			if _, err := tx.Folder.Delete().Exec(ctx); err != nil {
+				_ = tx.Rollback()
+				return err
+			}
+			return tx.Commit()
+		})
 
 		p1 := s.c.Person.Create().SetName("p1").SaveX(ctx)
 		p2 := s.c.Person.Create().SetName("p2").SaveX(ctx)
@@ -269,8 +311,7 @@ func TestCascadeOncePerRow(t *testing.T) {
 // writes has its own (issue 18, defect 7).
 func TestUpdateThatUpdatesNothing(t *testing.T) {
 	t.Parallel()
-	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
-		s := shapesEnv(t, d)
+	eachShape(t, func(t *testing.T, s *shapes) {
 		ctx := context.Background()
 		p := s.c.User.Create().SetName("p").SaveX(ctx)
 		q := s.c.User.Create().SetName("q").SaveX(ctx)
@@ -286,8 +327,7 @@ func TestUpdateThatUpdatesNothing(t *testing.T) {
 // and of the rows their cascade reaches (issue 18, defect 3).
 func TestNarrowedDeleteCascade(t *testing.T) {
 	t.Parallel()
-	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
-		s := shapesEnv(t, d)
+	eachShape(t, func(t *testing.T, s *shapes) {
 		ctx := context.Background()
 		for _, tenant := range []string{"a", "b"} {
 			p := s.c.Project.Create().SetTenant(tenant).SetName("p" + tenant).SaveX(ctx)
@@ -309,8 +349,7 @@ func TestNarrowedDeleteCascade(t *testing.T) {
 // uncaptured parent) is deleted get their events (issue 18, defect 4).
 func TestCascadeFromUncapturedParent(t *testing.T) {
 	t.Parallel()
-	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
-		s := shapesEnv(t, d)
+	eachShape(t, func(t *testing.T, s *shapes) {
 		ctx := context.Background()
 		room := s.c.Room.Create().SetName("r").SaveX(ctx)
 		sh1 := s.c.Shelf.Create().SetName("s1").SetRoom(room).SaveX(ctx)
@@ -332,6 +371,27 @@ func TestCascadeFromUncapturedParent(t *testing.T) {
 		sh := tx.Shelf.Create().SetName("s3").SaveX(ctx)
 		tx.Book.Create().SetTitle("b").SetShelf(sh).SaveX(ctx)
 		must(t, tx.Commit())
+		// Without entcapture.Driver, outside a transaction, the delete
+		// cannot commit with its cascade's events: it fails, as a captured
+		// write does, and deletes nothing.
+		plain := ent.NewClient(ent.Driver(entsql.OpenDB(entDialect(s.dialect), s.db)))
+		if err := plain.Shelf.DeleteOne(sh).Exec(ctx); !errors.Is(err, envelope.ErrConfiguration) || !strings.Contains(err.Error(), "entcapture.Driver") {
+			t.Errorf("Shelf delete on a plain client: %v, want ErrConfiguration naming entcapture.Driver", err)
+		}
+		if n := s.count(t, "books"); n != 1 {
+			t.Errorf("%d books, want 1", n)
+		}
+		s.plain().check(t, "Shelf.Delete in Tx of a plain client", func() error {
+			tx, err := plain.Tx(ctx)
+			must(t, err)
+			if _, err := tx.Shelf.Delete().Exec(ctx); err != nil {
+				_ = tx.Rollback()
+				return err
+			}
+			return tx.Commit()
+		})
+		sh = s.c.Shelf.Create().SetName("s4").SaveX(ctx)
+		s.c.Book.Create().SetTitle("b").SetShelf(sh).SaveX(ctx)
 		s.check(t, "Shelf.Delete in Tx", func() error {
 			tx, err := s.c.Tx(ctx)
 			must(t, err)
@@ -341,5 +401,91 @@ func TestCascadeFromUncapturedParent(t *testing.T) {
 			}
 			return tx.Commit()
 		})
+	})
+}
+
+// TestPlainManyToManyJoinRows: the join rows of a plain many-to-many edge
+// between captured schemas (no edge schema) are captured as rows of a
+// model named after the join table, keyed by both foreign keys, as
+// gormcapture captures a join table: from either side's setters, and when
+// a delete cascades to them (issue 18, defect 17).
+func TestPlainManyToManyJoinRows(t *testing.T) {
+	t.Parallel()
+	eachShape(t, func(t *testing.T, s *shapes) {
+		ctx := context.Background()
+		t1 := s.c.Tag.Create().SetLabel("t1").SaveX(ctx)
+		t2 := s.c.Tag.Create().SetLabel("t2").SaveX(ctx)
+		var u1 *ent.User
+		got := s.check(t, "create with AddTags", func() (err error) {
+			u1, err = s.c.User.Create().SetName("u1").AddTags(t1, t2).Save(ctx)
+			return err
+		})
+		if want := "user.inserted id=1, user_tags.inserted user_id=1,tag_id=1, user_tags.inserted user_id=1,tag_id=2"; got != want {
+			t.Errorf("create with AddTags: got %s, want %s", got, want)
+		}
+		u2 := s.c.User.Create().SetName("u2").SaveX(ctx)
+		s.check(t, "Tag.AddUsers (the inverse side)", func() error { return s.c.Tag.UpdateOne(t1).AddUsers(u2).Exec(ctx) })
+		// The envelope of a join row: the model named after the table, the
+		// key and the image both foreign keys.
+		must(t, s.c.User.UpdateOne(u2).AddTags(t2).Exec(ctx))
+		evs := s.events(t)
+		if len(evs) != 1 {
+			t.Fatalf("AddTags: %s", dump(evs))
+		}
+		var p map[string]any
+		must(t, json.Unmarshal(evs[0].Payload, &p))
+		if p["model"] != "UserTags" || fmt.Sprint(p["pk"]) != "map[tag_id:2 user_id:2]" || (s.mode != envelope.Keys && fmt.Sprint(p["after"]) != "map[tag_id:2 user_id:2]") ||
+			evs[0].OrderingKey != "UserTags:2:2" {
+			t.Errorf("join row event: key %q payload %s", evs[0].OrderingKey, evs[0].Payload)
+		}
+		s.check(t, "RemoveTags", func() error { return s.c.User.UpdateOne(u1).RemoveTags(t1).Exec(ctx) })
+		s.check(t, "Update.ClearUsers", func() error { return s.c.Tag.UpdateOne(t2).ClearUsers().Exec(ctx) })
+		s.check(t, "AddFollowing", func() error { return s.c.User.UpdateOne(u1).AddFollowing(u2).AddFollowers(u2).Exec(ctx) })
+		s.check(t, "UpdateOne(u2).AddTags(t1, t2)", func() error { return s.c.User.UpdateOne(u2).AddTags(t2).Exec(ctx) })
+		// u2 follows and is followed by u1, and carries tags: the delete
+		// cascades to join rows through both of their columns.
+		got = s.check(t, "DeleteOne(u2)", func() error { return s.c.User.DeleteOne(u2).Exec(ctx) })
+		if want := "user.deleted id=2, user_following.deleted user_id=1,follower_id=2, user_following.deleted user_id=2,follower_id=1, " +
+			"user_tags.deleted user_id=2,tag_id=1, user_tags.deleted user_id=2,tag_id=2"; got != want {
+			t.Errorf("DeleteOne(u2): got %s, want %s", got, want)
+		}
+	})
+}
+
+// TestCompositeIDEdgeSchema: an edge schema with a composite id (ent's
+// field.ID("user_id", "group_id")) is captured, keyed by both columns:
+// through its own client and through the edge's setters (issue 18,
+// defect 17).
+func TestCompositeIDEdgeSchema(t *testing.T) {
+	t.Parallel()
+	eachShape(t, func(t *testing.T, s *shapes) {
+		ctx := context.Background()
+		u := s.c.User.Create().SetName("u").SaveX(ctx)
+		g1 := s.c.Group.Create().SetName("g1").SaveX(ctx)
+		g2 := s.c.Group.Create().SetName("g2").SaveX(ctx)
+		got := s.check(t, "Membership.Create", func() error {
+			return s.c.Membership.Create().SetUserID(u.ID).SetGroupID(g1.ID).SetRole("admin").Exec(ctx)
+		})
+		if want := "membership.inserted user_id=1,group_id=1"; got != want {
+			t.Errorf("Membership.Create: got %s, want %s", got, want)
+		}
+		s.check(t, "AddGroups", func() error { return s.c.User.UpdateOne(u).AddGroups(g2).Exec(ctx) })
+		s.check(t, "Membership.Update", func() error {
+			_, err := s.c.Membership.Update().Where(membership.GroupID(g2.ID)).SetRole("owner").Save(ctx)
+			return err
+		})
+		s.check(t, "Membership.CreateBulk", func() error {
+			g3 := s.c.Group.Create().SetName("g3").SaveX(ctx)
+			g4 := s.c.Group.Create().SetName("g4").SaveX(ctx)
+			_, err := s.c.Membership.CreateBulk(s.c.Membership.Create().SetUserID(u.ID).SetGroupID(g3.ID),
+				s.c.Membership.Create().SetUserID(u.ID).SetGroupID(g4.ID)).Save(ctx)
+			return err
+		})
+		s.check(t, "RemoveGroups", func() error { return s.c.User.UpdateOne(u).RemoveGroups(g1).Exec(ctx) })
+		s.check(t, "Membership.Delete", func() error {
+			_, err := s.c.Membership.Delete().Where(membership.GroupID(g2.ID)).Exec(ctx)
+			return err
+		})
+		s.check(t, "ClearGroups", func() error { return s.c.User.UpdateOne(u).ClearGroups().Exec(ctx) })
 	})
 }
