@@ -197,7 +197,7 @@ func (s *scope) cascadeRows(c Cascade, spec *envelope.Spec, parent *Schema, ids 
 			cols = append(cols, col)
 		}
 	}
-	sel := sql.Dialect(dialectName(s.d)).Select().From(child.table())
+	sel := sql.Dialect(dialectName(s.d)).Select().From(from(s.g, child))
 	qc := make([]string, len(cols))
 	for i, col := range cols {
 		qc[i] = sel.C(col)

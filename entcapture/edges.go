@@ -64,7 +64,7 @@ func (s *scope) joinRows(ew *edgeWrite, owners []any, lock bool) (map[string]map
 			cols = append(cols, c)
 		}
 	}
-	sel := sql.Dialect(dialectName(s.d)).Select().From(t.table())
+	sel := sql.Dialect(dialectName(s.d)).Select().From(from(s.g, t))
 	qc := make([]string, len(cols))
 	for i, c := range cols {
 		qc[i] = sel.C(c)
@@ -194,7 +194,7 @@ func (s *scope) childRows(cw *childWrite, owners, also []any, lock bool) (map[st
 			cols = append(cols, col)
 		}
 	}
-	sel := sql.Dialect(dialectName(s.d)).Select().From(c.table())
+	sel := sql.Dialect(dialectName(s.d)).Select().From(from(s.g, c))
 	qc := make([]string, len(cols))
 	for i, col := range cols {
 		qc[i] = sel.C(col)

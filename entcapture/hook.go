@@ -464,7 +464,7 @@ func (s *scope) writeLock(sch *Schema) error {
 		return nil
 	}
 	col := envelope.QuoteIdent(sch.KeyColumns()[0])
-	if _, err := s.g.ExecContext(s.ctx, "UPDATE "+sch.quotedTable()+" SET "+col+"="+col+" WHERE 0"); err != nil {
+	if _, err := s.g.ExecContext(s.ctx, "UPDATE "+quotedTable(s.g, sch)+" SET "+col+"="+col+" WHERE 0"); err != nil {
 		return fmt.Errorf("herald/entcapture: take the write lock: %w", err)
 	}
 	s.locked = true
@@ -511,7 +511,7 @@ func asInt(v any) (int64, bool) {
 // selectRows reads the rows of the mutation's predicates (and id, for
 // UpdateOne), locked FOR UPDATE on PostgreSQL: one statement.
 func (s *scope) selectRows(w *write, cols []string, id any, byID bool, ids []any) ([]map[string]any, error) {
-	sel := sql.Dialect(dialectName(s.d)).Select().From(w.sch.table())
+	sel := sql.Dialect(dialectName(s.d)).Select().From(from(s.g, w.sch))
 	qc := make([]string, len(cols))
 	for i, c := range cols {
 		qc[i] = sel.C(c)

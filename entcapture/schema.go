@@ -99,22 +99,33 @@ func (s *Schema) keyText(row map[string]any) string {
 	return b.String()
 }
 
-// table is the schema's table for the capture's statements, qualified
-// by its database schema.
-func (s *Schema) table() *sql.SelectTable {
-	t := sql.Table(s.Table)
-	if s.DB != "" {
-		t.Schema(s.DB)
+// db is the database schema sch's table is in for the write of g: the
+// client's SchemaConfig (ent's sql/schemaconfig feature, which
+// entsql.Annotation{Schema: …} and ent.AlternateSchema fill) when the
+// code has it, otherwise the annotation's.
+func db(g Glue, sch *Schema) string {
+	if d, ok := g.HeraldDB(sch); ok {
+		return d
+	}
+	return sch.DB
+}
+
+// from is sch's table for the capture's statements in the write of g,
+// qualified by its database schema.
+func from(g Glue, sch *Schema) *sql.SelectTable {
+	t := sql.Table(sch.Table)
+	if d := db(g, sch); d != "" {
+		t.Schema(d)
 	}
 	return t
 }
 
-// quotedTable is the schema's table as an identifier of raw SQL.
-func (s *Schema) quotedTable() string {
-	if s.DB != "" {
-		return envelope.QuoteIdent(s.DB) + "." + envelope.QuoteIdent(s.Table)
+// quotedTable is sch's table as an identifier of raw SQL.
+func quotedTable(g Glue, sch *Schema) string {
+	if d := db(g, sch); d != "" {
+		return envelope.QuoteIdent(d) + "." + envelope.QuoteIdent(sch.Table)
 	}
-	return envelope.QuoteIdent(s.Table)
+	return envelope.QuoteIdent(sch.Table)
 }
 
 // pin returns the predicate that narrows a write to rows (their keys):
@@ -204,6 +215,10 @@ type Glue interface {
 	// right before it runs, after every hook (nil: none): the capture reads
 	// the rows the delete will remove with its final predicates there.
 	HeraldBeforeDelete(f func(context.Context) error)
+	// HeraldDB is the database schema of a captured table (this one, or
+	// one its write reaches) in the mutation's SchemaConfig; false when
+	// the code has no SchemaConfig (ent's sql/schemaconfig feature).
+	HeraldDB(s *Schema) (string, bool)
 }
 
 // IsNull reports whether v, a scan destination filled by rows.Scan, holds

@@ -43,12 +43,16 @@ var shapeTables = []struct {
 	{"labels", "label", []string{"id"}},
 	{"projects", "project", []string{"id"}},
 	{"tasks", "task", []string{"id"}},
+	{"memos", "memo", []string{"id"}},
+	{"memo_notes", "memo_note", []string{"id"}},
+	{"memo_tags", "memo_tags", []string{"memo_id", "tag_id"}},
 }
 
 type shapes struct {
 	*env
 	c    *ent.Client
 	mode envelope.PayloadMode
+	db   map[string]string // table -> the database schema the oracle reads it in
 }
 
 // eachShape runs f on each dialect in each payload mode, with a fresh
@@ -70,14 +74,17 @@ func (s *shapes) plain() *shapes {
 	return &p
 }
 
-func shapesEnv(t *testing.T, d envelope.Dialect, mode envelope.PayloadMode) *shapes {
+func shapesEnv(t *testing.T, d envelope.Dialect, mode envelope.PayloadMode, copts ...ent.Option) *shapes {
 	t.Helper()
 	db := openDB(t, d)
 	opts := map[string]envelope.Options{}
 	for _, n := range []string{"User", "Friendship", "Tag", "Group", "Membership", "Folder", "Node", "Person", "Doc", "Book", "Label", "Project", "Task"} {
 		opts[n] = envelope.Options{Payload: mode}
 	}
-	c := ent.NewClient(ent.Driver(entcapture.Driver(entsql.OpenDB(entDialect(d), db), entcapture.Config{Options: opts})))
+	for _, n := range []string{"Memo", "MemoNote"} {
+		opts[n] = envelope.Options{Payload: mode}
+	}
+	c := ent.NewClient(append([]ent.Option{ent.Driver(entcapture.Driver(entsql.OpenDB(entDialect(d), db), entcapture.Config{Options: opts}))}, copts...)...)
 	createSchema(t, func(ctx context.Context) error { return c.Schema.Create(ctx) })
 	return &shapes{env: &env{dialect: d, db: db}, c: c, mode: mode}
 }
@@ -87,7 +94,11 @@ func (s *shapes) snapshot(t *testing.T) map[string]map[string]map[string]any {
 	t.Helper()
 	out := map[string]map[string]map[string]any{}
 	for _, st := range shapeTables {
-		rows, err := s.db.Query(`SELECT * FROM ` + st.table)
+		table := st.table
+		if db := s.db[st.table]; db != "" {
+			table = db + "." + table
+		}
+		rows, err := s.env.db.Query(`SELECT * FROM ` + table)
 		must(t, err)
 		cols, err := rows.Columns()
 		must(t, err)
@@ -139,7 +150,7 @@ func normalize(t *testing.T, r map[string]any) map[string]any {
 // sorted "topic key" lines and clears the outbox.
 func (s *shapes) check(t *testing.T, what string, write func() error) string {
 	t.Helper()
-	_, err := s.db.Exec(`DELETE FROM herald_outbox`)
+	_, err := s.env.db.Exec(`DELETE FROM herald_outbox`)
 	must(t, err)
 	before := s.snapshot(t)
 	if err := write(); err != nil {
@@ -221,7 +232,7 @@ func (s *shapes) check(t *testing.T, what string, write func() error) string {
 			t.Errorf("%s: no event for %s, %s", what, id, w.op)
 		}
 	}
-	_, err = s.db.Exec(`DELETE FROM herald_outbox`)
+	_, err = s.env.db.Exec(`DELETE FROM herald_outbox`)
 	must(t, err)
 	sort.Strings(lines)
 	return strings.Join(lines, ", ")
@@ -274,7 +285,7 @@ func TestCascadeOncePerRow(t *testing.T) {
 		f2 = s.c.Folder.Create().SetName("f2").SetParent(f1).SaveX(ctx)
 		s.c.Folder.Create().SetName("f3").SetParent(f2).SaveX(ctx)
 		s.plain().check(t, "Folder.Delete in Tx of a plain client", func() error {
-			tx, err := ent.NewClient(ent.Driver(entsql.OpenDB(entDialect(s.dialect), s.db))).Tx(ctx)
+			tx, err := ent.NewClient(ent.Driver(entsql.OpenDB(entDialect(s.dialect), s.env.db))).Tx(ctx)
 			must(t, err)
 			if _, err := tx.Folder.Delete().Exec(ctx); err != nil {
 				_ = tx.Rollback()
@@ -374,7 +385,7 @@ func TestCascadeFromUncapturedParent(t *testing.T) {
 		// Without entcapture.Driver, outside a transaction, the delete
 		// cannot commit with its cascade's events: it fails, as a captured
 		// write does, and deletes nothing.
-		plain := ent.NewClient(ent.Driver(entsql.OpenDB(entDialect(s.dialect), s.db)))
+		plain := ent.NewClient(ent.Driver(entsql.OpenDB(entDialect(s.dialect), s.env.db)))
 		if err := plain.Shelf.DeleteOne(sh).Exec(ctx); !errors.Is(err, envelope.ErrConfiguration) || !strings.Contains(err.Error(), "entcapture.Driver") {
 			t.Errorf("Shelf delete on a plain client: %v, want ErrConfiguration naming entcapture.Driver", err)
 		}
@@ -488,4 +499,61 @@ func TestCompositeIDEdgeSchema(t *testing.T) {
 		})
 		s.check(t, "ClearGroups", func() error { return s.c.User.UpdateOne(u).ClearGroups().Exec(ctx) })
 	})
+}
+
+// TestMultiSchema: tables in another database schema (ent's SchemaConfig,
+// which entsql.Annotation{Schema: …} fills by default and
+// ent.AlternateSchema at run time) are read there by the capture's own
+// statements: the rows an update or delete writes, its cascades, the join
+// rows of an edge (issue 18, defect 17). The same tables in the default
+// schema stay empty. PostgreSQL only: ent reaches another SQLite schema
+// only through ATTACH.
+func TestMultiSchema(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []envelope.PayloadMode{envelope.After, envelope.Keys, envelope.BeforeAndAfter} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			var x string
+			// The client's schema config names the other schema; the
+			// oracle reads the tables there too.
+			s := shapesEnv(t, envelope.Postgres, mode, ent.AlternateSchema(ent.SchemaConfig{}))
+			ctx := context.Background()
+			must(t, s.env.db.QueryRow(`SELECT current_schema() || '_x'`).Scan(&x))
+			t.Cleanup(func() { _, _ = s.env.db.Exec(`DROP SCHEMA IF EXISTS ` + x + ` CASCADE`) })
+			for _, q := range []string{
+				`CREATE SCHEMA ` + x,
+				`CREATE TABLE ` + x + `.memos (LIKE memos INCLUDING ALL)`,
+				`CREATE TABLE ` + x + `.memo_notes (LIKE memo_notes INCLUDING ALL, FOREIGN KEY (memo_notes) REFERENCES ` + x + `.memos (id) ON DELETE CASCADE)`,
+				`CREATE TABLE ` + x + `.memo_tags (LIKE memo_tags INCLUDING ALL, FOREIGN KEY (memo_id) REFERENCES ` + x + `.memos (id) ON DELETE CASCADE, FOREIGN KEY (tag_id) REFERENCES tags (id) ON DELETE CASCADE)`,
+			} {
+				_, err := s.env.db.Exec(q)
+				must(t, err)
+			}
+			s.c = ent.NewClient(ent.Driver(entcapture.Driver(entsql.OpenDB(entDialect(envelope.Postgres), s.env.db), s.c.HeraldDriver().(*entcapture.CaptureDriver).Config())),
+				ent.AlternateSchema(ent.SchemaConfig{Memo: x, MemoNote: x, MemoTags: x}))
+			s.db = map[string]string{"memos": x, "memo_notes": x, "memo_tags": x}
+			t1 := s.c.Tag.Create().SetLabel("t1").SaveX(ctx)
+			var m *ent.Memo
+			s.check(t, "create with AddTags", func() (err error) {
+				m, err = s.c.Memo.Create().SetText("m").AddTags(t1).Save(ctx)
+				return err
+			})
+			s.check(t, "MemoNote.CreateBulk", func() error {
+				_, err := s.c.MemoNote.CreateBulk(s.c.MemoNote.Create().SetText("a").SetMemo(m), s.c.MemoNote.Create().SetText("b").SetMemo(m)).Save(ctx)
+				return err
+			})
+			s.check(t, "Memo.Update", func() error { return s.c.Memo.Update().SetText("m2").Exec(ctx) })
+			s.check(t, "Memo.UpdateOne.RemoveTags", func() error { return s.c.Memo.UpdateOne(m).SetText("m3").RemoveTags(t1).Exec(ctx) })
+			s.check(t, "Tag.AddMemos", func() error { return s.c.Tag.UpdateOne(t1).AddMemos(m).Exec(ctx) })
+			got := s.check(t, "Memo.DeleteOne", func() error { return s.c.Memo.DeleteOne(m).Exec(ctx) })
+			if want := "memo.deleted id=1, memo_note.deleted id=1, memo_note.deleted id=2, memo_tags.deleted memo_id=1,tag_id=1"; got != want {
+				t.Errorf("Memo.DeleteOne: got %s, want %s", got, want)
+			}
+			for _, tb := range []string{"memos", "memo_notes", "memo_tags"} {
+				if n := s.count(t, tb); n != 0 {
+					t.Errorf("%d rows in the default schema's %s", n, tb)
+				}
+			}
+		})
+	}
 }

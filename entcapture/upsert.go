@@ -188,7 +188,7 @@ func (s *scope) beforeUpsert(opts []sql.ConflictOption) error {
 // rowsByTarget reads the rows whose conflict columns hold the creates'
 // values, keyed by those values.
 func (s *scope) rowsByTarget(w *write, u *upsert, lock bool) (map[string]map[string]any, error) {
-	sel := sql.Dialect(dialectName(s.d)).Select().From(w.sch.table())
+	sel := sql.Dialect(dialectName(s.d)).Select().From(from(s.g, w.sch))
 	qc := make([]string, len(u.cols))
 	for i, c := range u.cols {
 		qc[i] = sel.C(c)

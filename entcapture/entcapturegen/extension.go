@@ -285,8 +285,24 @@ var _ = stdsql.ErrNoRows
 	if len(p.parents) > 0 {
 		pf("// heraldCascadeHook is the client hook of the schemas that are not\n// captured but whose deletes cascade to captured rows.\nvar heraldCascadeHook = entcapture.CascadeHook()\n\n")
 	}
+	schemaConfig, _ := g.FeatureEnabled("sql/schemaconfig")
+	if schemaConfig {
+		pf("// heraldDB is the database schema of a table entcapture reads, in c.\nfunc heraldDB(c SchemaConfig, s *entcapture.Schema) (string, bool) {\n\tswitch s {\n")
+		for _, n := range glued {
+			pf("\tcase herald%sSchema:\n\t\treturn c.%[1]s, true\n", n.Name)
+		}
+		for _, j := range p.joins {
+			pf("\tcase %s:\n\t\treturn c.%s, true\n", j.glueVar(), j.configField)
+		}
+		pf("\t}\n\treturn \"\", false\n}\n\n")
+	}
 	for _, n := range glued {
 		glueType(pf, n)
+		if schemaConfig {
+			pf("// HeraldDB implements entcapture.Glue.\nfunc (m *%s) HeraldDB(s *entcapture.Schema) (string, bool) { return heraldDB(m.schemaConfig, s) }\n\n", n.MutationName())
+		} else {
+			pf("// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.\nfunc (m *%s) HeraldDB(*entcapture.Schema) (string, bool) { return \"\", false }\n\n", n.MutationName())
+		}
 	}
 	var idScans []*gen.Type
 	for _, j := range p.joins {
@@ -397,6 +413,7 @@ type plan struct {
 // UserGroups), keyed by its two foreign keys.
 type joinTable struct {
 	name, table, db string
+	configField     string       // its field in ent's SchemaConfig: UserGroups
 	owner           *gen.Type    // the schema that declares the edge (edge.To)
 	cols            [2]string    // its columns, in table order
 	refs            [2]*gen.Type // the schemas whose ids they hold
@@ -427,7 +444,7 @@ func planOf(g *gen.Graph) (*plan, error) {
 			if !e.M2M() || e.Through != nil || e.IsInverse() || len(e.Rel.Columns) != 2 || !isCaptured[e.Type.Name] || p.joinOf(e.Rel.Table) != nil {
 				continue
 			}
-			j := &joinTable{name: pascal(e.Rel.Table), table: e.Rel.Table, owner: n,
+			j := &joinTable{name: pascal(e.Rel.Table), table: e.Rel.Table, owner: n, configField: n.Name + e.StructField(),
 				cols: [2]string{e.Rel.Columns[0], e.Rel.Columns[1]}, refs: [2]*gen.Type{n, e.Type}, db: dbOf(n.EntSQL())}
 			if db := dbOf(e.EntSQL()); db != "" {
 				j.db = db

@@ -13,7 +13,7 @@ import (
 
 func main() {
 	err := entc.Generate("./schema", &gen.Config{Target: "./ent", Package: "github.com/heraldgo/herald/entcapture/internal/entshapes/ent"},
-		entc.Extensions(entcapture.Extension()))
+		entc.Extensions(entcapture.Extension()), entc.FeatureNames("sql/schemaconfig"))
 	if err != nil {
 		log.Fatal(err)
 	}

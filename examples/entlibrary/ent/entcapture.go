@@ -172,6 +172,9 @@ func heraldClubRow(e *Club, cols []string, vals []any) map[string]any {
 
 var _ entcapture.Glue = (*ClubMutation)(nil)
 
+// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
+func (m *ClubMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
+
 // heraldLoanSchema describes Loan to entcapture.
 var heraldLoanSchema = &entcapture.Schema{
 	Name:    "Loan",
@@ -295,6 +298,9 @@ func heraldLoanRow(e *Loan, cols []string, vals []any) map[string]any {
 
 var _ entcapture.Glue = (*LoanMutation)(nil)
 
+// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
+func (m *LoanMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
+
 // heraldMembershipSchema describes Membership to entcapture.
 var heraldMembershipSchema = &entcapture.Schema{
 	Name:    "Membership",
@@ -414,6 +420,9 @@ func heraldMembershipRow(e *Membership, cols []string, vals []any) map[string]an
 }
 
 var _ entcapture.Glue = (*MembershipMutation)(nil)
+
+// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
+func (m *MembershipMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
 
 // heraldReaderSchema describes Reader to entcapture.
 var heraldReaderSchema = &entcapture.Schema{
@@ -536,6 +545,9 @@ func heraldReaderRow(e *Reader, cols []string, vals []any) map[string]any {
 }
 
 var _ entcapture.Glue = (*ReaderMutation)(nil)
+
+// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
+func (m *ReaderMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
 
 func init() {
 	heraldClubSchema.Scan = (*ClubMutation)(nil).HeraldScan

@@ -109,6 +109,7 @@ func (_c *BookCreate) createSpec() (*Book, *sqlgraph.CreateSpec) {
 		_node = &Book{config: _c.config}
 		_spec = sqlgraph.NewCreateSpec(book.Table, sqlgraph.NewFieldSpec(book.FieldID, field.TypeInt))
 	)
+	_spec.Schema = _c.schemaConfig.Book
 	if f := _c.mutation.heraldBefore; f != nil {
 		f(_c.conflict)
 	}
@@ -128,6 +129,7 @@ func (_c *BookCreate) createSpec() (*Book, *sqlgraph.CreateSpec) {
 				IDSpec: sqlgraph.NewFieldSpec(shelf.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _c.schemaConfig.Book
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}

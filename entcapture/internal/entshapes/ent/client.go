@@ -22,6 +22,8 @@ import (
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/group"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/label"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/membership"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/memo"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/memonote"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/node"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/person"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/project"
@@ -32,6 +34,8 @@ import (
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/user"
 
 	stdsql "database/sql"
+
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/internal"
 )
 
 // Client is the client that holds all ent builders.
@@ -53,6 +57,10 @@ type Client struct {
 	Label *LabelClient
 	// Membership is the client for interacting with the Membership builders.
 	Membership *MembershipClient
+	// Memo is the client for interacting with the Memo builders.
+	Memo *MemoClient
+	// MemoNote is the client for interacting with the MemoNote builders.
+	MemoNote *MemoNoteClient
 	// Node is the client for interacting with the Node builders.
 	Node *NodeClient
 	// Person is the client for interacting with the Person builders.
@@ -87,6 +95,8 @@ func (c *Client) init() {
 	c.Group = NewGroupClient(c.config)
 	c.Label = NewLabelClient(c.config)
 	c.Membership = NewMembershipClient(c.config)
+	c.Memo = NewMemoClient(c.config)
+	c.MemoNote = NewMemoNoteClient(c.config)
 	c.Node = NewNodeClient(c.config)
 	c.Person = NewPersonClient(c.config)
 	c.Project = NewProjectClient(c.config)
@@ -110,6 +120,8 @@ type (
 		hooks *hooks
 		// interceptors to execute on queries.
 		inters *inters
+		// schemaConfig contains alternative names for all tables.
+		schemaConfig SchemaConfig
 	}
 	// Option function to configure the client.
 	Option func(*config)
@@ -196,6 +208,8 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		Group:      NewGroupClient(cfg),
 		Label:      NewLabelClient(cfg),
 		Membership: NewMembershipClient(cfg),
+		Memo:       NewMemoClient(cfg),
+		MemoNote:   NewMemoNoteClient(cfg),
 		Node:       NewNodeClient(cfg),
 		Person:     NewPersonClient(cfg),
 		Project:    NewProjectClient(cfg),
@@ -230,6 +244,8 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		Group:      NewGroupClient(cfg),
 		Label:      NewLabelClient(cfg),
 		Membership: NewMembershipClient(cfg),
+		Memo:       NewMemoClient(cfg),
+		MemoNote:   NewMemoNoteClient(cfg),
 		Node:       NewNodeClient(cfg),
 		Person:     NewPersonClient(cfg),
 		Project:    NewProjectClient(cfg),
@@ -267,8 +283,9 @@ func (c *Client) Close() error {
 // In order to add hooks to a specific client, call: `client.Node.Use(...)`.
 func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
-		c.Book, c.Doc, c.Folder, c.Friendship, c.Group, c.Label, c.Membership, c.Node,
-		c.Person, c.Project, c.Room, c.Shelf, c.Tag, c.Task, c.User,
+		c.Book, c.Doc, c.Folder, c.Friendship, c.Group, c.Label, c.Membership, c.Memo,
+		c.MemoNote, c.Node, c.Person, c.Project, c.Room, c.Shelf, c.Tag, c.Task,
+		c.User,
 	} {
 		n.Use(hooks...)
 	}
@@ -278,8 +295,9 @@ func (c *Client) Use(hooks ...Hook) {
 // In order to add interceptors to a specific client, call: `client.Node.Intercept(...)`.
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
-		c.Book, c.Doc, c.Folder, c.Friendship, c.Group, c.Label, c.Membership, c.Node,
-		c.Person, c.Project, c.Room, c.Shelf, c.Tag, c.Task, c.User,
+		c.Book, c.Doc, c.Folder, c.Friendship, c.Group, c.Label, c.Membership, c.Memo,
+		c.MemoNote, c.Node, c.Person, c.Project, c.Room, c.Shelf, c.Tag, c.Task,
+		c.User,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -302,6 +320,10 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.Label.mutate(ctx, m)
 	case *MembershipMutation:
 		return c.Membership.mutate(ctx, m)
+	case *MemoMutation:
+		return c.Memo.mutate(ctx, m)
+	case *MemoNoteMutation:
+		return c.MemoNote.mutate(ctx, m)
 	case *NodeMutation:
 		return c.Node.mutate(ctx, m)
 	case *PersonMutation:
@@ -441,6 +463,9 @@ func (c *BookClient) QueryShelf(_m *Book) *ShelfQuery {
 			sqlgraph.To(shelf.Table, shelf.FieldID),
 			sqlgraph.Edge(sqlgraph.M2O, true, book.ShelfTable, book.ShelfColumn),
 		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.Shelf
+		step.Edge.Schema = schemaConfig.Book
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
 	}
@@ -591,6 +616,9 @@ func (c *DocClient) QueryAuthor(_m *Doc) *PersonQuery {
 			sqlgraph.To(person.Table, person.FieldID),
 			sqlgraph.Edge(sqlgraph.M2O, true, doc.AuthorTable, doc.AuthorColumn),
 		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.Person
+		step.Edge.Schema = schemaConfig.Doc
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
 	}
@@ -607,6 +635,9 @@ func (c *DocClient) QueryReviewer(_m *Doc) *PersonQuery {
 			sqlgraph.To(person.Table, person.FieldID),
 			sqlgraph.Edge(sqlgraph.M2O, true, doc.ReviewerTable, doc.ReviewerColumn),
 		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.Person
+		step.Edge.Schema = schemaConfig.Doc
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
 	}
@@ -757,6 +788,9 @@ func (c *FolderClient) QueryParent(_m *Folder) *FolderQuery {
 			sqlgraph.To(folder.Table, folder.FieldID),
 			sqlgraph.Edge(sqlgraph.M2O, true, folder.ParentTable, folder.ParentColumn),
 		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.Folder
+		step.Edge.Schema = schemaConfig.Folder
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
 	}
@@ -773,6 +807,9 @@ func (c *FolderClient) QueryChildren(_m *Folder) *FolderQuery {
 			sqlgraph.To(folder.Table, folder.FieldID),
 			sqlgraph.Edge(sqlgraph.O2M, false, folder.ChildrenTable, folder.ChildrenColumn),
 		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.Folder
+		step.Edge.Schema = schemaConfig.Folder
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
 	}
@@ -923,6 +960,9 @@ func (c *FriendshipClient) QueryUser(_m *Friendship) *UserQuery {
 			sqlgraph.To(user.Table, user.FieldID),
 			sqlgraph.Edge(sqlgraph.M2O, false, friendship.UserTable, friendship.UserColumn),
 		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.User
+		step.Edge.Schema = schemaConfig.Friendship
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
 	}
@@ -939,6 +979,9 @@ func (c *FriendshipClient) QueryFriend(_m *Friendship) *UserQuery {
 			sqlgraph.To(user.Table, user.FieldID),
 			sqlgraph.Edge(sqlgraph.M2O, false, friendship.FriendTable, friendship.FriendColumn),
 		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.User
+		step.Edge.Schema = schemaConfig.Friendship
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
 	}
@@ -1089,6 +1132,9 @@ func (c *GroupClient) QueryUsers(_m *Group) *UserQuery {
 			sqlgraph.To(user.Table, user.FieldID),
 			sqlgraph.Edge(sqlgraph.M2M, true, group.UsersTable, group.UsersPrimaryKey...),
 		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.User
+		step.Edge.Schema = schemaConfig.Membership
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
 	}
@@ -1105,6 +1151,9 @@ func (c *GroupClient) QueryMemberships(_m *Group) *MembershipQuery {
 			sqlgraph.To(membership.Table, membership.GroupColumn),
 			sqlgraph.Edge(sqlgraph.O2M, true, group.MembershipsTable, group.MembershipsColumn),
 		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.Membership
+		step.Edge.Schema = schemaConfig.Membership
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
 	}
@@ -1255,6 +1304,9 @@ func (c *LabelClient) QueryShelf(_m *Label) *ShelfQuery {
 			sqlgraph.To(shelf.Table, shelf.FieldID),
 			sqlgraph.Edge(sqlgraph.M2O, true, label.ShelfTable, label.ShelfColumn),
 		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.Shelf
+		step.Edge.Schema = schemaConfig.Label
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
 	}
@@ -1404,6 +1456,331 @@ func (c *MembershipClient) mutate(ctx context.Context, m *MembershipMutation) (V
 	}
 }
 
+// MemoClient is a client for the Memo schema.
+type MemoClient struct {
+	config
+}
+
+// NewMemoClient returns a client for the Memo from the given config.
+func NewMemoClient(c config) *MemoClient {
+	return &MemoClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `memo.Hooks(f(g(h())))`.
+func (c *MemoClient) Use(hooks ...Hook) {
+	c.hooks.Memo = append(c.hooks.Memo, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `memo.Intercept(f(g(h())))`.
+func (c *MemoClient) Intercept(interceptors ...Interceptor) {
+	c.inters.Memo = append(c.inters.Memo, interceptors...)
+}
+
+// Create returns a builder for creating a Memo entity.
+func (c *MemoClient) Create() *MemoCreate {
+	mutation := newMemoMutation(c.config, OpCreate)
+	return &MemoCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of Memo entities.
+func (c *MemoClient) CreateBulk(builders ...*MemoCreate) *MemoCreateBulk {
+	return &MemoCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *MemoClient) MapCreateBulk(slice any, setFunc func(*MemoCreate, int)) *MemoCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &MemoCreateBulk{err: fmt.Errorf("calling to MemoClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*MemoCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &MemoCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for Memo.
+func (c *MemoClient) Update() *MemoUpdate {
+	mutation := newMemoMutation(c.config, OpUpdate)
+	return &MemoUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *MemoClient) UpdateOne(_m *Memo) *MemoUpdateOne {
+	mutation := newMemoMutation(c.config, OpUpdateOne, withMemo(_m))
+	return &MemoUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *MemoClient) UpdateOneID(id int) *MemoUpdateOne {
+	mutation := newMemoMutation(c.config, OpUpdateOne, withMemoID(id))
+	return &MemoUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for Memo.
+func (c *MemoClient) Delete() *MemoDelete {
+	mutation := newMemoMutation(c.config, OpDelete)
+	return &MemoDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *MemoClient) DeleteOne(_m *Memo) *MemoDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *MemoClient) DeleteOneID(id int) *MemoDeleteOne {
+	builder := c.Delete().Where(memo.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &MemoDeleteOne{builder}
+}
+
+// Query returns a query builder for Memo.
+func (c *MemoClient) Query() *MemoQuery {
+	return &MemoQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeMemo},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a Memo entity by its id.
+func (c *MemoClient) Get(ctx context.Context, id int) (*Memo, error) {
+	return c.Query().Where(memo.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *MemoClient) GetX(ctx context.Context, id int) *Memo {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// QueryNotes queries the notes edge of a Memo.
+func (c *MemoClient) QueryNotes(_m *Memo) *MemoNoteQuery {
+	query := (&MemoNoteClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(memo.Table, memo.FieldID, id),
+			sqlgraph.To(memonote.Table, memonote.FieldID),
+			sqlgraph.Edge(sqlgraph.O2M, false, memo.NotesTable, memo.NotesColumn),
+		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.MemoNote
+		step.Edge.Schema = schemaConfig.MemoNote
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
+// QueryTags queries the tags edge of a Memo.
+func (c *MemoClient) QueryTags(_m *Memo) *TagQuery {
+	query := (&TagClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(memo.Table, memo.FieldID, id),
+			sqlgraph.To(tag.Table, tag.FieldID),
+			sqlgraph.Edge(sqlgraph.M2M, false, memo.TagsTable, memo.TagsPrimaryKey...),
+		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.Tag
+		step.Edge.Schema = schemaConfig.MemoTags
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
+// Hooks returns the client hooks.
+func (c *MemoClient) Hooks() []Hook {
+	hooks := c.hooks.Memo
+	return append(hooks[:len(hooks):len(hooks)], memo.Hooks[:]...)
+}
+
+// Interceptors returns the client interceptors.
+func (c *MemoClient) Interceptors() []Interceptor {
+	return c.inters.Memo
+}
+
+func (c *MemoClient) mutate(ctx context.Context, m *MemoMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&MemoCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&MemoUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&MemoUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&MemoDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown Memo mutation op: %q", m.Op())
+	}
+}
+
+// MemoNoteClient is a client for the MemoNote schema.
+type MemoNoteClient struct {
+	config
+}
+
+// NewMemoNoteClient returns a client for the MemoNote from the given config.
+func NewMemoNoteClient(c config) *MemoNoteClient {
+	return &MemoNoteClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `memonote.Hooks(f(g(h())))`.
+func (c *MemoNoteClient) Use(hooks ...Hook) {
+	c.hooks.MemoNote = append(c.hooks.MemoNote, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `memonote.Intercept(f(g(h())))`.
+func (c *MemoNoteClient) Intercept(interceptors ...Interceptor) {
+	c.inters.MemoNote = append(c.inters.MemoNote, interceptors...)
+}
+
+// Create returns a builder for creating a MemoNote entity.
+func (c *MemoNoteClient) Create() *MemoNoteCreate {
+	mutation := newMemoNoteMutation(c.config, OpCreate)
+	return &MemoNoteCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of MemoNote entities.
+func (c *MemoNoteClient) CreateBulk(builders ...*MemoNoteCreate) *MemoNoteCreateBulk {
+	return &MemoNoteCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *MemoNoteClient) MapCreateBulk(slice any, setFunc func(*MemoNoteCreate, int)) *MemoNoteCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &MemoNoteCreateBulk{err: fmt.Errorf("calling to MemoNoteClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*MemoNoteCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &MemoNoteCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for MemoNote.
+func (c *MemoNoteClient) Update() *MemoNoteUpdate {
+	mutation := newMemoNoteMutation(c.config, OpUpdate)
+	return &MemoNoteUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *MemoNoteClient) UpdateOne(_m *MemoNote) *MemoNoteUpdateOne {
+	mutation := newMemoNoteMutation(c.config, OpUpdateOne, withMemoNote(_m))
+	return &MemoNoteUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *MemoNoteClient) UpdateOneID(id int) *MemoNoteUpdateOne {
+	mutation := newMemoNoteMutation(c.config, OpUpdateOne, withMemoNoteID(id))
+	return &MemoNoteUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for MemoNote.
+func (c *MemoNoteClient) Delete() *MemoNoteDelete {
+	mutation := newMemoNoteMutation(c.config, OpDelete)
+	return &MemoNoteDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *MemoNoteClient) DeleteOne(_m *MemoNote) *MemoNoteDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *MemoNoteClient) DeleteOneID(id int) *MemoNoteDeleteOne {
+	builder := c.Delete().Where(memonote.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &MemoNoteDeleteOne{builder}
+}
+
+// Query returns a query builder for MemoNote.
+func (c *MemoNoteClient) Query() *MemoNoteQuery {
+	return &MemoNoteQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeMemoNote},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a MemoNote entity by its id.
+func (c *MemoNoteClient) Get(ctx context.Context, id int) (*MemoNote, error) {
+	return c.Query().Where(memonote.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *MemoNoteClient) GetX(ctx context.Context, id int) *MemoNote {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// QueryMemo queries the memo edge of a MemoNote.
+func (c *MemoNoteClient) QueryMemo(_m *MemoNote) *MemoQuery {
+	query := (&MemoClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(memonote.Table, memonote.FieldID, id),
+			sqlgraph.To(memo.Table, memo.FieldID),
+			sqlgraph.Edge(sqlgraph.M2O, true, memonote.MemoTable, memonote.MemoColumn),
+		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.Memo
+		step.Edge.Schema = schemaConfig.MemoNote
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
+// Hooks returns the client hooks.
+func (c *MemoNoteClient) Hooks() []Hook {
+	hooks := c.hooks.MemoNote
+	return append(hooks[:len(hooks):len(hooks)], memonote.Hooks[:]...)
+}
+
+// Interceptors returns the client interceptors.
+func (c *MemoNoteClient) Interceptors() []Interceptor {
+	return c.inters.MemoNote
+}
+
+func (c *MemoNoteClient) mutate(ctx context.Context, m *MemoNoteMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&MemoNoteCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&MemoNoteUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&MemoNoteUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&MemoNoteDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown MemoNote mutation op: %q", m.Op())
+	}
+}
+
 // NodeClient is a client for the Node schema.
 type NodeClient struct {
 	config
@@ -1522,6 +1899,9 @@ func (c *NodeClient) QueryParent(_m *Node) *NodeQuery {
 			sqlgraph.To(node.Table, node.FieldID),
 			sqlgraph.Edge(sqlgraph.M2O, true, node.ParentTable, node.ParentColumn),
 		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.Node
+		step.Edge.Schema = schemaConfig.Node
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
 	}
@@ -1538,6 +1918,9 @@ func (c *NodeClient) QueryChildren(_m *Node) *NodeQuery {
 			sqlgraph.To(node.Table, node.FieldID),
 			sqlgraph.Edge(sqlgraph.O2M, false, node.ChildrenTable, node.ChildrenColumn),
 		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.Node
+		step.Edge.Schema = schemaConfig.Node
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
 	}
@@ -1688,6 +2071,9 @@ func (c *PersonClient) QueryWritten(_m *Person) *DocQuery {
 			sqlgraph.To(doc.Table, doc.FieldID),
 			sqlgraph.Edge(sqlgraph.O2M, false, person.WrittenTable, person.WrittenColumn),
 		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.Doc
+		step.Edge.Schema = schemaConfig.Doc
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
 	}
@@ -1704,6 +2090,9 @@ func (c *PersonClient) QueryReviewed(_m *Person) *DocQuery {
 			sqlgraph.To(doc.Table, doc.FieldID),
 			sqlgraph.Edge(sqlgraph.O2M, false, person.ReviewedTable, person.ReviewedColumn),
 		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.Doc
+		step.Edge.Schema = schemaConfig.Doc
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
 	}
@@ -1854,6 +2243,9 @@ func (c *ProjectClient) QueryTasks(_m *Project) *TaskQuery {
 			sqlgraph.To(task.Table, task.FieldID),
 			sqlgraph.Edge(sqlgraph.O2M, false, project.TasksTable, project.TasksColumn),
 		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.Task
+		step.Edge.Schema = schemaConfig.Task
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
 	}
@@ -2004,6 +2396,9 @@ func (c *RoomClient) QueryShelves(_m *Room) *ShelfQuery {
 			sqlgraph.To(shelf.Table, shelf.FieldID),
 			sqlgraph.Edge(sqlgraph.O2M, false, room.ShelvesTable, room.ShelvesColumn),
 		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.Shelf
+		step.Edge.Schema = schemaConfig.Shelf
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
 	}
@@ -2153,6 +2548,9 @@ func (c *ShelfClient) QueryRoom(_m *Shelf) *RoomQuery {
 			sqlgraph.To(room.Table, room.FieldID),
 			sqlgraph.Edge(sqlgraph.M2O, true, shelf.RoomTable, shelf.RoomColumn),
 		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.Room
+		step.Edge.Schema = schemaConfig.Shelf
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
 	}
@@ -2169,6 +2567,9 @@ func (c *ShelfClient) QueryBooks(_m *Shelf) *BookQuery {
 			sqlgraph.To(book.Table, book.FieldID),
 			sqlgraph.Edge(sqlgraph.O2M, false, shelf.BooksTable, shelf.BooksColumn),
 		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.Book
+		step.Edge.Schema = schemaConfig.Book
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
 	}
@@ -2185,6 +2586,9 @@ func (c *ShelfClient) QueryLabels(_m *Shelf) *LabelQuery {
 			sqlgraph.To(label.Table, label.FieldID),
 			sqlgraph.Edge(sqlgraph.O2M, false, shelf.LabelsTable, shelf.LabelsColumn),
 		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.Label
+		step.Edge.Schema = schemaConfig.Label
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
 	}
@@ -2334,6 +2738,28 @@ func (c *TagClient) QueryUsers(_m *Tag) *UserQuery {
 			sqlgraph.To(user.Table, user.FieldID),
 			sqlgraph.Edge(sqlgraph.M2M, true, tag.UsersTable, tag.UsersPrimaryKey...),
 		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.User
+		step.Edge.Schema = schemaConfig.UserTags
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
+// QueryMemos queries the memos edge of a Tag.
+func (c *TagClient) QueryMemos(_m *Tag) *MemoQuery {
+	query := (&MemoClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(tag.Table, tag.FieldID, id),
+			sqlgraph.To(memo.Table, memo.FieldID),
+			sqlgraph.Edge(sqlgraph.M2M, true, tag.MemosTable, tag.MemosPrimaryKey...),
+		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.Memo
+		step.Edge.Schema = schemaConfig.MemoTags
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
 	}
@@ -2484,6 +2910,9 @@ func (c *TaskClient) QueryProject(_m *Task) *ProjectQuery {
 			sqlgraph.To(project.Table, project.FieldID),
 			sqlgraph.Edge(sqlgraph.M2O, true, task.ProjectTable, task.ProjectColumn),
 		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.Project
+		step.Edge.Schema = schemaConfig.Task
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
 	}
@@ -2634,6 +3063,9 @@ func (c *UserClient) QueryFriends(_m *User) *UserQuery {
 			sqlgraph.To(user.Table, user.FieldID),
 			sqlgraph.Edge(sqlgraph.M2M, false, user.FriendsTable, user.FriendsPrimaryKey...),
 		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.User
+		step.Edge.Schema = schemaConfig.Friendship
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
 	}
@@ -2650,6 +3082,9 @@ func (c *UserClient) QueryFollowers(_m *User) *UserQuery {
 			sqlgraph.To(user.Table, user.FieldID),
 			sqlgraph.Edge(sqlgraph.M2M, true, user.FollowersTable, user.FollowersPrimaryKey...),
 		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.User
+		step.Edge.Schema = schemaConfig.UserFollowing
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
 	}
@@ -2666,6 +3101,9 @@ func (c *UserClient) QueryFollowing(_m *User) *UserQuery {
 			sqlgraph.To(user.Table, user.FieldID),
 			sqlgraph.Edge(sqlgraph.M2M, false, user.FollowingTable, user.FollowingPrimaryKey...),
 		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.User
+		step.Edge.Schema = schemaConfig.UserFollowing
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
 	}
@@ -2682,6 +3120,9 @@ func (c *UserClient) QueryTags(_m *User) *TagQuery {
 			sqlgraph.To(tag.Table, tag.FieldID),
 			sqlgraph.Edge(sqlgraph.M2M, false, user.TagsTable, user.TagsPrimaryKey...),
 		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.Tag
+		step.Edge.Schema = schemaConfig.UserTags
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
 	}
@@ -2698,6 +3139,9 @@ func (c *UserClient) QueryGroups(_m *User) *GroupQuery {
 			sqlgraph.To(group.Table, group.FieldID),
 			sqlgraph.Edge(sqlgraph.M2M, false, user.GroupsTable, user.GroupsPrimaryKey...),
 		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.Group
+		step.Edge.Schema = schemaConfig.Membership
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
 	}
@@ -2714,6 +3158,9 @@ func (c *UserClient) QueryFriendships(_m *User) *FriendshipQuery {
 			sqlgraph.To(friendship.Table, friendship.FieldID),
 			sqlgraph.Edge(sqlgraph.O2M, true, user.FriendshipsTable, user.FriendshipsColumn),
 		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.Friendship
+		step.Edge.Schema = schemaConfig.Friendship
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
 	}
@@ -2730,6 +3177,9 @@ func (c *UserClient) QueryJoined(_m *User) *MembershipQuery {
 			sqlgraph.To(membership.Table, membership.UserColumn),
 			sqlgraph.Edge(sqlgraph.O2M, true, user.JoinedTable, user.JoinedColumn),
 		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.Membership
+		step.Edge.Schema = schemaConfig.Membership
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
 	}
@@ -2765,14 +3215,26 @@ func (c *UserClient) mutate(ctx context.Context, m *UserMutation) (Value, error)
 // hooks and interceptors per client, for fast access.
 type (
 	hooks struct {
-		Book, Doc, Folder, Friendship, Group, Label, Membership, Node, Person, Project,
-		Room, Shelf, Tag, Task, User []ent.Hook
+		Book, Doc, Folder, Friendship, Group, Label, Membership, Memo, MemoNote, Node,
+		Person, Project, Room, Shelf, Tag, Task, User []ent.Hook
 	}
 	inters struct {
-		Book, Doc, Folder, Friendship, Group, Label, Membership, Node, Person, Project,
-		Room, Shelf, Tag, Task, User []ent.Interceptor
+		Book, Doc, Folder, Friendship, Group, Label, Membership, Memo, MemoNote, Node,
+		Person, Project, Room, Shelf, Tag, Task, User []ent.Interceptor
 	}
 )
+
+// SchemaConfig represents alternative schema names for all tables
+// that can be passed at runtime.
+type SchemaConfig = internal.SchemaConfig
+
+// AlternateSchemas allows alternate schema names to be
+// passed into ent operations.
+func AlternateSchema(schemaConfig SchemaConfig) Option {
+	return func(c *config) {
+		c.schemaConfig = schemaConfig
+	}
+}
 
 // ExecContext allows calling the underlying ExecContext method of the driver if it is supported by it.
 // See, database/sql#DB.ExecContext for more information.

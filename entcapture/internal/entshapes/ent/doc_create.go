@@ -126,6 +126,7 @@ func (_c *DocCreate) createSpec() (*Doc, *sqlgraph.CreateSpec) {
 		_node = &Doc{config: _c.config}
 		_spec = sqlgraph.NewCreateSpec(doc.Table, sqlgraph.NewFieldSpec(doc.FieldID, field.TypeInt))
 	)
+	_spec.Schema = _c.schemaConfig.Doc
 	if f := _c.mutation.heraldBefore; f != nil {
 		f(_c.conflict)
 	}
@@ -145,6 +146,7 @@ func (_c *DocCreate) createSpec() (*Doc, *sqlgraph.CreateSpec) {
 				IDSpec: sqlgraph.NewFieldSpec(person.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _c.schemaConfig.Doc
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
@@ -162,6 +164,7 @@ func (_c *DocCreate) createSpec() (*Doc, *sqlgraph.CreateSpec) {
 				IDSpec: sqlgraph.NewFieldSpec(person.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _c.schemaConfig.Doc
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}

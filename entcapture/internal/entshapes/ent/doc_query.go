@@ -12,6 +12,7 @@ import (
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/doc"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/internal"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/person"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/predicate"
 )
@@ -77,6 +78,9 @@ func (_q *DocQuery) QueryAuthor() *PersonQuery {
 			sqlgraph.To(person.Table, person.FieldID),
 			sqlgraph.Edge(sqlgraph.M2O, true, doc.AuthorTable, doc.AuthorColumn),
 		)
+		schemaConfig := _q.schemaConfig
+		step.To.Schema = schemaConfig.Person
+		step.Edge.Schema = schemaConfig.Doc
 		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
 		return fromU, nil
 	}
@@ -99,6 +103,9 @@ func (_q *DocQuery) QueryReviewer() *PersonQuery {
 			sqlgraph.To(person.Table, person.FieldID),
 			sqlgraph.Edge(sqlgraph.M2O, true, doc.ReviewerTable, doc.ReviewerColumn),
 		)
+		schemaConfig := _q.schemaConfig
+		step.To.Schema = schemaConfig.Person
+		step.Edge.Schema = schemaConfig.Doc
 		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
 		return fromU, nil
 	}
@@ -419,6 +426,8 @@ func (_q *DocQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Doc, err
 		node.Edges.loadedTypes = loadedTypes
 		return node.assignValues(columns, values)
 	}
+	_spec.Node.Schema = _q.schemaConfig.Doc
+	ctx = internal.NewSchemaConfigContext(ctx, _q.schemaConfig)
 	for i := range hooks {
 		hooks[i](ctx, _spec)
 	}
@@ -504,6 +513,8 @@ func (_q *DocQuery) loadReviewer(ctx context.Context, query *PersonQuery, nodes 
 
 func (_q *DocQuery) sqlCount(ctx context.Context) (int, error) {
 	_spec := _q.querySpec()
+	_spec.Node.Schema = _q.schemaConfig.Doc
+	ctx = internal.NewSchemaConfigContext(ctx, _q.schemaConfig)
 	_spec.Node.Columns = _q.ctx.Fields
 	if len(_q.ctx.Fields) > 0 {
 		_spec.Unique = _q.ctx.Unique != nil && *_q.ctx.Unique
@@ -572,6 +583,9 @@ func (_q *DocQuery) sqlQuery(ctx context.Context) *sql.Selector {
 	if _q.ctx.Unique != nil && *_q.ctx.Unique {
 		selector.Distinct()
 	}
+	t1.Schema(_q.schemaConfig.Doc)
+	ctx = internal.NewSchemaConfigContext(ctx, _q.schemaConfig)
+	selector.WithContext(ctx)
 	for _, p := range _q.predicates {
 		p(selector)
 	}

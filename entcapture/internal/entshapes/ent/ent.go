@@ -19,6 +19,8 @@ import (
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/group"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/label"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/membership"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/memo"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/memonote"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/node"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/person"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/project"
@@ -94,6 +96,8 @@ func checkColumn(t, c string) error {
 			group.Table:      group.ValidColumn,
 			label.Table:      label.ValidColumn,
 			membership.Table: membership.ValidColumn,
+			memo.Table:       memo.ValidColumn,
+			memonote.Table:   memonote.ValidColumn,
 			node.Table:       node.ValidColumn,
 			person.Table:     person.ValidColumn,
 			project.Table:    project.ValidColumn,

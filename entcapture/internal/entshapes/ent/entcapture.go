@@ -18,6 +18,8 @@ import (
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/group"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/label"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/membership"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/memo"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/memonote"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/node"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/person"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/project"
@@ -64,6 +66,53 @@ var _ = stdsql.ErrNoRows
 // heraldCascadeHook is the client hook of the schemas that are not
 // captured but whose deletes cascade to captured rows.
 var heraldCascadeHook = entcapture.CascadeHook()
+
+// heraldDB is the database schema of a table entcapture reads, in c.
+func heraldDB(c SchemaConfig, s *entcapture.Schema) (string, bool) {
+	switch s {
+	case heraldBookSchema:
+		return c.Book, true
+	case heraldDocSchema:
+		return c.Doc, true
+	case heraldFolderSchema:
+		return c.Folder, true
+	case heraldFriendshipSchema:
+		return c.Friendship, true
+	case heraldGroupSchema:
+		return c.Group, true
+	case heraldLabelSchema:
+		return c.Label, true
+	case heraldMembershipSchema:
+		return c.Membership, true
+	case heraldMemoSchema:
+		return c.Memo, true
+	case heraldMemoNoteSchema:
+		return c.MemoNote, true
+	case heraldNodeSchema:
+		return c.Node, true
+	case heraldPersonSchema:
+		return c.Person, true
+	case heraldProjectSchema:
+		return c.Project, true
+	case heraldTagSchema:
+		return c.Tag, true
+	case heraldTaskSchema:
+		return c.Task, true
+	case heraldUserSchema:
+		return c.User, true
+	case heraldRoomSchema:
+		return c.Room, true
+	case heraldShelfSchema:
+		return c.Shelf, true
+	case heraldJoinMemoTagsSchema:
+		return c.MemoTags, true
+	case heraldJoinUserFollowingSchema:
+		return c.UserFollowing, true
+	case heraldJoinUserTagsSchema:
+		return c.UserTags, true
+	}
+	return "", false
+}
 
 // heraldBookSchema describes Book to entcapture.
 var heraldBookSchema = &entcapture.Schema{
@@ -182,6 +231,11 @@ func heraldBookRow(e *Book, cols []string, vals []any) map[string]any {
 }
 
 var _ entcapture.Glue = (*BookMutation)(nil)
+
+// HeraldDB implements entcapture.Glue.
+func (m *BookMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+	return heraldDB(m.schemaConfig, s)
+}
 
 // heraldDocSchema describes Doc to entcapture.
 var heraldDocSchema = &entcapture.Schema{
@@ -303,6 +357,11 @@ func heraldDocRow(e *Doc, cols []string, vals []any) map[string]any {
 
 var _ entcapture.Glue = (*DocMutation)(nil)
 
+// HeraldDB implements entcapture.Glue.
+func (m *DocMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+	return heraldDB(m.schemaConfig, s)
+}
+
 // heraldFolderSchema describes Folder to entcapture.
 var heraldFolderSchema = &entcapture.Schema{
 	Name:     "Folder",
@@ -421,6 +480,11 @@ func heraldFolderRow(e *Folder, cols []string, vals []any) map[string]any {
 }
 
 var _ entcapture.Glue = (*FolderMutation)(nil)
+
+// HeraldDB implements entcapture.Glue.
+func (m *FolderMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+	return heraldDB(m.schemaConfig, s)
+}
 
 // heraldFriendshipSchema describes Friendship to entcapture.
 var heraldFriendshipSchema = &entcapture.Schema{
@@ -542,6 +606,11 @@ func heraldFriendshipRow(e *Friendship, cols []string, vals []any) map[string]an
 
 var _ entcapture.Glue = (*FriendshipMutation)(nil)
 
+// HeraldDB implements entcapture.Glue.
+func (m *FriendshipMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+	return heraldDB(m.schemaConfig, s)
+}
+
 // heraldGroupSchema describes Group to entcapture.
 var heraldGroupSchema = &entcapture.Schema{
 	Name:    "Group",
@@ -657,6 +726,11 @@ func heraldGroupRow(e *Group, cols []string, vals []any) map[string]any {
 }
 
 var _ entcapture.Glue = (*GroupMutation)(nil)
+
+// HeraldDB implements entcapture.Glue.
+func (m *GroupMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+	return heraldDB(m.schemaConfig, s)
+}
 
 // heraldLabelSchema describes Label to entcapture.
 var heraldLabelSchema = &entcapture.Schema{
@@ -780,6 +854,11 @@ func heraldLabelRow(e *Label, cols []string, vals []any) map[string]any {
 
 var _ entcapture.Glue = (*LabelMutation)(nil)
 
+// HeraldDB implements entcapture.Glue.
+func (m *LabelMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+	return heraldDB(m.schemaConfig, s)
+}
+
 // heraldMembershipSchema describes Membership to entcapture.
 var heraldMembershipSchema = &entcapture.Schema{
 	Name:    "Membership",
@@ -889,6 +968,259 @@ func heraldMembershipRow(e *Membership, cols []string, vals []any) map[string]an
 }
 
 var _ entcapture.Glue = (*MembershipMutation)(nil)
+
+// HeraldDB implements entcapture.Glue.
+func (m *MembershipMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+	return heraldDB(m.schemaConfig, s)
+}
+
+// heraldMemoSchema describes Memo to entcapture.
+var heraldMemoSchema = &entcapture.Schema{
+	Name:    "Memo",
+	Table:   memo.Table,
+	Columns: []string{"id", "text"},
+	PK:      "id",
+	Fields:  map[string]string{"text": "text"},
+}
+
+// HeraldSchema implements entcapture.Glue.
+func (m *MemoMutation) HeraldSchema() *entcapture.Schema { return heraldMemoSchema }
+
+// HeraldDriver implements entcapture.Glue.
+func (m *MemoMutation) HeraldDriver() dialect.Driver {
+	if d, ok := m.driver.(*txDriver); ok {
+		return d.drv
+	}
+	return m.driver
+}
+
+// HeraldTx implements entcapture.Glue.
+func (m *MemoMutation) HeraldTx() dialect.Tx {
+	if d, ok := m.driver.(*txDriver); ok {
+		return d.tx
+	}
+	return nil
+}
+
+// HeraldOnCommit implements entcapture.Glue.
+func (m *MemoMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
+
+// HeraldBeforeDelete implements entcapture.Glue.
+func (m *MemoMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
+
+// HeraldBeforeInsert implements entcapture.Glue.
+func (m *MemoMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
+
+// HeraldPredicates implements entcapture.Glue.
+func (m *MemoMutation) HeraldPredicates() []func(*sql.Selector) {
+	ps := make([]func(*sql.Selector), len(m.predicates))
+	for i, p := range m.predicates {
+		ps[i] = p
+	}
+	return ps
+}
+
+// HeraldRow implements entcapture.Glue.
+func (m *MemoMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
+	e, ok := v.(*Memo)
+	if !ok || e == nil {
+		return nil, false
+	}
+	return heraldMemoRow(e, heraldMemoSchema.Columns, nil), true
+}
+
+// HeraldScan implements entcapture.Glue.
+func (m *MemoMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
+	var out []map[string]any
+	for rows.Next() {
+		e := &Memo{}
+		vals, err := e.scanValues(cols)
+		if err != nil {
+			return nil, err
+		}
+		if err := rows.Scan(vals...); err != nil {
+			return nil, err
+		}
+		if err := e.assignValues(cols, vals); err != nil {
+			return nil, err
+		}
+		out = append(out, heraldMemoRow(e, cols, vals))
+	}
+	return out, rows.Err()
+}
+
+// HeraldID implements entcapture.Glue.
+func (m *MemoMutation) HeraldID() (any, bool) {
+	if m.id == nil {
+		return nil, false
+	}
+	return *m.id, true
+}
+
+// HeraldNew implements entcapture.Glue: the entity a create of the
+// mutation's fields returns, as its createSpec builds it, without edges
+// (and without the id the database generates).
+func (m *MemoMutation) HeraldNew() ent.Value {
+	e := &Memo{}
+	if v, ok := m.ID(); ok {
+		e.ID = v
+	}
+	if v, ok := m.Text(); ok {
+		e.Text = v
+	}
+	return e
+}
+
+func heraldMemoRow(e *Memo, cols []string, vals []any) map[string]any {
+	row := make(map[string]any, len(cols))
+	for i, c := range cols {
+		if vals != nil && entcapture.IsNull(vals[i]) {
+			row[c] = nil
+			continue
+		}
+		switch c {
+		case "id":
+			row[c] = e.ID
+		case "text":
+			row[c] = e.Text
+		}
+	}
+	return row
+}
+
+var _ entcapture.Glue = (*MemoMutation)(nil)
+
+// HeraldDB implements entcapture.Glue.
+func (m *MemoMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+	return heraldDB(m.schemaConfig, s)
+}
+
+// heraldMemoNoteSchema describes MemoNote to entcapture.
+var heraldMemoNoteSchema = &entcapture.Schema{
+	Name:    "MemoNote",
+	Table:   memonote.Table,
+	Columns: []string{"id", "text", "memo_notes"},
+	PK:      "id",
+	Fields:  map[string]string{"text": "text"},
+}
+
+// HeraldSchema implements entcapture.Glue.
+func (m *MemoNoteMutation) HeraldSchema() *entcapture.Schema { return heraldMemoNoteSchema }
+
+// HeraldDriver implements entcapture.Glue.
+func (m *MemoNoteMutation) HeraldDriver() dialect.Driver {
+	if d, ok := m.driver.(*txDriver); ok {
+		return d.drv
+	}
+	return m.driver
+}
+
+// HeraldTx implements entcapture.Glue.
+func (m *MemoNoteMutation) HeraldTx() dialect.Tx {
+	if d, ok := m.driver.(*txDriver); ok {
+		return d.tx
+	}
+	return nil
+}
+
+// HeraldOnCommit implements entcapture.Glue.
+func (m *MemoNoteMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
+
+// HeraldBeforeDelete implements entcapture.Glue.
+func (m *MemoNoteMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
+
+// HeraldBeforeInsert implements entcapture.Glue.
+func (m *MemoNoteMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
+
+// HeraldPredicates implements entcapture.Glue.
+func (m *MemoNoteMutation) HeraldPredicates() []func(*sql.Selector) {
+	ps := make([]func(*sql.Selector), len(m.predicates))
+	for i, p := range m.predicates {
+		ps[i] = p
+	}
+	return ps
+}
+
+// HeraldRow implements entcapture.Glue.
+func (m *MemoNoteMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
+	e, ok := v.(*MemoNote)
+	if !ok || e == nil {
+		return nil, false
+	}
+	return heraldMemoNoteRow(e, heraldMemoNoteSchema.Columns, nil), true
+}
+
+// HeraldScan implements entcapture.Glue.
+func (m *MemoNoteMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
+	var out []map[string]any
+	for rows.Next() {
+		e := &MemoNote{}
+		vals, err := e.scanValues(cols)
+		if err != nil {
+			return nil, err
+		}
+		if err := rows.Scan(vals...); err != nil {
+			return nil, err
+		}
+		if err := e.assignValues(cols, vals); err != nil {
+			return nil, err
+		}
+		out = append(out, heraldMemoNoteRow(e, cols, vals))
+	}
+	return out, rows.Err()
+}
+
+// HeraldID implements entcapture.Glue.
+func (m *MemoNoteMutation) HeraldID() (any, bool) {
+	if m.id == nil {
+		return nil, false
+	}
+	return *m.id, true
+}
+
+// HeraldNew implements entcapture.Glue: the entity a create of the
+// mutation's fields returns, as its createSpec builds it, without edges
+// (and without the id the database generates).
+func (m *MemoNoteMutation) HeraldNew() ent.Value {
+	e := &MemoNote{}
+	if v, ok := m.ID(); ok {
+		e.ID = v
+	}
+	if v, ok := m.Text(); ok {
+		e.Text = v
+	}
+	return e
+}
+
+func heraldMemoNoteRow(e *MemoNote, cols []string, vals []any) map[string]any {
+	row := make(map[string]any, len(cols))
+	for i, c := range cols {
+		if vals != nil && entcapture.IsNull(vals[i]) {
+			row[c] = nil
+			continue
+		}
+		switch c {
+		case "id":
+			row[c] = e.ID
+		case "text":
+			row[c] = e.Text
+		case "memo_notes":
+			if e.memo_notes != nil {
+				row[c] = *e.memo_notes
+			} else {
+				row[c] = nil
+			}
+		}
+	}
+	return row
+}
+
+var _ entcapture.Glue = (*MemoNoteMutation)(nil)
+
+// HeraldDB implements entcapture.Glue.
+func (m *MemoNoteMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+	return heraldDB(m.schemaConfig, s)
+}
 
 // heraldNodeSchema describes Node to entcapture.
 var heraldNodeSchema = &entcapture.Schema{
@@ -1009,6 +1341,11 @@ func heraldNodeRow(e *Node, cols []string, vals []any) map[string]any {
 
 var _ entcapture.Glue = (*NodeMutation)(nil)
 
+// HeraldDB implements entcapture.Glue.
+func (m *NodeMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+	return heraldDB(m.schemaConfig, s)
+}
+
 // heraldPersonSchema describes Person to entcapture.
 var heraldPersonSchema = &entcapture.Schema{
 	Name:    "Person",
@@ -1124,6 +1461,11 @@ func heraldPersonRow(e *Person, cols []string, vals []any) map[string]any {
 }
 
 var _ entcapture.Glue = (*PersonMutation)(nil)
+
+// HeraldDB implements entcapture.Glue.
+func (m *PersonMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+	return heraldDB(m.schemaConfig, s)
+}
 
 // heraldProjectSchema describes Project to entcapture.
 var heraldProjectSchema = &entcapture.Schema{
@@ -1246,6 +1588,11 @@ func heraldProjectRow(e *Project, cols []string, vals []any) map[string]any {
 
 var _ entcapture.Glue = (*ProjectMutation)(nil)
 
+// HeraldDB implements entcapture.Glue.
+func (m *ProjectMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+	return heraldDB(m.schemaConfig, s)
+}
+
 // heraldTagSchema describes Tag to entcapture.
 var heraldTagSchema = &entcapture.Schema{
 	Name:    "Tag",
@@ -1361,6 +1708,11 @@ func heraldTagRow(e *Tag, cols []string, vals []any) map[string]any {
 }
 
 var _ entcapture.Glue = (*TagMutation)(nil)
+
+// HeraldDB implements entcapture.Glue.
+func (m *TagMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+	return heraldDB(m.schemaConfig, s)
+}
 
 // heraldTaskSchema describes Task to entcapture.
 var heraldTaskSchema = &entcapture.Schema{
@@ -1484,6 +1836,11 @@ func heraldTaskRow(e *Task, cols []string, vals []any) map[string]any {
 
 var _ entcapture.Glue = (*TaskMutation)(nil)
 
+// HeraldDB implements entcapture.Glue.
+func (m *TaskMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+	return heraldDB(m.schemaConfig, s)
+}
+
 // heraldUserSchema describes User to entcapture.
 var heraldUserSchema = &entcapture.Schema{
 	Name:    "User",
@@ -1600,6 +1957,11 @@ func heraldUserRow(e *User, cols []string, vals []any) map[string]any {
 
 var _ entcapture.Glue = (*UserMutation)(nil)
 
+// HeraldDB implements entcapture.Glue.
+func (m *UserMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+	return heraldDB(m.schemaConfig, s)
+}
+
 // heraldRoomSchema describes Room to entcapture.
 var heraldRoomSchema = &entcapture.Schema{
 	Name:    "Room",
@@ -1715,6 +2077,11 @@ func heraldRoomRow(e *Room, cols []string, vals []any) map[string]any {
 }
 
 var _ entcapture.Glue = (*RoomMutation)(nil)
+
+// HeraldDB implements entcapture.Glue.
+func (m *RoomMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+	return heraldDB(m.schemaConfig, s)
+}
 
 // heraldShelfSchema describes Shelf to entcapture.
 var heraldShelfSchema = &entcapture.Schema{
@@ -1838,6 +2205,51 @@ func heraldShelfRow(e *Shelf, cols []string, vals []any) map[string]any {
 
 var _ entcapture.Glue = (*ShelfMutation)(nil)
 
+// HeraldDB implements entcapture.Glue.
+func (m *ShelfMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+	return heraldDB(m.schemaConfig, s)
+}
+
+// heraldJoinMemoTagsSchema describes the join table memo_tags to entcapture.
+var heraldJoinMemoTagsSchema = &entcapture.Schema{
+	Name:    "MemoTags",
+	Table:   "memo_tags",
+	Columns: []string{"memo_id", "tag_id"},
+	Key:     []string{"memo_id", "tag_id"},
+}
+
+func heraldScanMemoTags(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
+	var out []map[string]any
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		gets := make([]func() (any, error), len(cols))
+		for i, c := range cols {
+			switch c {
+			case "memo_id":
+				vals[i], gets[i] = heraldIDScanMemo()
+			case "tag_id":
+				vals[i], gets[i] = heraldIDScanTag()
+			default:
+				v := new(any)
+				vals[i], gets[i] = v, func() (any, error) { return *v, nil }
+			}
+		}
+		if err := rows.Scan(vals...); err != nil {
+			return nil, err
+		}
+		row := make(map[string]any, len(cols))
+		for i, c := range cols {
+			v, err := gets[i]()
+			if err != nil {
+				return nil, err
+			}
+			row[c] = v
+		}
+		out = append(out, row)
+	}
+	return out, rows.Err()
+}
+
 // heraldJoinUserFollowingSchema describes the join table user_following to entcapture.
 var heraldJoinUserFollowingSchema = &entcapture.Schema{
 	Name:    "UserFollowing",
@@ -1918,14 +2330,14 @@ func heraldScanUserTags(rows *stdsql.Rows, cols []string) ([]map[string]any, err
 	return out, rows.Err()
 }
 
-func heraldIDScanUser() (any, func() (any, error)) {
-	e := &User{}
-	vals, err := e.scanValues([]string{user.FieldID})
+func heraldIDScanMemo() (any, func() (any, error)) {
+	e := &Memo{}
+	vals, err := e.scanValues([]string{memo.FieldID})
 	if err != nil {
 		return new(any), func() (any, error) { return nil, err }
 	}
 	return vals[0], func() (any, error) {
-		if err := e.assignValues([]string{user.FieldID}, vals); err != nil {
+		if err := e.assignValues([]string{memo.FieldID}, vals); err != nil {
 			return nil, err
 		}
 		return e.ID, nil
@@ -1940,6 +2352,20 @@ func heraldIDScanTag() (any, func() (any, error)) {
 	}
 	return vals[0], func() (any, error) {
 		if err := e.assignValues([]string{tag.FieldID}, vals); err != nil {
+			return nil, err
+		}
+		return e.ID, nil
+	}
+}
+
+func heraldIDScanUser() (any, func() (any, error)) {
+	e := &User{}
+	vals, err := e.scanValues([]string{user.FieldID})
+	if err != nil {
+		return new(any), func() (any, error) { return nil, err }
+	}
+	return vals[0], func() (any, error) {
+		if err := e.assignValues([]string{user.FieldID}, vals); err != nil {
 			return nil, err
 		}
 		return e.ID, nil
@@ -2001,6 +2427,18 @@ func init() {
 		heraldMembershipSchema.EdgeColumns = map[string]string{}
 	}
 	heraldMembershipSchema.EdgeColumns["group"] = "group_id"
+	heraldMemoSchema.Scan = (*MemoMutation)(nil).HeraldScan
+	heraldMemoSchema.Hooks = func() []ent.Hook { return memo.Hooks[:] }
+	heraldMemoSchema.ChildEdges = append(heraldMemoSchema.ChildEdges, entcapture.ChildEdge{Name: "notes", Child: heraldMemoNoteSchema, Column: "memo_notes"})
+	heraldMemoSchema.Edges = append(heraldMemoSchema.Edges, entcapture.ThroughEdge{Name: "tags", Through: heraldJoinMemoTagsSchema, Own: "memo_id", Other: "tag_id", Bidi: false})
+	heraldMemoSchema.Cascades = append(heraldMemoSchema.Cascades, entcapture.Cascade{Child: heraldMemoNoteSchema, Column: "memo_notes", SetNull: false})
+	heraldMemoSchema.Cascades = append(heraldMemoSchema.Cascades, entcapture.Cascade{Child: heraldJoinMemoTagsSchema, Column: "memo_id", SetNull: false})
+	heraldMemoNoteSchema.Scan = (*MemoNoteMutation)(nil).HeraldScan
+	heraldMemoNoteSchema.Hooks = func() []ent.Hook { return memonote.Hooks[:] }
+	if heraldMemoNoteSchema.EdgeColumns == nil {
+		heraldMemoNoteSchema.EdgeColumns = map[string]string{}
+	}
+	heraldMemoNoteSchema.EdgeColumns["memo"] = "memo_notes"
 	heraldNodeSchema.Scan = (*NodeMutation)(nil).HeraldScan
 	heraldNodeSchema.Hooks = func() []ent.Hook { return node.Hooks[:] }
 	if heraldNodeSchema.EdgeColumns == nil {
@@ -2022,6 +2460,8 @@ func init() {
 	heraldTagSchema.Scan = (*TagMutation)(nil).HeraldScan
 	heraldTagSchema.Hooks = func() []ent.Hook { return tag.Hooks[:] }
 	heraldTagSchema.Edges = append(heraldTagSchema.Edges, entcapture.ThroughEdge{Name: "users", Through: heraldJoinUserTagsSchema, Own: "tag_id", Other: "user_id", Bidi: false})
+	heraldTagSchema.Edges = append(heraldTagSchema.Edges, entcapture.ThroughEdge{Name: "memos", Through: heraldJoinMemoTagsSchema, Own: "tag_id", Other: "memo_id", Bidi: false})
+	heraldTagSchema.Cascades = append(heraldTagSchema.Cascades, entcapture.Cascade{Child: heraldJoinMemoTagsSchema, Column: "tag_id", SetNull: false})
 	heraldTagSchema.Cascades = append(heraldTagSchema.Cascades, entcapture.Cascade{Child: heraldJoinUserTagsSchema, Column: "tag_id", SetNull: false})
 	heraldTaskSchema.Scan = (*TaskMutation)(nil).HeraldScan
 	heraldTaskSchema.Hooks = func() []ent.Hook { return task.Hooks[:] }
@@ -2046,6 +2486,8 @@ func init() {
 	heraldShelfSchema.Scan = (*ShelfMutation)(nil).HeraldScan
 	heraldShelfSchema.Cascades = append(heraldShelfSchema.Cascades, entcapture.Cascade{Child: heraldBookSchema, Column: "shelf_id", SetNull: false})
 	heraldShelfSchema.Cascades = append(heraldShelfSchema.Cascades, entcapture.Cascade{Child: heraldLabelSchema, Column: "shelf_labels", SetNull: true})
+	heraldJoinMemoTagsSchema.Scan = heraldScanMemoTags
+	heraldJoinMemoTagsSchema.JoinOwner = heraldMemoSchema
 	heraldJoinUserFollowingSchema.Scan = heraldScanUserFollowing
 	heraldJoinUserFollowingSchema.JoinOwner = heraldUserSchema
 	heraldJoinUserTagsSchema.Scan = heraldScanUserTags

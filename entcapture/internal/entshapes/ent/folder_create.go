@@ -125,6 +125,7 @@ func (_c *FolderCreate) createSpec() (*Folder, *sqlgraph.CreateSpec) {
 		_node = &Folder{config: _c.config}
 		_spec = sqlgraph.NewCreateSpec(folder.Table, sqlgraph.NewFieldSpec(folder.FieldID, field.TypeInt))
 	)
+	_spec.Schema = _c.schemaConfig.Folder
 	if f := _c.mutation.heraldBefore; f != nil {
 		f(_c.conflict)
 	}
@@ -144,6 +145,7 @@ func (_c *FolderCreate) createSpec() (*Folder, *sqlgraph.CreateSpec) {
 				IDSpec: sqlgraph.NewFieldSpec(folder.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _c.schemaConfig.Folder
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
@@ -161,6 +163,7 @@ func (_c *FolderCreate) createSpec() (*Folder, *sqlgraph.CreateSpec) {
 				IDSpec: sqlgraph.NewFieldSpec(folder.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _c.schemaConfig.Folder
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}

@@ -9,6 +9,7 @@ import (
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/friendship"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/internal"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/predicate"
 )
 
@@ -41,6 +42,8 @@ func (_d *FriendshipDelete) ExecX(ctx context.Context) int {
 
 func (_d *FriendshipDelete) sqlExec(ctx context.Context) (int, error) {
 	_spec := sqlgraph.NewDeleteSpec(friendship.Table, sqlgraph.NewFieldSpec(friendship.FieldID, field.TypeInt))
+	_spec.Node.Schema = _d.schemaConfig.Friendship
+	ctx = internal.NewSchemaConfigContext(ctx, _d.schemaConfig)
 	if f := _d.mutation.heraldDelete; f != nil {
 		if err := f(ctx); err != nil {
 			return 0, err

@@ -111,6 +111,7 @@ func (_c *LabelCreate) createSpec() (*Label, *sqlgraph.CreateSpec) {
 		_node = &Label{config: _c.config}
 		_spec = sqlgraph.NewCreateSpec(label.Table, sqlgraph.NewFieldSpec(label.FieldID, field.TypeInt))
 	)
+	_spec.Schema = _c.schemaConfig.Label
 	if f := _c.mutation.heraldBefore; f != nil {
 		f(_c.conflict)
 	}
@@ -130,6 +131,7 @@ func (_c *LabelCreate) createSpec() (*Label, *sqlgraph.CreateSpec) {
 				IDSpec: sqlgraph.NewFieldSpec(shelf.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _c.schemaConfig.Label
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}

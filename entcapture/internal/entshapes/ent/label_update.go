@@ -10,6 +10,7 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/internal"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/label"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/predicate"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/shelf"
@@ -122,6 +123,7 @@ func (_u *LabelUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 				IDSpec: sqlgraph.NewFieldSpec(shelf.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Label
 		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
 	}
 	if nodes := _u.mutation.ShelfIDs(); len(nodes) > 0 {
@@ -135,11 +137,14 @@ func (_u *LabelUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 				IDSpec: sqlgraph.NewFieldSpec(shelf.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Label
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
 		_spec.Edges.Add = append(_spec.Edges.Add, edge)
 	}
+	_spec.Node.Schema = _u.schemaConfig.Label
+	ctx = internal.NewSchemaConfigContext(ctx, _u.schemaConfig)
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
 			err = &NotFoundError{label.Label}
@@ -284,6 +289,7 @@ func (_u *LabelUpdateOne) sqlSave(ctx context.Context) (_node *Label, err error)
 				IDSpec: sqlgraph.NewFieldSpec(shelf.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Label
 		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
 	}
 	if nodes := _u.mutation.ShelfIDs(); len(nodes) > 0 {
@@ -297,11 +303,14 @@ func (_u *LabelUpdateOne) sqlSave(ctx context.Context) (_node *Label, err error)
 				IDSpec: sqlgraph.NewFieldSpec(shelf.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Label
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
 		_spec.Edges.Add = append(_spec.Edges.Add, edge)
 	}
+	_spec.Node.Schema = _u.schemaConfig.Label
+	ctx = internal.NewSchemaConfigContext(ctx, _u.schemaConfig)
 	_node = &Label{config: _u.config}
 	_spec.Assign = _node.assignValues
 	_spec.ScanValues = _node.scanValues

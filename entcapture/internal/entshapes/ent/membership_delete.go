@@ -7,6 +7,7 @@ import (
 
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/internal"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/membership"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/predicate"
 )
@@ -40,6 +41,8 @@ func (_d *MembershipDelete) ExecX(ctx context.Context) int {
 
 func (_d *MembershipDelete) sqlExec(ctx context.Context) (int, error) {
 	_spec := sqlgraph.NewDeleteSpec(membership.Table, nil)
+	_spec.Node.Schema = _d.schemaConfig.Membership
+	ctx = internal.NewSchemaConfigContext(ctx, _d.schemaConfig)
 	if f := _d.mutation.heraldDelete; f != nil {
 		if err := f(ctx); err != nil {
 			return 0, err

@@ -17,6 +17,8 @@ import (
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/group"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/label"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/membership"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/memo"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/memonote"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/node"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/person"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/predicate"
@@ -44,6 +46,8 @@ const (
 	TypeGroup      = "Group"
 	TypeLabel      = "Label"
 	TypeMembership = "Membership"
+	TypeMemo       = "Memo"
+	TypeMemoNote   = "MemoNote"
 	TypeNode       = "Node"
 	TypePerson     = "Person"
 	TypeProject    = "Project"
@@ -3385,6 +3389,905 @@ func (m *MembershipMutation) ResetEdge(name string) error {
 	return fmt.Errorf("unknown Membership edge %s", name)
 }
 
+// MemoMutation represents an operation that mutates the Memo nodes in the graph.
+type MemoMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	text          *string
+	clearedFields map[string]struct{}
+	notes         map[int]struct{}
+	removednotes  map[int]struct{}
+	clearednotes  bool
+	tags          map[int]struct{}
+	removedtags   map[int]struct{}
+	clearedtags   bool
+	done          bool
+	oldValue      func(context.Context) (*Memo, error)
+	predicates    []predicate.Memo
+	heraldBefore  func([]sql.ConflictOption)
+	heraldDelete  func(context.Context) error
+}
+
+var _ ent.Mutation = (*MemoMutation)(nil)
+
+// memoOption allows management of the mutation configuration using functional options.
+type memoOption func(*MemoMutation)
+
+// newMemoMutation creates new mutation for the Memo entity.
+func newMemoMutation(c config, op Op, opts ...memoOption) *MemoMutation {
+	m := &MemoMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeMemo,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withMemoID sets the ID field of the mutation.
+func withMemoID(id int) memoOption {
+	return func(m *MemoMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *Memo
+		)
+		m.oldValue = func(ctx context.Context) (*Memo, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().Memo.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withMemo sets the old Memo of the mutation.
+func withMemo(node *Memo) memoOption {
+	return func(m *MemoMutation) {
+		m.oldValue = func(context.Context) (*Memo, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m MemoMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m MemoMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *MemoMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *MemoMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().Memo.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetText sets the "text" field.
+func (m *MemoMutation) SetText(s string) {
+	m.text = &s
+}
+
+// Text returns the value of the "text" field in the mutation.
+func (m *MemoMutation) Text() (r string, exists bool) {
+	v := m.text
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldText returns the old "text" field's value of the Memo entity.
+// If the Memo object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *MemoMutation) OldText(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldText is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldText requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldText: %w", err)
+	}
+	return oldValue.Text, nil
+}
+
+// ResetText resets all changes to the "text" field.
+func (m *MemoMutation) ResetText() {
+	m.text = nil
+}
+
+// AddNoteIDs adds the "notes" edge to the MemoNote entity by ids.
+func (m *MemoMutation) AddNoteIDs(ids ...int) {
+	if m.notes == nil {
+		m.notes = make(map[int]struct{})
+	}
+	for i := range ids {
+		m.notes[ids[i]] = struct{}{}
+	}
+}
+
+// ClearNotes clears the "notes" edge to the MemoNote entity.
+func (m *MemoMutation) ClearNotes() {
+	m.clearednotes = true
+}
+
+// NotesCleared reports if the "notes" edge to the MemoNote entity was cleared.
+func (m *MemoMutation) NotesCleared() bool {
+	return m.clearednotes
+}
+
+// RemoveNoteIDs removes the "notes" edge to the MemoNote entity by IDs.
+func (m *MemoMutation) RemoveNoteIDs(ids ...int) {
+	if m.removednotes == nil {
+		m.removednotes = make(map[int]struct{})
+	}
+	for i := range ids {
+		delete(m.notes, ids[i])
+		m.removednotes[ids[i]] = struct{}{}
+	}
+}
+
+// RemovedNotes returns the removed IDs of the "notes" edge to the MemoNote entity.
+func (m *MemoMutation) RemovedNotesIDs() (ids []int) {
+	for id := range m.removednotes {
+		ids = append(ids, id)
+	}
+	return
+}
+
+// NotesIDs returns the "notes" edge IDs in the mutation.
+func (m *MemoMutation) NotesIDs() (ids []int) {
+	for id := range m.notes {
+		ids = append(ids, id)
+	}
+	return
+}
+
+// ResetNotes resets all changes to the "notes" edge.
+func (m *MemoMutation) ResetNotes() {
+	m.notes = nil
+	m.clearednotes = false
+	m.removednotes = nil
+}
+
+// AddTagIDs adds the "tags" edge to the Tag entity by ids.
+func (m *MemoMutation) AddTagIDs(ids ...int) {
+	if m.tags == nil {
+		m.tags = make(map[int]struct{})
+	}
+	for i := range ids {
+		m.tags[ids[i]] = struct{}{}
+	}
+}
+
+// ClearTags clears the "tags" edge to the Tag entity.
+func (m *MemoMutation) ClearTags() {
+	m.clearedtags = true
+}
+
+// TagsCleared reports if the "tags" edge to the Tag entity was cleared.
+func (m *MemoMutation) TagsCleared() bool {
+	return m.clearedtags
+}
+
+// RemoveTagIDs removes the "tags" edge to the Tag entity by IDs.
+func (m *MemoMutation) RemoveTagIDs(ids ...int) {
+	if m.removedtags == nil {
+		m.removedtags = make(map[int]struct{})
+	}
+	for i := range ids {
+		delete(m.tags, ids[i])
+		m.removedtags[ids[i]] = struct{}{}
+	}
+}
+
+// RemovedTags returns the removed IDs of the "tags" edge to the Tag entity.
+func (m *MemoMutation) RemovedTagsIDs() (ids []int) {
+	for id := range m.removedtags {
+		ids = append(ids, id)
+	}
+	return
+}
+
+// TagsIDs returns the "tags" edge IDs in the mutation.
+func (m *MemoMutation) TagsIDs() (ids []int) {
+	for id := range m.tags {
+		ids = append(ids, id)
+	}
+	return
+}
+
+// ResetTags resets all changes to the "tags" edge.
+func (m *MemoMutation) ResetTags() {
+	m.tags = nil
+	m.clearedtags = false
+	m.removedtags = nil
+}
+
+// Where appends a list predicates to the MemoMutation builder.
+func (m *MemoMutation) Where(ps ...predicate.Memo) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the MemoMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *MemoMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.Memo, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *MemoMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *MemoMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (Memo).
+func (m *MemoMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *MemoMutation) Fields() []string {
+	fields := make([]string, 0, 1)
+	if m.text != nil {
+		fields = append(fields, memo.FieldText)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *MemoMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case memo.FieldText:
+		return m.Text()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *MemoMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case memo.FieldText:
+		return m.OldText(ctx)
+	}
+	return nil, fmt.Errorf("unknown Memo field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *MemoMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case memo.FieldText:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetText(v)
+		return nil
+	}
+	return fmt.Errorf("unknown Memo field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *MemoMutation) AddedFields() []string {
+	return nil
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *MemoMutation) AddedField(name string) (ent.Value, bool) {
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *MemoMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown Memo numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *MemoMutation) ClearedFields() []string {
+	return nil
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *MemoMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *MemoMutation) ClearField(name string) error {
+	return fmt.Errorf("unknown Memo nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *MemoMutation) ResetField(name string) error {
+	switch name {
+	case memo.FieldText:
+		m.ResetText()
+		return nil
+	}
+	return fmt.Errorf("unknown Memo field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *MemoMutation) AddedEdges() []string {
+	edges := make([]string, 0, 2)
+	if m.notes != nil {
+		edges = append(edges, memo.EdgeNotes)
+	}
+	if m.tags != nil {
+		edges = append(edges, memo.EdgeTags)
+	}
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *MemoMutation) AddedIDs(name string) []ent.Value {
+	switch name {
+	case memo.EdgeNotes:
+		ids := make([]ent.Value, 0, len(m.notes))
+		for id := range m.notes {
+			ids = append(ids, id)
+		}
+		return ids
+	case memo.EdgeTags:
+		ids := make([]ent.Value, 0, len(m.tags))
+		for id := range m.tags {
+			ids = append(ids, id)
+		}
+		return ids
+	}
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *MemoMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 2)
+	if m.removednotes != nil {
+		edges = append(edges, memo.EdgeNotes)
+	}
+	if m.removedtags != nil {
+		edges = append(edges, memo.EdgeTags)
+	}
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *MemoMutation) RemovedIDs(name string) []ent.Value {
+	switch name {
+	case memo.EdgeNotes:
+		ids := make([]ent.Value, 0, len(m.removednotes))
+		for id := range m.removednotes {
+			ids = append(ids, id)
+		}
+		return ids
+	case memo.EdgeTags:
+		ids := make([]ent.Value, 0, len(m.removedtags))
+		for id := range m.removedtags {
+			ids = append(ids, id)
+		}
+		return ids
+	}
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *MemoMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 2)
+	if m.clearednotes {
+		edges = append(edges, memo.EdgeNotes)
+	}
+	if m.clearedtags {
+		edges = append(edges, memo.EdgeTags)
+	}
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *MemoMutation) EdgeCleared(name string) bool {
+	switch name {
+	case memo.EdgeNotes:
+		return m.clearednotes
+	case memo.EdgeTags:
+		return m.clearedtags
+	}
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *MemoMutation) ClearEdge(name string) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown Memo unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *MemoMutation) ResetEdge(name string) error {
+	switch name {
+	case memo.EdgeNotes:
+		m.ResetNotes()
+		return nil
+	case memo.EdgeTags:
+		m.ResetTags()
+		return nil
+	}
+	return fmt.Errorf("unknown Memo edge %s", name)
+}
+
+// MemoNoteMutation represents an operation that mutates the MemoNote nodes in the graph.
+type MemoNoteMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	text          *string
+	clearedFields map[string]struct{}
+	memo          *int
+	clearedmemo   bool
+	done          bool
+	oldValue      func(context.Context) (*MemoNote, error)
+	predicates    []predicate.MemoNote
+	heraldBefore  func([]sql.ConflictOption)
+	heraldDelete  func(context.Context) error
+}
+
+var _ ent.Mutation = (*MemoNoteMutation)(nil)
+
+// memonoteOption allows management of the mutation configuration using functional options.
+type memonoteOption func(*MemoNoteMutation)
+
+// newMemoNoteMutation creates new mutation for the MemoNote entity.
+func newMemoNoteMutation(c config, op Op, opts ...memonoteOption) *MemoNoteMutation {
+	m := &MemoNoteMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeMemoNote,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withMemoNoteID sets the ID field of the mutation.
+func withMemoNoteID(id int) memonoteOption {
+	return func(m *MemoNoteMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *MemoNote
+		)
+		m.oldValue = func(ctx context.Context) (*MemoNote, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().MemoNote.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withMemoNote sets the old MemoNote of the mutation.
+func withMemoNote(node *MemoNote) memonoteOption {
+	return func(m *MemoNoteMutation) {
+		m.oldValue = func(context.Context) (*MemoNote, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m MemoNoteMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m MemoNoteMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *MemoNoteMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *MemoNoteMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().MemoNote.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetText sets the "text" field.
+func (m *MemoNoteMutation) SetText(s string) {
+	m.text = &s
+}
+
+// Text returns the value of the "text" field in the mutation.
+func (m *MemoNoteMutation) Text() (r string, exists bool) {
+	v := m.text
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldText returns the old "text" field's value of the MemoNote entity.
+// If the MemoNote object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *MemoNoteMutation) OldText(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldText is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldText requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldText: %w", err)
+	}
+	return oldValue.Text, nil
+}
+
+// ResetText resets all changes to the "text" field.
+func (m *MemoNoteMutation) ResetText() {
+	m.text = nil
+}
+
+// SetMemoID sets the "memo" edge to the Memo entity by id.
+func (m *MemoNoteMutation) SetMemoID(id int) {
+	m.memo = &id
+}
+
+// ClearMemo clears the "memo" edge to the Memo entity.
+func (m *MemoNoteMutation) ClearMemo() {
+	m.clearedmemo = true
+}
+
+// MemoCleared reports if the "memo" edge to the Memo entity was cleared.
+func (m *MemoNoteMutation) MemoCleared() bool {
+	return m.clearedmemo
+}
+
+// MemoID returns the "memo" edge ID in the mutation.
+func (m *MemoNoteMutation) MemoID() (id int, exists bool) {
+	if m.memo != nil {
+		return *m.memo, true
+	}
+	return
+}
+
+// MemoIDs returns the "memo" edge IDs in the mutation.
+// Note that IDs always returns len(IDs) <= 1 for unique edges, and you should use
+// MemoID instead. It exists only for internal usage by the builders.
+func (m *MemoNoteMutation) MemoIDs() (ids []int) {
+	if id := m.memo; id != nil {
+		ids = append(ids, *id)
+	}
+	return
+}
+
+// ResetMemo resets all changes to the "memo" edge.
+func (m *MemoNoteMutation) ResetMemo() {
+	m.memo = nil
+	m.clearedmemo = false
+}
+
+// Where appends a list predicates to the MemoNoteMutation builder.
+func (m *MemoNoteMutation) Where(ps ...predicate.MemoNote) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the MemoNoteMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *MemoNoteMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.MemoNote, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *MemoNoteMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *MemoNoteMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (MemoNote).
+func (m *MemoNoteMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *MemoNoteMutation) Fields() []string {
+	fields := make([]string, 0, 1)
+	if m.text != nil {
+		fields = append(fields, memonote.FieldText)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *MemoNoteMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case memonote.FieldText:
+		return m.Text()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *MemoNoteMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case memonote.FieldText:
+		return m.OldText(ctx)
+	}
+	return nil, fmt.Errorf("unknown MemoNote field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *MemoNoteMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case memonote.FieldText:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetText(v)
+		return nil
+	}
+	return fmt.Errorf("unknown MemoNote field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *MemoNoteMutation) AddedFields() []string {
+	return nil
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *MemoNoteMutation) AddedField(name string) (ent.Value, bool) {
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *MemoNoteMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown MemoNote numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *MemoNoteMutation) ClearedFields() []string {
+	return nil
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *MemoNoteMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *MemoNoteMutation) ClearField(name string) error {
+	return fmt.Errorf("unknown MemoNote nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *MemoNoteMutation) ResetField(name string) error {
+	switch name {
+	case memonote.FieldText:
+		m.ResetText()
+		return nil
+	}
+	return fmt.Errorf("unknown MemoNote field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *MemoNoteMutation) AddedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.memo != nil {
+		edges = append(edges, memonote.EdgeMemo)
+	}
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *MemoNoteMutation) AddedIDs(name string) []ent.Value {
+	switch name {
+	case memonote.EdgeMemo:
+		if id := m.memo; id != nil {
+			return []ent.Value{*id}
+		}
+	}
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *MemoNoteMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 1)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *MemoNoteMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *MemoNoteMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.clearedmemo {
+		edges = append(edges, memonote.EdgeMemo)
+	}
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *MemoNoteMutation) EdgeCleared(name string) bool {
+	switch name {
+	case memonote.EdgeMemo:
+		return m.clearedmemo
+	}
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *MemoNoteMutation) ClearEdge(name string) error {
+	switch name {
+	case memonote.EdgeMemo:
+		m.ClearMemo()
+		return nil
+	}
+	return fmt.Errorf("unknown MemoNote unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *MemoNoteMutation) ResetEdge(name string) error {
+	switch name {
+	case memonote.EdgeMemo:
+		m.ResetMemo()
+		return nil
+	}
+	return fmt.Errorf("unknown MemoNote edge %s", name)
+}
+
 // NodeMutation represents an operation that mutates the Node nodes in the graph.
 type NodeMutation struct {
 	config
@@ -5905,6 +6808,9 @@ type TagMutation struct {
 	users         map[int]struct{}
 	removedusers  map[int]struct{}
 	clearedusers  bool
+	memos         map[int]struct{}
+	removedmemos  map[int]struct{}
+	clearedmemos  bool
 	done          bool
 	oldValue      func(context.Context) (*Tag, error)
 	predicates    []predicate.Tag
@@ -6100,6 +7006,60 @@ func (m *TagMutation) ResetUsers() {
 	m.removedusers = nil
 }
 
+// AddMemoIDs adds the "memos" edge to the Memo entity by ids.
+func (m *TagMutation) AddMemoIDs(ids ...int) {
+	if m.memos == nil {
+		m.memos = make(map[int]struct{})
+	}
+	for i := range ids {
+		m.memos[ids[i]] = struct{}{}
+	}
+}
+
+// ClearMemos clears the "memos" edge to the Memo entity.
+func (m *TagMutation) ClearMemos() {
+	m.clearedmemos = true
+}
+
+// MemosCleared reports if the "memos" edge to the Memo entity was cleared.
+func (m *TagMutation) MemosCleared() bool {
+	return m.clearedmemos
+}
+
+// RemoveMemoIDs removes the "memos" edge to the Memo entity by IDs.
+func (m *TagMutation) RemoveMemoIDs(ids ...int) {
+	if m.removedmemos == nil {
+		m.removedmemos = make(map[int]struct{})
+	}
+	for i := range ids {
+		delete(m.memos, ids[i])
+		m.removedmemos[ids[i]] = struct{}{}
+	}
+}
+
+// RemovedMemos returns the removed IDs of the "memos" edge to the Memo entity.
+func (m *TagMutation) RemovedMemosIDs() (ids []int) {
+	for id := range m.removedmemos {
+		ids = append(ids, id)
+	}
+	return
+}
+
+// MemosIDs returns the "memos" edge IDs in the mutation.
+func (m *TagMutation) MemosIDs() (ids []int) {
+	for id := range m.memos {
+		ids = append(ids, id)
+	}
+	return
+}
+
+// ResetMemos resets all changes to the "memos" edge.
+func (m *TagMutation) ResetMemos() {
+	m.memos = nil
+	m.clearedmemos = false
+	m.removedmemos = nil
+}
+
 // Where appends a list predicates to the TagMutation builder.
 func (m *TagMutation) Where(ps ...predicate.Tag) {
 	m.predicates = append(m.predicates, ps...)
@@ -6233,9 +7193,12 @@ func (m *TagMutation) ResetField(name string) error {
 
 // AddedEdges returns all edge names that were set/added in this mutation.
 func (m *TagMutation) AddedEdges() []string {
-	edges := make([]string, 0, 1)
+	edges := make([]string, 0, 2)
 	if m.users != nil {
 		edges = append(edges, tag.EdgeUsers)
+	}
+	if m.memos != nil {
+		edges = append(edges, tag.EdgeMemos)
 	}
 	return edges
 }
@@ -6250,15 +7213,24 @@ func (m *TagMutation) AddedIDs(name string) []ent.Value {
 			ids = append(ids, id)
 		}
 		return ids
+	case tag.EdgeMemos:
+		ids := make([]ent.Value, 0, len(m.memos))
+		for id := range m.memos {
+			ids = append(ids, id)
+		}
+		return ids
 	}
 	return nil
 }
 
 // RemovedEdges returns all edge names that were removed in this mutation.
 func (m *TagMutation) RemovedEdges() []string {
-	edges := make([]string, 0, 1)
+	edges := make([]string, 0, 2)
 	if m.removedusers != nil {
 		edges = append(edges, tag.EdgeUsers)
+	}
+	if m.removedmemos != nil {
+		edges = append(edges, tag.EdgeMemos)
 	}
 	return edges
 }
@@ -6273,15 +7245,24 @@ func (m *TagMutation) RemovedIDs(name string) []ent.Value {
 			ids = append(ids, id)
 		}
 		return ids
+	case tag.EdgeMemos:
+		ids := make([]ent.Value, 0, len(m.removedmemos))
+		for id := range m.removedmemos {
+			ids = append(ids, id)
+		}
+		return ids
 	}
 	return nil
 }
 
 // ClearedEdges returns all edge names that were cleared in this mutation.
 func (m *TagMutation) ClearedEdges() []string {
-	edges := make([]string, 0, 1)
+	edges := make([]string, 0, 2)
 	if m.clearedusers {
 		edges = append(edges, tag.EdgeUsers)
+	}
+	if m.clearedmemos {
+		edges = append(edges, tag.EdgeMemos)
 	}
 	return edges
 }
@@ -6292,6 +7273,8 @@ func (m *TagMutation) EdgeCleared(name string) bool {
 	switch name {
 	case tag.EdgeUsers:
 		return m.clearedusers
+	case tag.EdgeMemos:
+		return m.clearedmemos
 	}
 	return false
 }
@@ -6310,6 +7293,9 @@ func (m *TagMutation) ResetEdge(name string) error {
 	switch name {
 	case tag.EdgeUsers:
 		m.ResetUsers()
+		return nil
+	case tag.EdgeMemos:
+		m.ResetMemos()
 		return nil
 	}
 	return fmt.Errorf("unknown Tag edge %s", name)

@@ -122,6 +122,7 @@ func (_c *PersonCreate) createSpec() (*Person, *sqlgraph.CreateSpec) {
 		_node = &Person{config: _c.config}
 		_spec = sqlgraph.NewCreateSpec(person.Table, sqlgraph.NewFieldSpec(person.FieldID, field.TypeInt))
 	)
+	_spec.Schema = _c.schemaConfig.Person
 	if f := _c.mutation.heraldBefore; f != nil {
 		f(_c.conflict)
 	}
@@ -141,6 +142,7 @@ func (_c *PersonCreate) createSpec() (*Person, *sqlgraph.CreateSpec) {
 				IDSpec: sqlgraph.NewFieldSpec(doc.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _c.schemaConfig.Doc
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
@@ -157,6 +159,7 @@ func (_c *PersonCreate) createSpec() (*Person, *sqlgraph.CreateSpec) {
 				IDSpec: sqlgraph.NewFieldSpec(doc.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _c.schemaConfig.Doc
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}

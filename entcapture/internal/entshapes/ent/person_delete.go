@@ -8,6 +8,7 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/internal"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/person"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/predicate"
 )
@@ -41,6 +42,8 @@ func (_d *PersonDelete) ExecX(ctx context.Context) int {
 
 func (_d *PersonDelete) sqlExec(ctx context.Context) (int, error) {
 	_spec := sqlgraph.NewDeleteSpec(person.Table, sqlgraph.NewFieldSpec(person.FieldID, field.TypeInt))
+	_spec.Node.Schema = _d.schemaConfig.Person
+	ctx = internal.NewSchemaConfigContext(ctx, _d.schemaConfig)
 	if f := _d.mutation.heraldDelete; f != nil {
 		if err := f(ctx); err != nil {
 			return 0, err

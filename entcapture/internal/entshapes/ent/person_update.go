@@ -11,6 +11,7 @@ import (
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/doc"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/internal"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/person"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/predicate"
 )
@@ -169,6 +170,7 @@ func (_u *PersonUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 				IDSpec: sqlgraph.NewFieldSpec(doc.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Doc
 		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
 	}
 	if nodes := _u.mutation.RemovedWrittenIDs(); len(nodes) > 0 && !_u.mutation.WrittenCleared() {
@@ -182,6 +184,7 @@ func (_u *PersonUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 				IDSpec: sqlgraph.NewFieldSpec(doc.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Doc
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
@@ -198,6 +201,7 @@ func (_u *PersonUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 				IDSpec: sqlgraph.NewFieldSpec(doc.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Doc
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
@@ -214,6 +218,7 @@ func (_u *PersonUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 				IDSpec: sqlgraph.NewFieldSpec(doc.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Doc
 		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
 	}
 	if nodes := _u.mutation.RemovedReviewedIDs(); len(nodes) > 0 && !_u.mutation.ReviewedCleared() {
@@ -227,6 +232,7 @@ func (_u *PersonUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 				IDSpec: sqlgraph.NewFieldSpec(doc.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Doc
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
@@ -243,11 +249,14 @@ func (_u *PersonUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 				IDSpec: sqlgraph.NewFieldSpec(doc.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Doc
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
 		_spec.Edges.Add = append(_spec.Edges.Add, edge)
 	}
+	_spec.Node.Schema = _u.schemaConfig.Person
+	ctx = internal.NewSchemaConfigContext(ctx, _u.schemaConfig)
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
 			err = &NotFoundError{person.Label}
@@ -439,6 +448,7 @@ func (_u *PersonUpdateOne) sqlSave(ctx context.Context) (_node *Person, err erro
 				IDSpec: sqlgraph.NewFieldSpec(doc.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Doc
 		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
 	}
 	if nodes := _u.mutation.RemovedWrittenIDs(); len(nodes) > 0 && !_u.mutation.WrittenCleared() {
@@ -452,6 +462,7 @@ func (_u *PersonUpdateOne) sqlSave(ctx context.Context) (_node *Person, err erro
 				IDSpec: sqlgraph.NewFieldSpec(doc.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Doc
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
@@ -468,6 +479,7 @@ func (_u *PersonUpdateOne) sqlSave(ctx context.Context) (_node *Person, err erro
 				IDSpec: sqlgraph.NewFieldSpec(doc.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Doc
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
@@ -484,6 +496,7 @@ func (_u *PersonUpdateOne) sqlSave(ctx context.Context) (_node *Person, err erro
 				IDSpec: sqlgraph.NewFieldSpec(doc.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Doc
 		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
 	}
 	if nodes := _u.mutation.RemovedReviewedIDs(); len(nodes) > 0 && !_u.mutation.ReviewedCleared() {
@@ -497,6 +510,7 @@ func (_u *PersonUpdateOne) sqlSave(ctx context.Context) (_node *Person, err erro
 				IDSpec: sqlgraph.NewFieldSpec(doc.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Doc
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
@@ -513,11 +527,14 @@ func (_u *PersonUpdateOne) sqlSave(ctx context.Context) (_node *Person, err erro
 				IDSpec: sqlgraph.NewFieldSpec(doc.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Doc
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
 		_spec.Edges.Add = append(_spec.Edges.Add, edge)
 	}
+	_spec.Node.Schema = _u.schemaConfig.Person
+	ctx = internal.NewSchemaConfigContext(ctx, _u.schemaConfig)
 	_node = &Person{config: _u.config}
 	_spec.Assign = _node.assignValues
 	_spec.ScanValues = _node.scanValues

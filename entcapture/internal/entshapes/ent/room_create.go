@@ -106,6 +106,7 @@ func (_c *RoomCreate) createSpec() (*Room, *sqlgraph.CreateSpec) {
 		_node = &Room{config: _c.config}
 		_spec = sqlgraph.NewCreateSpec(room.Table, sqlgraph.NewFieldSpec(room.FieldID, field.TypeInt))
 	)
+	_spec.Schema = _c.schemaConfig.Room
 	_spec.OnConflict = _c.conflict
 	if value, ok := _c.mutation.Name(); ok {
 		_spec.SetField(room.FieldName, field.TypeString, value)
@@ -122,6 +123,7 @@ func (_c *RoomCreate) createSpec() (*Room, *sqlgraph.CreateSpec) {
 				IDSpec: sqlgraph.NewFieldSpec(shelf.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _c.schemaConfig.Shelf
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}

@@ -8,6 +8,7 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/internal"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/predicate"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/room"
 )
@@ -41,6 +42,8 @@ func (_d *RoomDelete) ExecX(ctx context.Context) int {
 
 func (_d *RoomDelete) sqlExec(ctx context.Context) (int, error) {
 	_spec := sqlgraph.NewDeleteSpec(room.Table, sqlgraph.NewFieldSpec(room.FieldID, field.TypeInt))
+	_spec.Node.Schema = _d.schemaConfig.Room
+	ctx = internal.NewSchemaConfigContext(ctx, _d.schemaConfig)
 	if f := _d.mutation.heraldDelete; f != nil {
 		if err := f(ctx); err != nil {
 			return 0, err

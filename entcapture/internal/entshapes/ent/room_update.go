@@ -10,6 +10,7 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/internal"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/predicate"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/room"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/shelf"
@@ -133,6 +134,7 @@ func (_u *RoomUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 				IDSpec: sqlgraph.NewFieldSpec(shelf.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Shelf
 		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
 	}
 	if nodes := _u.mutation.RemovedShelvesIDs(); len(nodes) > 0 && !_u.mutation.ShelvesCleared() {
@@ -146,6 +148,7 @@ func (_u *RoomUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 				IDSpec: sqlgraph.NewFieldSpec(shelf.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Shelf
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
@@ -162,11 +165,14 @@ func (_u *RoomUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 				IDSpec: sqlgraph.NewFieldSpec(shelf.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Shelf
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
 		_spec.Edges.Add = append(_spec.Edges.Add, edge)
 	}
+	_spec.Node.Schema = _u.schemaConfig.Room
+	ctx = internal.NewSchemaConfigContext(ctx, _u.schemaConfig)
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
 			err = &NotFoundError{room.Label}
@@ -322,6 +328,7 @@ func (_u *RoomUpdateOne) sqlSave(ctx context.Context) (_node *Room, err error) {
 				IDSpec: sqlgraph.NewFieldSpec(shelf.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Shelf
 		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
 	}
 	if nodes := _u.mutation.RemovedShelvesIDs(); len(nodes) > 0 && !_u.mutation.ShelvesCleared() {
@@ -335,6 +342,7 @@ func (_u *RoomUpdateOne) sqlSave(ctx context.Context) (_node *Room, err error) {
 				IDSpec: sqlgraph.NewFieldSpec(shelf.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Shelf
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
@@ -351,11 +359,14 @@ func (_u *RoomUpdateOne) sqlSave(ctx context.Context) (_node *Room, err error) {
 				IDSpec: sqlgraph.NewFieldSpec(shelf.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Shelf
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
 		_spec.Edges.Add = append(_spec.Edges.Add, edge)
 	}
+	_spec.Node.Schema = _u.schemaConfig.Room
+	ctx = internal.NewSchemaConfigContext(ctx, _u.schemaConfig)
 	_node = &Room{config: _u.config}
 	_spec.Assign = _node.assignValues
 	_spec.ScanValues = _node.scanValues

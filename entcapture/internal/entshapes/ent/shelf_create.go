@@ -142,6 +142,7 @@ func (_c *ShelfCreate) createSpec() (*Shelf, *sqlgraph.CreateSpec) {
 		_node = &Shelf{config: _c.config}
 		_spec = sqlgraph.NewCreateSpec(shelf.Table, sqlgraph.NewFieldSpec(shelf.FieldID, field.TypeInt))
 	)
+	_spec.Schema = _c.schemaConfig.Shelf
 	_spec.OnConflict = _c.conflict
 	if value, ok := _c.mutation.Name(); ok {
 		_spec.SetField(shelf.FieldName, field.TypeString, value)
@@ -158,6 +159,7 @@ func (_c *ShelfCreate) createSpec() (*Shelf, *sqlgraph.CreateSpec) {
 				IDSpec: sqlgraph.NewFieldSpec(room.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _c.schemaConfig.Shelf
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
@@ -175,6 +177,7 @@ func (_c *ShelfCreate) createSpec() (*Shelf, *sqlgraph.CreateSpec) {
 				IDSpec: sqlgraph.NewFieldSpec(book.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _c.schemaConfig.Book
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
@@ -191,6 +194,7 @@ func (_c *ShelfCreate) createSpec() (*Shelf, *sqlgraph.CreateSpec) {
 				IDSpec: sqlgraph.NewFieldSpec(label.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _c.schemaConfig.Label
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}

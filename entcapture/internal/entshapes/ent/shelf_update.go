@@ -11,6 +11,7 @@ import (
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/book"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/internal"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/label"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/predicate"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/room"
@@ -196,6 +197,7 @@ func (_u *ShelfUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 				IDSpec: sqlgraph.NewFieldSpec(room.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Shelf
 		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
 	}
 	if nodes := _u.mutation.RoomIDs(); len(nodes) > 0 {
@@ -209,6 +211,7 @@ func (_u *ShelfUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 				IDSpec: sqlgraph.NewFieldSpec(room.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Shelf
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
@@ -225,6 +228,7 @@ func (_u *ShelfUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 				IDSpec: sqlgraph.NewFieldSpec(book.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Book
 		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
 	}
 	if nodes := _u.mutation.RemovedBooksIDs(); len(nodes) > 0 && !_u.mutation.BooksCleared() {
@@ -238,6 +242,7 @@ func (_u *ShelfUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 				IDSpec: sqlgraph.NewFieldSpec(book.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Book
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
@@ -254,6 +259,7 @@ func (_u *ShelfUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 				IDSpec: sqlgraph.NewFieldSpec(book.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Book
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
@@ -270,6 +276,7 @@ func (_u *ShelfUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 				IDSpec: sqlgraph.NewFieldSpec(label.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Label
 		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
 	}
 	if nodes := _u.mutation.RemovedLabelsIDs(); len(nodes) > 0 && !_u.mutation.LabelsCleared() {
@@ -283,6 +290,7 @@ func (_u *ShelfUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 				IDSpec: sqlgraph.NewFieldSpec(label.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Label
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
@@ -299,11 +307,14 @@ func (_u *ShelfUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 				IDSpec: sqlgraph.NewFieldSpec(label.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Label
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
 		_spec.Edges.Add = append(_spec.Edges.Add, edge)
 	}
+	_spec.Node.Schema = _u.schemaConfig.Shelf
+	ctx = internal.NewSchemaConfigContext(ctx, _u.schemaConfig)
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
 			err = &NotFoundError{shelf.Label}
@@ -520,6 +531,7 @@ func (_u *ShelfUpdateOne) sqlSave(ctx context.Context) (_node *Shelf, err error)
 				IDSpec: sqlgraph.NewFieldSpec(room.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Shelf
 		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
 	}
 	if nodes := _u.mutation.RoomIDs(); len(nodes) > 0 {
@@ -533,6 +545,7 @@ func (_u *ShelfUpdateOne) sqlSave(ctx context.Context) (_node *Shelf, err error)
 				IDSpec: sqlgraph.NewFieldSpec(room.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Shelf
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
@@ -549,6 +562,7 @@ func (_u *ShelfUpdateOne) sqlSave(ctx context.Context) (_node *Shelf, err error)
 				IDSpec: sqlgraph.NewFieldSpec(book.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Book
 		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
 	}
 	if nodes := _u.mutation.RemovedBooksIDs(); len(nodes) > 0 && !_u.mutation.BooksCleared() {
@@ -562,6 +576,7 @@ func (_u *ShelfUpdateOne) sqlSave(ctx context.Context) (_node *Shelf, err error)
 				IDSpec: sqlgraph.NewFieldSpec(book.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Book
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
@@ -578,6 +593,7 @@ func (_u *ShelfUpdateOne) sqlSave(ctx context.Context) (_node *Shelf, err error)
 				IDSpec: sqlgraph.NewFieldSpec(book.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Book
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
@@ -594,6 +610,7 @@ func (_u *ShelfUpdateOne) sqlSave(ctx context.Context) (_node *Shelf, err error)
 				IDSpec: sqlgraph.NewFieldSpec(label.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Label
 		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
 	}
 	if nodes := _u.mutation.RemovedLabelsIDs(); len(nodes) > 0 && !_u.mutation.LabelsCleared() {
@@ -607,6 +624,7 @@ func (_u *ShelfUpdateOne) sqlSave(ctx context.Context) (_node *Shelf, err error)
 				IDSpec: sqlgraph.NewFieldSpec(label.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Label
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
@@ -623,11 +641,14 @@ func (_u *ShelfUpdateOne) sqlSave(ctx context.Context) (_node *Shelf, err error)
 				IDSpec: sqlgraph.NewFieldSpec(label.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.Label
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
 		_spec.Edges.Add = append(_spec.Edges.Add, edge)
 	}
+	_spec.Node.Schema = _u.schemaConfig.Shelf
+	ctx = internal.NewSchemaConfigContext(ctx, _u.schemaConfig)
 	_node = &Shelf{config: _u.config}
 	_spec.Assign = _node.assignValues
 	_spec.ScanValues = _node.scanValues

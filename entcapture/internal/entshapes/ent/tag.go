@@ -28,9 +28,11 @@ type Tag struct {
 type TagEdges struct {
 	// Users holds the value of the users edge.
 	Users []*User `json:"users,omitempty"`
+	// Memos holds the value of the memos edge.
+	Memos []*Memo `json:"memos,omitempty"`
 	// loadedTypes holds the information for reporting if a
 	// type was loaded (or requested) in eager-loading or not.
-	loadedTypes [1]bool
+	loadedTypes [2]bool
 }
 
 // UsersOrErr returns the Users value or an error if the edge
@@ -40,6 +42,15 @@ func (e TagEdges) UsersOrErr() ([]*User, error) {
 		return e.Users, nil
 	}
 	return nil, &NotLoadedError{edge: "users"}
+}
+
+// MemosOrErr returns the Memos value or an error if the edge
+// was not loaded in eager-loading.
+func (e TagEdges) MemosOrErr() ([]*Memo, error) {
+	if e.loadedTypes[1] {
+		return e.Memos, nil
+	}
+	return nil, &NotLoadedError{edge: "memos"}
 }
 
 // scanValues returns the types for scanning values from sql.Rows.
@@ -94,6 +105,11 @@ func (_m *Tag) Value(name string) (ent.Value, error) {
 // QueryUsers queries the "users" edge of the Tag entity.
 func (_m *Tag) QueryUsers() *UserQuery {
 	return NewTagClient(_m.config).QueryUsers(_m)
+}
+
+// QueryMemos queries the "memos" edge of the Tag entity.
+func (_m *Tag) QueryMemos() *MemoQuery {
+	return NewTagClient(_m.config).QueryMemos(_m)
 }
 
 // Update returns a builder for updating this Tag.

@@ -11,6 +11,7 @@ import (
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/heraldgo/herald/entcapture"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/memo"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/tag"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/user"
 )
@@ -42,6 +43,21 @@ func (_c *TagCreate) AddUsers(v ...*User) *TagCreate {
 		ids[i] = v[i].ID
 	}
 	return _c.AddUserIDs(ids...)
+}
+
+// AddMemoIDs adds the "memos" edge to the Memo entity by IDs.
+func (_c *TagCreate) AddMemoIDs(ids ...int) *TagCreate {
+	_c.mutation.AddMemoIDs(ids...)
+	return _c
+}
+
+// AddMemos adds the "memos" edges to the Memo entity.
+func (_c *TagCreate) AddMemos(v ...*Memo) *TagCreate {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _c.AddMemoIDs(ids...)
 }
 
 // Mutation returns the TagMutation object of the builder.
@@ -107,6 +123,7 @@ func (_c *TagCreate) createSpec() (*Tag, *sqlgraph.CreateSpec) {
 		_node = &Tag{config: _c.config}
 		_spec = sqlgraph.NewCreateSpec(tag.Table, sqlgraph.NewFieldSpec(tag.FieldID, field.TypeInt))
 	)
+	_spec.Schema = _c.schemaConfig.Tag
 	if f := _c.mutation.heraldBefore; f != nil {
 		f(_c.conflict)
 	}
@@ -126,6 +143,24 @@ func (_c *TagCreate) createSpec() (*Tag, *sqlgraph.CreateSpec) {
 				IDSpec: sqlgraph.NewFieldSpec(user.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _c.schemaConfig.UserTags
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges = append(_spec.Edges, edge)
+	}
+	if nodes := _c.mutation.MemosIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.M2M,
+			Inverse: true,
+			Table:   tag.MemosTable,
+			Columns: tag.MemosPrimaryKey,
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(memo.FieldID, field.TypeInt),
+			},
+		}
+		edge.Schema = _c.schemaConfig.MemoTags
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}

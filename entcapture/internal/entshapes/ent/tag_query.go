@@ -12,6 +12,8 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/internal"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/memo"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/predicate"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/tag"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/user"
@@ -25,6 +27,7 @@ type TagQuery struct {
 	inters     []Interceptor
 	predicates []predicate.Tag
 	withUsers  *UserQuery
+	withMemos  *MemoQuery
 	// intermediate query (i.e. traversal path).
 	sql  *sql.Selector
 	path func(context.Context) (*sql.Selector, error)
@@ -77,6 +80,34 @@ func (_q *TagQuery) QueryUsers() *UserQuery {
 			sqlgraph.To(user.Table, user.FieldID),
 			sqlgraph.Edge(sqlgraph.M2M, true, tag.UsersTable, tag.UsersPrimaryKey...),
 		)
+		schemaConfig := _q.schemaConfig
+		step.To.Schema = schemaConfig.User
+		step.Edge.Schema = schemaConfig.UserTags
+		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
+		return fromU, nil
+	}
+	return query
+}
+
+// QueryMemos chains the current query on the "memos" edge.
+func (_q *TagQuery) QueryMemos() *MemoQuery {
+	query := (&MemoClient{config: _q.config}).Query()
+	query.path = func(ctx context.Context) (fromU *sql.Selector, err error) {
+		if err := _q.prepareQuery(ctx); err != nil {
+			return nil, err
+		}
+		selector := _q.sqlQuery(ctx)
+		if err := selector.Err(); err != nil {
+			return nil, err
+		}
+		step := sqlgraph.NewStep(
+			sqlgraph.From(tag.Table, tag.FieldID, selector),
+			sqlgraph.To(memo.Table, memo.FieldID),
+			sqlgraph.Edge(sqlgraph.M2M, true, tag.MemosTable, tag.MemosPrimaryKey...),
+		)
+		schemaConfig := _q.schemaConfig
+		step.To.Schema = schemaConfig.Memo
+		step.Edge.Schema = schemaConfig.MemoTags
 		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
 		return fromU, nil
 	}
@@ -276,6 +307,7 @@ func (_q *TagQuery) Clone() *TagQuery {
 		inters:     append([]Interceptor{}, _q.inters...),
 		predicates: append([]predicate.Tag{}, _q.predicates...),
 		withUsers:  _q.withUsers.Clone(),
+		withMemos:  _q.withMemos.Clone(),
 		// clone intermediate query.
 		sql:  _q.sql.Clone(),
 		path: _q.path,
@@ -290,6 +322,17 @@ func (_q *TagQuery) WithUsers(opts ...func(*UserQuery)) *TagQuery {
 		opt(query)
 	}
 	_q.withUsers = query
+	return _q
+}
+
+// WithMemos tells the query-builder to eager-load the nodes that are connected to
+// the "memos" edge. The optional arguments are used to configure the query builder of the edge.
+func (_q *TagQuery) WithMemos(opts ...func(*MemoQuery)) *TagQuery {
+	query := (&MemoClient{config: _q.config}).Query()
+	for _, opt := range opts {
+		opt(query)
+	}
+	_q.withMemos = query
 	return _q
 }
 
@@ -371,8 +414,9 @@ func (_q *TagQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Tag, err
 	var (
 		nodes       = []*Tag{}
 		_spec       = _q.querySpec()
-		loadedTypes = [1]bool{
+		loadedTypes = [2]bool{
 			_q.withUsers != nil,
+			_q.withMemos != nil,
 		}
 	)
 	_spec.ScanValues = func(columns []string) ([]any, error) {
@@ -384,6 +428,8 @@ func (_q *TagQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Tag, err
 		node.Edges.loadedTypes = loadedTypes
 		return node.assignValues(columns, values)
 	}
+	_spec.Node.Schema = _q.schemaConfig.Tag
+	ctx = internal.NewSchemaConfigContext(ctx, _q.schemaConfig)
 	for i := range hooks {
 		hooks[i](ctx, _spec)
 	}
@@ -397,6 +443,13 @@ func (_q *TagQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Tag, err
 		if err := _q.loadUsers(ctx, query, nodes,
 			func(n *Tag) { n.Edges.Users = []*User{} },
 			func(n *Tag, e *User) { n.Edges.Users = append(n.Edges.Users, e) }); err != nil {
+			return nil, err
+		}
+	}
+	if query := _q.withMemos; query != nil {
+		if err := _q.loadMemos(ctx, query, nodes,
+			func(n *Tag) { n.Edges.Memos = []*Memo{} },
+			func(n *Tag, e *Memo) { n.Edges.Memos = append(n.Edges.Memos, e) }); err != nil {
 			return nil, err
 		}
 	}
@@ -416,6 +469,7 @@ func (_q *TagQuery) loadUsers(ctx context.Context, query *UserQuery, nodes []*Ta
 	}
 	query.Where(func(s *sql.Selector) {
 		joinT := sql.Table(tag.UsersTable)
+		joinT.Schema(_q.schemaConfig.UserTags)
 		s.Join(joinT).On(s.C(user.FieldID), joinT.C(tag.UsersPrimaryKey[0]))
 		s.Where(sql.InValues(joinT.C(tag.UsersPrimaryKey[1]), edgeIDs...))
 		columns := s.SelectedColumns()
@@ -464,9 +518,73 @@ func (_q *TagQuery) loadUsers(ctx context.Context, query *UserQuery, nodes []*Ta
 	}
 	return nil
 }
+func (_q *TagQuery) loadMemos(ctx context.Context, query *MemoQuery, nodes []*Tag, init func(*Tag), assign func(*Tag, *Memo)) error {
+	edgeIDs := make([]driver.Value, len(nodes))
+	byID := make(map[int]*Tag)
+	nids := make(map[int]map[*Tag]struct{})
+	for i, node := range nodes {
+		edgeIDs[i] = node.ID
+		byID[node.ID] = node
+		if init != nil {
+			init(node)
+		}
+	}
+	query.Where(func(s *sql.Selector) {
+		joinT := sql.Table(tag.MemosTable)
+		joinT.Schema(_q.schemaConfig.MemoTags)
+		s.Join(joinT).On(s.C(memo.FieldID), joinT.C(tag.MemosPrimaryKey[0]))
+		s.Where(sql.InValues(joinT.C(tag.MemosPrimaryKey[1]), edgeIDs...))
+		columns := s.SelectedColumns()
+		s.Select(joinT.C(tag.MemosPrimaryKey[1]))
+		s.AppendSelect(columns...)
+		s.SetDistinct(false)
+	})
+	if err := query.prepareQuery(ctx); err != nil {
+		return err
+	}
+	qr := QuerierFunc(func(ctx context.Context, q Query) (Value, error) {
+		return query.sqlAll(ctx, func(_ context.Context, spec *sqlgraph.QuerySpec) {
+			assign := spec.Assign
+			values := spec.ScanValues
+			spec.ScanValues = func(columns []string) ([]any, error) {
+				values, err := values(columns[1:])
+				if err != nil {
+					return nil, err
+				}
+				return append([]any{new(sql.NullInt64)}, values...), nil
+			}
+			spec.Assign = func(columns []string, values []any) error {
+				outValue := int(values[0].(*sql.NullInt64).Int64)
+				inValue := int(values[1].(*sql.NullInt64).Int64)
+				if nids[inValue] == nil {
+					nids[inValue] = map[*Tag]struct{}{byID[outValue]: {}}
+					return assign(columns[1:], values[1:])
+				}
+				nids[inValue][byID[outValue]] = struct{}{}
+				return nil
+			}
+		})
+	})
+	neighbors, err := withInterceptors[[]*Memo](ctx, query, qr, query.inters)
+	if err != nil {
+		return err
+	}
+	for _, n := range neighbors {
+		nodes, ok := nids[n.ID]
+		if !ok {
+			return fmt.Errorf(`unexpected "memos" node returned %v`, n.ID)
+		}
+		for kn := range nodes {
+			assign(kn, n)
+		}
+	}
+	return nil
+}
 
 func (_q *TagQuery) sqlCount(ctx context.Context) (int, error) {
 	_spec := _q.querySpec()
+	_spec.Node.Schema = _q.schemaConfig.Tag
+	ctx = internal.NewSchemaConfigContext(ctx, _q.schemaConfig)
 	_spec.Node.Columns = _q.ctx.Fields
 	if len(_q.ctx.Fields) > 0 {
 		_spec.Unique = _q.ctx.Unique != nil && *_q.ctx.Unique
@@ -529,6 +647,9 @@ func (_q *TagQuery) sqlQuery(ctx context.Context) *sql.Selector {
 	if _q.ctx.Unique != nil && *_q.ctx.Unique {
 		selector.Distinct()
 	}
+	t1.Schema(_q.schemaConfig.Tag)
+	ctx = internal.NewSchemaConfigContext(ctx, _q.schemaConfig)
+	selector.WithContext(ctx)
 	for _, p := range _q.predicates {
 		p(selector)
 	}

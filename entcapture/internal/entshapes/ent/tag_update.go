@@ -10,6 +10,8 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/internal"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/memo"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/predicate"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/tag"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/user"
@@ -57,6 +59,21 @@ func (_u *TagUpdate) AddUsers(v ...*User) *TagUpdate {
 	return _u.AddUserIDs(ids...)
 }
 
+// AddMemoIDs adds the "memos" edge to the Memo entity by IDs.
+func (_u *TagUpdate) AddMemoIDs(ids ...int) *TagUpdate {
+	_u.mutation.AddMemoIDs(ids...)
+	return _u
+}
+
+// AddMemos adds the "memos" edges to the Memo entity.
+func (_u *TagUpdate) AddMemos(v ...*Memo) *TagUpdate {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.AddMemoIDs(ids...)
+}
+
 // Mutation returns the TagMutation object of the builder.
 func (_u *TagUpdate) Mutation() *TagMutation {
 	return _u.mutation
@@ -81,6 +98,27 @@ func (_u *TagUpdate) RemoveUsers(v ...*User) *TagUpdate {
 		ids[i] = v[i].ID
 	}
 	return _u.RemoveUserIDs(ids...)
+}
+
+// ClearMemos clears all "memos" edges to the Memo entity.
+func (_u *TagUpdate) ClearMemos() *TagUpdate {
+	_u.mutation.ClearMemos()
+	return _u
+}
+
+// RemoveMemoIDs removes the "memos" edge to Memo entities by IDs.
+func (_u *TagUpdate) RemoveMemoIDs(ids ...int) *TagUpdate {
+	_u.mutation.RemoveMemoIDs(ids...)
+	return _u
+}
+
+// RemoveMemos removes "memos" edges to Memo entities.
+func (_u *TagUpdate) RemoveMemos(v ...*Memo) *TagUpdate {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.RemoveMemoIDs(ids...)
 }
 
 // Save executes the query and returns the number of nodes affected by the update operation.
@@ -133,6 +171,7 @@ func (_u *TagUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 				IDSpec: sqlgraph.NewFieldSpec(user.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.UserTags
 		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
 	}
 	if nodes := _u.mutation.RemovedUsersIDs(); len(nodes) > 0 && !_u.mutation.UsersCleared() {
@@ -146,6 +185,7 @@ func (_u *TagUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 				IDSpec: sqlgraph.NewFieldSpec(user.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.UserTags
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
@@ -162,11 +202,62 @@ func (_u *TagUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 				IDSpec: sqlgraph.NewFieldSpec(user.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.UserTags
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
 		_spec.Edges.Add = append(_spec.Edges.Add, edge)
 	}
+	if _u.mutation.MemosCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.M2M,
+			Inverse: true,
+			Table:   tag.MemosTable,
+			Columns: tag.MemosPrimaryKey,
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(memo.FieldID, field.TypeInt),
+			},
+		}
+		edge.Schema = _u.schemaConfig.MemoTags
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.RemovedMemosIDs(); len(nodes) > 0 && !_u.mutation.MemosCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.M2M,
+			Inverse: true,
+			Table:   tag.MemosTable,
+			Columns: tag.MemosPrimaryKey,
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(memo.FieldID, field.TypeInt),
+			},
+		}
+		edge.Schema = _u.schemaConfig.MemoTags
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.MemosIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.M2M,
+			Inverse: true,
+			Table:   tag.MemosTable,
+			Columns: tag.MemosPrimaryKey,
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(memo.FieldID, field.TypeInt),
+			},
+		}
+		edge.Schema = _u.schemaConfig.MemoTags
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
+	_spec.Node.Schema = _u.schemaConfig.Tag
+	ctx = internal.NewSchemaConfigContext(ctx, _u.schemaConfig)
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
 			err = &NotFoundError{tag.Label}
@@ -216,6 +307,21 @@ func (_u *TagUpdateOne) AddUsers(v ...*User) *TagUpdateOne {
 	return _u.AddUserIDs(ids...)
 }
 
+// AddMemoIDs adds the "memos" edge to the Memo entity by IDs.
+func (_u *TagUpdateOne) AddMemoIDs(ids ...int) *TagUpdateOne {
+	_u.mutation.AddMemoIDs(ids...)
+	return _u
+}
+
+// AddMemos adds the "memos" edges to the Memo entity.
+func (_u *TagUpdateOne) AddMemos(v ...*Memo) *TagUpdateOne {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.AddMemoIDs(ids...)
+}
+
 // Mutation returns the TagMutation object of the builder.
 func (_u *TagUpdateOne) Mutation() *TagMutation {
 	return _u.mutation
@@ -240,6 +346,27 @@ func (_u *TagUpdateOne) RemoveUsers(v ...*User) *TagUpdateOne {
 		ids[i] = v[i].ID
 	}
 	return _u.RemoveUserIDs(ids...)
+}
+
+// ClearMemos clears all "memos" edges to the Memo entity.
+func (_u *TagUpdateOne) ClearMemos() *TagUpdateOne {
+	_u.mutation.ClearMemos()
+	return _u
+}
+
+// RemoveMemoIDs removes the "memos" edge to Memo entities by IDs.
+func (_u *TagUpdateOne) RemoveMemoIDs(ids ...int) *TagUpdateOne {
+	_u.mutation.RemoveMemoIDs(ids...)
+	return _u
+}
+
+// RemoveMemos removes "memos" edges to Memo entities.
+func (_u *TagUpdateOne) RemoveMemos(v ...*Memo) *TagUpdateOne {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.RemoveMemoIDs(ids...)
 }
 
 // Where appends a list predicates to the TagUpdate builder.
@@ -322,6 +449,7 @@ func (_u *TagUpdateOne) sqlSave(ctx context.Context) (_node *Tag, err error) {
 				IDSpec: sqlgraph.NewFieldSpec(user.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.UserTags
 		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
 	}
 	if nodes := _u.mutation.RemovedUsersIDs(); len(nodes) > 0 && !_u.mutation.UsersCleared() {
@@ -335,6 +463,7 @@ func (_u *TagUpdateOne) sqlSave(ctx context.Context) (_node *Tag, err error) {
 				IDSpec: sqlgraph.NewFieldSpec(user.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.UserTags
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
@@ -351,11 +480,62 @@ func (_u *TagUpdateOne) sqlSave(ctx context.Context) (_node *Tag, err error) {
 				IDSpec: sqlgraph.NewFieldSpec(user.FieldID, field.TypeInt),
 			},
 		}
+		edge.Schema = _u.schemaConfig.UserTags
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}
 		_spec.Edges.Add = append(_spec.Edges.Add, edge)
 	}
+	if _u.mutation.MemosCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.M2M,
+			Inverse: true,
+			Table:   tag.MemosTable,
+			Columns: tag.MemosPrimaryKey,
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(memo.FieldID, field.TypeInt),
+			},
+		}
+		edge.Schema = _u.schemaConfig.MemoTags
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.RemovedMemosIDs(); len(nodes) > 0 && !_u.mutation.MemosCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.M2M,
+			Inverse: true,
+			Table:   tag.MemosTable,
+			Columns: tag.MemosPrimaryKey,
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(memo.FieldID, field.TypeInt),
+			},
+		}
+		edge.Schema = _u.schemaConfig.MemoTags
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.MemosIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.M2M,
+			Inverse: true,
+			Table:   tag.MemosTable,
+			Columns: tag.MemosPrimaryKey,
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(memo.FieldID, field.TypeInt),
+			},
+		}
+		edge.Schema = _u.schemaConfig.MemoTags
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
+	_spec.Node.Schema = _u.schemaConfig.Tag
+	ctx = internal.NewSchemaConfigContext(ctx, _u.schemaConfig)
 	_node = &Tag{config: _u.config}
 	_spec.Assign = _node.assignValues
 	_spec.ScanValues = _node.scanValues

@@ -28,6 +28,10 @@ type Tx struct {
 	Label *LabelClient
 	// Membership is the client for interacting with the Membership builders.
 	Membership *MembershipClient
+	// Memo is the client for interacting with the Memo builders.
+	Memo *MemoClient
+	// MemoNote is the client for interacting with the MemoNote builders.
+	MemoNote *MemoNoteClient
 	// Node is the client for interacting with the Node builders.
 	Node *NodeClient
 	// Person is the client for interacting with the Person builders.
@@ -182,6 +186,8 @@ func (tx *Tx) init() {
 	tx.Group = NewGroupClient(tx.config)
 	tx.Label = NewLabelClient(tx.config)
 	tx.Membership = NewMembershipClient(tx.config)
+	tx.Memo = NewMemoClient(tx.config)
+	tx.MemoNote = NewMemoNoteClient(tx.config)
 	tx.Node = NewNodeClient(tx.config)
 	tx.Person = NewPersonClient(tx.config)
 	tx.Project = NewProjectClient(tx.config)

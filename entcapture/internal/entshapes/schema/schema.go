@@ -64,7 +64,10 @@ func (Tag) Mixin() []ent.Mixin { return capture() }
 func (Tag) Fields() []ent.Field { return []ent.Field{field.String("label")} }
 
 func (Tag) Edges() []ent.Edge {
-	return []ent.Edge{edge.From("users", User.Type).Ref("tags")}
+	return []ent.Edge{
+		edge.From("users", User.Type).Ref("tags"),
+		edge.From("memos", Memo.Type).Ref("tags"),
+	}
 }
 
 // Group is joined by users through Membership.
@@ -246,4 +249,31 @@ func (Task) Fields() []ent.Field { return []ent.Field{field.String("name")} }
 
 func (Task) Edges() []ent.Edge {
 	return []ent.Edge{edge.From("project", Project.Type).Ref("tasks").Unique()}
+}
+
+// Memo lives, with its notes and the join table of its tags, in another
+// database schema (the tests name it with ent.AlternateSchema, as
+// entsql.Annotation{Schema: …} names it by default).
+type Memo struct{ ent.Schema }
+
+func (Memo) Mixin() []ent.Mixin { return capture() }
+
+func (Memo) Fields() []ent.Field { return []ent.Field{field.String("text")} }
+
+func (Memo) Edges() []ent.Edge {
+	return []ent.Edge{
+		edge.To("notes", MemoNote.Type).Annotations(entsql.OnDelete(entsql.Cascade)),
+		edge.To("tags", Tag.Type),
+	}
+}
+
+// MemoNote goes with its memo.
+type MemoNote struct{ ent.Schema }
+
+func (MemoNote) Mixin() []ent.Mixin { return capture() }
+
+func (MemoNote) Fields() []ent.Field { return []ent.Field{field.String("text")} }
+
+func (MemoNote) Edges() []ent.Edge {
+	return []ent.Edge{edge.From("memo", Memo.Type).Ref("notes").Unique()}
 }

@@ -194,6 +194,9 @@ func heraldLoanRow(e *Loan, cols []string, vals []any) map[string]any {
 
 var _ entcapture.Glue = (*LoanMutation)(nil)
 
+// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
+func (m *LoanMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
+
 // heraldReaderSchema describes Reader to entcapture.
 var heraldReaderSchema = &entcapture.Schema{
 	Name:      "Reader",
@@ -316,6 +319,9 @@ func heraldReaderRow(e *Reader, cols []string, vals []any) map[string]any {
 
 var _ entcapture.Glue = (*ReaderMutation)(nil)
 
+// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
+func (m *ReaderMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
+
 // heraldTagSchema describes Tag to entcapture.
 var heraldTagSchema = &entcapture.Schema{
 	Name:    "Tag",
@@ -431,6 +437,9 @@ func heraldTagRow(e *Tag, cols []string, vals []any) map[string]any {
 }
 
 var _ entcapture.Glue = (*TagMutation)(nil)
+
+// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
+func (m *TagMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
 
 func init() {
 	heraldLoanSchema.Scan = (*LoanMutation)(nil).HeraldScan

@@ -5,6 +5,7 @@ package book
 import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/internal"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/predicate"
 )
 
@@ -155,6 +156,9 @@ func HasShelf() predicate.Book {
 			sqlgraph.From(Table, FieldID),
 			sqlgraph.Edge(sqlgraph.M2O, true, ShelfTable, ShelfColumn),
 		)
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.Shelf
+		step.Edge.Schema = schemaConfig.Book
 		sqlgraph.HasNeighbors(s, step)
 	})
 }
@@ -163,6 +167,9 @@ func HasShelf() predicate.Book {
 func HasShelfWith(preds ...predicate.Shelf) predicate.Book {
 	return predicate.Book(func(s *sql.Selector) {
 		step := newShelfStep()
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.Shelf
+		step.Edge.Schema = schemaConfig.Book
 		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
 			for _, p := range preds {
 				p(s)

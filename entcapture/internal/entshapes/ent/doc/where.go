@@ -5,6 +5,7 @@ package doc
 import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/internal"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/predicate"
 )
 
@@ -180,6 +181,9 @@ func HasAuthor() predicate.Doc {
 			sqlgraph.From(Table, FieldID),
 			sqlgraph.Edge(sqlgraph.M2O, true, AuthorTable, AuthorColumn),
 		)
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.Person
+		step.Edge.Schema = schemaConfig.Doc
 		sqlgraph.HasNeighbors(s, step)
 	})
 }
@@ -188,6 +192,9 @@ func HasAuthor() predicate.Doc {
 func HasAuthorWith(preds ...predicate.Person) predicate.Doc {
 	return predicate.Doc(func(s *sql.Selector) {
 		step := newAuthorStep()
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.Person
+		step.Edge.Schema = schemaConfig.Doc
 		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
 			for _, p := range preds {
 				p(s)
@@ -203,6 +210,9 @@ func HasReviewer() predicate.Doc {
 			sqlgraph.From(Table, FieldID),
 			sqlgraph.Edge(sqlgraph.M2O, true, ReviewerTable, ReviewerColumn),
 		)
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.Person
+		step.Edge.Schema = schemaConfig.Doc
 		sqlgraph.HasNeighbors(s, step)
 	})
 }
@@ -211,6 +221,9 @@ func HasReviewer() predicate.Doc {
 func HasReviewerWith(preds ...predicate.Person) predicate.Doc {
 	return predicate.Doc(func(s *sql.Selector) {
 		step := newReviewerStep()
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.Person
+		step.Edge.Schema = schemaConfig.Doc
 		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
 			for _, p := range preds {
 				p(s)

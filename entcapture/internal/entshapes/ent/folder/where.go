@@ -5,6 +5,7 @@ package folder
 import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/internal"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/predicate"
 )
 
@@ -165,6 +166,9 @@ func HasParent() predicate.Folder {
 			sqlgraph.From(Table, FieldID),
 			sqlgraph.Edge(sqlgraph.M2O, true, ParentTable, ParentColumn),
 		)
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.Folder
+		step.Edge.Schema = schemaConfig.Folder
 		sqlgraph.HasNeighbors(s, step)
 	})
 }
@@ -173,6 +177,9 @@ func HasParent() predicate.Folder {
 func HasParentWith(preds ...predicate.Folder) predicate.Folder {
 	return predicate.Folder(func(s *sql.Selector) {
 		step := newParentStep()
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.Folder
+		step.Edge.Schema = schemaConfig.Folder
 		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
 			for _, p := range preds {
 				p(s)
@@ -188,6 +195,9 @@ func HasChildren() predicate.Folder {
 			sqlgraph.From(Table, FieldID),
 			sqlgraph.Edge(sqlgraph.O2M, false, ChildrenTable, ChildrenColumn),
 		)
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.Folder
+		step.Edge.Schema = schemaConfig.Folder
 		sqlgraph.HasNeighbors(s, step)
 	})
 }
@@ -196,6 +206,9 @@ func HasChildren() predicate.Folder {
 func HasChildrenWith(preds ...predicate.Folder) predicate.Folder {
 	return predicate.Folder(func(s *sql.Selector) {
 		step := newChildrenStep()
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.Folder
+		step.Edge.Schema = schemaConfig.Folder
 		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
 			for _, p := range preds {
 				p(s)

@@ -93,6 +93,30 @@ func (f MembershipFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, 
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.MembershipMutation", m)
 }
 
+// The MemoFunc type is an adapter to allow the use of ordinary
+// function as Memo mutator.
+type MemoFunc func(context.Context, *ent.MemoMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f MemoFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.MemoMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.MemoMutation", m)
+}
+
+// The MemoNoteFunc type is an adapter to allow the use of ordinary
+// function as MemoNote mutator.
+type MemoNoteFunc func(context.Context, *ent.MemoNoteMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f MemoNoteFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.MemoNoteMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.MemoNoteMutation", m)
+}
+
 // The NodeFunc type is an adapter to allow the use of ordinary
 // function as Node mutator.
 type NodeFunc func(context.Context, *ent.NodeMutation) (ent.Value, error)

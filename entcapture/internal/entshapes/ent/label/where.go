@@ -5,6 +5,7 @@ package label
 import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/internal"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/predicate"
 )
 
@@ -130,6 +131,9 @@ func HasShelf() predicate.Label {
 			sqlgraph.From(Table, FieldID),
 			sqlgraph.Edge(sqlgraph.M2O, true, ShelfTable, ShelfColumn),
 		)
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.Shelf
+		step.Edge.Schema = schemaConfig.Label
 		sqlgraph.HasNeighbors(s, step)
 	})
 }
@@ -138,6 +142,9 @@ func HasShelf() predicate.Label {
 func HasShelfWith(preds ...predicate.Shelf) predicate.Label {
 	return predicate.Label(func(s *sql.Selector) {
 		step := newShelfStep()
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.Shelf
+		step.Edge.Schema = schemaConfig.Label
 		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
 			for _, p := range preds {
 				p(s)

@@ -5,6 +5,7 @@ package membership
 import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/internal"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/predicate"
 )
 
@@ -135,6 +136,9 @@ func HasUser() predicate.Membership {
 			sqlgraph.From(Table, UserColumn),
 			sqlgraph.Edge(sqlgraph.M2O, false, UserTable, UserColumn),
 		)
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.User
+		step.Edge.Schema = schemaConfig.Membership
 		sqlgraph.HasNeighbors(s, step)
 	})
 }
@@ -143,6 +147,9 @@ func HasUser() predicate.Membership {
 func HasUserWith(preds ...predicate.User) predicate.Membership {
 	return predicate.Membership(func(s *sql.Selector) {
 		step := newUserStep()
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.User
+		step.Edge.Schema = schemaConfig.Membership
 		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
 			for _, p := range preds {
 				p(s)
@@ -158,6 +165,9 @@ func HasGroup() predicate.Membership {
 			sqlgraph.From(Table, GroupColumn),
 			sqlgraph.Edge(sqlgraph.M2O, false, GroupTable, GroupColumn),
 		)
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.Group
+		step.Edge.Schema = schemaConfig.Membership
 		sqlgraph.HasNeighbors(s, step)
 	})
 }
@@ -166,6 +176,9 @@ func HasGroup() predicate.Membership {
 func HasGroupWith(preds ...predicate.Group) predicate.Membership {
 	return predicate.Membership(func(s *sql.Selector) {
 		step := newGroupStep()
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.Group
+		step.Edge.Schema = schemaConfig.Membership
 		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
 			for _, p := range preds {
 				p(s)

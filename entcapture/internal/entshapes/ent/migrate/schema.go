@@ -166,6 +166,37 @@ var (
 			},
 		},
 	}
+	// MemosColumns holds the columns for the "memos" table.
+	MemosColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "text", Type: field.TypeString},
+	}
+	// MemosTable holds the schema information for the "memos" table.
+	MemosTable = &schema.Table{
+		Name:       "memos",
+		Columns:    MemosColumns,
+		PrimaryKey: []*schema.Column{MemosColumns[0]},
+	}
+	// MemoNotesColumns holds the columns for the "memo_notes" table.
+	MemoNotesColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "text", Type: field.TypeString},
+		{Name: "memo_notes", Type: field.TypeInt, Nullable: true},
+	}
+	// MemoNotesTable holds the schema information for the "memo_notes" table.
+	MemoNotesTable = &schema.Table{
+		Name:       "memo_notes",
+		Columns:    MemoNotesColumns,
+		PrimaryKey: []*schema.Column{MemoNotesColumns[0]},
+		ForeignKeys: []*schema.ForeignKey{
+			{
+				Symbol:     "memo_notes_memos_notes",
+				Columns:    []*schema.Column{MemoNotesColumns[2]},
+				RefColumns: []*schema.Column{MemosColumns[0]},
+				OnDelete:   schema.Cascade,
+			},
+		},
+	}
 	// NodesColumns holds the columns for the "nodes" table.
 	NodesColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -282,6 +313,31 @@ var (
 		Columns:    UsersColumns,
 		PrimaryKey: []*schema.Column{UsersColumns[0]},
 	}
+	// MemoTagsColumns holds the columns for the "memo_tags" table.
+	MemoTagsColumns = []*schema.Column{
+		{Name: "memo_id", Type: field.TypeInt},
+		{Name: "tag_id", Type: field.TypeInt},
+	}
+	// MemoTagsTable holds the schema information for the "memo_tags" table.
+	MemoTagsTable = &schema.Table{
+		Name:       "memo_tags",
+		Columns:    MemoTagsColumns,
+		PrimaryKey: []*schema.Column{MemoTagsColumns[0], MemoTagsColumns[1]},
+		ForeignKeys: []*schema.ForeignKey{
+			{
+				Symbol:     "memo_tags_memo_id",
+				Columns:    []*schema.Column{MemoTagsColumns[0]},
+				RefColumns: []*schema.Column{MemosColumns[0]},
+				OnDelete:   schema.Cascade,
+			},
+			{
+				Symbol:     "memo_tags_tag_id",
+				Columns:    []*schema.Column{MemoTagsColumns[1]},
+				RefColumns: []*schema.Column{TagsColumns[0]},
+				OnDelete:   schema.Cascade,
+			},
+		},
+	}
 	// UserFollowingColumns holds the columns for the "user_following" table.
 	UserFollowingColumns = []*schema.Column{
 		{Name: "user_id", Type: field.TypeInt},
@@ -341,6 +397,8 @@ var (
 		GroupsTable,
 		LabelsTable,
 		MembershipsTable,
+		MemosTable,
+		MemoNotesTable,
 		NodesTable,
 		PersonsTable,
 		ProjectsTable,
@@ -349,6 +407,7 @@ var (
 		TagsTable,
 		TasksTable,
 		UsersTable,
+		MemoTagsTable,
 		UserFollowingTable,
 		UserTagsTable,
 	}
@@ -364,9 +423,12 @@ func init() {
 	LabelsTable.ForeignKeys[0].RefTable = ShelvesTable
 	MembershipsTable.ForeignKeys[0].RefTable = UsersTable
 	MembershipsTable.ForeignKeys[1].RefTable = GroupsTable
+	MemoNotesTable.ForeignKeys[0].RefTable = MemosTable
 	NodesTable.ForeignKeys[0].RefTable = NodesTable
 	ShelvesTable.ForeignKeys[0].RefTable = RoomsTable
 	TasksTable.ForeignKeys[0].RefTable = ProjectsTable
+	MemoTagsTable.ForeignKeys[0].RefTable = MemosTable
+	MemoTagsTable.ForeignKeys[1].RefTable = TagsTable
 	UserFollowingTable.ForeignKeys[0].RefTable = UsersTable
 	UserFollowingTable.ForeignKeys[1].RefTable = UsersTable
 	UserTagsTable.ForeignKeys[0].RefTable = UsersTable

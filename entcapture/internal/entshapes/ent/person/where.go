@@ -5,6 +5,7 @@ package person
 import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/internal"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/predicate"
 )
 
@@ -130,6 +131,9 @@ func HasWritten() predicate.Person {
 			sqlgraph.From(Table, FieldID),
 			sqlgraph.Edge(sqlgraph.O2M, false, WrittenTable, WrittenColumn),
 		)
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.Doc
+		step.Edge.Schema = schemaConfig.Doc
 		sqlgraph.HasNeighbors(s, step)
 	})
 }
@@ -138,6 +142,9 @@ func HasWritten() predicate.Person {
 func HasWrittenWith(preds ...predicate.Doc) predicate.Person {
 	return predicate.Person(func(s *sql.Selector) {
 		step := newWrittenStep()
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.Doc
+		step.Edge.Schema = schemaConfig.Doc
 		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
 			for _, p := range preds {
 				p(s)
@@ -153,6 +160,9 @@ func HasReviewed() predicate.Person {
 			sqlgraph.From(Table, FieldID),
 			sqlgraph.Edge(sqlgraph.O2M, false, ReviewedTable, ReviewedColumn),
 		)
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.Doc
+		step.Edge.Schema = schemaConfig.Doc
 		sqlgraph.HasNeighbors(s, step)
 	})
 }
@@ -161,6 +171,9 @@ func HasReviewed() predicate.Person {
 func HasReviewedWith(preds ...predicate.Doc) predicate.Person {
 	return predicate.Person(func(s *sql.Selector) {
 		step := newReviewedStep()
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.Doc
+		step.Edge.Schema = schemaConfig.Doc
 		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
 			for _, p := range preds {
 				p(s)

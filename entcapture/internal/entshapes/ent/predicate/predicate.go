@@ -27,6 +27,12 @@ type Label func(*sql.Selector)
 // Membership is the predicate function for membership builders.
 type Membership func(*sql.Selector)
 
+// Memo is the predicate function for memo builders.
+type Memo func(*sql.Selector)
+
+// MemoNote is the predicate function for memonote builders.
+type MemoNote func(*sql.Selector)
+
 // Node is the predicate function for node builders.
 type Node func(*sql.Selector)
 

@@ -5,6 +5,7 @@ package room
 import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/internal"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/predicate"
 )
 
@@ -130,6 +131,9 @@ func HasShelves() predicate.Room {
 			sqlgraph.From(Table, FieldID),
 			sqlgraph.Edge(sqlgraph.O2M, false, ShelvesTable, ShelvesColumn),
 		)
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.Shelf
+		step.Edge.Schema = schemaConfig.Shelf
 		sqlgraph.HasNeighbors(s, step)
 	})
 }
@@ -138,6 +142,9 @@ func HasShelves() predicate.Room {
 func HasShelvesWith(preds ...predicate.Shelf) predicate.Room {
 	return predicate.Room(func(s *sql.Selector) {
 		step := newShelvesStep()
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.Shelf
+		step.Edge.Schema = schemaConfig.Shelf
 		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
 			for _, p := range preds {
 				p(s)

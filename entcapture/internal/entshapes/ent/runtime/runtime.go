@@ -10,6 +10,8 @@ import (
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/group"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/label"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/membership"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/memo"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/memonote"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/node"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/person"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/project"
@@ -56,6 +58,12 @@ func init() {
 	membershipDescRole := membershipFields[0].Descriptor()
 	// membership.DefaultRole holds the default value on creation for the role field.
 	membership.DefaultRole = membershipDescRole.Default.(string)
+	memoMixin := schema.Memo{}.Mixin()
+	memoMixinHooks0 := memoMixin[0].Hooks()
+	memo.Hooks[0] = memoMixinHooks0[0]
+	memonoteMixin := schema.MemoNote{}.Mixin()
+	memonoteMixinHooks0 := memonoteMixin[0].Hooks()
+	memonote.Hooks[0] = memonoteMixinHooks0[0]
 	nodeMixin := schema.Node{}.Mixin()
 	nodeMixinHooks0 := nodeMixin[0].Hooks()
 	node.Hooks[0] = nodeMixinHooks0[0]

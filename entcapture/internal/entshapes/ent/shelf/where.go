@@ -5,6 +5,7 @@ package shelf
 import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/internal"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/predicate"
 )
 
@@ -130,6 +131,9 @@ func HasRoom() predicate.Shelf {
 			sqlgraph.From(Table, FieldID),
 			sqlgraph.Edge(sqlgraph.M2O, true, RoomTable, RoomColumn),
 		)
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.Room
+		step.Edge.Schema = schemaConfig.Shelf
 		sqlgraph.HasNeighbors(s, step)
 	})
 }
@@ -138,6 +142,9 @@ func HasRoom() predicate.Shelf {
 func HasRoomWith(preds ...predicate.Room) predicate.Shelf {
 	return predicate.Shelf(func(s *sql.Selector) {
 		step := newRoomStep()
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.Room
+		step.Edge.Schema = schemaConfig.Shelf
 		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
 			for _, p := range preds {
 				p(s)
@@ -153,6 +160,9 @@ func HasBooks() predicate.Shelf {
 			sqlgraph.From(Table, FieldID),
 			sqlgraph.Edge(sqlgraph.O2M, false, BooksTable, BooksColumn),
 		)
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.Book
+		step.Edge.Schema = schemaConfig.Book
 		sqlgraph.HasNeighbors(s, step)
 	})
 }
@@ -161,6 +171,9 @@ func HasBooks() predicate.Shelf {
 func HasBooksWith(preds ...predicate.Book) predicate.Shelf {
 	return predicate.Shelf(func(s *sql.Selector) {
 		step := newBooksStep()
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.Book
+		step.Edge.Schema = schemaConfig.Book
 		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
 			for _, p := range preds {
 				p(s)
@@ -176,6 +189,9 @@ func HasLabels() predicate.Shelf {
 			sqlgraph.From(Table, FieldID),
 			sqlgraph.Edge(sqlgraph.O2M, false, LabelsTable, LabelsColumn),
 		)
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.Label
+		step.Edge.Schema = schemaConfig.Label
 		sqlgraph.HasNeighbors(s, step)
 	})
 }
@@ -184,6 +200,9 @@ func HasLabels() predicate.Shelf {
 func HasLabelsWith(preds ...predicate.Label) predicate.Shelf {
 	return predicate.Shelf(func(s *sql.Selector) {
 		step := newLabelsStep()
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.Label
+		step.Edge.Schema = schemaConfig.Label
 		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
 			for _, p := range preds {
 				p(s)

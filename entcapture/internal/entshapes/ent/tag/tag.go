@@ -17,6 +17,8 @@ const (
 	FieldLabel = "label"
 	// EdgeUsers holds the string denoting the users edge name in mutations.
 	EdgeUsers = "users"
+	// EdgeMemos holds the string denoting the memos edge name in mutations.
+	EdgeMemos = "memos"
 	// Table holds the table name of the tag in the database.
 	Table = "tags"
 	// UsersTable is the table that holds the users relation/edge. The primary key declared below.
@@ -24,6 +26,11 @@ const (
 	// UsersInverseTable is the table name for the User entity.
 	// It exists in this package in order to avoid circular dependency with the "user" package.
 	UsersInverseTable = "users"
+	// MemosTable is the table that holds the memos relation/edge. The primary key declared below.
+	MemosTable = "memo_tags"
+	// MemosInverseTable is the table name for the Memo entity.
+	// It exists in this package in order to avoid circular dependency with the "memo" package.
+	MemosInverseTable = "memos"
 )
 
 // Columns holds all SQL columns for tag fields.
@@ -36,6 +43,9 @@ var (
 	// UsersPrimaryKey and UsersColumn2 are the table columns denoting the
 	// primary key for the users relation (M2M).
 	UsersPrimaryKey = []string{"user_id", "tag_id"}
+	// MemosPrimaryKey and MemosColumn2 are the table columns denoting the
+	// primary key for the memos relation (M2M).
+	MemosPrimaryKey = []string{"memo_id", "tag_id"}
 )
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -83,10 +93,31 @@ func ByUsers(term sql.OrderTerm, terms ...sql.OrderTerm) OrderOption {
 		sqlgraph.OrderByNeighborTerms(s, newUsersStep(), append([]sql.OrderTerm{term}, terms...)...)
 	}
 }
+
+// ByMemosCount orders the results by memos count.
+func ByMemosCount(opts ...sql.OrderTermOption) OrderOption {
+	return func(s *sql.Selector) {
+		sqlgraph.OrderByNeighborsCount(s, newMemosStep(), opts...)
+	}
+}
+
+// ByMemos orders the results by memos terms.
+func ByMemos(term sql.OrderTerm, terms ...sql.OrderTerm) OrderOption {
+	return func(s *sql.Selector) {
+		sqlgraph.OrderByNeighborTerms(s, newMemosStep(), append([]sql.OrderTerm{term}, terms...)...)
+	}
+}
 func newUsersStep() *sqlgraph.Step {
 	return sqlgraph.NewStep(
 		sqlgraph.From(Table, FieldID),
 		sqlgraph.To(UsersInverseTable, FieldID),
 		sqlgraph.Edge(sqlgraph.M2M, true, UsersTable, UsersPrimaryKey...),
+	)
+}
+func newMemosStep() *sqlgraph.Step {
+	return sqlgraph.NewStep(
+		sqlgraph.From(Table, FieldID),
+		sqlgraph.To(MemosInverseTable, FieldID),
+		sqlgraph.Edge(sqlgraph.M2M, true, MemosTable, MemosPrimaryKey...),
 	)
 }

@@ -5,6 +5,7 @@ package tag
 import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/internal"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/predicate"
 )
 
@@ -125,6 +126,9 @@ func HasUsers() predicate.Tag {
 			sqlgraph.From(Table, FieldID),
 			sqlgraph.Edge(sqlgraph.M2M, true, UsersTable, UsersPrimaryKey...),
 		)
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.User
+		step.Edge.Schema = schemaConfig.UserTags
 		sqlgraph.HasNeighbors(s, step)
 	})
 }
@@ -133,6 +137,38 @@ func HasUsers() predicate.Tag {
 func HasUsersWith(preds ...predicate.User) predicate.Tag {
 	return predicate.Tag(func(s *sql.Selector) {
 		step := newUsersStep()
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.User
+		step.Edge.Schema = schemaConfig.UserTags
+		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
+			for _, p := range preds {
+				p(s)
+			}
+		})
+	})
+}
+
+// HasMemos applies the HasEdge predicate on the "memos" edge.
+func HasMemos() predicate.Tag {
+	return predicate.Tag(func(s *sql.Selector) {
+		step := sqlgraph.NewStep(
+			sqlgraph.From(Table, FieldID),
+			sqlgraph.Edge(sqlgraph.M2M, true, MemosTable, MemosPrimaryKey...),
+		)
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.Memo
+		step.Edge.Schema = schemaConfig.MemoTags
+		sqlgraph.HasNeighbors(s, step)
+	})
+}
+
+// HasMemosWith applies the HasEdge predicate on the "memos" edge with a given conditions (other predicates).
+func HasMemosWith(preds ...predicate.Memo) predicate.Tag {
+	return predicate.Tag(func(s *sql.Selector) {
+		step := newMemosStep()
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.Memo
+		step.Edge.Schema = schemaConfig.MemoTags
 		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
 			for _, p := range preds {
 				p(s)
