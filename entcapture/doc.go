@@ -14,11 +14,11 @@
 //     generates the typed glue a
 //     generic hook lacks — table and column names, the id, .Sensitive()
 //     fields (left out of events unless named in Options.Fields), typed row
-//     scans, the foreign keys whose ON DELETE reaches captured rows — and
-//     enables the sql/execquery and sql/upsert features. It fails `go
-//     generate` naming the schema and option for an unknown column in
-//     Fields or Exclude, a schema on the outbox table, or a schema without a
-//     single id field.
+//     scans, the foreign keys whose ON DELETE reaches captured rows, the
+//     join tables of plain many-to-many edges — and enables the
+//     sql/execquery and sql/upsert features. It fails `go generate` naming
+//     the schema and option for an unknown column in Fields or Exclude, a
+//     schema on the outbox table, or a view.
 //   - Driver wraps the client's driver: a captured write made without a
 //     transaction runs, with its events, in a transaction the hook opens
 //     and the wrapper routes the write's statements into. Without it such a
@@ -57,15 +57,30 @@
 //     the ids first). UpdateOne reads first only in BeforeAndAfter mode. In
 //     a caller transaction on a client not opened on Driver (no wrapper to
 //     add RETURNING) the rows are read locked first and the after images
-//     read by id after the write.
+//     read by id after the write. An update that sets no column of its
+//     own (UpdateOne(p).AddFollowing(q), UpdateOneID(k) with nothing set),
+//     for which ent sends no UPDATE, has no event of its row; the join
+//     rows and children its edge setters write have theirs.
 //   - Delete, DeleteOne: ent's DELETE runs with a RETURNING of the before
 //     images (their ids only in Keys mode); when the delete cascades to
 //     captured rows, or without the wrapper, the rows are read locked
-//     before the delete instead, and the delete pinned to them.
+//     right before ent's DELETE runs instead — in the generated delete,
+//     after every hook, so with the predicates a later hook adds (a
+//     tenant's WhereP) — and the delete pinned to them. A delete that
+//     never runs (a later hook turns it into an update) has no events.
 //   - ON DELETE CASCADE / SET NULL (entsql.OnDelete, and ent's defaults as
 //     the migrated tables have them): the rows of captured schemas the
-//     database will delete or null, read locked before the delete, one
-//     statement per foreign key per level, recursively.
+//     database will delete or null, read locked with the rows above, one
+//     statement per foreign key per level, recursively, also through
+//     tables that are not captured; one event per row (a row reached
+//     twice, through a self-referencing tree or two foreign keys, is
+//     deleted once; a row deleted and nulled is deleted; a row nulled
+//     through two keys is one update of both columns). A schema that is
+//     not captured but whose deletes reach captured rows this way gets
+//     CascadeHook, which the generated client installs: its deletes then
+//     capture those rows, and so need Driver or a transaction like a
+//     captured write (without them they fail with
+//     envelope.ErrConfiguration and delete nothing).
 //   - Upserts (OnConflict…): the rows the new ones conflict with are read
 //     locked before the INSERT, the rows read again by conflict key after
 //     it: a conflicting row is an update (its changed columns those the
@@ -75,11 +90,26 @@
 //     herald cannot classify (no conflict columns, ON CONSTRAINT, a partial
 //     index, an update with a WHERE) fails with envelope.ErrUnsupported
 //     naming the schema, and writes nothing.
-//   - Edge schemas (edge.To(…).Through(…)): their rows written through
-//     their own client are captured like any schema's; the join rows that
-//     edge setters write past every hook (AddGroups, RemoveGroups,
-//     ClearGroups, on create and update) are read before and after the
-//     write and captured as inserted and deleted rows of the edge schema.
+//   - Edge schemas (edge.To(…).Through(…)), with an id or a composite id
+//     (field.ID("user_id", "group_id"), keyed by both columns): their rows
+//     written through their own client are captured like any schema's; the
+//     join rows that edge setters write past every hook (AddGroups,
+//     RemoveGroups, ClearGroups, on create and update; both rows of a
+//     bidirectional edge) are read before and after the write and captured
+//     as inserted and deleted rows of the edge schema.
+//   - Plain many-to-many edges between two captured schemas: their join
+//     table is captured as a model named after it (user_tags: UserTags),
+//     keyed by both foreign keys, its image both columns — as gormcapture
+//     captures a join table — from the setters of either side and from
+//     the cascades of a delete. Its Options are Config.Options["UserTags"]
+//     when set, else those of the schema that declares the edge
+//     (edge.To) as far as they apply to a join row: Payload, Operations,
+//     Namespace, Unordered, Topic and OrderingKey.
+//   - Tables in another database schema: the capture's own statements
+//     qualify each table with the client's SchemaConfig (ent's
+//     sql/schemaconfig feature, which entsql.Annotation{Schema: …} fills
+//     by default and ent.AlternateSchema at run time), or without that
+//     feature with the annotation's schema.
 //   - Edge setters on the side without the foreign key (user.AddPets,
 //     ClearPets, a bidirectional one-to-one's other row) update rows of
 //     another captured table past every hook: the rows they can touch are
@@ -113,8 +143,6 @@
 // # Not captured
 //
 // Statements that bypass ent's hooks: ExecContext/QueryContext and other
-// raw SQL; join rows of a many-to-many edge without an edge schema (there
-// is no schema to capture them as — declare one with Through); rows of
-// tables that are not captured, and what a cascade reaches through them;
-// schemas with a composite id.
+// raw SQL; rows of tables that are not captured; join rows of a plain
+// many-to-many edge with an uncaptured side; views.
 package entcapture
