@@ -32,6 +32,7 @@ var shapeTables = []struct {
 	{"friendships", "friendship", []string{"id"}},
 	{"user_following", "user_following", []string{"user_id", "follower_id"}},
 	{"user_tags", "user_tags", []string{"user_id", "tag_id"}},
+	{"user_peers", "user_peers", []string{"user_id", "peer_id"}},
 	{"tags", "tag", []string{"id"}},
 	{"groups", "group", []string{"id"}},
 	{"memberships", "membership", []string{"user_id", "group_id"}},
@@ -453,10 +454,18 @@ func TestPlainManyToManyJoinRows(t *testing.T) {
 		s.check(t, "Update.ClearUsers", func() error { return s.c.Tag.UpdateOne(t2).ClearUsers().Exec(ctx) })
 		s.check(t, "AddFollowing", func() error { return s.c.User.UpdateOne(u1).AddFollowing(u2).AddFollowers(u2).Exec(ctx) })
 		s.check(t, "UpdateOne(u2).AddTags(t1, t2)", func() error { return s.c.User.UpdateOne(u2).AddTags(t2).Exec(ctx) })
+		// A plain bidirectional edge: ent writes and deletes both rows.
+		got = s.check(t, "AddPeers", func() error { return s.c.User.UpdateOne(u1).AddPeers(u2).Exec(ctx) })
+		if want := "user_peers.inserted user_id=1,peer_id=2, user_peers.inserted user_id=2,peer_id=1"; got != want {
+			t.Errorf("AddPeers: got %s, want %s", got, want)
+		}
+		s.check(t, "RemovePeers", func() error { return s.c.User.UpdateOne(u2).RemovePeers(u1).Exec(ctx) })
+		s.check(t, "AddPeers again", func() error { return s.c.User.UpdateOne(u2).AddPeers(u1).Exec(ctx) })
 		// u2 follows and is followed by u1, and carries tags: the delete
 		// cascades to join rows through both of their columns.
 		got = s.check(t, "DeleteOne(u2)", func() error { return s.c.User.DeleteOne(u2).Exec(ctx) })
 		if want := "user.deleted id=2, user_following.deleted user_id=1,follower_id=2, user_following.deleted user_id=2,follower_id=1, " +
+			"user_peers.deleted user_id=1,peer_id=2, user_peers.deleted user_id=2,peer_id=1, " +
 			"user_tags.deleted user_id=2,tag_id=1, user_tags.deleted user_id=2,tag_id=2"; got != want {
 			t.Errorf("DeleteOne(u2): got %s, want %s", got, want)
 		}

@@ -3110,6 +3110,25 @@ func (c *UserClient) QueryFollowing(_m *User) *UserQuery {
 	return query
 }
 
+// QueryPeers queries the peers edge of a User.
+func (c *UserClient) QueryPeers(_m *User) *UserQuery {
+	query := (&UserClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(user.Table, user.FieldID, id),
+			sqlgraph.To(user.Table, user.FieldID),
+			sqlgraph.Edge(sqlgraph.M2M, false, user.PeersTable, user.PeersPrimaryKey...),
+		)
+		schemaConfig := _m.schemaConfig
+		step.To.Schema = schemaConfig.User
+		step.Edge.Schema = schemaConfig.UserPeers
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
 // QueryTags queries the tags edge of a User.
 func (c *UserClient) QueryTags(_m *User) *TagQuery {
 	query := (&TagClient{config: c.config}).Query()

@@ -108,6 +108,8 @@ func heraldDB(c SchemaConfig, s *entcapture.Schema) (string, bool) {
 		return c.MemoTags, true
 	case heraldJoinUserFollowingSchema:
 		return c.UserFollowing, true
+	case heraldJoinUserPeersSchema:
+		return c.UserPeers, true
 	case heraldJoinUserTagsSchema:
 		return c.UserTags, true
 	}
@@ -2290,6 +2292,46 @@ func heraldScanUserFollowing(rows *stdsql.Rows, cols []string) ([]map[string]any
 	return out, rows.Err()
 }
 
+// heraldJoinUserPeersSchema describes the join table user_peers to entcapture.
+var heraldJoinUserPeersSchema = &entcapture.Schema{
+	Name:    "UserPeers",
+	Table:   "user_peers",
+	Columns: []string{"user_id", "peer_id"},
+	Key:     []string{"user_id", "peer_id"},
+}
+
+func heraldScanUserPeers(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
+	var out []map[string]any
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		gets := make([]func() (any, error), len(cols))
+		for i, c := range cols {
+			switch c {
+			case "user_id":
+				vals[i], gets[i] = heraldIDScanUser()
+			case "peer_id":
+				vals[i], gets[i] = heraldIDScanUser()
+			default:
+				v := new(any)
+				vals[i], gets[i] = v, func() (any, error) { return *v, nil }
+			}
+		}
+		if err := rows.Scan(vals...); err != nil {
+			return nil, err
+		}
+		row := make(map[string]any, len(cols))
+		for i, c := range cols {
+			v, err := gets[i]()
+			if err != nil {
+				return nil, err
+			}
+			row[c] = v
+		}
+		out = append(out, row)
+	}
+	return out, rows.Err()
+}
+
 // heraldJoinUserTagsSchema describes the join table user_tags to entcapture.
 var heraldJoinUserTagsSchema = &entcapture.Schema{
 	Name:    "UserTags",
@@ -2474,12 +2516,15 @@ func init() {
 	heraldUserSchema.Edges = append(heraldUserSchema.Edges, entcapture.ThroughEdge{Name: "friends", Through: heraldFriendshipSchema, Own: "user_id", Other: "friend_id", Bidi: true})
 	heraldUserSchema.Edges = append(heraldUserSchema.Edges, entcapture.ThroughEdge{Name: "followers", Through: heraldJoinUserFollowingSchema, Own: "follower_id", Other: "user_id", Bidi: false})
 	heraldUserSchema.Edges = append(heraldUserSchema.Edges, entcapture.ThroughEdge{Name: "following", Through: heraldJoinUserFollowingSchema, Own: "user_id", Other: "follower_id", Bidi: false})
+	heraldUserSchema.Edges = append(heraldUserSchema.Edges, entcapture.ThroughEdge{Name: "peers", Through: heraldJoinUserPeersSchema, Own: "user_id", Other: "peer_id", Bidi: true})
 	heraldUserSchema.Edges = append(heraldUserSchema.Edges, entcapture.ThroughEdge{Name: "tags", Through: heraldJoinUserTagsSchema, Own: "user_id", Other: "tag_id", Bidi: false})
 	heraldUserSchema.Edges = append(heraldUserSchema.Edges, entcapture.ThroughEdge{Name: "groups", Through: heraldMembershipSchema, Own: "user_id", Other: "group_id", Bidi: false})
 	heraldUserSchema.ChildEdges = append(heraldUserSchema.ChildEdges, entcapture.ChildEdge{Name: "friendships", Child: heraldFriendshipSchema, Column: "user_id"})
 	heraldUserSchema.ChildEdges = append(heraldUserSchema.ChildEdges, entcapture.ChildEdge{Name: "joined", Child: heraldMembershipSchema, Column: "user_id"})
 	heraldUserSchema.Cascades = append(heraldUserSchema.Cascades, entcapture.Cascade{Child: heraldJoinUserFollowingSchema, Column: "user_id", SetNull: false})
 	heraldUserSchema.Cascades = append(heraldUserSchema.Cascades, entcapture.Cascade{Child: heraldJoinUserFollowingSchema, Column: "follower_id", SetNull: false})
+	heraldUserSchema.Cascades = append(heraldUserSchema.Cascades, entcapture.Cascade{Child: heraldJoinUserPeersSchema, Column: "user_id", SetNull: false})
+	heraldUserSchema.Cascades = append(heraldUserSchema.Cascades, entcapture.Cascade{Child: heraldJoinUserPeersSchema, Column: "peer_id", SetNull: false})
 	heraldUserSchema.Cascades = append(heraldUserSchema.Cascades, entcapture.Cascade{Child: heraldJoinUserTagsSchema, Column: "user_id", SetNull: false})
 	heraldRoomSchema.Scan = (*RoomMutation)(nil).HeraldScan
 	heraldRoomSchema.Cascades = append(heraldRoomSchema.Cascades, entcapture.Cascade{Child: heraldShelfSchema, Column: "room_shelves", SetNull: false})
@@ -2490,6 +2535,8 @@ func init() {
 	heraldJoinMemoTagsSchema.JoinOwner = heraldMemoSchema
 	heraldJoinUserFollowingSchema.Scan = heraldScanUserFollowing
 	heraldJoinUserFollowingSchema.JoinOwner = heraldUserSchema
+	heraldJoinUserPeersSchema.Scan = heraldScanUserPeers
+	heraldJoinUserPeersSchema.JoinOwner = heraldUserSchema
 	heraldJoinUserTagsSchema.Scan = heraldScanUserTags
 	heraldJoinUserTagsSchema.JoinOwner = heraldUserSchema
 }

@@ -7713,6 +7713,9 @@ type UserMutation struct {
 	following          map[int]struct{}
 	removedfollowing   map[int]struct{}
 	clearedfollowing   bool
+	peers              map[int]struct{}
+	removedpeers       map[int]struct{}
+	clearedpeers       bool
 	tags               map[int]struct{}
 	removedtags        map[int]struct{}
 	clearedtags        bool
@@ -8025,6 +8028,60 @@ func (m *UserMutation) ResetFollowing() {
 	m.removedfollowing = nil
 }
 
+// AddPeerIDs adds the "peers" edge to the User entity by ids.
+func (m *UserMutation) AddPeerIDs(ids ...int) {
+	if m.peers == nil {
+		m.peers = make(map[int]struct{})
+	}
+	for i := range ids {
+		m.peers[ids[i]] = struct{}{}
+	}
+}
+
+// ClearPeers clears the "peers" edge to the User entity.
+func (m *UserMutation) ClearPeers() {
+	m.clearedpeers = true
+}
+
+// PeersCleared reports if the "peers" edge to the User entity was cleared.
+func (m *UserMutation) PeersCleared() bool {
+	return m.clearedpeers
+}
+
+// RemovePeerIDs removes the "peers" edge to the User entity by IDs.
+func (m *UserMutation) RemovePeerIDs(ids ...int) {
+	if m.removedpeers == nil {
+		m.removedpeers = make(map[int]struct{})
+	}
+	for i := range ids {
+		delete(m.peers, ids[i])
+		m.removedpeers[ids[i]] = struct{}{}
+	}
+}
+
+// RemovedPeers returns the removed IDs of the "peers" edge to the User entity.
+func (m *UserMutation) RemovedPeersIDs() (ids []int) {
+	for id := range m.removedpeers {
+		ids = append(ids, id)
+	}
+	return
+}
+
+// PeersIDs returns the "peers" edge IDs in the mutation.
+func (m *UserMutation) PeersIDs() (ids []int) {
+	for id := range m.peers {
+		ids = append(ids, id)
+	}
+	return
+}
+
+// ResetPeers resets all changes to the "peers" edge.
+func (m *UserMutation) ResetPeers() {
+	m.peers = nil
+	m.clearedpeers = false
+	m.removedpeers = nil
+}
+
 // AddTagIDs adds the "tags" edge to the Tag entity by ids.
 func (m *UserMutation) AddTagIDs(ids ...int) {
 	if m.tags == nil {
@@ -8320,7 +8377,7 @@ func (m *UserMutation) ResetField(name string) error {
 
 // AddedEdges returns all edge names that were set/added in this mutation.
 func (m *UserMutation) AddedEdges() []string {
-	edges := make([]string, 0, 6)
+	edges := make([]string, 0, 7)
 	if m.friends != nil {
 		edges = append(edges, user.EdgeFriends)
 	}
@@ -8329,6 +8386,9 @@ func (m *UserMutation) AddedEdges() []string {
 	}
 	if m.following != nil {
 		edges = append(edges, user.EdgeFollowing)
+	}
+	if m.peers != nil {
+		edges = append(edges, user.EdgePeers)
 	}
 	if m.tags != nil {
 		edges = append(edges, user.EdgeTags)
@@ -8364,6 +8424,12 @@ func (m *UserMutation) AddedIDs(name string) []ent.Value {
 			ids = append(ids, id)
 		}
 		return ids
+	case user.EdgePeers:
+		ids := make([]ent.Value, 0, len(m.peers))
+		for id := range m.peers {
+			ids = append(ids, id)
+		}
+		return ids
 	case user.EdgeTags:
 		ids := make([]ent.Value, 0, len(m.tags))
 		for id := range m.tags {
@@ -8388,7 +8454,7 @@ func (m *UserMutation) AddedIDs(name string) []ent.Value {
 
 // RemovedEdges returns all edge names that were removed in this mutation.
 func (m *UserMutation) RemovedEdges() []string {
-	edges := make([]string, 0, 6)
+	edges := make([]string, 0, 7)
 	if m.removedfriends != nil {
 		edges = append(edges, user.EdgeFriends)
 	}
@@ -8397,6 +8463,9 @@ func (m *UserMutation) RemovedEdges() []string {
 	}
 	if m.removedfollowing != nil {
 		edges = append(edges, user.EdgeFollowing)
+	}
+	if m.removedpeers != nil {
+		edges = append(edges, user.EdgePeers)
 	}
 	if m.removedtags != nil {
 		edges = append(edges, user.EdgeTags)
@@ -8432,6 +8501,12 @@ func (m *UserMutation) RemovedIDs(name string) []ent.Value {
 			ids = append(ids, id)
 		}
 		return ids
+	case user.EdgePeers:
+		ids := make([]ent.Value, 0, len(m.removedpeers))
+		for id := range m.removedpeers {
+			ids = append(ids, id)
+		}
+		return ids
 	case user.EdgeTags:
 		ids := make([]ent.Value, 0, len(m.removedtags))
 		for id := range m.removedtags {
@@ -8456,7 +8531,7 @@ func (m *UserMutation) RemovedIDs(name string) []ent.Value {
 
 // ClearedEdges returns all edge names that were cleared in this mutation.
 func (m *UserMutation) ClearedEdges() []string {
-	edges := make([]string, 0, 6)
+	edges := make([]string, 0, 7)
 	if m.clearedfriends {
 		edges = append(edges, user.EdgeFriends)
 	}
@@ -8465,6 +8540,9 @@ func (m *UserMutation) ClearedEdges() []string {
 	}
 	if m.clearedfollowing {
 		edges = append(edges, user.EdgeFollowing)
+	}
+	if m.clearedpeers {
+		edges = append(edges, user.EdgePeers)
 	}
 	if m.clearedtags {
 		edges = append(edges, user.EdgeTags)
@@ -8488,6 +8566,8 @@ func (m *UserMutation) EdgeCleared(name string) bool {
 		return m.clearedfollowers
 	case user.EdgeFollowing:
 		return m.clearedfollowing
+	case user.EdgePeers:
+		return m.clearedpeers
 	case user.EdgeTags:
 		return m.clearedtags
 	case user.EdgeGroups:
@@ -8518,6 +8598,9 @@ func (m *UserMutation) ResetEdge(name string) error {
 		return nil
 	case user.EdgeFollowing:
 		m.ResetFollowing()
+		return nil
+	case user.EdgePeers:
+		m.ResetPeers()
 		return nil
 	case user.EdgeTags:
 		m.ResetTags()

@@ -32,6 +32,8 @@ type UserEdges struct {
 	Followers []*User `json:"followers,omitempty"`
 	// Following holds the value of the following edge.
 	Following []*User `json:"following,omitempty"`
+	// Peers holds the value of the peers edge.
+	Peers []*User `json:"peers,omitempty"`
 	// Tags holds the value of the tags edge.
 	Tags []*Tag `json:"tags,omitempty"`
 	// Groups holds the value of the groups edge.
@@ -42,7 +44,7 @@ type UserEdges struct {
 	Joined []*Membership `json:"joined,omitempty"`
 	// loadedTypes holds the information for reporting if a
 	// type was loaded (or requested) in eager-loading or not.
-	loadedTypes [7]bool
+	loadedTypes [8]bool
 }
 
 // FriendsOrErr returns the Friends value or an error if the edge
@@ -72,10 +74,19 @@ func (e UserEdges) FollowingOrErr() ([]*User, error) {
 	return nil, &NotLoadedError{edge: "following"}
 }
 
+// PeersOrErr returns the Peers value or an error if the edge
+// was not loaded in eager-loading.
+func (e UserEdges) PeersOrErr() ([]*User, error) {
+	if e.loadedTypes[3] {
+		return e.Peers, nil
+	}
+	return nil, &NotLoadedError{edge: "peers"}
+}
+
 // TagsOrErr returns the Tags value or an error if the edge
 // was not loaded in eager-loading.
 func (e UserEdges) TagsOrErr() ([]*Tag, error) {
-	if e.loadedTypes[3] {
+	if e.loadedTypes[4] {
 		return e.Tags, nil
 	}
 	return nil, &NotLoadedError{edge: "tags"}
@@ -84,7 +95,7 @@ func (e UserEdges) TagsOrErr() ([]*Tag, error) {
 // GroupsOrErr returns the Groups value or an error if the edge
 // was not loaded in eager-loading.
 func (e UserEdges) GroupsOrErr() ([]*Group, error) {
-	if e.loadedTypes[4] {
+	if e.loadedTypes[5] {
 		return e.Groups, nil
 	}
 	return nil, &NotLoadedError{edge: "groups"}
@@ -93,7 +104,7 @@ func (e UserEdges) GroupsOrErr() ([]*Group, error) {
 // FriendshipsOrErr returns the Friendships value or an error if the edge
 // was not loaded in eager-loading.
 func (e UserEdges) FriendshipsOrErr() ([]*Friendship, error) {
-	if e.loadedTypes[5] {
+	if e.loadedTypes[6] {
 		return e.Friendships, nil
 	}
 	return nil, &NotLoadedError{edge: "friendships"}
@@ -102,7 +113,7 @@ func (e UserEdges) FriendshipsOrErr() ([]*Friendship, error) {
 // JoinedOrErr returns the Joined value or an error if the edge
 // was not loaded in eager-loading.
 func (e UserEdges) JoinedOrErr() ([]*Membership, error) {
-	if e.loadedTypes[6] {
+	if e.loadedTypes[7] {
 		return e.Joined, nil
 	}
 	return nil, &NotLoadedError{edge: "joined"}
@@ -170,6 +181,11 @@ func (_m *User) QueryFollowers() *UserQuery {
 // QueryFollowing queries the "following" edge of the User entity.
 func (_m *User) QueryFollowing() *UserQuery {
 	return NewUserClient(_m.config).QueryFollowing(_m)
+}
+
+// QueryPeers queries the "peers" edge of the User entity.
+func (_m *User) QueryPeers() *UserQuery {
+	return NewUserClient(_m.config).QueryPeers(_m)
 }
 
 // QueryTags queries the "tags" edge of the User entity.

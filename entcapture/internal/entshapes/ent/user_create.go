@@ -76,6 +76,21 @@ func (_c *UserCreate) AddFollowing(v ...*User) *UserCreate {
 	return _c.AddFollowingIDs(ids...)
 }
 
+// AddPeerIDs adds the "peers" edge to the User entity by IDs.
+func (_c *UserCreate) AddPeerIDs(ids ...int) *UserCreate {
+	_c.mutation.AddPeerIDs(ids...)
+	return _c
+}
+
+// AddPeers adds the "peers" edges to the User entity.
+func (_c *UserCreate) AddPeers(v ...*User) *UserCreate {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _c.AddPeerIDs(ids...)
+}
+
 // AddTagIDs adds the "tags" edge to the Tag entity by IDs.
 func (_c *UserCreate) AddTagIDs(ids ...int) *UserCreate {
 	_c.mutation.AddTagIDs(ids...)
@@ -243,6 +258,23 @@ func (_c *UserCreate) createSpec() (*User, *sqlgraph.CreateSpec) {
 			},
 		}
 		edge.Schema = _c.schemaConfig.UserFollowing
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges = append(_spec.Edges, edge)
+	}
+	if nodes := _c.mutation.PeersIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.M2M,
+			Inverse: false,
+			Table:   user.PeersTable,
+			Columns: user.PeersPrimaryKey,
+			Bidi:    true,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(user.FieldID, field.TypeInt),
+			},
+		}
+		edge.Schema = _c.schemaConfig.UserPeers
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}

@@ -31,6 +31,7 @@ type UserQuery struct {
 	withFriends     *UserQuery
 	withFollowers   *UserQuery
 	withFollowing   *UserQuery
+	withPeers       *UserQuery
 	withTags        *TagQuery
 	withGroups      *GroupQuery
 	withFriendships *FriendshipQuery
@@ -140,6 +141,31 @@ func (_q *UserQuery) QueryFollowing() *UserQuery {
 		schemaConfig := _q.schemaConfig
 		step.To.Schema = schemaConfig.User
 		step.Edge.Schema = schemaConfig.UserFollowing
+		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
+		return fromU, nil
+	}
+	return query
+}
+
+// QueryPeers chains the current query on the "peers" edge.
+func (_q *UserQuery) QueryPeers() *UserQuery {
+	query := (&UserClient{config: _q.config}).Query()
+	query.path = func(ctx context.Context) (fromU *sql.Selector, err error) {
+		if err := _q.prepareQuery(ctx); err != nil {
+			return nil, err
+		}
+		selector := _q.sqlQuery(ctx)
+		if err := selector.Err(); err != nil {
+			return nil, err
+		}
+		step := sqlgraph.NewStep(
+			sqlgraph.From(user.Table, user.FieldID, selector),
+			sqlgraph.To(user.Table, user.FieldID),
+			sqlgraph.Edge(sqlgraph.M2M, false, user.PeersTable, user.PeersPrimaryKey...),
+		)
+		schemaConfig := _q.schemaConfig
+		step.To.Schema = schemaConfig.User
+		step.Edge.Schema = schemaConfig.UserPeers
 		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
 		return fromU, nil
 	}
@@ -441,6 +467,7 @@ func (_q *UserQuery) Clone() *UserQuery {
 		withFriends:     _q.withFriends.Clone(),
 		withFollowers:   _q.withFollowers.Clone(),
 		withFollowing:   _q.withFollowing.Clone(),
+		withPeers:       _q.withPeers.Clone(),
 		withTags:        _q.withTags.Clone(),
 		withGroups:      _q.withGroups.Clone(),
 		withFriendships: _q.withFriendships.Clone(),
@@ -481,6 +508,17 @@ func (_q *UserQuery) WithFollowing(opts ...func(*UserQuery)) *UserQuery {
 		opt(query)
 	}
 	_q.withFollowing = query
+	return _q
+}
+
+// WithPeers tells the query-builder to eager-load the nodes that are connected to
+// the "peers" edge. The optional arguments are used to configure the query builder of the edge.
+func (_q *UserQuery) WithPeers(opts ...func(*UserQuery)) *UserQuery {
+	query := (&UserClient{config: _q.config}).Query()
+	for _, opt := range opts {
+		opt(query)
+	}
+	_q.withPeers = query
 	return _q
 }
 
@@ -606,10 +644,11 @@ func (_q *UserQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*User, e
 	var (
 		nodes       = []*User{}
 		_spec       = _q.querySpec()
-		loadedTypes = [7]bool{
+		loadedTypes = [8]bool{
 			_q.withFriends != nil,
 			_q.withFollowers != nil,
 			_q.withFollowing != nil,
+			_q.withPeers != nil,
 			_q.withTags != nil,
 			_q.withGroups != nil,
 			_q.withFriendships != nil,
@@ -654,6 +693,13 @@ func (_q *UserQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*User, e
 		if err := _q.loadFollowing(ctx, query, nodes,
 			func(n *User) { n.Edges.Following = []*User{} },
 			func(n *User, e *User) { n.Edges.Following = append(n.Edges.Following, e) }); err != nil {
+			return nil, err
+		}
+	}
+	if query := _q.withPeers; query != nil {
+		if err := _q.loadPeers(ctx, query, nodes,
+			func(n *User) { n.Edges.Peers = []*User{} },
+			func(n *User, e *User) { n.Edges.Peers = append(n.Edges.Peers, e) }); err != nil {
 			return nil, err
 		}
 	}
@@ -867,6 +913,68 @@ func (_q *UserQuery) loadFollowing(ctx context.Context, query *UserQuery, nodes 
 		nodes, ok := nids[n.ID]
 		if !ok {
 			return fmt.Errorf(`unexpected "following" node returned %v`, n.ID)
+		}
+		for kn := range nodes {
+			assign(kn, n)
+		}
+	}
+	return nil
+}
+func (_q *UserQuery) loadPeers(ctx context.Context, query *UserQuery, nodes []*User, init func(*User), assign func(*User, *User)) error {
+	edgeIDs := make([]driver.Value, len(nodes))
+	byID := make(map[int]*User)
+	nids := make(map[int]map[*User]struct{})
+	for i, node := range nodes {
+		edgeIDs[i] = node.ID
+		byID[node.ID] = node
+		if init != nil {
+			init(node)
+		}
+	}
+	query.Where(func(s *sql.Selector) {
+		joinT := sql.Table(user.PeersTable)
+		joinT.Schema(_q.schemaConfig.UserPeers)
+		s.Join(joinT).On(s.C(user.FieldID), joinT.C(user.PeersPrimaryKey[1]))
+		s.Where(sql.InValues(joinT.C(user.PeersPrimaryKey[0]), edgeIDs...))
+		columns := s.SelectedColumns()
+		s.Select(joinT.C(user.PeersPrimaryKey[0]))
+		s.AppendSelect(columns...)
+		s.SetDistinct(false)
+	})
+	if err := query.prepareQuery(ctx); err != nil {
+		return err
+	}
+	qr := QuerierFunc(func(ctx context.Context, q Query) (Value, error) {
+		return query.sqlAll(ctx, func(_ context.Context, spec *sqlgraph.QuerySpec) {
+			assign := spec.Assign
+			values := spec.ScanValues
+			spec.ScanValues = func(columns []string) ([]any, error) {
+				values, err := values(columns[1:])
+				if err != nil {
+					return nil, err
+				}
+				return append([]any{new(sql.NullInt64)}, values...), nil
+			}
+			spec.Assign = func(columns []string, values []any) error {
+				outValue := int(values[0].(*sql.NullInt64).Int64)
+				inValue := int(values[1].(*sql.NullInt64).Int64)
+				if nids[inValue] == nil {
+					nids[inValue] = map[*User]struct{}{byID[outValue]: {}}
+					return assign(columns[1:], values[1:])
+				}
+				nids[inValue][byID[outValue]] = struct{}{}
+				return nil
+			}
+		})
+	})
+	neighbors, err := withInterceptors[[]*User](ctx, query, qr, query.inters)
+	if err != nil {
+		return err
+	}
+	for _, n := range neighbors {
+		nodes, ok := nids[n.ID]
+		if !ok {
+			return fmt.Errorf(`unexpected "peers" node returned %v`, n.ID)
 		}
 		for kn := range nodes {
 			assign(kn, n)

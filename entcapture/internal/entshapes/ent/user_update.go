@@ -90,6 +90,21 @@ func (_u *UserUpdate) AddFollowing(v ...*User) *UserUpdate {
 	return _u.AddFollowingIDs(ids...)
 }
 
+// AddPeerIDs adds the "peers" edge to the User entity by IDs.
+func (_u *UserUpdate) AddPeerIDs(ids ...int) *UserUpdate {
+	_u.mutation.AddPeerIDs(ids...)
+	return _u
+}
+
+// AddPeers adds the "peers" edges to the User entity.
+func (_u *UserUpdate) AddPeers(v ...*User) *UserUpdate {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.AddPeerIDs(ids...)
+}
+
 // AddTagIDs adds the "tags" edge to the Tag entity by IDs.
 func (_u *UserUpdate) AddTagIDs(ids ...int) *UserUpdate {
 	_u.mutation.AddTagIDs(ids...)
@@ -201,6 +216,27 @@ func (_u *UserUpdate) RemoveFollowing(v ...*User) *UserUpdate {
 		ids[i] = v[i].ID
 	}
 	return _u.RemoveFollowingIDs(ids...)
+}
+
+// ClearPeers clears all "peers" edges to the User entity.
+func (_u *UserUpdate) ClearPeers() *UserUpdate {
+	_u.mutation.ClearPeers()
+	return _u
+}
+
+// RemovePeerIDs removes the "peers" edge to User entities by IDs.
+func (_u *UserUpdate) RemovePeerIDs(ids ...int) *UserUpdate {
+	_u.mutation.RemovePeerIDs(ids...)
+	return _u
+}
+
+// RemovePeers removes "peers" edges to User entities.
+func (_u *UserUpdate) RemovePeers(v ...*User) *UserUpdate {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.RemovePeerIDs(ids...)
 }
 
 // ClearTags clears all "tags" edges to the Tag entity.
@@ -461,6 +497,54 @@ func (_u *UserUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 		}
 		_spec.Edges.Add = append(_spec.Edges.Add, edge)
 	}
+	if _u.mutation.PeersCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.M2M,
+			Inverse: false,
+			Table:   user.PeersTable,
+			Columns: user.PeersPrimaryKey,
+			Bidi:    true,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(user.FieldID, field.TypeInt),
+			},
+		}
+		edge.Schema = _u.schemaConfig.UserPeers
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.RemovedPeersIDs(); len(nodes) > 0 && !_u.mutation.PeersCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.M2M,
+			Inverse: false,
+			Table:   user.PeersTable,
+			Columns: user.PeersPrimaryKey,
+			Bidi:    true,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(user.FieldID, field.TypeInt),
+			},
+		}
+		edge.Schema = _u.schemaConfig.UserPeers
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.PeersIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.M2M,
+			Inverse: false,
+			Table:   user.PeersTable,
+			Columns: user.PeersPrimaryKey,
+			Bidi:    true,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(user.FieldID, field.TypeInt),
+			},
+		}
+		edge.Schema = _u.schemaConfig.UserPeers
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
 	if _u.mutation.TagsCleared() {
 		edge := &sqlgraph.EdgeSpec{
 			Rel:     sqlgraph.M2M,
@@ -698,6 +782,21 @@ func (_u *UserUpdateOne) AddFollowing(v ...*User) *UserUpdateOne {
 	return _u.AddFollowingIDs(ids...)
 }
 
+// AddPeerIDs adds the "peers" edge to the User entity by IDs.
+func (_u *UserUpdateOne) AddPeerIDs(ids ...int) *UserUpdateOne {
+	_u.mutation.AddPeerIDs(ids...)
+	return _u
+}
+
+// AddPeers adds the "peers" edges to the User entity.
+func (_u *UserUpdateOne) AddPeers(v ...*User) *UserUpdateOne {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.AddPeerIDs(ids...)
+}
+
 // AddTagIDs adds the "tags" edge to the Tag entity by IDs.
 func (_u *UserUpdateOne) AddTagIDs(ids ...int) *UserUpdateOne {
 	_u.mutation.AddTagIDs(ids...)
@@ -809,6 +908,27 @@ func (_u *UserUpdateOne) RemoveFollowing(v ...*User) *UserUpdateOne {
 		ids[i] = v[i].ID
 	}
 	return _u.RemoveFollowingIDs(ids...)
+}
+
+// ClearPeers clears all "peers" edges to the User entity.
+func (_u *UserUpdateOne) ClearPeers() *UserUpdateOne {
+	_u.mutation.ClearPeers()
+	return _u
+}
+
+// RemovePeerIDs removes the "peers" edge to User entities by IDs.
+func (_u *UserUpdateOne) RemovePeerIDs(ids ...int) *UserUpdateOne {
+	_u.mutation.RemovePeerIDs(ids...)
+	return _u
+}
+
+// RemovePeers removes "peers" edges to User entities.
+func (_u *UserUpdateOne) RemovePeers(v ...*User) *UserUpdateOne {
+	ids := make([]int, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.RemovePeerIDs(ids...)
 }
 
 // ClearTags clears all "tags" edges to the Tag entity.
@@ -1094,6 +1214,54 @@ func (_u *UserUpdateOne) sqlSave(ctx context.Context) (_node *User, err error) {
 			},
 		}
 		edge.Schema = _u.schemaConfig.UserFollowing
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
+	if _u.mutation.PeersCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.M2M,
+			Inverse: false,
+			Table:   user.PeersTable,
+			Columns: user.PeersPrimaryKey,
+			Bidi:    true,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(user.FieldID, field.TypeInt),
+			},
+		}
+		edge.Schema = _u.schemaConfig.UserPeers
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.RemovedPeersIDs(); len(nodes) > 0 && !_u.mutation.PeersCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.M2M,
+			Inverse: false,
+			Table:   user.PeersTable,
+			Columns: user.PeersPrimaryKey,
+			Bidi:    true,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(user.FieldID, field.TypeInt),
+			},
+		}
+		edge.Schema = _u.schemaConfig.UserPeers
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.PeersIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.M2M,
+			Inverse: false,
+			Table:   user.PeersTable,
+			Columns: user.PeersPrimaryKey,
+			Bidi:    true,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(user.FieldID, field.TypeInt),
+			},
+		}
+		edge.Schema = _u.schemaConfig.UserPeers
 		for _, k := range nodes {
 			edge.Target.Nodes = append(edge.Target.Nodes, k)
 		}

@@ -18,7 +18,8 @@ import (
 func capture() []ent.Mixin { return []ent.Mixin{entcapture.Mixin(envelope.Options{})} }
 
 // User has friends through an edge schema (a bidirectional edge: ent
-// writes both join rows), follows users through a plain many-to-many edge,
+// writes both join rows), peers through a plain bidirectional edge,
+// follows users through a plain many-to-many edge,
 // carries tags through another, and joins groups through a composite-id
 // edge schema.
 type User struct{ ent.Schema }
@@ -31,6 +32,7 @@ func (User) Edges() []ent.Edge {
 	return []ent.Edge{
 		edge.To("friends", User.Type).Through("friendships", Friendship.Type),
 		edge.To("following", User.Type).From("followers"),
+		edge.To("peers", User.Type), // bidirectional, without an edge schema
 		edge.To("tags", Tag.Type),
 		edge.To("groups", Group.Type).Through("joined", Membership.Type),
 	}

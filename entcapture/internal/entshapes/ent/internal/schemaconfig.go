@@ -27,6 +27,7 @@ type SchemaConfig struct {
 	User          string // User table.
 	UserFriends   string // User-friends->User table.
 	UserFollowing string // User-following->User table.
+	UserPeers     string // User-peers->User table.
 	UserTags      string // User-tags->Tag table.
 	UserGroups    string // User-groups->Group table.
 }

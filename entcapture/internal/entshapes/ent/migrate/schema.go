@@ -363,6 +363,31 @@ var (
 			},
 		},
 	}
+	// UserPeersColumns holds the columns for the "user_peers" table.
+	UserPeersColumns = []*schema.Column{
+		{Name: "user_id", Type: field.TypeInt},
+		{Name: "peer_id", Type: field.TypeInt},
+	}
+	// UserPeersTable holds the schema information for the "user_peers" table.
+	UserPeersTable = &schema.Table{
+		Name:       "user_peers",
+		Columns:    UserPeersColumns,
+		PrimaryKey: []*schema.Column{UserPeersColumns[0], UserPeersColumns[1]},
+		ForeignKeys: []*schema.ForeignKey{
+			{
+				Symbol:     "user_peers_user_id",
+				Columns:    []*schema.Column{UserPeersColumns[0]},
+				RefColumns: []*schema.Column{UsersColumns[0]},
+				OnDelete:   schema.Cascade,
+			},
+			{
+				Symbol:     "user_peers_peer_id",
+				Columns:    []*schema.Column{UserPeersColumns[1]},
+				RefColumns: []*schema.Column{UsersColumns[0]},
+				OnDelete:   schema.Cascade,
+			},
+		},
+	}
 	// UserTagsColumns holds the columns for the "user_tags" table.
 	UserTagsColumns = []*schema.Column{
 		{Name: "user_id", Type: field.TypeInt},
@@ -409,6 +434,7 @@ var (
 		UsersTable,
 		MemoTagsTable,
 		UserFollowingTable,
+		UserPeersTable,
 		UserTagsTable,
 	}
 )
@@ -431,6 +457,8 @@ func init() {
 	MemoTagsTable.ForeignKeys[1].RefTable = TagsTable
 	UserFollowingTable.ForeignKeys[0].RefTable = UsersTable
 	UserFollowingTable.ForeignKeys[1].RefTable = UsersTable
+	UserPeersTable.ForeignKeys[0].RefTable = UsersTable
+	UserPeersTable.ForeignKeys[1].RefTable = UsersTable
 	UserTagsTable.ForeignKeys[0].RefTable = UsersTable
 	UserTagsTable.ForeignKeys[1].RefTable = TagsTable
 }

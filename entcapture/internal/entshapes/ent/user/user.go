@@ -21,6 +21,8 @@ const (
 	EdgeFollowers = "followers"
 	// EdgeFollowing holds the string denoting the following edge name in mutations.
 	EdgeFollowing = "following"
+	// EdgePeers holds the string denoting the peers edge name in mutations.
+	EdgePeers = "peers"
 	// EdgeTags holds the string denoting the tags edge name in mutations.
 	EdgeTags = "tags"
 	// EdgeGroups holds the string denoting the groups edge name in mutations.
@@ -37,6 +39,8 @@ const (
 	FollowersTable = "user_following"
 	// FollowingTable is the table that holds the following relation/edge. The primary key declared below.
 	FollowingTable = "user_following"
+	// PeersTable is the table that holds the peers relation/edge. The primary key declared below.
+	PeersTable = "user_peers"
 	// TagsTable is the table that holds the tags relation/edge. The primary key declared below.
 	TagsTable = "user_tags"
 	// TagsInverseTable is the table name for the Tag entity.
@@ -79,6 +83,9 @@ var (
 	// FollowingPrimaryKey and FollowingColumn2 are the table columns denoting the
 	// primary key for the following relation (M2M).
 	FollowingPrimaryKey = []string{"user_id", "follower_id"}
+	// PeersPrimaryKey and PeersColumn2 are the table columns denoting the
+	// primary key for the peers relation (M2M).
+	PeersPrimaryKey = []string{"user_id", "peer_id"}
 	// TagsPrimaryKey and TagsColumn2 are the table columns denoting the
 	// primary key for the tags relation (M2M).
 	TagsPrimaryKey = []string{"user_id", "tag_id"}
@@ -161,6 +168,20 @@ func ByFollowing(term sql.OrderTerm, terms ...sql.OrderTerm) OrderOption {
 	}
 }
 
+// ByPeersCount orders the results by peers count.
+func ByPeersCount(opts ...sql.OrderTermOption) OrderOption {
+	return func(s *sql.Selector) {
+		sqlgraph.OrderByNeighborsCount(s, newPeersStep(), opts...)
+	}
+}
+
+// ByPeers orders the results by peers terms.
+func ByPeers(term sql.OrderTerm, terms ...sql.OrderTerm) OrderOption {
+	return func(s *sql.Selector) {
+		sqlgraph.OrderByNeighborTerms(s, newPeersStep(), append([]sql.OrderTerm{term}, terms...)...)
+	}
+}
+
 // ByTagsCount orders the results by tags count.
 func ByTagsCount(opts ...sql.OrderTermOption) OrderOption {
 	return func(s *sql.Selector) {
@@ -235,6 +256,13 @@ func newFollowingStep() *sqlgraph.Step {
 		sqlgraph.From(Table, FieldID),
 		sqlgraph.To(Table, FieldID),
 		sqlgraph.Edge(sqlgraph.M2M, false, FollowingTable, FollowingPrimaryKey...),
+	)
+}
+func newPeersStep() *sqlgraph.Step {
+	return sqlgraph.NewStep(
+		sqlgraph.From(Table, FieldID),
+		sqlgraph.To(Table, FieldID),
+		sqlgraph.Edge(sqlgraph.M2M, false, PeersTable, PeersPrimaryKey...),
 	)
 }
 func newTagsStep() *sqlgraph.Step {

@@ -211,6 +211,35 @@ func HasFollowingWith(preds ...predicate.User) predicate.User {
 	})
 }
 
+// HasPeers applies the HasEdge predicate on the "peers" edge.
+func HasPeers() predicate.User {
+	return predicate.User(func(s *sql.Selector) {
+		step := sqlgraph.NewStep(
+			sqlgraph.From(Table, FieldID),
+			sqlgraph.Edge(sqlgraph.M2M, false, PeersTable, PeersPrimaryKey...),
+		)
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.User
+		step.Edge.Schema = schemaConfig.UserPeers
+		sqlgraph.HasNeighbors(s, step)
+	})
+}
+
+// HasPeersWith applies the HasEdge predicate on the "peers" edge with a given conditions (other predicates).
+func HasPeersWith(preds ...predicate.User) predicate.User {
+	return predicate.User(func(s *sql.Selector) {
+		step := newPeersStep()
+		schemaConfig := internal.SchemaConfigFromContext(s.Context())
+		step.To.Schema = schemaConfig.User
+		step.Edge.Schema = schemaConfig.UserPeers
+		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
+			for _, p := range preds {
+				p(s)
+			}
+		})
+	})
+}
+
 // HasTags applies the HasEdge predicate on the "tags" edge.
 func HasTags() predicate.User {
 	return predicate.User(func(s *sql.Selector) {
