@@ -11,14 +11,13 @@
 //   - entcapturegen.Extension (package
 //     github.com/heraldgo/herald/entcapture/entcapturegen), added to the
 //     code generation in entc.go (entc.Extensions(entcapturegen.Extension())),
-//     generates the typed glue a
-//     generic hook lacks — table and column names, the id, .Sensitive()
-//     fields (left out of events unless named in Options.Fields), typed row
-//     scans, the foreign keys whose ON DELETE reaches captured rows, the
-//     join tables of plain many-to-many edges — and enables the
-//     sql/execquery and sql/upsert features. It fails `go generate` naming
-//     the schema and option for an unknown column in Fields or Exclude, a
-//     schema on the outbox table, or a view.
+//     generates the typed glue a generic hook lacks — table and column
+//     names, the id, .Sensitive() fields (left out of events unless named
+//     in Options.Fields), typed row scans, the foreign keys whose ON DELETE
+//     reaches captured rows, the join tables of plain many-to-many edges —
+//     and enables the sql/execquery and sql/upsert features. It fails `go
+//     generate` naming the schema and option for an unknown column in
+//     Fields or Exclude, a schema on the outbox table, or a view.
 //   - Driver wraps the client's driver: a captured write made without a
 //     transaction runs, with its events, in a transaction the hook opens
 //     and the wrapper routes the write's statements into. Without it such a

@@ -77,7 +77,7 @@ func (extension) Hooks() []gen.Hook {
 				if n.Annotations == nil {
 					n.Annotations = gen.Annotations{}
 				}
-				n.Annotations[CascadeAnnotationName] = true
+				n.Annotations[entcapture.CascadeAnnotationName] = true
 			}
 			if err := next.Generate(g); err != nil {
 				return err

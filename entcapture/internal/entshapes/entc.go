@@ -8,12 +8,12 @@ import (
 	"entgo.io/ent/entc"
 	"entgo.io/ent/entc/gen"
 
-	"github.com/heraldgo/herald/entcapture"
+	"github.com/heraldgo/herald/entcapture/entcapturegen"
 )
 
 func main() {
 	err := entc.Generate("./schema", &gen.Config{Target: "./ent", Package: "github.com/heraldgo/herald/entcapture/internal/entshapes/ent"},
-		entc.Extensions(entcapture.Extension()), entc.FeatureNames("sql/schemaconfig"))
+		entc.Extensions(entcapturegen.Extension()), entc.FeatureNames("sql/schemaconfig"))
 	if err != nil {
 		log.Fatal(err)
 	}
