@@ -97,13 +97,14 @@
 //     bidirectional edge) are read before and after the write and captured
 //     as inserted and deleted rows of the edge schema.
 //   - Plain many-to-many edges between two captured schemas: their join
-//     table is captured as a model named after it (user_tags: UserTags),
-//     keyed by both foreign keys, its image both columns — as gormcapture
-//     captures a join table — from the setters of either side and from
-//     the cascades of a delete. Its Options are Config.Options["UserTags"]
-//     when set, else those of the schema that declares the edge
-//     (edge.To) as far as they apply to a join row: Payload, Operations,
-//     Namespace, Unordered, Topic and OrderingKey.
+//     table is captured as a model named as the table (user_tags), keyed
+//     by both foreign keys, its image both columns — as gormcapture
+//     captures the join table of a many2many:user_tags relation — from
+//     the setters of either side and from the cascades of a delete. Its
+//     Options are Config.Options["user_tags"] when set, else those of the
+//     schema that declares the edge (edge.To) as far as they apply to a
+//     join row: Payload, Operations, Namespace, Unordered, Topic and
+//     OrderingKey.
 //   - Tables in another database schema: the capture's own statements
 //     qualify each table with the client's SchemaConfig (ent's
 //     sql/schemaconfig feature, which entsql.Annotation{Schema: …} fills

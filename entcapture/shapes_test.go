@@ -418,9 +418,10 @@ func TestCascadeFromUncapturedParent(t *testing.T) {
 
 // TestPlainManyToManyJoinRows: the join rows of a plain many-to-many edge
 // between captured schemas (no edge schema) are captured as rows of a
-// model named after the join table, keyed by both foreign keys, as
-// gormcapture captures a join table: from either side's setters, and when
-// a delete cascades to them (issue 18, defect 17).
+// model named as the join table, keyed by both foreign keys, as
+// gormcapture captures the join table of a many2many relation: from
+// either side's setters, and when a delete cascades to them (issue 18,
+// defect 17).
 func TestPlainManyToManyJoinRows(t *testing.T) {
 	t.Parallel()
 	eachShape(t, func(t *testing.T, s *shapes) {
@@ -446,8 +447,8 @@ func TestPlainManyToManyJoinRows(t *testing.T) {
 		}
 		var p map[string]any
 		must(t, json.Unmarshal(evs[0].Payload, &p))
-		if p["model"] != "UserTags" || fmt.Sprint(p["pk"]) != "map[tag_id:2 user_id:2]" || (s.mode != envelope.Keys && fmt.Sprint(p["after"]) != "map[tag_id:2 user_id:2]") ||
-			evs[0].OrderingKey != "UserTags:2:2" {
+		if p["model"] != "user_tags" || fmt.Sprint(p["pk"]) != "map[tag_id:2 user_id:2]" || (s.mode != envelope.Keys && fmt.Sprint(p["after"]) != "map[tag_id:2 user_id:2]") ||
+			evs[0].OrderingKey != "user_tags:2:2" {
 			t.Errorf("join row event: key %q payload %s", evs[0].OrderingKey, evs[0].Payload)
 		}
 		s.check(t, "RemoveTags", func() error { return s.c.User.UpdateOne(u1).RemoveTags(t1).Exec(ctx) })

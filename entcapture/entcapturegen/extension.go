@@ -409,10 +409,11 @@ type plan struct {
 }
 
 // joinTable is the join table of a plain many-to-many edge (no edge
-// schema), captured as a model named after the table (user_groups:
-// UserGroups), keyed by its two foreign keys.
+// schema), captured as a model named as the table (user_groups), as
+// GORM names the join table of a many2many:user_groups relation, keyed by
+// its two foreign keys.
 type joinTable struct {
-	name, table, db string
+	name, table, db string // name: the table's in Go identifiers, UserGroups
 	configField     string       // its field in ent's SchemaConfig: UserGroups
 	owner           *gen.Type    // the schema that declares the edge (edge.To)
 	cols            [2]string    // its columns, in table order
@@ -542,7 +543,7 @@ func planOf(g *gen.Graph) (*plan, error) {
 	return p, nil
 }
 
-// pascal turns a table name into a model name: user_groups, UserGroups.
+// pascal turns a table name into a Go identifier: user_groups, UserGroups.
 func pascal(s string) string {
 	var b strings.Builder
 	up := true
@@ -564,7 +565,7 @@ func pascal(s string) string {
 // column as the id of the schema it references.
 func glueJoin(pf func(string, ...any), j *joinTable) {
 	pf("// %s describes the join table %s to entcapture.\nvar %[1]s = &entcapture.Schema{\n", j.glueVar(), j.table)
-	pf("\tName: %q,\n\tTable: %q,\n\tColumns: []string{%q, %q},\n\tKey: []string{%[3]q, %[4]q},\n}\n\n", j.name, j.table, j.cols[0], j.cols[1])
+	pf("\tName: %q,\n\tTable: %[1]q,\n\tColumns: []string{%q, %q},\n\tKey: []string{%[2]q, %[3]q},\n}\n\n", j.table, j.cols[0], j.cols[1])
 	pf("func heraldScan%s(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {\n", j.name)
 	pf("\tvar out []map[string]any\n\tfor rows.Next() {\n\t\tvals := make([]any, len(cols))\n\t\tgets := make([]func() (any, error), len(cols))\n\t\tfor i, c := range cols {\n\t\t\tswitch c {\n")
 	for i, c := range j.cols {

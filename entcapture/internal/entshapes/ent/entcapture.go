@@ -2214,7 +2214,7 @@ func (m *ShelfMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
 
 // heraldJoinMemoTagsSchema describes the join table memo_tags to entcapture.
 var heraldJoinMemoTagsSchema = &entcapture.Schema{
-	Name:    "MemoTags",
+	Name:    "memo_tags",
 	Table:   "memo_tags",
 	Columns: []string{"memo_id", "tag_id"},
 	Key:     []string{"memo_id", "tag_id"},
@@ -2254,7 +2254,7 @@ func heraldScanMemoTags(rows *stdsql.Rows, cols []string) ([]map[string]any, err
 
 // heraldJoinUserFollowingSchema describes the join table user_following to entcapture.
 var heraldJoinUserFollowingSchema = &entcapture.Schema{
-	Name:    "UserFollowing",
+	Name:    "user_following",
 	Table:   "user_following",
 	Columns: []string{"user_id", "follower_id"},
 	Key:     []string{"user_id", "follower_id"},
@@ -2294,7 +2294,7 @@ func heraldScanUserFollowing(rows *stdsql.Rows, cols []string) ([]map[string]any
 
 // heraldJoinUserPeersSchema describes the join table user_peers to entcapture.
 var heraldJoinUserPeersSchema = &entcapture.Schema{
-	Name:    "UserPeers",
+	Name:    "user_peers",
 	Table:   "user_peers",
 	Columns: []string{"user_id", "peer_id"},
 	Key:     []string{"user_id", "peer_id"},
@@ -2334,7 +2334,7 @@ func heraldScanUserPeers(rows *stdsql.Rows, cols []string) ([]map[string]any, er
 
 // heraldJoinUserTagsSchema describes the join table user_tags to entcapture.
 var heraldJoinUserTagsSchema = &entcapture.Schema{
-	Name:    "UserTags",
+	Name:    "user_tags",
 	Table:   "user_tags",
 	Columns: []string{"user_id", "tag_id"},
 	Key:     []string{"user_id", "tag_id"},
