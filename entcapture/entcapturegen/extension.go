@@ -413,7 +413,7 @@ type plan struct {
 // GORM names the join table of a many2many:user_groups relation, keyed by
 // its two foreign keys.
 type joinTable struct {
-	name, table, db string // name: the table's in Go identifiers, UserGroups
+	name, table, db string       // name: the table's in Go identifiers, UserGroups
 	configField     string       // its field in ent's SchemaConfig: UserGroups
 	owner           *gen.Type    // the schema that declares the edge (edge.To)
 	cols            [2]string    // its columns, in table order
