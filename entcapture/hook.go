@@ -537,6 +537,26 @@ func (s *scope) selectRows(w *write, cols []string, id any, byID bool, ids []any
 	return out, nil
 }
 
+// selectPinned reads again, by their keys, rows of a schema with a
+// composite key.
+func (s *scope) selectPinned(w *write, cols []string, rows []map[string]any) ([]map[string]any, error) {
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	sel := sql.Dialect(dialectName(s.d)).Select().From(from(s.g, w.sch))
+	qc := make([]string, len(cols))
+	for i, c := range cols {
+		qc[i] = sel.C(c)
+	}
+	sel.Select(qc...)
+	w.sch.pin(rows)(sel)
+	out, err := s.query(sel, cols, w.g.HeraldScan)
+	if err != nil {
+		return nil, fmt.Errorf("herald/entcapture: %s: read rows: %w", w.sch.Name, err)
+	}
+	return out, nil
+}
+
 // query runs a snapshot SELECT in the write's transaction and scans its
 // rows as their schema's entity would.
 func (s *scope) query(sel *sql.Selector, cols []string, scan func(*stdsql.Rows, []string) ([]map[string]any, error)) ([]map[string]any, error) {

@@ -502,6 +502,15 @@ func TestCompositeIDEdgeSchema(t *testing.T) {
 				s.c.Membership.Create().SetUserID(u.ID).SetGroupID(g4.ID)).Save(ctx)
 			return err
 		})
+		s.plain().check(t, "Membership.Update in Tx of a plain client", func() error {
+			tx, err := ent.NewClient(ent.Driver(entsql.OpenDB(entDialect(s.dialect), s.env.db))).Tx(ctx)
+			must(t, err)
+			if _, err := tx.Membership.Update().Where(membership.UserID(u.ID)).SetRole("guest").Save(ctx); err != nil {
+				_ = tx.Rollback()
+				return err
+			}
+			return tx.Commit()
+		})
 		s.check(t, "RemoveGroups", func() error { return s.c.User.UpdateOne(u).RemoveGroups(g1).Exec(ctx) })
 		s.check(t, "Membership.Delete", func() error {
 			_, err := s.c.Membership.Delete().Where(membership.GroupID(g2.ID)).Exec(ctx)

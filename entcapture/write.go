@@ -270,6 +270,16 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 		after = req.rows
 	case len(owners) == 0:
 		return v, nil
+	case len(w.sch.Key) > 0 && rows:
+		// A composite key: read the rows again by their keys.
+		if after, err = s.selectPinned(w, w.columns(true), before); err != nil {
+			return v, err
+		}
+	case len(w.sch.Key) > 0:
+		after = make([]map[string]any, len(before))
+		for i, b := range before {
+			after[i] = b
+		}
 	case rows:
 		if after, err = s.selectRows(w, w.columns(true), nil, false, owners); err != nil {
 			return v, err
