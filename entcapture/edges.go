@@ -11,11 +11,13 @@ import (
 
 // Join rows that an edge setter (AddClubs, RemoveClubs, ClearClubs) writes
 // go straight from ent's sqlgraph to the table, past every hook. When the
-// join table is a captured edge schema, the owner's capture reads the join
-// rows the setter can touch before the write (locked) and after it, and
-// captures the difference: rows that appeared as inserted, rows that went
-// as deleted. Two statements per edge per write, whatever the number of
-// rows.
+// join table is captured (an edge schema, or the join table of a plain
+// edge between captured schemas), the owner's capture reads the join rows
+// the setter can touch before the write (locked) and after it — for a
+// bidirectional edge both ways, since ent writes each row with its
+// reverse — and captures the difference: rows that appeared as inserted,
+// rows that went as deleted. Two statements per edge per write, whatever
+// the number of rows.
 
 // edgeWrite is one edge a mutation changes.
 type edgeWrite struct {

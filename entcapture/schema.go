@@ -42,7 +42,8 @@ type Schema struct {
 	// the database delete or update.
 	Cascades []Cascade
 	// Edges are the schema's many-to-many edges through a captured edge
-	// schema: the join rows their setters (AddX, RemoveX, ClearX) write.
+	// schema or a captured plain join table: the join rows their setters
+	// (AddX, RemoveX, ClearX) write.
 	Edges []ThroughEdge
 	// ChildEdges are the schema's one-to-many (and one-to-one) edges whose
 	// foreign key is in a captured table: the rows their setters update.
