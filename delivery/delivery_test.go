@@ -286,6 +286,29 @@ func TestByAggregate(t *testing.T) {
 	}
 }
 
+// An event header naming one of herald's in another case is left out of
+// every transport's headers (Headers, HeaderList): herald's value is the
+// only one a case-insensitive lookup can find.
+func TestHeraldHeadersShadowNoCase(t *testing.T) {
+	t.Parallel()
+	for range 20 { // map order varies between calls
+		e := ev("library.loan.updated")
+		e.Headers = map[string]string{"Herald-Event-Id": "forged", "HERALD-TOPIC": "forged", "herald-Event-ID": "forged", "Herald-Other": "kept"}
+		h := delivery.Headers(e)
+		for k, v := range h {
+			if (strings.EqualFold(k, delivery.HeaderEventID) && v != e.ID.String()) || (strings.EqualFold(k, delivery.HeaderTopic) && v != e.Topic) {
+				t.Fatalf("Headers: %s = %q shadows herald's own (%v)", k, v, h)
+			}
+		}
+		if h["Herald-Other"] != "kept" || len(h) != len(delivery.Headers(ev("x")))+1 {
+			t.Fatalf("Headers: %v, want herald's own and Herald-Other", h)
+		}
+		if l := delivery.HeaderList(e); len(l) != len(h) {
+			t.Fatalf("HeaderList: %v", l)
+		}
+	}
+}
+
 func ExampleFunc() {
 	d := delivery.Func(func(ctx context.Context, e *envelope.Event) error {
 		fmt.Printf("%s %s\n", e.Topic, delivery.Body(e))

@@ -30,15 +30,24 @@
 //
 // # What each write captures, and how
 //
-//   - Create: the entity ent returns (no statement besides the INSERT);
-//     optional fields the create leaves unset are null. On PostgreSQL
+//   - Create: the row as the database stored it. That is the entity ent
+//     returns (no statement besides the INSERT; optional fields the create
+//     leaves unset are null) unless the row may hold other values: a
+//     column with a database default (entsql.Default, DefaultExpr) the
+//     create leaves unset, or on PostgreSQL a time finer than its column
+//     keeps (microseconds; timestamptz(3), declared by SchemaType, keeps
+//     milliseconds — mixin.Time's fields carry time.Now's nanoseconds).
+//     Such rows are read back by id, one SELECT for a whole CreateBulk, or
+//     rendered from the fused statement's RETURNING (below). On PostgreSQL
 //     through Driver (without a caller transaction, or in client.Tx of a
 //     client opened on Driver) ent's INSERT and the event are one
 //     statement — WITH "herald_row" AS (INSERT … RETURNING "id"),
 //     "herald_event" AS (INSERT INTO the outbox … FROM "herald_row") —
 //     with neither a savepoint nor a transaction of the hook's: the event
 //     is rendered before the INSERT from the values the entity will hold,
-//     the generated id spliced in by the statement. A create with edges,
+//     the generated id (and the columns whose stored value may differ, as
+//     above, when the driver is pgx's and time.Local is UTC; otherwise the
+//     create is not fused) spliced in by the statement. A create with edges,
 //     an upsert, a schema with hooks after the capture hook, or Options
 //     with Extend, ExtendMany, TopicFunc or OrderingKeyFunc is captured
 //     the other way (INSERT, then the event INSERT).
@@ -56,10 +65,15 @@
 //     the ids first). UpdateOne reads first only in BeforeAndAfter mode. In
 //     a caller transaction on a client not opened on Driver (no wrapper to
 //     add RETURNING) the rows are read locked first and the after images
-//     read by id after the write. An update that sets no column of its
-//     own (UpdateOne(p).AddFollowing(q), UpdateOneID(k) with nothing set),
-//     for which ent sends no UPDATE, has no event of its row; the join
-//     rows and children its edge setters write have theirs.
+//     read by id after the write, narrowed by the predicates schema hooks
+//     after the capture hook add (a tenant's WhereP): only the rows the
+//     UPDATE wrote have events. "changed" lists every column the UPDATE
+//     sets: the mutation's fields (those schema hooks set included), the
+//     foreign keys of edge setters, and the columns of its modifiers
+//     (Modify, AppendX). An update that sets no column of its own
+//     (UpdateOne(p).AddFollowing(q), UpdateOneID(k) with nothing set), for
+//     which ent sends no UPDATE, has no event of its row; the join rows
+//     and children its edge setters write have theirs.
 //   - Delete, DeleteOne: ent's DELETE runs with a RETURNING of the before
 //     images (their ids only in Keys mode); when the delete cascades to
 //     captured rows, or without the wrapper, the rows are read locked
@@ -80,12 +94,23 @@
 //     capture those rows, and so need Driver or a transaction like a
 //     captured write (without them they fail with
 //     envelope.ErrConfiguration and delete nothing).
-//   - Upserts (OnConflict…): the rows the new ones conflict with are read
-//     locked before the INSERT, the rows read again by conflict key after
-//     it: a conflicting row is an update (its changed columns those the
-//     conflict action sets), a new one an insert, a row skipped by DoNothing
-//     or Ignore nothing — with the ids the database holds, even where ent's
-//     bulk upsert returns shifted ids under DO NOTHING. A conflict clause
+//   - Upserts (OnConflict…): a conflicting row is an update (its changed
+//     columns those the conflict action sets), a new one an insert, a row
+//     skipped by DoNothing or Ignore nothing — with the ids the database
+//     holds, even where ent's bulk upsert returns shifted ids under DO
+//     NOTHING. On PostgreSQL through Driver the INSERT itself says which:
+//     the wrapper adds to its RETURNING the event columns, "(xmax = 0)"
+//     (true for an inserted row) and, in BeforeAndAfter mode, the
+//     conflicting row as the statement locked it (the conflict action's
+//     WHERE keeps it in a transaction-local setting, herald.before, that
+//     the row's RETURNING reads), so nothing is read before or after it,
+//     and an upsert that waited on another transaction's insert of its
+//     key is an update of the row that transaction committed. Elsewhere
+//     (SQLite, or a caller transaction on a client not opened on Driver)
+//     the rows the new ones conflict with are read locked before the
+//     INSERT (on SQLite under the write lock, so no writer comes between),
+//     and read again after it by conflict key and by id (an action may
+//     set a conflict column). A conflict clause
 //     herald cannot classify (no conflict columns, ON CONSTRAINT, a partial
 //     index, an update with a WHERE) fails with envelope.ErrUnsupported
 //     naming the schema, and writes nothing.
@@ -118,9 +143,13 @@
 //     side with the foreign key (SetOwner, ClearOwner) is an update of the
 //     row's own column, listed in "changed".
 //
+// Images say null where the column is NULL, also for a field whose Go
+// type has no null (an optional, non-Nillable UUID edge field).
+//
 // Each bulk write costs the same number of statements whatever its number
-// of rows: at most one snapshot statement (two for an upsert), the write,
-// one multi-row event INSERT.
+// of rows: at most one snapshot statement (two for an upsert, none for an
+// upsert on PostgreSQL through Driver), the write, one multi-row event
+// INSERT.
 //
 // # Transactions
 //

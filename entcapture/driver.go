@@ -163,6 +163,9 @@ func (d *CaptureDriver) Query(ctx context.Context, query string, args, v any) er
 	if err != nil {
 		return err
 	}
+	if ok, err := d.queryUpsert(ctx, d.route(ctx), query, args, v); ok { // upsert.go
+		return err
+	}
 	if done, err := d.queryPrepared(ctx, query, args, v); done {
 		return err
 	}
@@ -289,6 +292,9 @@ func (t captureTx) Exec(ctx context.Context, query string, args, v any) error {
 func (t captureTx) Query(ctx context.Context, query string, args, v any) error {
 	query, args, err := t.d.rewrite(ctx, query, args, false)
 	if err != nil {
+		return err
+	}
+	if ok, err := t.d.queryUpsert(ctx, t.Tx, query, args, v); ok { // upsert.go
 		return err
 	}
 	return t.Tx.Query(ctx, query, args, v)

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
@@ -61,9 +62,10 @@ type fusion struct {
 	cd     *CaptureDriver
 	cfg    Config
 	writer *envelope.Writer
-	prefix string // `INSERT INTO "loans" `
-	nargs  int    // the INSERT's arguments: the fields set, and the id
-	genPK  bool   // the database generates the id: RETURNING it
+	prefix string   // `INSERT INTO "loans" `
+	nargs  int      // the INSERT's arguments: the fields set, and the id
+	genPK  bool     // the database generates the id: RETURNING it
+	stored []string // columns the event renders from the stored row: RETURNING them
 	ev     fusedsql.Event
 	done   bool // the fused statement was sent
 
@@ -121,13 +123,7 @@ func (h *hook) fuse(ctx context.Context, w *write, cd *CaptureDriver, cfg Config
 	if !ok {
 		return nil
 	}
-	for _, c := range sch.Nullable {
-		if f := fieldOf(sch, c); f != "" {
-			if _, set := g.Field(f); !set {
-				row[c] = nil
-			}
-		}
-	}
+	unsetNullable(g, sch, row)
 	f := &fusion{ctx: ctx, w: w, cd: cd, cfg: cfg, writer: wr,
 		prefix: `INSERT INTO ` + envelope.QuoteIdent(sch.Table) + ` `, nargs: len(g.Fields())}
 	at := now()
@@ -157,6 +153,14 @@ func (h *hook) fuse(ctx context.Context, w *write, cd *CaptureDriver, cfg Config
 		return nil
 	}
 	marks := fusedsql.Marks{}
+	if spec.NeedsAfter(envelope.Inserted) && storedDiffers(g, sch, w.d, row) {
+		// The row as stored differs from the entity: those columns are
+		// rendered by the statement from its RETURNING, or the create
+		// goes the other way (its row read back).
+		if f.stored = storedColumns(g, sch, cd, row, marks); f.stored == nil {
+			return nil
+		}
+	}
 	if f.genPK {
 		c.PK = marks.Mark("pk", sch.PK, `to_jsonb(`+fusedsql.Row+`.`+envelope.QuoteIdent(sch.PK)+`)`)
 		row[sch.PK] = c.PK
@@ -174,6 +178,68 @@ func (h *hook) fuse(ctx context.Context, w *write, cd *CaptureDriver, cfg Config
 		Marks: marks, Key: k, GenCol: sch.PK, At: at}
 	return f
 }
+
+// storedColumns marks, in row, the columns whose stored value may differ
+// from the entity's — unset columns with a database default, and times
+// finer than their column — with the SQL that renders them from the
+// statement's row, as jsonform renders the value ent scans from it; nil
+// when one has no such rendering (the create is then not fused).
+func storedColumns(g Glue, sch *Schema, cd *CaptureDriver, row map[string]any, marks fusedsql.Marks) []string {
+	var cols []string
+	render := func(c string) bool {
+		if !envelope.IsIdentifier(c) || c == sch.PK {
+			return false
+		}
+		col := fusedsql.Row + `.` + envelope.QuoteIdent(c)
+		var expr string
+		switch v := row[c].(type) {
+		case string, bool, int, int8, int16, int32, int64:
+			expr = `to_jsonb(` + col + `)`
+		case time.Time:
+			// pgx scans a timestamptz in time.Local, and jsonform writes
+			// RFC 3339 with the fraction's trailing zeros cut and "Z" for
+			// UTC: rendered so only when Local is UTC.
+			if !cd.arrays || !localIsUTC() || v.IsZero() {
+				return false
+			}
+			expr = `to_jsonb(rtrim(rtrim(to_char(` + col + ` AT TIME ZONE 'UTC','YYYY-MM-DD"T"HH24:MI:SS.US'),'0'),'.')||'Z')`
+		default:
+			return false
+		}
+		row[c] = marks.Mark("after", c, expr)
+		cols = append(cols, c)
+		return true
+	}
+	for _, c := range unsetDefaults(g, sch) {
+		if !render(c) {
+			return nil
+		}
+	}
+	for _, c := range sch.Columns {
+		if t, ok := row[c].(time.Time); ok && finerThan(t, precisionOf(sch, c)) && !render(c) {
+			return nil
+		}
+	}
+	if len(cols) == 0 {
+		return nil
+	}
+	return cols
+}
+
+// localIsUTC reports whether time.Local is UTC at every instant.
+var localIsUTC = sync.OnceValue(func() bool {
+	if time.Local.String() == "UTC" {
+		return true
+	}
+	for y := 1970; y <= 2100; y++ {
+		for _, m := range []time.Month{time.January, time.April, time.July, time.October} {
+			if _, off := time.Date(y, m, 1, 0, 0, 0, 0, time.Local).Zone(); off != 0 {
+				return false
+			}
+		}
+	}
+	return true
+})
 
 // fusable reports whether spec's events may be written by a fused
 // insert: no Go callback needs the written row.
@@ -345,6 +411,9 @@ func (f *fusion) statement(insert string, args []any, exec bool) (string, []any,
 	b.WriteString(insert)
 	if exec {
 		b.WriteString(` RETURNING ` + pk)
+	}
+	for _, c := range f.stored {
+		b.WriteString(`, ` + envelope.QuoteIdent(c))
 	}
 	b.WriteByte(')')
 	if err := f.ev.WriteCTE(&b, ph); err != nil {

@@ -510,7 +510,11 @@ func asInt(v any) (int64, bool) {
 
 // selectRows reads the rows of the mutation's predicates (and id, for
 // UpdateOne), locked FOR UPDATE on PostgreSQL: one statement.
-func (s *scope) selectRows(w *write, cols []string, id any, byID bool, ids []any) ([]map[string]any, error) {
+//
+// extra predicates narrow a read by ids: those a schema hook after the
+// capture hook added to an update (a tenant's WhereP), so that only the
+// rows the UPDATE wrote are read back.
+func (s *scope) selectRows(w *write, cols []string, id any, byID bool, ids []any, extra ...func(*sql.Selector)) ([]map[string]any, error) {
 	sel := sql.Dialect(dialectName(s.d)).Select().From(from(s.g, w.sch))
 	qc := make([]string, len(cols))
 	for i, c := range cols {
@@ -519,6 +523,9 @@ func (s *scope) selectRows(w *write, cols []string, id any, byID bool, ids []any
 	sel.Select(qc...)
 	if ids != nil {
 		sel.Where(sql.In(sel.C(w.sch.PK), ids...))
+		for _, p := range extra {
+			p(sel)
+		}
 	} else {
 		if byID {
 			sel.Where(sql.EQ(sel.C(w.sch.PK), id))

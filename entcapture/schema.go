@@ -37,6 +37,14 @@ type Schema struct {
 	// Nullable lists the columns of optional fields without a default:
 	// NULL when a create does not set them.
 	Nullable []string
+	// DBDefaults lists the columns of fields with a database default
+	// (entsql.Default, DefaultExpr): a create that leaves one unset holds
+	// the database's value, which the capture reads back.
+	DBDefaults []string
+	// Precision maps the columns of time fields whose PostgreSQL column
+	// keeps fewer than 6 fractional-second digits (timestamptz(3)) to
+	// that number; a create's time finer than its column is read back.
+	Precision map[string]int
 	// Cascades are the foreign keys of captured tables that reference
 	// this one with ON DELETE CASCADE or SET NULL: the rows a delete makes
 	// the database delete or update.
@@ -222,12 +230,58 @@ type Glue interface {
 	HeraldDB(s *Schema) (string, bool)
 }
 
+// scannerGlue is the glue generated since images are scanned one row at
+// a time (a RETURNING that ent's own scan shares), and UPDATE modifiers
+// are kept for "changed". Older glue lacks it: such writes are captured as
+// before (rows read by a snapshot statement).
+type scannerGlue interface {
+	// HeraldScanner returns the scan destinations of one row of cols and
+	// a function that returns the row once scanned, NULL as nil.
+	HeraldScanner(cols []string) (dst []any, row func() (map[string]any, error), err error)
+	// HeraldModifiers returns the UPDATE's modifiers (Modify, AppendX)
+	// after its statement was built.
+	HeraldModifiers() []func(*sql.UpdateBuilder)
+}
+
+// NullAware returns scan destinations for vals (an entity's scanValues)
+// that remember a NULL: a sql.Scanner such as uuid.UUID scans NULL into
+// its zero value, which IsNull cannot tell from a stored zero. Generated
+// glue calls it.
+func NullAware(vals []any) []any {
+	out := make([]any, len(vals))
+	for i, v := range vals {
+		switch v.(type) {
+		case *stdsql.NullString, *stdsql.NullInt64, *stdsql.NullInt32, *stdsql.NullInt16, *stdsql.NullFloat64,
+			*stdsql.NullBool, *stdsql.NullTime, *stdsql.NullByte, *[]byte, *any:
+			out[i] = v // IsNull tells their NULL
+		case stdsql.Scanner:
+			out[i] = &nullScan{dst: v.(stdsql.Scanner)}
+		default:
+			out[i] = v
+		}
+	}
+	return out
+}
+
+// nullScan scans into dst unless the value is NULL, and remembers which.
+type nullScan struct {
+	dst  stdsql.Scanner
+	null bool
+}
+
+func (n *nullScan) Scan(src any) error {
+	n.null = src == nil
+	return n.dst.Scan(src)
+}
+
 // IsNull reports whether v, a scan destination filled by rows.Scan, holds
 // SQL NULL. Generated glue calls it.
 func IsNull(v any) bool {
 	switch x := v.(type) {
 	case nil:
 		return true
+	case *nullScan:
+		return x.null
 	case *[]byte:
 		return x == nil || *x == nil
 	case *any:

@@ -110,7 +110,12 @@ func TestStatementCounts(t *testing.T) {
 		case "CreateBulk":
 			return 2
 		case "upsert CreateBulk": // a plain CreateBulk of half the rows, then the upsert
-			return 2 + lock + 4
+			if d == envelope.Postgres && wrapper {
+				// The INSERT classifies its rows and returns their images
+				// (upsert.go): no snapshot before or after it.
+				return 2 + 2
+			}
+			return 2 + lock + 4 // SELECT conflicting rows, INSERT, SELECT rows, event INSERT
 		case "UpdateOne":
 			// UPDATE, ent's own SELECT of the entity, event INSERT.
 			n := int64(3)

@@ -1,10 +1,13 @@
 package entcapture
 
 import (
+	"context"
+	stdsql "database/sql"
 	"fmt"
 	"slices"
 	"strings"
 
+	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
 
 	"github.com/heraldgo/herald/envelope"
@@ -26,7 +29,8 @@ type upsert struct {
 	update  []string // columns a conflicting row takes (changed), in table order
 	nothing bool     // DO NOTHING, or an update that changes nothing (Ignore)
 	before  map[string]map[string]any
-	cols    []string // read by both snapshots
+	cols    []string         // read by both snapshots
+	ret     *upsertReturning // PostgreSQL through Driver: the statement's own RETURNING, and no snapshot
 }
 
 // conflictOf renders the options on an INSERT of the schema's columns and
@@ -173,10 +177,15 @@ func (s *scope) beforeUpsert(opts []sql.ConflictOption) error {
 			u.cols = append(u.cols, c)
 		}
 	}
+	if sg, ok := s.upsertReturns(w); ok {
+		u.ret = &upsertReturning{d: s.cd, table: w.sch.Table, cols: u.cols, before: w.spec.NeedsBefore(envelope.Updated), scanner: sg.HeraldScanner}
+		s.upsert = u
+		return nil
+	}
 	if err := s.writeLock(w.sch); err != nil {
 		return err
 	}
-	rows, err := s.rowsByTarget(w, u, true)
+	rows, err := s.rowsByTarget(w, u, true, nil)
 	if err != nil {
 		return err
 	}
@@ -186,8 +195,10 @@ func (s *scope) beforeUpsert(opts []sql.ConflictOption) error {
 }
 
 // rowsByTarget reads the rows whose conflict columns hold the creates'
-// values, keyed by those values.
-func (s *scope) rowsByTarget(w *write, u *upsert, lock bool) (map[string]map[string]any, error) {
+// values (or whose ids are ids: the rows that conflicted, whose conflict
+// columns the action may have changed), keyed by those values, and by
+// id text under idPrefix+id.
+func (s *scope) rowsByTarget(w *write, u *upsert, lock bool, ids []any) (map[string]map[string]any, error) {
 	sel := sql.Dialect(dialectName(s.d)).Select().From(from(s.g, w.sch))
 	qc := make([]string, len(u.cols))
 	for i, c := range u.cols {
@@ -210,6 +221,9 @@ func (s *scope) rowsByTarget(w *write, u *upsert, lock bool) (map[string]map[str
 		}
 		ps = append(ps, sql.And(and...))
 	}
+	if len(ids) > 0 {
+		ps = append(ps, sql.In(sel.C(w.sch.PK), ids...))
+	}
 	sel.Where(sql.Or(ps...))
 	if lock && s.d == envelope.Postgres {
 		sel.ForUpdate()
@@ -225,16 +239,28 @@ func (s *scope) rowsByTarget(w *write, u *upsert, lock bool) (map[string]map[str
 			vs[i] = r[c]
 		}
 		out[keyOf(vs)] = r
+		out[idPrefix+envelope.KeyText(r[w.sch.PK])] = r
 	}
 	return out, nil
 }
+
+// idPrefix keys rowsByTarget's rows by id, apart from their conflict keys
+// (which hold a NUL between values, never at the start).
+const idPrefix = "\x00id\x00"
 
 // afterUpsert reads the rows again by conflict key and classifies each
 // create: inserted, updated, or skipped.
 func (s *scope) afterUpsert() error {
 	u := s.upsert
 	w := s.creates[0].w
-	after, err := s.rowsByTarget(w, u, false)
+	if u.ret != nil {
+		return s.upsertReturned(w, u)
+	}
+	var ids []any
+	for _, b := range u.before {
+		ids = append(ids, b[w.sch.PK])
+	}
+	after, err := s.rowsByTarget(w, u, false, ids)
 	if err != nil {
 		return err
 	}
@@ -250,20 +276,283 @@ func (s *scope) afterUpsert() error {
 			continue // a later row of the same key: skipped, or an error ent already returned
 		}
 		seen[k] = true
-		a, ok := after[k]
-		if !ok {
-			continue
-		}
 		if b, existed := u.before[k]; existed {
-			if u.nothing {
+			// The row that conflicted, by id: the action may have set a
+			// conflict column.
+			a, ok := after[idPrefix+envelope.KeyText(b[w.sch.PK])]
+			if u.nothing || !ok {
 				continue
 			}
 			s.add(w.spec, envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Updated,
 				PK: w.sch.keyOf(a), Changed: u.update, Before: b, After: a, OccurredAt: at})
 			continue
 		}
+		a, ok := after[k]
+		if !ok {
+			continue
+		}
 		s.add(w.spec, envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Inserted,
 			PK: w.sch.keyOf(a), After: a, OccurredAt: at})
 	}
 	return nil
+}
+
+// upsertReturned turns the rows the upsert's statement returned into
+// changes: each inserted row an insert, each updated row an update with
+// the row it replaced (rows DO NOTHING skips are not returned; rows an
+// Ignore sets to themselves are nothing).
+func (s *scope) upsertReturned(w *write, u *upsert) error {
+	if !u.ret.done {
+		return fmt.Errorf("herald/entcapture: %s: ent's upsert INSERT of %s did not run through entcapture.Driver, so its rows are unknown; the write is rolled back",
+			w.sch.Name, w.sch.Table)
+	}
+	at := now()
+	for _, r := range u.ret.rows {
+		if r.inserted {
+			s.add(w.spec, envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Inserted,
+				PK: r.after[w.sch.PK], After: r.after, OccurredAt: at})
+			continue
+		}
+		if u.nothing {
+			continue
+		}
+		s.add(w.spec, envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Updated,
+			PK: r.after[w.sch.PK], Changed: u.update, Before: r.before, After: r.after, OccurredAt: at})
+	}
+	return nil
+}
+
+// On PostgreSQL through Driver, an upsert is classified by its own
+// statement, as gormcapture's is: the wrapper adds to ent's INSERT … ON
+// CONFLICT … RETURNING the columns the events hold, "(xmax = 0)" (true
+// for a row the statement inserted, false for one it updated) and, for
+// a DO UPDATE whose events keep before images, the conflicting row as it
+// was when the statement locked it: the action's WHERE saves it in a
+// transaction-local setting, which the row's RETURNING reads back —
+//
+//	INSERT INTO "members" (…) VALUES (…) ON CONFLICT ("tenant", "email") DO UPDATE SET …
+//	  WHERE set_config('herald.before', jsonb_build_object('id', "members"."id", …)::text, true) IS NOT NULL
+//	  RETURNING "id", "id", "tenant", …, (xmax = 0),
+//	            (jsonb_populate_record(NULL::"members", NULLIF(current_setting('herald.before', true), '')::jsonb))."id", …
+//
+// PostgreSQL evaluates an upsert's WHERE and RETURNING row by row, so each
+// returned row carries its own before image. A snapshot read before the
+// statement cannot serve: a row another transaction inserts and commits
+// while the upsert waits on it is invisible to that snapshot, yet the
+// upsert updates it (issue: the event said "inserted", without the row it
+// replaced). Nothing is read before or after the statement.
+
+// upsertReturning is an upsert's request to the driver wrapper.
+type upsertReturning struct {
+	d       *CaptureDriver
+	table   string
+	cols    []string // of the after (and before) images
+	before  bool     // read the conflicting rows' before images
+	scanner func(cols []string) ([]any, func() (map[string]any, error), error)
+
+	done bool // the statement ran with the RETURNING
+	rows []upsertRow
+}
+
+type upsertRow struct {
+	inserted      bool
+	before, after map[string]any
+}
+
+type upsertKey struct{}
+
+// upsertReturns reports whether the scope's upsert of w can be classified
+// by its statement: PostgreSQL, through Driver, glue that scans one row at
+// a time.
+func (s *scope) upsertReturns(w *write) (scannerGlue, bool) {
+	if s.cd == nil || s.d != envelope.Postgres {
+		return nil, false
+	}
+	if _, off := withoutReturning.Load(s.cd); off {
+		return nil, false
+	}
+	sg, ok := w.g.(scannerGlue)
+	return sg, ok
+}
+
+// upsertOf returns the pending upsert that ctx's INSERT is to run with,
+// if any: the fused create's (fallen back to a scope when the upsert's
+// conflict options came), or the scope's whose create ctx is the context of.
+func (d *CaptureDriver) upsertOf(ctx context.Context) *upsert {
+	var cands [2]*scope
+	if f, ok := ctx.Value(fuseKey{}).(*fusion); ok && f != nil && f.cd == d {
+		cands[0] = f.scope
+	}
+	cands[1], _ = ctx.Value(upsertKey{}).(*scope)
+	for _, s := range cands {
+		if s != nil && s.upsert != nil && s.upsert.ret != nil && s.upsert.ret.d == d && !s.upsert.ret.done {
+			return s.upsert
+		}
+	}
+	return nil
+}
+
+const beforeSetting = `'herald.before'`
+
+// statement returns ent's upsert INSERT with the capture's RETURNING, and
+// how many columns ent's own RETURNING has; ok is false for a statement
+// that is not the upsert's.
+func (r *upsertReturning) statement(query string, nothing bool) (q string, n int, ok bool) {
+	rest, ok := strings.CutPrefix(query, "INSERT INTO ")
+	if !ok || !strings.Contains(query, " ON CONFLICT ") {
+		return "", 0, false
+	}
+	table, _, _ := strings.Cut(rest, " ")
+	if t := table; unquote(t[strings.LastIndexByte(t, '.')+1:]) != r.table {
+		return "", 0, false
+	}
+	i := strings.LastIndex(query, " RETURNING ")
+	if i < 0 {
+		return "", 0, false
+	}
+	own := query[i+len(" RETURNING "):]
+	n = len(strings.Split(own, ", "))
+	var b strings.Builder
+	b.Grow(len(query) + 64*len(r.cols))
+	b.WriteString(query[:i])
+	before := r.before && !nothing
+	if before {
+		b.WriteString(` WHERE set_config(` + beforeSetting + `, (`)
+		for k := 0; k < len(r.cols); k += 50 { // jsonb_build_object takes at most 100 arguments
+			if k > 0 {
+				b.WriteString(` || `)
+			}
+			b.WriteString(`jsonb_build_object(`)
+			for j, c := range r.cols[k:min(k+50, len(r.cols))] {
+				if j > 0 {
+					b.WriteString(`, `)
+				}
+				b.WriteString(`'` + strings.ReplaceAll(c, `'`, `''`) + `', ` + table + `.` + envelope.QuoteIdent(c))
+			}
+			b.WriteString(`)`)
+		}
+		b.WriteString(`)::text, true) IS NOT NULL`)
+	}
+	b.WriteString(` RETURNING ` + own)
+	for _, c := range r.cols {
+		b.WriteString(`, ` + envelope.QuoteIdent(c))
+	}
+	b.WriteString(`, (xmax = 0)`)
+	if before {
+		for _, c := range r.cols {
+			b.WriteString(`, (jsonb_populate_record(NULL::` + table + `, NULLIF(current_setting(` + beforeSetting + `, true), '')::jsonb)).` + envelope.QuoteIdent(c))
+		}
+	}
+	return b.String(), n, true
+}
+
+// queryUpsert runs ent's upsert INSERT with the capture's RETURNING when
+// ctx carries the request for it; handled reports whether it did.
+func (d *CaptureDriver) queryUpsert(ctx context.Context, ex dialect.ExecQuerier, query string, args, v any) (handled bool, err error) {
+	u := d.upsertOf(ctx)
+	if u == nil {
+		return false, nil
+	}
+	rows, ok := v.(*sql.Rows)
+	if !ok {
+		return false, nil
+	}
+	r := u.ret
+	q, n, ok := r.statement(query, u.nothing)
+	if !ok {
+		return false, nil
+	}
+	r.done = true
+	var inner sql.Rows
+	if err := ex.Query(ctx, q, args, &inner); err != nil {
+		return true, err
+	}
+	std, ok := inner.ColumnScanner.(*stdsql.Rows)
+	if !ok {
+		_ = inner.Close()
+		return true, fmt.Errorf("herald/entcapture: %s: the driver returned rows of type %T, not *sql.Rows", r.table, inner.ColumnScanner)
+	}
+	rows.ColumnScanner = &upsertRows{Rows: std, n: n, r: r, before: r.before && !u.nothing}
+	return true, nil
+}
+
+// upsertRows are the rows of an upsert run with the capture's RETURNING,
+// as ent sees them: its own columns; the capture's are kept for the hook.
+type upsertRows struct {
+	*stdsql.Rows
+	n      int
+	r      *upsertReturning
+	before bool
+}
+
+func (x *upsertRows) Columns() ([]string, error) {
+	cs, err := x.Rows.Columns()
+	if err != nil {
+		return nil, err
+	}
+	return cs[:min(x.n, len(cs))], nil
+}
+
+func (x *upsertRows) ColumnTypes() ([]*stdsql.ColumnType, error) {
+	cs, err := x.Rows.ColumnTypes()
+	if err != nil {
+		return nil, err
+	}
+	return cs[:min(x.n, len(cs))], nil
+}
+
+func (x *upsertRows) NextResultSet() bool { return false }
+
+func (x *upsertRows) Scan(dest ...any) error {
+	if len(dest) != x.n {
+		return fmt.Errorf("herald/entcapture: %s: scan of %d columns, the upsert returns %d", x.r.table, len(dest), x.n)
+	}
+	adst, arow, err := x.r.scanner(x.r.cols)
+	if err != nil {
+		return err
+	}
+	var inserted bool
+	all := append(append(slices.Clip(dest), adst...), &inserted)
+	var brow func() (map[string]any, error)
+	if x.before {
+		var bdst []any
+		if bdst, brow, err = x.r.scanner(x.r.cols); err != nil {
+			return err
+		}
+		all = append(all, bdst...)
+	}
+	if err := x.Rows.Scan(all...); err != nil {
+		return err
+	}
+	row := upsertRow{inserted: inserted}
+	if row.after, err = arow(); err != nil {
+		return err
+	}
+	if brow != nil && !inserted {
+		if row.before, err = brow(); err != nil {
+			return err
+		}
+	}
+	x.r.rows = append(x.r.rows, row)
+	return nil
+}
+
+// Close reads the rows ent left unread (their events are due all the
+// same), then closes.
+func (x *upsertRows) Close() error {
+	for x.Rows.Next() {
+		dest := make([]any, x.n)
+		for i := range dest {
+			dest[i] = new(any)
+		}
+		if err := x.Scan(dest...); err != nil {
+			_ = x.Rows.Close()
+			return err
+		}
+	}
+	err := x.Rows.Err()
+	if cerr := x.Rows.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

@@ -3,6 +3,8 @@ package entcapture
 import (
 	"context"
 	"slices"
+	"strings"
+	"time"
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
@@ -82,6 +84,9 @@ func (w *write) create(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 	if err := s.childrenBefore(cws, nil); err != nil {
 		return nil, err
 	}
+	if s.cd != nil {
+		ctx = context.WithValue(ctx, upsertKey{}, s) // for an upsert's RETURNING (upsert.go)
+	}
 	v, err := next.Mutate(ctx, w.g)
 	w.g.HeraldBeforeInsert(nil)
 	if s.upsertErr != nil {
@@ -129,21 +134,140 @@ func (s *scope) finishCreates() error {
 		return s.afterUpsert()
 	}
 	at := now()
-	for _, it := range s.creates {
+	rows := make([]map[string]any, len(s.creates))
+	for i, it := range s.creates {
 		w := it.w
 		row, ok := w.g.HeraldRow(it.v)
 		if !ok {
 			return envelope.Configurationf(w.sch.Name, "create returned %T, not the schema's entity: regenerate the code with entcapturegen.Extension()", it.v)
 		}
-		for _, c := range w.sch.Nullable {
-			if f := fieldOf(w.sch, c); f != "" {
-				if _, set := w.g.Field(f); !set {
-					row[c] = nil
-				}
-			}
-		}
+		unsetNullable(w.g, w.sch, row)
+		rows[i] = row
+	}
+	if err := s.readBack(rows); err != nil {
+		return err
+	}
+	for i, it := range s.creates {
+		w, row := it.w, rows[i]
 		s.add(w.spec, envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Inserted,
 			PK: w.sch.keyOf(row), After: row, OccurredAt: at})
+	}
+	return nil
+}
+
+// unsetNullable sets to nil the columns of the optional fields without a
+// default that the create leaves unset: NULL in the row.
+func unsetNullable(g Glue, sch *Schema, row map[string]any) {
+	for _, c := range sch.Nullable {
+		if f := fieldOf(sch, c); f != "" {
+			if _, set := g.Field(f); !set {
+				row[c] = nil
+			}
+		}
+	}
+}
+
+// storedDiffers reports whether the database may hold other values than
+// a create's entity (row): a column with a database default left unset,
+// or on PostgreSQL a time finer than its column keeps (timestamptz keeps
+// microseconds; timestamptz(3) milliseconds). Such a create's after image
+// is read back from the database.
+func storedDiffers(g Glue, sch *Schema, d envelope.Dialect, row map[string]any) bool {
+	if len(unsetDefaults(g, sch)) > 0 {
+		return true
+	}
+	if d != envelope.Postgres {
+		return false
+	}
+	for c, v := range row {
+		if t, ok := v.(time.Time); ok && finerThan(t, precisionOf(sch, c)) {
+			return true
+		}
+	}
+	return false
+}
+
+// unsetDefaults lists the columns with a database default that the
+// create leaves unset.
+func unsetDefaults(g Glue, sch *Schema) []string {
+	var out []string
+	for _, c := range sch.DBDefaults {
+		if f := fieldOf(sch, c); f != "" {
+			if _, set := g.Field(f); !set {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+func precisionOf(sch *Schema, col string) int {
+	if p, ok := sch.Precision[col]; ok {
+		return p
+	}
+	return 6 // PostgreSQL's timestamp and timestamptz keep microseconds
+}
+
+// finerThan reports whether t has more fractional-second digits than p.
+func finerThan(t time.Time, p int) bool {
+	unit := 1
+	for range 9 - p {
+		unit *= 10
+	}
+	return t.Nanosecond()%unit != 0
+}
+
+// readBack replaces the rows of the creates whose stored row may differ
+// from their entity (storedDiffers) by the rows the database holds: one
+// SELECT by id per schema, for the whole scope (a CreateBulk's items).
+func (s *scope) readBack(rows []map[string]any) error {
+	type group struct {
+		w    *write
+		ids  []any
+		keys []map[string]any // the rows, for a composite id
+	}
+	var groups []*group
+	for i, it := range s.creates {
+		w := it.w
+		if !w.spec.NeedsAfter(envelope.Inserted) || !storedDiffers(w.g, w.sch, s.d, rows[i]) {
+			continue
+		}
+		var g *group
+		for _, x := range groups {
+			if x.w.sch == w.sch {
+				g = x
+			}
+		}
+		if g == nil {
+			g = &group{w: w}
+			groups = append(groups, g)
+		}
+		g.ids = append(g.ids, rows[i][w.sch.PK])
+		g.keys = append(g.keys, rows[i])
+	}
+	for _, g := range groups {
+		var got []map[string]any
+		var err error
+		if len(g.w.sch.Key) > 0 {
+			got, err = s.selectPinned(g.w, g.w.columns(true), g.keys) // a composite id
+		} else {
+			got, err = s.selectRows(g.w, g.w.columns(true), nil, false, g.ids)
+		}
+		if err != nil {
+			return err
+		}
+		byID := make(map[string]map[string]any, len(got))
+		for _, r := range got {
+			byID[g.w.sch.keyText(r)] = r
+		}
+		for i, it := range s.creates {
+			if it.w.sch != g.w.sch {
+				continue
+			}
+			if r, ok := byID[g.w.sch.keyText(rows[i])]; ok {
+				rows[i] = r
+			}
+		}
 	}
 	return nil
 }
@@ -155,6 +279,61 @@ func fieldOf(s *Schema, col string) string {
 		}
 	}
 	return ""
+}
+
+// changedAfter is changed once ent built the UPDATE: what it listed
+// before, the fields set since (by schema hooks after the capture hook),
+// and the columns the UPDATE's modifiers set (Modify, AppendX).
+func (w *write) changedAfter(before []string) []string {
+	set := map[string]bool{}
+	for _, c := range before {
+		set[c] = true
+	}
+	for _, c := range w.changed() {
+		set[c] = true
+	}
+	if sg, ok := w.g.(scannerGlue); ok {
+		for _, c := range modifierColumns(w, sg.HeraldModifiers()) {
+			set[c] = true
+		}
+	}
+	out := []string{}
+	for _, c := range w.sch.Columns {
+		if set[c] {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// modifierColumns returns the columns that mods set, read from the SET
+// clause they render.
+func modifierColumns(w *write, mods []func(*sql.UpdateBuilder)) []string {
+	if len(mods) == 0 {
+		return nil
+	}
+	u := sql.Dialect(dialectName(w.d)).Update(w.sch.Table)
+	for _, m := range mods {
+		m(u)
+	}
+	q, _ := u.Query()
+	_, set, ok := strings.Cut(q, " SET ")
+	if !ok || strings.TrimSpace(set) == "" {
+		return nil
+	}
+	var out []string
+	for _, a := range splitTop(set) {
+		lhs, _, ok := strings.Cut(a, " = ")
+		if !ok {
+			continue
+		}
+		lhs = strings.TrimSpace(lhs)
+		if i := strings.LastIndexByte(lhs, '.'); i >= 0 {
+			lhs = lhs[i+1:]
+		}
+		out = append(out, unquote(lhs))
+	}
+	return out
 }
 
 // changed lists the columns the mutation sets, in table order.
@@ -246,10 +425,15 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 		req = w.returningRequest(s, w.columns(rows))
 		mctx = withReturning(ctx, req)
 	}
+	np := len(w.g.HeraldPredicates())
 	v, err := next.Mutate(mctx, w.g)
 	if err != nil {
 		return v, err
 	}
+	changed = w.changedAfter(changed)
+	// Predicates a schema hook after this one added (a tenant's WhereP)
+	// narrow the rows read back by id to those the UPDATE wrote.
+	narrow := w.g.HeraldPredicates()[np:]
 	if err := s.edgesAfter(ews, owners); err != nil {
 		return v, err
 	}
@@ -281,7 +465,11 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 			after[i] = b
 		}
 	case rows:
-		if after, err = s.selectRows(w, w.columns(true), nil, false, owners); err != nil {
+		if after, err = s.selectRows(w, w.columns(true), nil, false, owners, narrow...); err != nil {
+			return v, err
+		}
+	case len(narrow) > 0:
+		if after, err = s.selectRows(w, w.columns(false), nil, false, owners, narrow...); err != nil {
 			return v, err
 		}
 	default:

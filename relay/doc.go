@@ -93,7 +93,17 @@
 //
 // Lifecycle: New validates and checks the table, Start starts the loop,
 // Stop finishes the batch in hand, Run is the blocking form; Start and Stop
-// are safe to call twice, and Stop before Start. The database may be down
+// are safe to call twice, and Stop before Start. How long a stop takes: a
+// relay waiting between polls stops at once; one with a batch in hand
+// stops when that batch is delivered or has failed — at most
+// DeliveryTimeout (30 s by default) plus writing its marks — and Run gives
+// up waiting after Lease (60 s), cancelling the deliveries. With a broker
+// down the batch fails within seconds (herald's transports fail a refused
+// connection at once — Redis after go-redis's dial retries, about 3 s —
+// and Kafka once no broker could be reached for kafka.UnreachableAfter,
+// 2 s), so SIGTERM stops the relay within seconds;
+// only a broker that accepts connections and never answers holds it for
+// DeliveryTimeout. The database may be down
 // when New and Start run: they log, the loop keeps trying (its wait growing
 // to MaxPollInterval) and delivers once the database answers; an
 // unreachable database is never an envelope.ErrConfiguration error, a

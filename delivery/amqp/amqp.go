@@ -18,6 +18,14 @@ import (
 // when the delivery's context has no deadline; amqpfanout's is the same.
 const DefaultDialTimeout = 10 * time.Second
 
+// closeTimeout bounds closing a connection (the broker's close-ok): in
+// Close, and when a failed batch drops its connection.
+const closeTimeout = 2 * time.Second
+
+// maxShortstr is the longest AMQP short string (a routing key, an
+// exchange name, a header name), in bytes.
+const maxShortstr = 255
+
 // Config configures a Delivery.
 type Config struct {
 	// URL is the broker's AMQP URL ("amqp://user:pass@host:5672/vhost",
@@ -72,6 +80,7 @@ type Delivery struct {
 	// mu serializes batches: publisher confirms are numbered per channel,
 	// and one batch at a time keeps that numbering the batch's own.
 	mu      sync.Mutex
+	raw     net.Conn // conn's socket: the delivery bounds its writes by each batch's context
 	conn    *amqp091.Connection
 	ch      *amqp091.Channel
 	closed  chan *amqp091.Error // the channel's close notification
@@ -93,6 +102,10 @@ func New(cfg Config) (*Delivery, error) {
 		return nil, cfgErr("URL", "empty; give the broker's amqp:// URL")
 	case cfg.RoutingKey != "" && cfg.RoutingKeyFunc != nil:
 		return nil, cfgErr("RoutingKeyFunc", "set together with RoutingKey; give one of them")
+	case len(cfg.RoutingKey) > maxShortstr:
+		return nil, cfgErr("RoutingKey", "%d bytes; AMQP carries at most %d", len(cfg.RoutingKey), maxShortstr)
+	case len(cfg.Exchange) > maxShortstr:
+		return nil, cfgErr("Exchange", "%d bytes; AMQP carries at most %d", len(cfg.Exchange), maxShortstr)
 	}
 	if _, err := amqp091.ParseURI(cfg.URL); err != nil {
 		return nil, cfgErr("URL", "%v", err)
@@ -141,12 +154,13 @@ func (d *Delivery) connect(ctx context.Context) error {
 	if d.ch != nil && !d.ch.IsClosed() && d.conn != nil && !d.conn.IsClosed() {
 		return nil
 	}
-	d.drop()
+	d.drop(ctx, false)
 	cfg := d.amqp
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(DefaultDialTimeout)
 	}
+	var raw net.Conn
 	cfg.Dial = func(network, addr string) (net.Conn, error) {
 		var nd net.Dialer
 		c, err := nd.DialContext(ctx, network, addr)
@@ -159,22 +173,34 @@ func (d *Delivery) connect(ctx context.Context) error {
 			_ = c.Close()
 			return nil, err
 		}
+		raw = c
 		return c, nil
 	}
 	conn, err := amqp091.DialConfig(d.cfg.URL, cfg)
 	if err != nil {
 		return fmt.Errorf("herald/amqp: connect: %w", err)
 	}
+	// Opening the channel and confirm mode are round trips too: bounded
+	// by the same deadline, cleared once they are done.
+	fail := func(what string, err error) error {
+		_ = raw.Close()
+		_ = conn.Close()
+		return fmt.Errorf("herald/amqp: %s: %w", what, err)
+	}
+	if err := raw.SetDeadline(deadline); err != nil {
+		return fail("open channel", err)
+	}
 	ch, err := conn.Channel()
 	if err != nil {
-		_ = conn.Close()
-		return fmt.Errorf("herald/amqp: open channel: %w", err)
+		return fail("open channel", err)
 	}
 	if err := ch.Confirm(false); err != nil {
-		_ = conn.Close()
-		return fmt.Errorf("herald/amqp: confirm mode: %w", err)
+		return fail("confirm mode", err)
 	}
-	d.conn, d.ch = conn, ch
+	if err := raw.SetDeadline(time.Time{}); err != nil {
+		return fail("open channel", err)
+	}
+	d.raw, d.conn, d.ch = raw, conn, ch
 	d.closed = ch.NotifyClose(make(chan *amqp091.Error, 1))
 	if d.cfg.Mandatory {
 		d.returns = ch.NotifyReturn(make(chan amqp091.Return, returnBuffer))
@@ -182,12 +208,60 @@ func (d *Delivery) connect(ctx context.Context) error {
 	return nil
 }
 
-// drop closes what is left of the connection. Called with mu held.
-func (d *Delivery) drop() {
+// drop closes what is left of the connection, waiting for the broker's
+// close-ok until closeTimeout or ctx's deadline, whichever comes first;
+// abrupt (a batch that failed on its context: the link may be dead)
+// closes the socket at once. Called with mu held.
+func (d *Delivery) drop(ctx context.Context, abrupt bool) {
 	if d.conn != nil {
-		_ = d.conn.Close()
+		if abrupt && d.raw != nil {
+			_ = d.raw.Close()
+		}
+		deadline := time.Now().Add(closeTimeout)
+		if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+			deadline = dl
+		}
+		_ = d.conn.CloseDeadline(deadline)
 	}
-	d.conn, d.ch, d.closed, d.reason, d.returns = nil, nil, nil, nil, nil
+	d.raw, d.conn, d.ch, d.closed, d.reason, d.returns = nil, nil, nil, nil, nil, nil
+}
+
+// bound makes the socket's writes end with ctx — its deadline, or its
+// cancellation: a broker that stops reading (RabbitMQ's memory or disk
+// alarm) fills the socket buffers, and amqp091's writes would block for
+// ever. The returned func lifts the bound. Called with mu held.
+func (d *Delivery) bound(ctx context.Context) func() {
+	raw := d.raw
+	if dl, ok := ctx.Deadline(); ok {
+		_ = raw.SetWriteDeadline(dl)
+	}
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		_ = raw.SetWriteDeadline(time.Unix(1, 0))
+		close(fired)
+	})
+	return func() {
+		if !stop() {
+			<-fired // then lift it: a connection still in use must not keep a deadline in the past
+		}
+		_ = raw.SetWriteDeadline(time.Time{})
+	}
+}
+
+// check returns why AMQP cannot carry e's message: a routing key or a
+// header name longer than a short string. Such a message would be refused
+// by amqp091 mid-frame, which kills the connection and the whole batch.
+func (d *Delivery) check(e *envelope.Event, key string, msg *amqp091.Publishing) error {
+	if len(key) > maxShortstr {
+		return fmt.Errorf("routing key of %d bytes; AMQP carries at most %d (map the topic to a shorter key with Config.RoutingKeyFunc): %w",
+			len(key), maxShortstr, delivery.ErrDelivery)
+	}
+	for k := range msg.Headers {
+		if len(k) > maxShortstr {
+			return fmt.Errorf("header name %.40q… of %d bytes; AMQP carries at most %d: %w", k, len(k), maxShortstr, delivery.ErrDelivery)
+		}
+	}
+	return nil
 }
 
 // closeReason returns why the channel closed, if it did (amqp091 sends
@@ -256,10 +330,16 @@ func (d *Delivery) deliverChunk(ctx context.Context, es []*envelope.Event) []err
 	if err := d.connect(ctx); err != nil {
 		return fail(err)
 	}
+	defer d.bound(ctx)()
 	confirms := make([]*amqp091.DeferredConfirmation, len(es))
 	failed := false
 	for i, e := range es {
 		key, msg := d.Publishing(e)
+		if err := d.check(e, key, &msg); err != nil {
+			errs[i] = d.publishErr(e, shortKey(key), err)
+			failed = true
+			continue
+		}
 		c, err := d.ch.PublishWithDeferredConfirmWithContext(ctx, d.cfg.Exchange, key, d.cfg.Mandatory, false, msg)
 		if err == nil {
 			confirms[i] = c
@@ -276,8 +356,10 @@ func (d *Delivery) deliverChunk(ctx context.Context, es []*envelope.Event) []err
 			err = reason
 		}
 		for j := i; j < len(es); j++ {
-			k, _ := d.Publishing(es[j])
-			errs[j] = d.publishErr(es[j], k, err)
+			if errs[j] == nil {
+				k, _ := d.Publishing(es[j])
+				errs[j] = d.publishErr(es[j], shortKey(k), err)
+			}
 		}
 		break
 	}
@@ -331,7 +413,9 @@ func (d *Delivery) deliverChunk(ctx context.Context, es []*envelope.Event) []err
 	if failed && (d.ch.IsClosed() || d.conn.IsClosed() || ctx.Err() != nil) {
 		// A channel that lost confirmations (or whose state is unknown
 		// after a timeout) is not reused: the next batch opens a new one.
-		d.drop()
+		// After a timeout the link may be dead: its socket is closed at
+		// once, not after waiting for a close-ok that never comes.
+		d.drop(ctx, ctx.Err() != nil)
 	}
 	if !failed {
 		return nil
@@ -347,18 +431,37 @@ func (d *Delivery) publishErr(e *envelope.Event, key string, err error) error {
 	return fmt.Errorf("herald/amqp: publish event %s to exchange %s with routing key %q: %w", e.ID, ex, key, err)
 }
 
-// Close closes the connection. Safe to call twice; a closed delivery
-// fails every event.
+// Close closes the connection, waiting at most 2 s for the broker's
+// close-ok (a broker that stopped reading never sends it). It waits for
+// a batch in progress, which ends with its context. Safe to call twice; a
+// closed delivery fails every event.
 func (d *Delivery) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.done = true
 	var err error
 	if d.conn != nil && !d.conn.IsClosed() {
-		if cerr := d.conn.Close(); cerr != nil && !errors.Is(cerr, amqp091.ErrClosed) {
+		cerr := d.conn.CloseDeadline(time.Now().Add(closeTimeout))
+		var ne net.Error
+		switch {
+		case cerr == nil, errors.Is(cerr, amqp091.ErrClosed):
+		case errors.As(cerr, &ne) && ne.Timeout():
+			err = fmt.Errorf("herald/amqp: close: no close-ok from the broker within %s; the connection was dropped: %w", closeTimeout, cerr)
+		default:
 			err = fmt.Errorf("herald/amqp: close: %w", cerr)
 		}
 	}
-	d.conn, d.ch, d.closed = nil, nil, nil
+	if d.raw != nil {
+		_ = d.raw.Close()
+	}
+	d.raw, d.conn, d.ch, d.closed = nil, nil, nil, nil
 	return err
+}
+
+// shortKey is key as errors quote it: cut when it is too long to carry.
+func shortKey(key string) string {
+	if len(key) <= maxShortstr {
+		return key
+	}
+	return key[:40] + "…"
 }

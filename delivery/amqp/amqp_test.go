@@ -3,6 +3,7 @@ package amqp_test
 import (
 	"context"
 	"errors"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -126,6 +127,8 @@ func newReceiver(t testing.TB) *deliverytest.Receiver {
 		Down:     func(testing.TB) { proxy.SetDown(true) },
 		Up:       func(testing.TB) { proxy.SetDown(false) },
 		Conns:    proxy.Open,
+		Stall:    func(_ testing.TB, on bool) { proxy.StopReading(on) },
+		Outage:   "TCP proxy cut, refusing connections",
 	}
 }
 
@@ -377,4 +380,154 @@ func TestHashBindingMatchesAggregate(t *testing.T) {
 	if err != nil || !ok || m.RoutingKey != "shop."+model || m.MessageId != e.ID.String() {
 		t.Fatalf("queue: %v %v %+v", ok, err, m)
 	}
+}
+
+// An event whose header name or routing key AMQP cannot carry (a short
+// string: at most 255 bytes) fails alone, with an error that says why; the
+// rest of its batch is published on the same connection.
+func TestOverlongNamesFailAlone(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	long := strings.Repeat("k", 256)
+	d, err := amqp.New(amqp.Config{URL: b.url, Exchange: b.exchange, RoutingKeyFunc: func(e *envelope.Event) string {
+		if e.Topic == "long.key" {
+			return long
+		}
+		return e.Topic
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	var es []*envelope.Event
+	for range 20 {
+		es = append(es, event("ok"))
+	}
+	badHeader := event("ok")
+	badHeader.Headers = map[string]string{long: "v"}
+	badKey := event("long.key")
+	es = append(es[:5], append([]*envelope.Event{badHeader}, es[5:]...)...)
+	es = append(es, badKey)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for round := range 2 { // the connection survives
+		errs := d.DeliverBatch(ctx, es)
+		if errs == nil {
+			t.Fatal("every event published, the overlong ones too")
+		}
+		for i, err := range errs {
+			bad := es[i] == badHeader || es[i] == badKey
+			switch {
+			case bad && (!errors.Is(err, delivery.ErrDelivery) || !strings.Contains(err.Error(), "255")):
+				t.Errorf("round %d, event %d: %v, want ErrDelivery saying 255 bytes", round, i, err)
+			case !bad && err != nil:
+				t.Errorf("round %d, event %d: %v, want it published", round, i, err)
+			}
+		}
+		if round == 0 {
+			t.Logf("header: %v", errs[5])
+			t.Logf("routing key: %v", errs[len(es)-1])
+		}
+	}
+	testkit.Eventually(t, 10*time.Second, func() bool { return len(b.received()) == 40 }, "40 valid messages")
+}
+
+// A broker that stops reading (RabbitMQ's memory or disk alarm) holds a
+// batch only until its context ends, and Close after it is bounded too.
+func TestStalledBrokerHonoursContext(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	proxy := testkit.NewProxy(t, brokerAddr(t, b.url))
+	d, err := amqp.New(amqp.Config{URL: proxied(t, b.url, proxy.Addr()), Exchange: b.exchange})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Deliver(context.Background(), event("warm")); err != nil {
+		t.Fatal(err)
+	}
+	proxy.StopReading(true)
+	// More than the socket buffers hold, so that writes block.
+	var es []*envelope.Event
+	for range 64 {
+		e := event("big")
+		e.Payload = []byte(`"` + strings.Repeat("x", 512<<10) + `"`)
+		es = append(es, e)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	res := make(chan []error, 1)
+	go func() { res <- d.DeliverBatch(ctx, es) }()
+	select {
+	case errs := <-res:
+		if len(errs) != len(es) || errs[0] == nil {
+			t.Fatalf("errors %v", errs)
+		}
+		t.Logf("%v", errs[0])
+	case <-time.After(10 * time.Second):
+		t.Fatal("DeliverBatch still blocked 8 s after its 2 s context ended")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- d.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close still blocked after 10 s on a broker that stopped reading")
+	}
+	proxy.StopReading(false)
+}
+
+// On a dead link (TCP up, nothing carried) a batch that fails on its
+// context returns with it: dropping the connection does not wait for the
+// broker's close-ok.
+func TestDeadLinkReturnsWithContext(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	proxy := testkit.NewProxy(t, brokerAddr(t, b.url))
+	d, err := amqp.New(amqp.Config{URL: proxied(t, b.url, proxy.Addr()), Exchange: b.exchange})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Deliver(context.Background(), event("warm")); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Stall(true)
+	defer proxy.Stall(false)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	res := make(chan error, 1)
+	go func() { res <- d.Deliver(ctx, event("lost")) }()
+	select {
+	case err := <-res:
+		if err == nil {
+			t.Fatal("delivered over a dead link")
+		}
+		t.Logf("%v", err)
+	case <-time.After(3 * time.Second):
+		t.Fatal("Deliver still running 2 s after its 1 s context ended")
+	}
+}
+
+// A broker that cannot be reached fails the batch within seconds, naming
+// the address and the cause, not at the end of the delivery's context.
+func TestUnreachableFailsFast(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // nothing listens there now: connection refused
+	d, err := amqp.New(amqp.Config{URL: "amqp://guest:guest@" + addr + "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = d.Deliver(ctx, event("a"))
+	if ctx.Err() != nil || err == nil || !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("%v (context: %v), want an error naming %s and the refusal before the context ends", err, ctx.Err(), addr)
+	}
+	t.Logf("%v", err)
 }

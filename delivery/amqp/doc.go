@@ -20,6 +20,15 @@
 // Config.Mandatory such a message is returned instead, and its event
 // fails.
 //
+// Failures stay with their event. A routing key or header name longer
+// than AMQP's 255-byte short string fails its event alone (ErrDelivery, at
+// every attempt, until it dead-letters); the rest of the batch is
+// published. Every write to the broker ends with the batch's context: a
+// broker that stops reading (RabbitMQ's memory or disk alarm) or a dead
+// link holds a batch only until the relay's DeliveryTimeout, and a batch
+// that fails on its context closes its socket at once instead of waiting
+// for a close-ok. Close waits at most 2 s for the broker's close-ok.
+//
 // Guarantee: Deliver returns nil only for an event whose message the
 // broker confirmed; anything else fails the event, which is published
 // again (consumers de-duplicate on the message id or herald-event-id).

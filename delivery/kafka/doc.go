@@ -22,6 +22,17 @@
 // router routes by aggregate) when a key spans topics that differ
 // otherwise.
 //
+// Failures stay with their event and come fast. A record over the topic's
+// max.message.bytes makes Kafka refuse its whole partition batch; the
+// refused records are produced again one by one, so only the oversized
+// one fails (MESSAGE_TOO_LARGE). With a client the delivery built, a
+// cluster none of whose brokers can be reached fails the batch once every
+// connection attempt has failed for UnreachableAfter (2 s), with the
+// dial's error — "dial tcp 127.0.0.1:9092: connect: connection refused" —
+// not after the relay's DeliveryTimeout with a bare "context deadline
+// exceeded"; a ready client waits for the context. An empty batch returns
+// at once.
+//
 // Guarantee: Deliver returns nil only for an event whose record Kafka
 // acknowledged; a record still unacknowledged when the relay's delivery
 // timeout ends fails its event, which is then produced again (receivers

@@ -2,11 +2,17 @@ package kafka
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
+	"net"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldgo/herald/delivery"
@@ -17,11 +23,21 @@ import (
 // is zero.
 const DefaultCloseTimeout = 10 * time.Second
 
+// UnreachableAfter is how long a client the delivery built may fail to
+// connect to a broker, every attempt failing, before the records of a
+// batch still waiting fail with the dial's error (the broker's address and
+// the cause, "dial tcp 127.0.0.1:9092: connect: connection refused")
+// instead of waiting out the relay's DeliveryTimeout.
+const UnreachableAfter = 2 * time.Second
+
 // Config configures a Delivery. Exactly one of Brokers and Client is set.
 type Config struct {
 	// Brokers are the seed brokers ("host:9092") of a client the delivery
 	// builds and owns: acks from all in-sync replicas, the idempotent
-	// producer, no linger (a batch is produced at once). nil = use Client.
+	// producer, no linger (a batch is produced at once), retries backed off
+	// 1 s at most and metadata refreshed up to once a second (so that
+	// delivery resumes within about a second of the brokers coming back),
+	// and the fail-fast check of UnreachableAfter. nil = use Client.
 	Brokers []string
 	// ClientOptions are added to the options of the client built from
 	// Brokers (TLS, SASL, a dialer); they come last and so win. Only with
@@ -64,6 +80,48 @@ type Delivery struct {
 	closeTimeout time.Duration
 	closeOnce    sync.Once
 	closeErr     error
+	dials        *dialState // of a client the delivery built; nil for a given one
+}
+
+// dialState is what the connect hook of a client the delivery built saw:
+// since when every connection attempt failed, and the last failure.
+type dialState struct {
+	mu      sync.Mutex
+	failing time.Time // the first failure since the last success; zero when the last attempt succeeded
+	err     error
+}
+
+// OnBrokerConnect implements kgo.HookBrokerConnect.
+func (s *dialState) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil {
+		s.failing, s.err = time.Time{}, nil
+		return
+	}
+	if s.failing.IsZero() {
+		s.failing = time.Now()
+	}
+	addr := net.JoinHostPort(meta.Host, strconv.Itoa(int(meta.Port)))
+	if strings.Contains(err.Error(), addr) {
+		s.err = err
+	} else {
+		s.err = fmt.Errorf("broker %s: %w", addr, err)
+	}
+}
+
+// unreachable returns the last dial error when every attempt failed for
+// UnreachableAfter, or how long to wait before asking again.
+func (s *dialState) unreachable(now time.Time) (error, time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failing.IsZero() {
+		return nil, UnreachableAfter
+	}
+	if left := UnreachableAfter - now.Sub(s.failing); left > 0 {
+		return nil, left
+	}
+	return s.err, 0
 }
 
 var _ delivery.BatchDelivery = (*Delivery)(nil)
@@ -95,8 +153,17 @@ func New(cfg Config) (*Delivery, error) {
 		d.closeTimeout = DefaultCloseTimeout
 	}
 	if d.cl == nil {
+		d.dials = &dialState{}
 		opts := []kgo.Opt{
 			kgo.SeedBrokers(cfg.Brokers...),
+			kgo.WithHooks(d.dials),
+			// franz-go backs off up to 5 s between retries, so after an
+			// outage the first produce could come seconds after the
+			// brokers are back; 1 s at most keeps the drain short.
+			kgo.RetryBackoffFn(retryBackoff),
+			// A metadata refresh after errors waits for the last one to
+			// be this old (5 s by default): the same seconds again.
+			kgo.MetadataMinAge(time.Second),
 			kgo.RequiredAcks(kgo.AllISRAcks()),
 			// A relay's batch is produced all at once and waited for;
 			// lingering would only delay it.
@@ -120,6 +187,14 @@ func New(cfg Config) (*Delivery, error) {
 		return nil, cfgErr(field, "the client does not require acks from all in-sync replicas (kgo.RequiredAcks(kgo.AllISRAcks()), franz-go's default): an event would count as delivered on the leader's word alone")
 	}
 	return d, nil
+}
+
+// retryBackoff is the wait before a client the delivery built retries
+// (a produce, a connection, a metadata request): 100 ms doubling to 1 s,
+// with up to 20 % jitter.
+func retryBackoff(tries int) time.Duration {
+	d := min(100*time.Millisecond<<min(tries, 4), time.Second)
+	return d - time.Duration(rand.Int64N(int64(d)/5))
 }
 
 // Client returns the client the delivery produces with.
@@ -155,6 +230,54 @@ func (d *Delivery) Deliver(ctx context.Context, e *envelope.Event) error {
 // acknowledged or refused each record, or ctx ends. It returns one error
 // per event (nil slice when all were produced).
 func (d *Delivery) DeliverBatch(ctx context.Context, es []*envelope.Event) []error {
+	if len(es) == 0 {
+		return nil
+	}
+	errs := d.produce(ctx, es)
+	if errs == nil {
+		return nil
+	}
+	// A partition's records go in one record batch, which Kafka refuses
+	// whole when it exceeds the topic's max.message.bytes: one oversized
+	// record fails its neighbours. Each is produced again alone, so only
+	// the records that are too large themselves fail. A batch holds at
+	// most one event per key: their order does not matter.
+	var again []int
+	for i, err := range errs {
+		if errors.Is(err, kerr.MessageTooLarge) {
+			again = append(again, i)
+		}
+	}
+	if len(again) < 2 {
+		return errs
+	}
+	for _, i := range again {
+		if ctx.Err() != nil {
+			break
+		}
+		one := d.produce(ctx, es[i:i+1])
+		if one == nil {
+			errs[i] = nil
+		} else {
+			errs[i] = one[0]
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			return errs
+		}
+	}
+	return nil
+}
+
+// produce produces es at once and waits for every promise, ctx's end, or
+// (for a client the delivery built) every broker connection failing for
+// UnreachableAfter.
+func (d *Delivery) produce(ctx context.Context, es []*envelope.Event) []error {
+	// Records still buffered when produce returns early are cancelled
+	// with pctx: the client drops what it has not sent yet.
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	// The promises record their results under mu. When ctx ends first,
 	// the results so far are copied out and late promises write to what
 	// nobody reads any more.
@@ -188,16 +311,38 @@ func (d *Delivery) DeliverBatch(ctx context.Context, es []*envelope.Event) []err
 				e.ID, r.Topic, delivery.ErrDelivery)))
 			continue
 		}
-		d.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
+		d.cl.Produce(pctx, r, func(r *kgo.Record, err error) {
 			if err != nil {
 				err = &ProduceError{EventID: e.ID.String(), Topic: r.Topic, Err: err}
 			}
 			finish(i, err)
 		})
 	}
-	select {
-	case <-done:
-	case <-ctx.Done():
+	var unreachable error
+	if d.dials != nil {
+		timer := time.NewTimer(UnreachableAfter)
+		defer timer.Stop()
+	wait:
+		for {
+			select {
+			case <-done:
+				break wait
+			case <-ctx.Done():
+				break wait
+			case now := <-timer.C:
+				err, next := d.dials.unreachable(now)
+				if err != nil {
+					unreachable = err
+					break wait
+				}
+				timer.Reset(next)
+			}
+		}
+	} else {
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -205,7 +350,11 @@ func (d *Delivery) DeliverBatch(ctx context.Context, es []*envelope.Event) []err
 		// Records still out may yet be written: the relay tries their
 		// events again, and receivers de-duplicate on herald-event-id.
 		for i, e := range es {
-			if !settled[i] {
+			switch {
+			case settled[i]:
+			case unreachable != nil:
+				results[i] = fmt.Errorf("herald/kafka: event %s: no acknowledgement from Kafka, whose brokers could not be reached for %s: %w", e.ID, UnreachableAfter, unreachable)
+			default:
 				results[i] = fmt.Errorf("herald/kafka: event %s: no acknowledgement from Kafka before the delivery's context ended: %w", e.ID, ctx.Err())
 			}
 		}

@@ -2,8 +2,11 @@ package kafka_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"regexp"
 	"strings"
@@ -12,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -21,6 +25,7 @@ import (
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/deliverytest"
 	"github.com/heraldgo/herald/internal/testkit"
+	"github.com/heraldgo/herald/relay"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }
@@ -142,6 +147,7 @@ func newReceiver(t testing.TB) *deliverytest.Receiver {
 		Down:     func(testing.TB) { proxy.SetDown(true) },
 		Up:       func(testing.TB) { proxy.SetDown(false) },
 		Conns:    proxy.Open,
+		Outage:   "TCP proxy to kfake cut, refusing connections",
 	}
 }
 
@@ -308,5 +314,164 @@ func TestRecord(t *testing.T) {
 	}
 	if d.Record(event("t", "")).Key != nil {
 		t.Fatal("an unordered event must have a nil key (spread over partitions)")
+	}
+}
+
+// An empty batch returns at once.
+func TestEmptyBatch(t *testing.T) {
+	t.Parallel()
+	d, err := kafka.New(kafka.Config{Brokers: []string{"127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if errs := d.DeliverBatch(ctx, nil); errs != nil || ctx.Err() != nil {
+		t.Fatalf("empty batch: %v, context %v", errs, ctx.Err())
+	}
+}
+
+// A record over the topic's max.message.bytes (under the client's own
+// limit) fails alone; the rest of its partition's batch is produced.
+func TestOversizedRecordFailsAlone(t *testing.T) {
+	t.Parallel()
+	const topic = "small-messages"
+	brokers := testkit.Kafka(t)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, 1, -1
+	c := kmsg.NewCreateTopicsRequestTopicConfig()
+	c.Name, c.Value = "max.message.bytes", kmsg.StringPtr("20000")
+	rt.Configs = append(rt.Configs, c)
+	req.Topics = append(req.Topics, rt)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil || resp.Topics[0].ErrorCode != 0 {
+		t.Fatalf("create topic: %v %+v", err, resp)
+	}
+	d, err := kafka.New(kafka.Config{Brokers: brokers, Topic: topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	var es []*envelope.Event
+	for i := range 39 {
+		es = append(es, event("orders", fmt.Sprintf("k%d", i)))
+	}
+	big := event("orders", "big")
+	noise := make([]byte, 45000) // random, so that compression cannot shrink it under the limit
+	_, _ = rand.Read(noise)
+	big.Payload = []byte(`"` + base64.StdEncoding.EncodeToString(noise) + `"`)
+	es = append(es[:20], append([]*envelope.Event{big}, es[20:]...)...)
+	errs := d.DeliverBatch(ctx, es)
+	if errs == nil {
+		t.Fatal("every record produced, the oversized one too")
+	}
+	for i, err := range errs {
+		switch {
+		case es[i] == big && !errors.Is(err, kerr.MessageTooLarge):
+			t.Errorf("oversized record: %v, want MESSAGE_TOO_LARGE", err)
+		case es[i] != big && err != nil:
+			t.Errorf("event %d: %v, want it produced (only the oversized record fails)", i, err)
+		}
+	}
+	t.Logf("oversized: %v", errs[20])
+	co := &consumer{brokers: brokers, topic: topic}
+	defer co.stop()
+	testkit.Eventually(t, 20*time.Second, func() bool { return len(co.Received(t)) >= 39 }, "39 records in %s", topic)
+}
+
+// A broker that cannot be reached fails the batch within seconds, naming
+// the address and the cause, not after the delivery's whole context.
+func TestUnreachableBrokerFailsFast(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // nothing listens there now: connection refused
+	d, err := kafka.New(kafka.Config{Brokers: []string{addr}, Topic: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errs := d.DeliverBatch(ctx, []*envelope.Event{event("t", "a"), event("t", "b")})
+	if ctx.Err() != nil {
+		t.Fatalf("the batch ran for its whole context: %v", errs)
+	}
+	for i, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), "connection refused") {
+			t.Errorf("event %d: %v, want an error naming %s and the refusal", i, err, addr)
+		}
+	}
+	if len(errs) > 0 {
+		t.Logf("%v", errs[0])
+	}
+}
+
+// inHand tells when the relay has a batch in hand.
+type inHand struct {
+	*kafka.Delivery
+	once    sync.Once
+	started chan struct{}
+}
+
+func (d *inHand) DeliverBatch(ctx context.Context, es []*envelope.Event) []error {
+	d.once.Do(func() { close(d.started) })
+	return d.Delivery.DeliverBatch(ctx, es)
+}
+
+// A relay told to stop (SIGTERM, in Run) while Kafka cannot be reached
+// stops once its batch in hand has failed — within UnreachableAfter and
+// the marks, not the DeliveryTimeout (30 s) it would otherwise wait out.
+func TestStopWhileBrokerDown(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	kd, err := kafka.New(kafka.Config{Brokers: []string{addr}, Topic: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &inHand{Delivery: kd, started: make(chan struct{})}
+	defer d.Close()
+	env := deliverytest.NewEnv(t)
+	es := env.Write(t, envelope.Message{Topic: "t", OrderingKey: "k", Payload: 1})
+	r, err := relay.New(env.DB, d, relay.Config{Logger: slog.New(slog.DiscardHandler)}) // DeliveryTimeout 30 s
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, sigterm := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	select {
+	case <-d.started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no batch in hand after 30 s")
+	}
+	sigterm()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run still running 10 s after its context ended, Kafka unreachable")
+	}
+	if row := env.Row(t, es[0].ID.String()); row.Published || !strings.Contains(row.LastError, addr) {
+		t.Fatalf("event %+v: want it failed, last_error naming %s", row, addr)
 	}
 }

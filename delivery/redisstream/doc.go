@@ -15,7 +15,14 @@
 // round trip — and each entry's result is mapped back to its event.
 //
 // The delivery takes a ready client (and never closes it) or builds one
-// from a URL (and closes it in Close).
+// from a URL (and closes it in Close); a client it builds honours the
+// context's deadline (go-redis's ContextTimeoutEnabled), so a batch ends
+// with the relay's DeliveryTimeout — give a ready client the same option.
+//
+// An XADD counts as written only when Redis answered it with an entry id:
+// a pipeline refused before it ran (a go-redis hook such as a circuit
+// breaker or a rate limiter returning an error) fails every event of the
+// batch with the hook's error.
 //
 // Guarantee: Deliver returns nil only for an event whose XADD Redis
 // answered with an entry id. Entries are appended in batch order, and a

@@ -3,6 +3,7 @@ package redisstream
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -30,7 +31,10 @@ type Config struct {
 	// Client.
 	URL string
 	// Client is a ready client (a *redis.Client, *redis.ClusterClient…);
-	// the delivery never closes it.
+	// the delivery never closes it. Build it with ContextTimeoutEnabled:
+	// without it go-redis ignores the context's deadline, and a batch runs
+	// past the relay's DeliveryTimeout for as long as the client's own
+	// ReadTimeout and retries last. A client built from URL has it.
 	Client redis.UniversalClient
 
 	// Stream is the stream of every event; "" = StreamFunc's answer.
@@ -92,6 +96,11 @@ func New(cfg Config) (*Delivery, error) {
 		if err != nil {
 			return nil, cfgErr("URL", "%v", err)
 		}
+		// Without it go-redis bounds reads and writes by its own
+		// ReadTimeout and WriteTimeout (3 s, and retried) and ignores the
+		// context's deadline: a batch would outlive the relay's
+		// DeliveryTimeout and a forced stop.
+		opt.ContextTimeoutEnabled = true
 		d.rdb, d.own = redis.NewClient(opt), true
 	}
 	return d, nil
@@ -157,17 +166,28 @@ func (d *Delivery) DeliverBatch(ctx context.Context, es []*envelope.Event) []err
 		}
 		failed = true
 	}
+	var perr error
 	if pipe.Len() > 0 {
 		// Exec returns the first failed command's error; each command
 		// keeps its own, which is what is mapped back. A connection error
-		// fails every command.
-		_, _ = pipe.Exec(ctx)
+		// fails every command. A hook that refuses the pipeline (a
+		// circuit breaker, a rate limiter) sets no command's error: only
+		// Exec's error says so.
+		_, perr = pipe.Exec(ctx)
 	}
 	for i, c := range cmds {
 		if c == nil {
 			continue
 		}
-		if err := c.Err(); err != nil {
+		err := c.Err()
+		if err == nil && c.Val() == "" {
+			// No entry id: the command never ran.
+			err = perr
+			if err == nil {
+				err = errors.New("no reply (the pipeline did not run the command)")
+			}
+		}
+		if err != nil {
 			errs[i] = fmt.Errorf("herald/redisstream: XADD event %s to stream %q: %w", es[i].ID, c.Args()[1], err)
 			failed = true
 		}

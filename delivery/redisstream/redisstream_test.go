@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -78,6 +80,7 @@ func newReceiver(t testing.TB) *deliverytest.Receiver {
 		Received: func(t testing.TB) []deliverytest.Message { return read(t, reader, stream) },
 		Down:     srv.Stop,
 		Up:       srv.Start,
+		Outage:   "private redis-server SIGKILLed, then restarted",
 		Conns:    func() int { return connectedClients(reader) },
 	}
 }
@@ -220,4 +223,124 @@ func TestConfigErrors(t *testing.T) {
 	if _, err := redisstream.New(redisstream.Config{URL: "http://x"}); !errors.Is(err, envelope.ErrConfiguration) {
 		t.Errorf("bad URL: %v", err)
 	}
+}
+
+// refuser is a go-redis hook that refuses every pipeline without running
+// it, as a circuit breaker or a rate limiter does.
+type refuser struct{}
+
+var errRefused = errors.New("circuit open")
+
+func (refuser) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (refuser) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return next
+}
+func (refuser) ProcessPipelineHook(redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(context.Context, []redis.Cmder) error { return errRefused }
+}
+
+// A pipeline a hook refuses writes nothing: every event of the batch
+// fails with the hook's error.
+func TestRefusedPipelineFailsEveryEvent(t *testing.T) {
+	t.Parallel()
+	rdb := sharedClient(t)
+	rdb.AddHook(refuser{})
+	stream := testkit.Name("herald-t-")
+	d, err := redisstream.New(redisstream.Config{Client: rdb, Stream: stream})
+	if err != nil {
+		t.Fatal(err)
+	}
+	es := []*envelope.Event{event("a", "k1"), event("a", "k2")}
+	errs := d.DeliverBatch(context.Background(), es)
+	if len(errs) != len(es) {
+		t.Fatalf("DeliverBatch: %v, want both events to fail (nothing was written)", errs)
+	}
+	for i, err := range errs {
+		if !errors.Is(err, errRefused) {
+			t.Errorf("event %d: %v, want the hook's error", i, err)
+		}
+	}
+	if err := d.Deliver(context.Background(), event("a", "k3")); !errors.Is(err, errRefused) {
+		t.Errorf("Deliver: %v, want the hook's error", err)
+	}
+}
+
+// silentListener accepts connections and never answers: a Redis that
+// stopped responding, or a link that black-holes its packets.
+func silentListener(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// A client built from Config.URL ends a batch with its context, not with
+// go-redis's own read timeout and retries.
+func TestURLClientHonoursContext(t *testing.T) {
+	t.Parallel()
+	d, err := redisstream.New(redisstream.Config{URL: "redis://" + silentListener(t) + "/0", Stream: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	res := make(chan []error, 1)
+	go func() { res <- d.DeliverBatch(ctx, []*envelope.Event{event("a", "k")}) }()
+	select {
+	case errs := <-res:
+		if len(errs) != 1 || !errors.Is(errs[0], context.DeadlineExceeded) {
+			t.Fatalf("errors %v, want the context's deadline", errs)
+		}
+		t.Logf("%v", errs[0])
+	case <-time.After(3 * time.Second): // go-redis's ReadTimeout, which bounded it before
+		t.Fatal("DeliverBatch still running 3 s into a batch whose context ended after 300 ms")
+	}
+}
+
+// A Redis that cannot be reached fails the batch within seconds, naming
+// the address and the cause, not at the end of the delivery's context.
+func TestUnreachableFailsFast(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // nothing listens there now: connection refused
+	d, err := redisstream.New(redisstream.Config{URL: "redis://" + addr + "/0", Stream: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = d.Deliver(ctx, event("a", "k"))
+	if ctx.Err() != nil || err == nil || !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("%v (context: %v), want an error naming %s and the refusal before the context ends", err, ctx.Err(), addr)
+	}
+	t.Logf("%v", err)
 }

@@ -16,8 +16,15 @@
 // other internal addresses after DNS resolution — IPv6 addresses that
 // carry an IPv4 one (NAT64, 6to4, Teredo, IPv4-compatible, -mapped and
 // -translated) are judged by the IPv4 address they carry — unless
-// Config.AllowNetworks lets them through. Redirects are never followed, so
-// the URL checked is the URL requested.
+// Config.AllowNetworks lets them through; New refuses a Config.URL whose
+// host the guard would refuse every time (an internal IP address,
+// localhost) with an envelope.ErrConfiguration naming AllowNetworks.
+// Redirects are never followed, so the URL checked is the URL requested.
+//
+// Every answer's body is read within the delivery's context, a
+// 101 Switching Protocols (whose body is the raw connection) included: an
+// endpoint that answers and then goes silent fails the event when the
+// relay's DeliveryTimeout ends.
 //
 // Guarantee: Deliver returns nil only for a 2xx answer. A refused URL, a
 // transport error, a timeout (the relay's DeliveryTimeout, through the

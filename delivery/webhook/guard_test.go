@@ -53,9 +53,9 @@ func TestGuardEmbeddedIPv4(t *testing.T) {
 	dial := func(allow []netip.Prefix, ip netip.Addr) error {
 		return webhook.GuardControl(allow)("tcp6", netip.AddrPortFrom(ip, 443).String(), nil)
 	}
-	for form, make := range forms {
+	for form, fill := range forms {
 		for what, v4 := range internal {
-			ip := make(v4)
+			ip := fill(v4)
 			err := dial(nil, ip)
 			if err == nil {
 				t.Errorf("%s of %s: %s passed the guard", form, what, ip)
@@ -72,7 +72,7 @@ func TestGuardEmbeddedIPv4(t *testing.T) {
 				t.Errorf("%s of %s with %s allowed: %v", form, what, allow[0], err)
 			}
 		}
-		ip := make(public)
+		ip := fill(public)
 		err := dial(nil, ip)
 		if strings.HasPrefix(form, "local-use") {
 			if err == nil {

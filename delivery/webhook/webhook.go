@@ -145,6 +145,11 @@ func New(cfg Config) (*Delivery, error) {
 			return nil, cfgErr("URL", "%v", err)
 		}
 		d.url = u
+		if cfg.Client == nil {
+			if err := guardedHost(u, cfg.AllowNetworks); err != nil {
+				return nil, cfgErr("AllowNetworks", "%v", err)
+			}
+		}
 	}
 	if cfg.Secret != "" {
 		key, err := decodeSecret(cfg.Scheme, cfg.Secret)
@@ -190,6 +195,30 @@ func parseURL(raw string) (*url.URL, error) {
 		return nil, fmt.Errorf("URL %s has no host", redact(u))
 	}
 	return u, nil
+}
+
+// guardedHost returns an error when the dial guard of the delivery's own
+// client would refuse every connection to u: its host is an internal IP
+// address, or localhost, outside allow. A name is resolved only when
+// dialled, so New cannot judge it; the guard still does.
+func guardedHost(u *url.URL, allow []netip.Prefix) error {
+	host := u.Hostname()
+	var ips []netip.Addr
+	if ip, err := netip.ParseAddr(host); err == nil {
+		ips = []netip.Addr{ip.WithZone("").Unmap()}
+	} else if h := strings.ToLower(strings.TrimSuffix(host, ".")); h == "localhost" || strings.HasSuffix(h, ".localhost") {
+		// RFC 6761: localhost names resolve to loopback.
+		ips = []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("::1")}
+	}
+	for _, ip := range ips {
+		if allowed(ip, allow) || !internal(ip) {
+			return nil
+		}
+	}
+	if len(ips) == 0 {
+		return nil
+	}
+	return fmt.Errorf("URL %s: %s is an internal address, which the dial guard refuses; allow its network in AllowNetworks (127.0.0.0/8 and ::1/128 for this host, 10.0.0.0/8 for the cluster)", redact(u), host)
 }
 
 // redact is u without user info, query and fragment, which may hold
@@ -249,12 +278,23 @@ func (d *Delivery) Deliver(ctx context.Context, e *envelope.Event) error {
 		return fmt.Errorf("herald/webhook: event %s: POST %s: %w", e.ID, redact(u), err)
 	}
 	defer resp.Body.Close()
+	// Every read of the body ends with ctx. net/http ends an ordinary
+	// body's reads with the request's context, but the body of a
+	// 101 Switching Protocols is the raw connection, which nothing
+	// closes: an endpoint that switches protocols and then stays silent
+	// would hold the delivery (and its batch, and its lease) for ever.
+	stop := context.AfterFunc(ctx, func() { _ = resp.Body.Close() })
+	defer stop()
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
 		return nil
 	}
-	// Read a little more than is quoted, to mark the cut.
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, MaxErrorBody+1))
+	var b []byte
+	if resp.StatusCode >= 200 {
+		// Read a little more than is quoted, to mark the cut. A 1xx
+		// (101, the only one net/http returns) has no body to quote.
+		b, _ = io.ReadAll(io.LimitReader(resp.Body, MaxErrorBody+1))
+	}
 	se := &StatusError{EventID: e.ID.String(), URL: redact(u), StatusCode: resp.StatusCode, Body: clean(b, MaxErrorBody)}
 	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
 		se.Location = clean([]byte(resp.Header.Get("Location")), 500)

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -103,6 +104,7 @@ func newReceiver(t testing.TB) *deliverytest.Receiver {
 		Down:     func(testing.TB) { proxy.SetDown(true) },
 		Up:       func(testing.TB) { proxy.SetDown(false) },
 		Conns:    proxy.Open,
+		Outage:   "TCP proxy cut, refusing connections",
 	}
 }
 
@@ -360,7 +362,11 @@ func TestDefaultGuard(t *testing.T) {
 		"http://10.0.0.1:" + port,
 		"http://0.0.0.0:" + port,
 	} {
-		d := newDelivery(t, webhook.Config{URL: u})
+		// As Config.URL New refuses it (TestNewRefusesGuardedURL); a
+		// Target's URL meets the dial guard.
+		d := newDelivery(t, webhook.Config{Target: func(context.Context, *envelope.Event) (webhook.Target, error) {
+			return webhook.Target{URL: u}, nil
+		}})
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := d.Deliver(ctx, event("x"))
 		cancel()
@@ -375,7 +381,9 @@ func TestDefaultGuard(t *testing.T) {
 	if err := d.Deliver(context.Background(), event("x")); err != nil {
 		t.Fatalf("allowed loopback: %v", err)
 	}
-	meta := newDelivery(t, webhook.Config{URL: "http://169.254.169.254/", AllowNetworks: loopback})
+	meta := newDelivery(t, webhook.Config{AllowNetworks: loopback, Target: func(context.Context, *envelope.Event) (webhook.Target, error) {
+		return webhook.Target{URL: "http://169.254.169.254/"}, nil
+	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := meta.Deliver(ctx, event("x")); !errors.Is(err, webhook.ErrURLRefused) {
@@ -546,5 +554,130 @@ func TestConfigErrors(t *testing.T) {
 	}
 	if _, err := webhook.New(webhook.Config{URL: "ftp://example.com"}); !errors.Is(err, envelope.ErrConfiguration) {
 		t.Errorf("ftp URL: %v", err)
+	}
+}
+
+// silentServer accepts connections, reads a request's head and answers
+// with head, then stays silent until the test ends.
+func silentServer(t *testing.T, head string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns sync.WaitGroup
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done); _ = ln.Close(); conns.Wait() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Go(func() {
+				defer c.Close()
+				buf := make([]byte, 4096)
+				var got []byte
+				for !bytes.Contains(got, []byte("\r\n\r\n")) {
+					n, err := c.Read(buf)
+					if err != nil {
+						return
+					}
+					got = append(got, buf[:n]...)
+				}
+				_, _ = io.WriteString(c, head)
+				<-done
+			})
+		}
+	}()
+	return "http://" + ln.Addr().String() + "/hook"
+}
+
+// An answer whose body never comes — a 101 Switching Protocols, which
+// hands the raw connection over, or a 200 that promises a body — ends
+// with the delivery's context.
+func TestSilentAnswerEndsWithContext(t *testing.T) {
+	t.Parallel()
+	for name, head := range map[string]string{
+		"101": "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+		"200": "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{",
+		"500": "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 1000\r\n\r\noops",
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			d := newDelivery(t, webhook.Config{URL: silentServer(t, head), AllowNetworks: loopback})
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			res := make(chan error, 1)
+			go func() { res <- d.Deliver(ctx, event("x")) }()
+			select {
+			case err := <-res:
+				if (err == nil) != (name == "200") {
+					t.Fatalf("%v: want an error for a %s (nil for a 2xx: its status is the answer)", err, name)
+				}
+				t.Logf("%s: %v", name, err)
+			case <-time.After(20 * time.Second):
+				t.Fatal("Deliver still blocked 20 s after its 300 ms context ended")
+			}
+		})
+	}
+}
+
+// An event header that differs from herald's own only in case never
+// replaces herald's value.
+func TestHeraldHeadersWin(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, nil)
+	d := newDelivery(t, webhook.Config{URL: s.URL, AllowNetworks: loopback})
+	const n = 50
+	var es []*envelope.Event
+	for range n {
+		e := event("orders.created")
+		e.Headers = map[string]string{"Herald-Event-Id": "forged", "HERALD-TOPIC": "forged", "herald-Event-id": "forged2", "x-a": "1"}
+		es = append(es, e)
+		if err := d.Deliver(context.Background(), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, r := range s.requests() {
+		if got := r.Header.Values(delivery.HeaderEventID); len(got) != 1 || got[0] != es[i].ID.String() {
+			t.Fatalf("request %d: herald-event-id %q, want only %s", i, got, es[i].ID)
+		}
+		if got := r.Header.Values(delivery.HeaderTopic); len(got) != 1 || got[0] != "orders.created" {
+			t.Fatalf("request %d: herald-topic %q", i, got)
+		}
+		if r.Header.Get("X-A") != "1" {
+			t.Fatalf("request %d: the event's own header x-a is missing", i)
+		}
+	}
+}
+
+// A URL the dial guard would refuse fails New, naming AllowNetworks.
+func TestNewRefusesGuardedURL(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{
+		"http://127.0.0.1:8080/hook",
+		"http://localhost:8080/hook",
+		"http://api.localhost/hook",
+		"http://[::1]/hook",
+		"http://[::ffff:10.1.2.3]/hook",
+		"http://10.0.0.1/hook",
+		"http://192.168.1.20:9000/",
+		"http://169.254.169.254/latest/meta-data",
+		"http://0.0.0.0/",
+	} {
+		_, err := webhook.New(webhook.Config{URL: u})
+		if !errors.Is(err, envelope.ErrConfiguration) || !strings.Contains(err.Error(), "AllowNetworks") {
+			t.Errorf("%s: %v, want ErrConfiguration naming AllowNetworks", u, err)
+		}
+	}
+	for _, u := range []string{"http://127.0.0.1:8080/hook", "http://localhost/hook", "http://[::1]/"} {
+		if _, err := webhook.New(webhook.Config{URL: u, AllowNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}}); err != nil {
+			t.Errorf("%s with loopback allowed: %v", u, err)
+		}
+	}
+	// A name is resolved at connection time only: New cannot know.
+	if _, err := webhook.New(webhook.Config{URL: "https://hooks.example.com/x"}); err != nil {
+		t.Errorf("public name: %v", err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -25,10 +26,12 @@ import (
 	"strconv"
 	"strings"
 
+	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/entsql"
 	entschema "entgo.io/ent/dialect/sql/schema"
 	"entgo.io/ent/entc"
 	"entgo.io/ent/entc/gen"
+	"entgo.io/ent/schema/field"
 
 	"github.com/heraldgo/herald/entcapture"
 	"github.com/heraldgo/herald/envelope"
@@ -200,6 +203,34 @@ func check(g *gen.Graph) error {
 		}
 	}
 	return nil
+}
+
+// hasDBDefault reports whether the field's column has a database default
+// (entsql.Default, DefaultExpr, DefaultExprs): a create that leaves it
+// unset gets the database's value, not NULL.
+func hasDBDefault(f *gen.Field) bool {
+	a := f.EntSQL()
+	return a != nil && (a.Default != "" || a.DefaultExpr != "" || len(a.DefaultExprs) > 0)
+}
+
+// timePrecision returns the fractional-second digits a time field's
+// PostgreSQL column keeps when its SchemaType declares fewer than
+// PostgreSQL's 6 ("timestamptz(3)").
+func timePrecision(f *gen.Field) (int, bool) {
+	if f.Type == nil || f.Type.Type != field.TypeTime {
+		return 0, false
+	}
+	st := strings.ToLower(f.Column().SchemaType[dialect.Postgres])
+	i := strings.IndexByte(st, '(')
+	j := strings.IndexByte(st, ')')
+	if i < 0 || j < i {
+		return 0, false
+	}
+	p, err := strconv.Atoi(strings.TrimSpace(st[i+1 : j]))
+	if err != nil || p < 0 || p >= 6 {
+		return 0, false
+	}
+	return p, true
 }
 
 func annotation(n *gen.Type) (entcapture.Annotation, bool, error) {
@@ -588,15 +619,22 @@ func glueType(pf func(string, ...any), n *gen.Type) {
 	pkg := n.Package()
 	mut := n.MutationName()
 	v := "herald" + n.Name
-	var sensitive, nullable []string
+	var sensitive, nullable, dbDefaults []string
+	precision := map[string]int{}
 	fields := map[string]string{}
 	for _, f := range n.Fields {
 		fields[f.Name] = f.StorageKey()
 		if f.Sensitive() {
 			sensitive = append(sensitive, f.StorageKey())
 		}
-		if f.Optional && !f.Default {
+		switch {
+		case hasDBDefault(f):
+			dbDefaults = append(dbDefaults, f.StorageKey())
+		case f.Optional && !f.Default:
 			nullable = append(nullable, f.StorageKey())
+		}
+		if p, ok := timePrecision(f); ok {
+			precision[f.StorageKey()] = p
 		}
 	}
 	names := make([]string, 0, len(fields))
@@ -627,6 +665,16 @@ func glueType(pf func(string, ...any), n *gen.Type) {
 	}
 	if len(nullable) > 0 {
 		pf("\tNullable: %s,\n", quote(nullable))
+	}
+	if len(dbDefaults) > 0 {
+		pf("\tDBDefaults: %s,\n", quote(dbDefaults))
+	}
+	if len(precision) > 0 {
+		pf("\tPrecision: map[string]int{")
+		for _, c := range slices.Sorted(maps.Keys(precision)) {
+			pf("%q: %d, ", c, precision[c])
+		}
+		pf("},\n")
 	}
 	pf("\tFields: map[string]string{")
 	for _, k := range names {
@@ -684,21 +732,42 @@ func (m *%[1]s) HeraldRow(v ent.Value) (map[string]any, bool) {
 func (m *%[1]s) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
-		e := &%[3]s{}
-		vals, err := e.scanValues(cols)
+		dst, row, err := m.HeraldScanner(cols)
 		if err != nil {
 			return nil, err
 		}
-		if err := rows.Scan(vals...); err != nil {
+		if err := rows.Scan(dst...); err != nil {
 			return nil, err
 		}
-		if err := e.assignValues(cols, vals); err != nil {
+		r, err := row()
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, %[2]sRow(e, cols, vals))
+		out = append(out, r)
 	}
 	return out, rows.Err()
 }
+
+// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// row of cols, and the row once scanned (NULL as nil).
+func (m *%[1]s) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
+	e := &%[3]s{}
+	vals, err := e.scanValues(cols)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst := entcapture.NullAware(vals)
+	return dst, func() (map[string]any, error) {
+		if err := e.assignValues(cols, vals); err != nil {
+			return nil, err
+		}
+		return %[2]sRow(e, cols, dst), nil
+	}, nil
+}
+
+// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// (Modify, AppendX), as its sqlSave last saw them.
+func (m *%[1]s) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
 `, mut, v, n.Name)
 	if n.HasOneFieldID() {

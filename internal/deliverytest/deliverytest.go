@@ -8,6 +8,11 @@
 // order, read by a plain client of the broker; a receiver that is down
 // makes deliveries fail, and they are retried and delivered once it is
 // back; Close releases every connection and goroutine.
+// Outage (and Stalled, for a receiver that can stop reading) runs a relay
+// through a broker outage mid-run — 1,500 events on 50 keys, the receiver
+// down for 5 s at least and until an event failed three times — and checks
+// that no event is lost and that each key's first deliveries are in
+// sequence order, logging the figures (a line starting "OUTAGE").
 //
 // A transport's test calls Run with a Suite that builds a receiver (a
 // consumer of the broker, an HTTP server) and deliveries to it.
@@ -57,6 +62,13 @@ type Receiver struct {
 	// Conns, when set, counts the connections open to the receiver; the
 	// suite checks it drops to zero after Close.
 	Conns func() int
+	// Stall, when set, makes the receiver stop reading what the delivery
+	// sends, its connections left open (on), or read again (off): a
+	// RabbitMQ under its memory or disk alarm.
+	Stall func(t testing.TB, on bool)
+	// Outage names what Down does, for the Outage test's report ("SIGKILL
+	// of a private redis-server"); "" = "down".
+	Outage string
 }
 
 // Suite describes a transport to the suite.
@@ -82,6 +94,23 @@ func Run(t *testing.T, s Suite) {
 	t.Run("KeyOrder", func(t *testing.T) { t.Parallel(); keyOrder(t, s) })
 	t.Run("RowOrderAtDefaults", func(t *testing.T) { t.Parallel(); rowOrderAtDefaults(t, s) })
 	t.Run("DownThenUp", func(t *testing.T) { t.Parallel(); downThenUp(t, s) })
+	t.Run("Outage", func(t *testing.T) {
+		t.Parallel()
+		rc := s.NewReceiver(t)
+		what := rc.Outage
+		if what == "" {
+			what = "down"
+		}
+		outage(t, rc, what, rc.Down, rc.Up)
+	})
+	t.Run("Stalled", func(t *testing.T) {
+		t.Parallel()
+		rc := s.NewReceiver(t)
+		if rc.Stall == nil {
+			t.Skip("the transport's receiver cannot stall")
+		}
+		outage(t, rc, "stops reading", func(t testing.TB) { rc.Stall(t, true) }, func(t testing.TB) { rc.Stall(t, false) })
+	})
 }
 
 // withDelivery builds a delivery closed when the test ends (after the
@@ -168,7 +197,8 @@ func content(t *testing.T, s Suite) {
 				"nested": map[string]any{"x": nil, "quote": `she said "hi" 🙂`}}},
 		envelope.Message{Topic: Topic},
 		envelope.Message{Topic: Topic, OrderingKey: "library.Loan:8", Payload: "a string payload\twith a tab",
-			Headers: map[string]string{"author": "42"}},
+			// herald's own headers win over the event's, in any case.
+			Headers: map[string]string{"author": "42", "Herald-Event-Id": "forged", "HERALD-TOPIC": "forged"}},
 	)
 	env.StartRelay(t, d, RelayConfig())
 	got := WaitReceived(t, rc, es, 30*time.Second)
@@ -178,9 +208,11 @@ func content(t *testing.T, s Suite) {
 		if string(m.Body) != stored {
 			t.Errorf("event %s: body %q, want the payload as stored %q", e.ID, m.Body, stored)
 		}
-		want := maps.Clone(e.Headers)
-		if want == nil {
-			want = map[string]string{}
+		want := map[string]string{}
+		for k, v := range e.Headers {
+			if !strings.EqualFold(k, delivery.HeaderEventID) && !strings.EqualFold(k, delivery.HeaderTopic) {
+				want[k] = v
+			}
 		}
 		want[delivery.HeaderEventID] = e.ID.String()
 		want[delivery.HeaderTopic] = e.Topic
@@ -278,6 +310,103 @@ func downThenUp(t *testing.T, s Suite) {
 	rc.Up(t)
 	env.WaitPublished(t, 60*time.Second)
 	WaitReceived(t, rc, es, 30*time.Second)
+}
+
+// MinOutage is the shortest outage the Outage and Stalled tests make.
+const MinOutage = 5 * time.Second
+
+// outage writes events on 50 keys while a relay delivers them, takes the
+// receiver down mid-run (down), writes on, holds it down for MinOutage and
+// until an event has failed three times, brings it back (up), writes the rest, and waits
+// for every event. It checks that none is lost and that
+// the first delivery of each key's events is in sequence order, and logs
+// one line of figures: committed, delivered, duplicates, the drain time
+// from up to the last event received.
+func outage(t *testing.T, rc *Receiver, what string, down, up func(testing.TB)) {
+	const events, keys, perTx = 1500, 50, 10
+	env := NewEnv(t)
+	d := withDelivery(t, rc)
+	env.StartRelay(t, d, RelayConfig())
+	var all []*envelope.Event
+	n := 0
+	write := func(count int) []*envelope.Event {
+		var out []*envelope.Event
+		for range count / perTx {
+			ms := make([]envelope.Message, perTx)
+			for i := range ms {
+				ms[i] = envelope.Message{Topic: Topic, OrderingKey: fmt.Sprintf("outage-%02d", n%keys), Payload: map[string]int{"n": n}}
+				n++
+			}
+			out = append(out, env.Write(t, ms...)...)
+		}
+		all = append(all, out...)
+		return out
+	}
+	first := write(events / 3)
+	// Down mid-run: once some of the first third arrived.
+	testkit.Eventually(t, time.Minute, func() bool { return len(ByID(rc.Received(t))) >= len(first)/4 }, "a quarter of the first events delivered")
+	downAt := time.Now()
+	down(t)
+	during := write(events / 3)
+	// Held down for MinOutage at least, and until the relay has failed on
+	// it three times in a row.
+	testkit.Eventually(t, 2*time.Minute, func() bool {
+		if time.Since(downAt) < MinOutage {
+			return false
+		}
+		var attempts int
+		if err := env.DB.QueryRowContext(context.Background(),
+			`SELECT coalesce(max(attempts), 0) FROM herald_outbox WHERE published_at IS NULL`).Scan(&attempts); err != nil {
+			t.Fatal(err)
+		}
+		return attempts >= 3
+	}, "an event failing three times while the receiver is %s", what)
+	upAt := time.Now()
+	outage := upAt.Sub(downAt)
+	up(t)
+	write(events - len(first) - len(during))
+	WaitReceived(t, rc, all, 3*time.Minute)
+	drain := time.Since(upAt)
+	env.WaitPublished(t, time.Minute)
+
+	ms := rc.Received(t)
+	keyOf := map[string]string{}
+	want := map[string][]string{}
+	for _, e := range all {
+		keyOf[e.ID.String()] = e.OrderingKey
+		want[e.OrderingKey] = append(want[e.OrderingKey], e.ID.String())
+	}
+	got := map[string][]string{}
+	seen := map[string]bool{}
+	dups := 0
+	for _, m := range ms {
+		id := m.Headers[delivery.HeaderEventID]
+		if seen[id] {
+			dups++
+			continue
+		}
+		seen[id] = true
+		if k, ok := keyOf[id]; ok {
+			got[k] = append(got[k], id)
+		}
+	}
+	lost := 0
+	for _, e := range all {
+		if !seen[e.ID.String()] {
+			lost++
+		}
+	}
+	violations := 0
+	for k, ids := range want {
+		if strings.Join(got[k], ",") != strings.Join(ids, ",") {
+			violations++
+		}
+	}
+	t.Logf("OUTAGE %s (%s): outage %.1f s, committed %d, delivered %d, duplicates %d, lost %d, keys out of order %d, drain after the outage %.2f s",
+		t.Name(), what, outage.Seconds(), len(all), len(seen), dups, lost, violations, drain.Seconds())
+	if lost > 0 || violations > 0 {
+		t.Fatalf("%d events lost, %d keys whose first deliveries are out of sequence order", lost, violations)
+	}
 }
 
 // rowOrderAtDefaults writes what capture writes for rows of one model —

@@ -24,6 +24,9 @@ type Proxy struct {
 	stalled bool
 	resume  chan struct{} // closed when a stall ends
 	cutSig  chan struct{} // closed (and replaced) by each Cut
+
+	notReading bool          // StopReading: client-to-server bytes held back
+	readResume chan struct{} // closed when StopReading(false) ends it
 }
 
 // NewProxy starts a proxy to target ("host:port") and stops it when the
@@ -102,35 +105,62 @@ func (p *Proxy) Stall(stall bool) {
 	}
 }
 
+// StopReading makes the proxy stop reading what clients send (on), or
+// read it again (off), on every connection and on new ones, while answers
+// still flow: a server that stops reading, as RabbitMQ does under a memory
+// or disk alarm. Once the socket buffers are full a client's writes block.
+// Cut and SetDown still close the connections.
+func (p *Proxy) StopReading(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case on && !p.notReading:
+		p.notReading, p.readResume = true, make(chan struct{})
+	case !on && p.notReading:
+		p.notReading = false
+		close(p.readResume)
+	}
+}
+
 // Close stops the proxy and closes every connection.
 func (p *Proxy) Close() {
 	_ = p.ln.Close()
 	p.Stall(false)
+	p.StopReading(false)
 	p.Cut()
 	p.wg.Wait()
 }
 
-// wait blocks while the proxy is stalled, until the stall ends or a Cut.
-func (p *Proxy) wait() {
-	p.mu.Lock()
-	stalled, resume, cut := p.stalled, p.resume, p.cutSig
-	p.mu.Unlock()
-	if stalled {
+// wait blocks while the proxy is stalled (or, for the bytes clients send,
+// up, not reading), until that ends or a Cut.
+func (p *Proxy) wait(up bool) {
+	for {
+		p.mu.Lock()
+		resume, cut := p.resume, p.cutSig
+		held := p.stalled
+		if !held && up && p.notReading {
+			held, resume = true, p.readResume
+		}
+		p.mu.Unlock()
+		if !held {
+			return
+		}
 		select {
 		case <-resume:
 		case <-cut:
+			return
 		}
 	}
 }
 
 // copy forwards src to dst, holding each read back while the proxy is
 // stalled.
-func (p *Proxy) copy(dst, src net.Conn) {
+func (p *Proxy) copy(dst, src net.Conn, up bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			p.wait()
+			p.wait(up)
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
@@ -191,14 +221,14 @@ func (p *Proxy) serve(c net.Conn) {
 	defer p.untrack(s)
 	defer s.Close()
 	done := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) {
-		p.copy(dst, src)
+	pipe := func(dst, src net.Conn, up bool) {
+		p.copy(dst, src, up)
 		_ = dst.Close()
 		_ = src.Close()
 		done <- struct{}{}
 	}
-	go pipe(s, c)
-	go pipe(c, s)
+	go pipe(s, c, true)
+	go pipe(c, s, false)
 	<-done
 	<-done
 }

@@ -266,15 +266,15 @@ func PollsWhileCut(t *testing.T, e *Env, delivered *atomic.Int32, probe *Probe, 
 	if err := e.DB.Create(&Loan{Book: "during the cut"}).Error; err != nil {
 		t.Fatal(err)
 	}
-	if !testkit.WaitFor(within, func() bool { return delivered.Load() >= want }) {
-		t.Fatalf("a commit made while the listener's link is broken was not delivered within %s "+
-			"(poll requests since the break: %d): the relays were neither woken nor told to poll",
-			within, probe.Rec.Nils()-nils)
+	// The relay is told to poll (a poll it had under way when the link
+	// broke may deliver the commit sooner, so both are waited for).
+	if !testkit.WaitFor(within, func() bool { return delivered.Load() >= want && probe.Rec.Nils() > nils }) {
+		t.Fatalf("within %s of the listener's link breaking: %d poll requests, the commit made meanwhile delivered: %v; "+
+			"want the relays told to poll and the commit delivered", within, probe.Rec.Nils()-nils, delivered.Load() >= want)
 	}
-	t.Logf("delivered %s after the break, by a poll", time.Since(start).Round(time.Millisecond))
+	t.Logf("told to poll and delivered %s after the break", time.Since(start).Round(time.Millisecond))
 	breakLink(false)
 	testkit.Eventually(t, 60*time.Second, up, "the listener did not come back")
-	testkit.Eventually(t, 60*time.Second, func() bool { return probe.Rec.Nils() > nils }, "no poll request after the break")
 	for i := range 3 {
 		want := delivered.Load() + 1
 		if err := e.DB.Create(&Loan{Book: "after the cut"}).Error; err != nil {

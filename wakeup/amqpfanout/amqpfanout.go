@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -27,6 +28,10 @@ const (
 	DefaultHeartbeat     = 10 * time.Second
 	DefaultDialTimeout   = 10 * time.Second
 )
+
+// closeTimeout bounds closing a connection: the wait for the broker's
+// close-ok, which a broker that stopped reading never sends.
+const closeTimeout = 2 * time.Second
 
 // Config configures a Wakeup. The zero value of every field means its
 // default.
@@ -78,6 +83,7 @@ type Wakeup struct {
 	sender   *wakehub.Sender
 
 	mu     sync.Mutex // guards the publishing connection
+	raw    net.Conn   // its socket, whose writes each publish bounds
 	conn   *amqp.Connection
 	ch     *amqp.Channel
 	closed bool
@@ -135,29 +141,86 @@ func New(cfg Config) (*Wakeup, error) {
 // Exchange returns the fanout exchange's name.
 func (w *Wakeup) Exchange() string { return w.exchange }
 
-func (w *Wakeup) dial() (*amqp.Connection, *amqp.Channel, error) {
+// dial opens a connection and a channel, and declares the exchange, all
+// within DialTimeout and ctx; it returns the connection's socket too.
+func (w *Wakeup) dial(ctx context.Context) (net.Conn, *amqp.Connection, *amqp.Channel, error) {
+	deadline := time.Now().Add(w.cfg.DialTimeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	var (
+		mu  sync.Mutex
+		raw net.Conn
+	)
+	// ctx's end (a publish's timeout, Close) cuts the dial short.
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if raw != nil {
+			_ = raw.SetDeadline(time.Unix(1, 0))
+		}
+	})
+	defer stop()
 	conn, err := amqp.DialConfig(w.url, amqp.Config{
-		Heartbeat:  w.cfg.Heartbeat,
-		Dial:       amqp.DefaultDial(w.cfg.DialTimeout),
+		Heartbeat: w.cfg.Heartbeat,
+		Dial: func(network, addr string) (net.Conn, error) {
+			var nd net.Dialer
+			c, err := nd.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			// The handshake, the channel and the declaration are round
+			// trips: bounded, the bound lifted once they are done.
+			_ = c.SetDeadline(deadline)
+			mu.Lock()
+			raw = c
+			mu.Unlock()
+			if ctx.Err() != nil {
+				_ = c.SetDeadline(time.Unix(1, 0))
+			}
+			return c, nil
+		},
 		Properties: amqp.Table{"connection_name": "herald/wakeup/amqpfanout"},
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("dial: %w", err)
+		return nil, nil, nil, fmt.Errorf("dial: %w", err)
 	}
+	_ = raw.SetDeadline(deadline) // amqp091 cleared it after the handshake
 	ch, err := conn.Channel()
 	if err != nil {
-		_ = conn.Close()
-		return nil, nil, fmt.Errorf("channel: %w", err)
+		closeNow(raw, conn)
+		return nil, nil, nil, fmt.Errorf("channel: %w", err)
 	}
 	if err := ch.ExchangeDeclare(w.exchange, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
-		_ = conn.Close()
+		closeNow(raw, conn)
 		var ae *amqp.Error
 		if errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed {
-			return nil, nil, envelope.Configurationf("amqpfanout.Config.Exchange", "%q exists with other settings than a durable fanout exchange: %v", w.exchange, err)
+			return nil, nil, nil, envelope.Configurationf("amqpfanout.Config.Exchange", "%q exists with other settings than a durable fanout exchange: %v", w.exchange, err)
 		}
-		return nil, nil, fmt.Errorf("declare exchange %s: %w", w.exchange, err)
+		return nil, nil, nil, fmt.Errorf("declare exchange %s: %w", w.exchange, err)
 	}
-	return conn, ch, nil
+	if !stop() {
+		closeNow(raw, conn)
+		return nil, nil, nil, fmt.Errorf("dial: %w", context.Cause(ctx))
+	}
+	if err := raw.SetDeadline(time.Time{}); err != nil {
+		closeNow(raw, conn)
+		return nil, nil, nil, fmt.Errorf("dial: %w", err)
+	}
+	return raw, conn, ch, nil
+}
+
+// closeNow closes the socket, then what amqp091 holds: no close-ok is
+// waited for (the link may be dead, or the broker not reading).
+func closeNow(raw net.Conn, conn *amqp.Connection) {
+	_ = raw.Close()
+	_ = conn.CloseDeadline(time.Now())
+}
+
+// closeGently closes conn, waiting at most closeTimeout for the broker's
+// close-ok.
+func closeGently(conn *amqp.Connection) {
+	_ = conn.CloseDeadline(time.Now().Add(closeTimeout))
 }
 
 // Signal publishes each topic (its name is the message body) to the
@@ -176,25 +239,42 @@ func (w *Wakeup) publish(ctx context.Context, topics []string) error {
 	}
 	if w.ch == nil || w.ch.IsClosed() {
 		if w.conn != nil {
-			_ = w.conn.Close()
+			closeNow(w.raw, w.conn)
 		}
-		conn, ch, err := w.dial()
+		raw, conn, ch, err := w.dial(ctx)
 		if err != nil {
-			w.conn, w.ch = nil, nil
+			w.raw, w.conn, w.ch = nil, nil, nil
 			return err
 		}
-		w.conn, w.ch = conn, ch
+		w.raw, w.conn, w.ch = raw, conn, ch
 	}
+	// The writes end with ctx (SignalTimeout, or Close): a broker that
+	// stops reading (its memory or disk alarm) fills the socket buffers,
+	// and amqp091's writes would block for ever.
+	raw := w.raw
+	if dl, ok := ctx.Deadline(); ok {
+		_ = raw.SetWriteDeadline(dl)
+	}
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		_ = raw.SetWriteDeadline(time.Unix(1, 0))
+		close(fired)
+	})
 	for _, t := range topics {
 		err := w.ch.PublishWithContext(ctx, w.exchange, "", false, false, amqp.Publishing{
 			ContentType: "text/plain", DeliveryMode: amqp.Transient, Body: []byte(t),
 		})
 		if err != nil {
-			_ = w.conn.Close()
-			w.conn, w.ch = nil, nil
+			stop()
+			closeNow(w.raw, w.conn)
+			w.raw, w.conn, w.ch = nil, nil, nil
 			return err
 		}
 	}
+	if !stop() {
+		<-fired // ctx ended as the last publish went out; every write succeeded
+	}
+	_ = raw.SetWriteDeadline(time.Time{})
 	return nil
 }
 
@@ -207,8 +287,10 @@ func (w *Wakeup) Listen(ctx context.Context, fn func(topics []string)) error {
 	return w.hub.Listen(ctx, fn)
 }
 
-// Close stops listening and publishing and closes the connections. Later
-// Signal and Listen calls return wakeup.ErrClosed.
+// Close stops listening and publishing and closes the connections. A
+// publish in flight is cancelled, and each connection waits at most 2 s
+// for the broker's close-ok, so Close returns while the broker has
+// stopped reading. Later Signal and Listen calls return wakeup.ErrClosed.
 func (w *Wakeup) Close() error {
 	w.hub.Close()
 	w.sender.Close()
@@ -216,18 +298,22 @@ func (w *Wakeup) Close() error {
 	defer w.mu.Unlock()
 	w.closed = true
 	if w.conn != nil {
-		_ = w.conn.Close()
-		w.conn, w.ch = nil, nil
+		closeGently(w.conn)
+		_ = w.raw.Close()
+		w.raw, w.conn, w.ch = nil, nil, nil
 	}
 	return nil
 }
 
 func (w *Wakeup) session(ctx context.Context, ready func(), deliver func([]string)) error {
-	conn, ch, err := w.dial()
+	raw, conn, ch, err := w.dial(ctx)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer func() {
+		closeGently(conn)
+		_ = raw.Close()
+	}()
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	q, err := ch.QueueDeclare("", false, true, true, false, nil)
 	if err != nil {

@@ -2,8 +2,10 @@ package amqpfanout_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,4 +123,42 @@ func TestHeartbeatFindsStall(t *testing.T) {
 	env := wakeuptest.NewEnv(t, w)
 	n, probe := env.Relay(t, rw)
 	wakeuptest.PollsWhileCut(t, env, n, probe, rw.Up, 15*time.Second, proxy.Stall)
+}
+
+// TestCloseWithStalledBroker: Close returns while the broker has stopped
+// reading (RabbitMQ's memory or disk alarm) in the middle of a publish.
+func TestCloseWithStalledBroker(t *testing.T) {
+	t.Parallel()
+	_, rw, proxy := pair(t, func(c *amqpfanout.Config) { c.SignalTimeout, c.Logger = time.Second, slog.New(slog.DiscardHandler) })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rw.Listen(ctx, func([]string) {}) }()
+	testkit.Eventually(t, 30*time.Second, rw.Up, "not subscribed")
+	if err := rw.Signal(context.Background(), []string{"warm"}); err != nil {
+		t.Fatal(err)
+	}
+	proxy.StopReading(true)
+	defer proxy.StopReading(false)
+	// More than the socket buffers hold, so that the publish blocks.
+	topics := make([]string, 20000)
+	for i := range topics {
+		topics[i] = fmt.Sprintf("%04d.%s", i, strings.Repeat("t", 1000))
+	}
+	if err := rw.Signal(context.Background(), topics); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() {
+		start := time.Now()
+		cancel()
+		<-done
+		t.Logf("Listen returned after %s", time.Since(start))
+		closed <- rw.Close()
+		t.Logf("Close returned after %s", time.Since(start))
+	}()
+	select {
+	case <-closed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Listen and Close still blocked 20 s into a broker that stopped reading")
+	}
 }

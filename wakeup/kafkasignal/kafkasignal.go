@@ -35,9 +35,10 @@ const (
 	DefaultHealthCheck   = 5 * time.Second
 )
 
-// fetchMaxWait is how long a broker holds a fetch with nothing to return:
-// a healthy link answers at least that often.
-const fetchMaxWait = time.Second
+// maxFetchWait is the longest a broker holds a fetch with nothing to
+// return (kgo.FetchMaxWait): a healthy link answers at least that often.
+// The consumer asks for at most half its HealthCheck.
+const maxFetchWait = time.Second
 
 // Config configures a Wakeup. The zero value of every field means its
 // default.
@@ -87,11 +88,12 @@ type Config struct {
 	SignalTimeout time.Duration
 
 	// HealthCheck is how long the consumer may go without a response
-	// from the brokers — a healthy link answers a fetch at least every
-	// second — before the link is declared dead and the consumer rebuilt
-	// (brokers that stopped answering while TCP stays up are found this
-	// way; a broken connection is found at once). It also bounds the
-	// requests a new consumer sends before it is subscribed.
+	// from the brokers — it asks them to answer a fetch at least every
+	// second, or every half HealthCheck if that is shorter — before the
+	// link is declared dead and the consumer rebuilt (brokers that
+	// stopped answering while TCP stays up are found this way; a broken
+	// connection is found at once). It also bounds what a new consumer
+	// waits for before it is subscribed: its first fetch response.
 	// 0 = DefaultHealthCheck.
 	HealthCheck time.Duration
 }
@@ -332,8 +334,10 @@ func retryBackoff(fails int) time.Duration {
 // tells them to when it is subscribed), and every response read is the
 // health check's proof of life.
 type linkWatch struct {
-	fail     context.CancelCauseFunc
-	lastRead atomic.Int64 // unix nanoseconds
+	fail      context.CancelCauseFunc
+	lastRead  atomic.Int64  // unix nanoseconds
+	fetched   chan struct{} // closed at the first fetch response
+	fetchOnce sync.Once
 }
 
 func (l *linkWatch) broken(meta kgo.BrokerMetadata, what string, err error) {
@@ -351,9 +355,12 @@ func (l *linkWatch) OnBrokerWrite(meta kgo.BrokerMetadata, _ int16, _ int, _, _ 
 	l.broken(meta, "write to", err)
 }
 
-func (l *linkWatch) OnBrokerRead(meta kgo.BrokerMetadata, _ int16, _ int, _, _ time.Duration, err error) {
+func (l *linkWatch) OnBrokerRead(meta kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
 	if err == nil {
 		l.lastRead.Store(time.Now().UnixNano())
+		if key == int16(kmsg.Fetch) {
+			l.fetchOnce.Do(func() { close(l.fetched) })
+		}
 		return
 	}
 	l.broken(meta, "read from", err)
@@ -377,13 +384,13 @@ func (w *Wakeup) session(ctx context.Context, ready func(), deliver func([]strin
 	}
 	pollCtx, fail := context.WithCancelCause(ctx)
 	defer fail(nil)
-	watch := &linkWatch{fail: fail}
+	watch := &linkWatch{fail: fail, fetched: make(chan struct{})}
 	watch.lastRead.Store(time.Now().UnixNano())
 	opts := append([]kgo.Opt{kgo.RetryBackoffFn(retryBackoff)}, w.cfg.ClientOpts...)
 	opts = append(opts,
 		kgo.SeedBrokers(w.brokers...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{w.topic: ends}),
-		kgo.FetchMaxWait(fetchMaxWait),
+		kgo.FetchMaxWait(max(min(maxFetchWait, w.cfg.HealthCheck/2), 10*time.Millisecond)),
 		kgo.KeepRetryableFetchErrors(),
 		kgo.WithHooks(watch),
 	)
@@ -392,7 +399,22 @@ func (w *Wakeup) session(ctx context.Context, ready func(), deliver func([]strin
 		return envelope.Configurationf("kafkasignal.Config.ClientOptions", "%v", err)
 	}
 	defer c.Close()
-	ready() // records from the end offsets on reach this consumer
+	// Subscribed once a fetch came back: the consumer's own connection
+	// works, and records from the end offsets on reach it.
+	first := time.NewTimer(w.cfg.HealthCheck)
+	select {
+	case <-watch.fetched:
+		first.Stop()
+	case <-pollCtx.Done():
+		first.Stop()
+		if ctx.Err() != nil {
+			return nil
+		}
+		return context.Cause(pollCtx)
+	case <-first.C:
+		return fmt.Errorf("health check: no fetch response within %s", w.cfg.HealthCheck)
+	}
+	ready()
 	step := max(w.cfg.HealthCheck/4, 10*time.Millisecond)
 	for {
 		tctx, cancel := context.WithTimeout(pollCtx, step)

@@ -37,7 +37,7 @@ func TestFirstDeliveryAfterOutage(t *testing.T) {
 	var d net.Dialer
 	cfg := kafkasignal.Config{
 		Topic: testkit.Name("herald.t."),
-		ClientOpts: []kgo.Opt{kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) {
+		ClientOptions: []kgo.Opt{kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) {
 			return d.DialContext(ctx, network, proxy.Addr())
 		})},
 	}

@@ -315,6 +315,7 @@ func (_u *ClubUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 		}
 		_spec.Edges.Add = append(_spec.Edges.Add, edge)
 	}
+	_u.mutation.heraldModifiers = _spec.Modifiers
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
 			err = &NotFoundError{club.Label}
@@ -651,6 +652,7 @@ func (_u *ClubUpdateOne) sqlSave(ctx context.Context) (_node *Club, err error) {
 		}
 		_spec.Edges.Add = append(_spec.Edges.Add, edge)
 	}
+	_u.mutation.heraldModifiers = _spec.Modifiers
 	_node = &Club{config: _u.config}
 	_spec.Assign = _node.assignValues
 	_spec.ScanValues = _node.scanValues

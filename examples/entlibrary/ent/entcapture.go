@@ -109,21 +109,42 @@ func (m *ClubMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 func (m *ClubMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
-		e := &Club{}
-		vals, err := e.scanValues(cols)
+		dst, row, err := m.HeraldScanner(cols)
 		if err != nil {
 			return nil, err
 		}
-		if err := rows.Scan(vals...); err != nil {
+		if err := rows.Scan(dst...); err != nil {
 			return nil, err
 		}
-		if err := e.assignValues(cols, vals); err != nil {
+		r, err := row()
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, heraldClubRow(e, cols, vals))
+		out = append(out, r)
 	}
 	return out, rows.Err()
 }
+
+// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// row of cols, and the row once scanned (NULL as nil).
+func (m *ClubMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
+	e := &Club{}
+	vals, err := e.scanValues(cols)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst := entcapture.NullAware(vals)
+	return dst, func() (map[string]any, error) {
+		if err := e.assignValues(cols, vals); err != nil {
+			return nil, err
+		}
+		return heraldClubRow(e, cols, dst), nil
+	}, nil
+}
+
+// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// (Modify, AppendX), as its sqlSave last saw them.
+func (m *ClubMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
 // HeraldID implements entcapture.Glue.
 func (m *ClubMutation) HeraldID() (any, bool) {
@@ -234,21 +255,42 @@ func (m *LoanMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 func (m *LoanMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
-		e := &Loan{}
-		vals, err := e.scanValues(cols)
+		dst, row, err := m.HeraldScanner(cols)
 		if err != nil {
 			return nil, err
 		}
-		if err := rows.Scan(vals...); err != nil {
+		if err := rows.Scan(dst...); err != nil {
 			return nil, err
 		}
-		if err := e.assignValues(cols, vals); err != nil {
+		r, err := row()
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, heraldLoanRow(e, cols, vals))
+		out = append(out, r)
 	}
 	return out, rows.Err()
 }
+
+// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// row of cols, and the row once scanned (NULL as nil).
+func (m *LoanMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
+	e := &Loan{}
+	vals, err := e.scanValues(cols)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst := entcapture.NullAware(vals)
+	return dst, func() (map[string]any, error) {
+		if err := e.assignValues(cols, vals); err != nil {
+			return nil, err
+		}
+		return heraldLoanRow(e, cols, dst), nil
+	}, nil
+}
+
+// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// (Modify, AppendX), as its sqlSave last saw them.
+func (m *LoanMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
 // HeraldID implements entcapture.Glue.
 func (m *LoanMutation) HeraldID() (any, bool) {
@@ -360,21 +402,42 @@ func (m *MembershipMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 func (m *MembershipMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
-		e := &Membership{}
-		vals, err := e.scanValues(cols)
+		dst, row, err := m.HeraldScanner(cols)
 		if err != nil {
 			return nil, err
 		}
-		if err := rows.Scan(vals...); err != nil {
+		if err := rows.Scan(dst...); err != nil {
 			return nil, err
 		}
-		if err := e.assignValues(cols, vals); err != nil {
+		r, err := row()
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, heraldMembershipRow(e, cols, vals))
+		out = append(out, r)
 	}
 	return out, rows.Err()
 }
+
+// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// row of cols, and the row once scanned (NULL as nil).
+func (m *MembershipMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
+	e := &Membership{}
+	vals, err := e.scanValues(cols)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst := entcapture.NullAware(vals)
+	return dst, func() (map[string]any, error) {
+		if err := e.assignValues(cols, vals); err != nil {
+			return nil, err
+		}
+		return heraldMembershipRow(e, cols, dst), nil
+	}, nil
+}
+
+// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// (Modify, AppendX), as its sqlSave last saw them.
+func (m *MembershipMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
 // HeraldID implements entcapture.Glue.
 func (m *MembershipMutation) HeraldID() (any, bool) {
@@ -484,21 +547,42 @@ func (m *ReaderMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 func (m *ReaderMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
-		e := &Reader{}
-		vals, err := e.scanValues(cols)
+		dst, row, err := m.HeraldScanner(cols)
 		if err != nil {
 			return nil, err
 		}
-		if err := rows.Scan(vals...); err != nil {
+		if err := rows.Scan(dst...); err != nil {
 			return nil, err
 		}
-		if err := e.assignValues(cols, vals); err != nil {
+		r, err := row()
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, heraldReaderRow(e, cols, vals))
+		out = append(out, r)
 	}
 	return out, rows.Err()
 }
+
+// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// row of cols, and the row once scanned (NULL as nil).
+func (m *ReaderMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
+	e := &Reader{}
+	vals, err := e.scanValues(cols)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst := entcapture.NullAware(vals)
+	return dst, func() (map[string]any, error) {
+		if err := e.assignValues(cols, vals); err != nil {
+			return nil, err
+		}
+		return heraldReaderRow(e, cols, dst), nil
+	}, nil
+}
+
+// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// (Modify, AppendX), as its sqlSave last saw them.
+func (m *ReaderMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
 // HeraldID implements entcapture.Glue.
 func (m *ReaderMutation) HeraldID() (any, bool) {

@@ -53,6 +53,7 @@ type ClubMutation struct {
 	oldValue           func(context.Context) (*Club, error)
 	predicates         []predicate.Club
 	heraldBefore       func([]sql.ConflictOption)
+	heraldModifiers    []func(*sql.UpdateBuilder)
 	heraldDelete       func(context.Context) error
 }
 
@@ -599,19 +600,20 @@ func (m *ClubMutation) ResetEdge(name string) error {
 // LoanMutation represents an operation that mutates the Loan nodes in the graph.
 type LoanMutation struct {
 	config
-	op            Op
-	typ           string
-	id            *int
-	book          *string
-	status        *string
-	clearedFields map[string]struct{}
-	reader        *int
-	clearedreader bool
-	done          bool
-	oldValue      func(context.Context) (*Loan, error)
-	predicates    []predicate.Loan
-	heraldBefore  func([]sql.ConflictOption)
-	heraldDelete  func(context.Context) error
+	op              Op
+	typ             string
+	id              *int
+	book            *string
+	status          *string
+	clearedFields   map[string]struct{}
+	reader          *int
+	clearedreader   bool
+	done            bool
+	oldValue        func(context.Context) (*Loan, error)
+	predicates      []predicate.Loan
+	heraldBefore    func([]sql.ConflictOption)
+	heraldModifiers []func(*sql.UpdateBuilder)
+	heraldDelete    func(context.Context) error
 }
 
 var _ ent.Mutation = (*LoanMutation)(nil)
@@ -1092,20 +1094,21 @@ func (m *LoanMutation) ResetEdge(name string) error {
 // MembershipMutation represents an operation that mutates the Membership nodes in the graph.
 type MembershipMutation struct {
 	config
-	op            Op
-	typ           string
-	id            *int
-	joined_at     *time.Time
-	clearedFields map[string]struct{}
-	reader        *int
-	clearedreader bool
-	club          *int
-	clearedclub   bool
-	done          bool
-	oldValue      func(context.Context) (*Membership, error)
-	predicates    []predicate.Membership
-	heraldBefore  func([]sql.ConflictOption)
-	heraldDelete  func(context.Context) error
+	op              Op
+	typ             string
+	id              *int
+	joined_at       *time.Time
+	clearedFields   map[string]struct{}
+	reader          *int
+	clearedreader   bool
+	club            *int
+	clearedclub     bool
+	done            bool
+	oldValue        func(context.Context) (*Membership, error)
+	predicates      []predicate.Membership
+	heraldBefore    func([]sql.ConflictOption)
+	heraldModifiers []func(*sql.UpdateBuilder)
+	heraldDelete    func(context.Context) error
 }
 
 var _ ent.Mutation = (*MembershipMutation)(nil)
@@ -1653,6 +1656,7 @@ type ReaderMutation struct {
 	oldValue           func(context.Context) (*Reader, error)
 	predicates         []predicate.Reader
 	heraldBefore       func([]sql.ConflictOption)
+	heraldModifiers    []func(*sql.UpdateBuilder)
 	heraldDelete       func(context.Context) error
 }
 

@@ -175,21 +175,42 @@ func (m *BookMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 func (m *BookMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
-		e := &Book{}
-		vals, err := e.scanValues(cols)
+		dst, row, err := m.HeraldScanner(cols)
 		if err != nil {
 			return nil, err
 		}
-		if err := rows.Scan(vals...); err != nil {
+		if err := rows.Scan(dst...); err != nil {
 			return nil, err
 		}
-		if err := e.assignValues(cols, vals); err != nil {
+		r, err := row()
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, heraldBookRow(e, cols, vals))
+		out = append(out, r)
 	}
 	return out, rows.Err()
 }
+
+// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// row of cols, and the row once scanned (NULL as nil).
+func (m *BookMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
+	e := &Book{}
+	vals, err := e.scanValues(cols)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst := entcapture.NullAware(vals)
+	return dst, func() (map[string]any, error) {
+		if err := e.assignValues(cols, vals); err != nil {
+			return nil, err
+		}
+		return heraldBookRow(e, cols, dst), nil
+	}, nil
+}
+
+// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// (Modify, AppendX), as its sqlSave last saw them.
+func (m *BookMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
 // HeraldID implements entcapture.Glue.
 func (m *BookMutation) HeraldID() (any, bool) {
@@ -298,21 +319,42 @@ func (m *DocMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 func (m *DocMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
-		e := &Doc{}
-		vals, err := e.scanValues(cols)
+		dst, row, err := m.HeraldScanner(cols)
 		if err != nil {
 			return nil, err
 		}
-		if err := rows.Scan(vals...); err != nil {
+		if err := rows.Scan(dst...); err != nil {
 			return nil, err
 		}
-		if err := e.assignValues(cols, vals); err != nil {
+		r, err := row()
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, heraldDocRow(e, cols, vals))
+		out = append(out, r)
 	}
 	return out, rows.Err()
 }
+
+// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// row of cols, and the row once scanned (NULL as nil).
+func (m *DocMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
+	e := &Doc{}
+	vals, err := e.scanValues(cols)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst := entcapture.NullAware(vals)
+	return dst, func() (map[string]any, error) {
+		if err := e.assignValues(cols, vals); err != nil {
+			return nil, err
+		}
+		return heraldDocRow(e, cols, dst), nil
+	}, nil
+}
+
+// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// (Modify, AppendX), as its sqlSave last saw them.
+func (m *DocMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
 // HeraldID implements entcapture.Glue.
 func (m *DocMutation) HeraldID() (any, bool) {
@@ -424,21 +466,42 @@ func (m *FolderMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 func (m *FolderMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
-		e := &Folder{}
-		vals, err := e.scanValues(cols)
+		dst, row, err := m.HeraldScanner(cols)
 		if err != nil {
 			return nil, err
 		}
-		if err := rows.Scan(vals...); err != nil {
+		if err := rows.Scan(dst...); err != nil {
 			return nil, err
 		}
-		if err := e.assignValues(cols, vals); err != nil {
+		r, err := row()
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, heraldFolderRow(e, cols, vals))
+		out = append(out, r)
 	}
 	return out, rows.Err()
 }
+
+// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// row of cols, and the row once scanned (NULL as nil).
+func (m *FolderMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
+	e := &Folder{}
+	vals, err := e.scanValues(cols)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst := entcapture.NullAware(vals)
+	return dst, func() (map[string]any, error) {
+		if err := e.assignValues(cols, vals); err != nil {
+			return nil, err
+		}
+		return heraldFolderRow(e, cols, dst), nil
+	}, nil
+}
+
+// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// (Modify, AppendX), as its sqlSave last saw them.
+func (m *FolderMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
 // HeraldID implements entcapture.Glue.
 func (m *FolderMutation) HeraldID() (any, bool) {
@@ -547,21 +610,42 @@ func (m *FriendshipMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 func (m *FriendshipMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
-		e := &Friendship{}
-		vals, err := e.scanValues(cols)
+		dst, row, err := m.HeraldScanner(cols)
 		if err != nil {
 			return nil, err
 		}
-		if err := rows.Scan(vals...); err != nil {
+		if err := rows.Scan(dst...); err != nil {
 			return nil, err
 		}
-		if err := e.assignValues(cols, vals); err != nil {
+		r, err := row()
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, heraldFriendshipRow(e, cols, vals))
+		out = append(out, r)
 	}
 	return out, rows.Err()
 }
+
+// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// row of cols, and the row once scanned (NULL as nil).
+func (m *FriendshipMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
+	e := &Friendship{}
+	vals, err := e.scanValues(cols)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst := entcapture.NullAware(vals)
+	return dst, func() (map[string]any, error) {
+		if err := e.assignValues(cols, vals); err != nil {
+			return nil, err
+		}
+		return heraldFriendshipRow(e, cols, dst), nil
+	}, nil
+}
+
+// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// (Modify, AppendX), as its sqlSave last saw them.
+func (m *FriendshipMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
 // HeraldID implements entcapture.Glue.
 func (m *FriendshipMutation) HeraldID() (any, bool) {
@@ -672,21 +756,42 @@ func (m *GroupMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 func (m *GroupMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
-		e := &Group{}
-		vals, err := e.scanValues(cols)
+		dst, row, err := m.HeraldScanner(cols)
 		if err != nil {
 			return nil, err
 		}
-		if err := rows.Scan(vals...); err != nil {
+		if err := rows.Scan(dst...); err != nil {
 			return nil, err
 		}
-		if err := e.assignValues(cols, vals); err != nil {
+		r, err := row()
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, heraldGroupRow(e, cols, vals))
+		out = append(out, r)
 	}
 	return out, rows.Err()
 }
+
+// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// row of cols, and the row once scanned (NULL as nil).
+func (m *GroupMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
+	e := &Group{}
+	vals, err := e.scanValues(cols)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst := entcapture.NullAware(vals)
+	return dst, func() (map[string]any, error) {
+		if err := e.assignValues(cols, vals); err != nil {
+			return nil, err
+		}
+		return heraldGroupRow(e, cols, dst), nil
+	}, nil
+}
+
+// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// (Modify, AppendX), as its sqlSave last saw them.
+func (m *GroupMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
 // HeraldID implements entcapture.Glue.
 func (m *GroupMutation) HeraldID() (any, bool) {
@@ -793,21 +898,42 @@ func (m *LabelMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 func (m *LabelMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
-		e := &Label{}
-		vals, err := e.scanValues(cols)
+		dst, row, err := m.HeraldScanner(cols)
 		if err != nil {
 			return nil, err
 		}
-		if err := rows.Scan(vals...); err != nil {
+		if err := rows.Scan(dst...); err != nil {
 			return nil, err
 		}
-		if err := e.assignValues(cols, vals); err != nil {
+		r, err := row()
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, heraldLabelRow(e, cols, vals))
+		out = append(out, r)
 	}
 	return out, rows.Err()
 }
+
+// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// row of cols, and the row once scanned (NULL as nil).
+func (m *LabelMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
+	e := &Label{}
+	vals, err := e.scanValues(cols)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst := entcapture.NullAware(vals)
+	return dst, func() (map[string]any, error) {
+		if err := e.assignValues(cols, vals); err != nil {
+			return nil, err
+		}
+		return heraldLabelRow(e, cols, dst), nil
+	}, nil
+}
+
+// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// (Modify, AppendX), as its sqlSave last saw them.
+func (m *LabelMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
 // HeraldID implements entcapture.Glue.
 func (m *LabelMutation) HeraldID() (any, bool) {
@@ -920,21 +1046,42 @@ func (m *MembershipMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 func (m *MembershipMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
-		e := &Membership{}
-		vals, err := e.scanValues(cols)
+		dst, row, err := m.HeraldScanner(cols)
 		if err != nil {
 			return nil, err
 		}
-		if err := rows.Scan(vals...); err != nil {
+		if err := rows.Scan(dst...); err != nil {
 			return nil, err
 		}
-		if err := e.assignValues(cols, vals); err != nil {
+		r, err := row()
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, heraldMembershipRow(e, cols, vals))
+		out = append(out, r)
 	}
 	return out, rows.Err()
 }
+
+// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// row of cols, and the row once scanned (NULL as nil).
+func (m *MembershipMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
+	e := &Membership{}
+	vals, err := e.scanValues(cols)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst := entcapture.NullAware(vals)
+	return dst, func() (map[string]any, error) {
+		if err := e.assignValues(cols, vals); err != nil {
+			return nil, err
+		}
+		return heraldMembershipRow(e, cols, dst), nil
+	}, nil
+}
+
+// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// (Modify, AppendX), as its sqlSave last saw them.
+func (m *MembershipMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
 // HeraldID implements entcapture.Glue: a composite id has none.
 func (m *MembershipMutation) HeraldID() (any, bool) { return nil, false }
@@ -1035,21 +1182,42 @@ func (m *MemoMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 func (m *MemoMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
-		e := &Memo{}
-		vals, err := e.scanValues(cols)
+		dst, row, err := m.HeraldScanner(cols)
 		if err != nil {
 			return nil, err
 		}
-		if err := rows.Scan(vals...); err != nil {
+		if err := rows.Scan(dst...); err != nil {
 			return nil, err
 		}
-		if err := e.assignValues(cols, vals); err != nil {
+		r, err := row()
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, heraldMemoRow(e, cols, vals))
+		out = append(out, r)
 	}
 	return out, rows.Err()
 }
+
+// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// row of cols, and the row once scanned (NULL as nil).
+func (m *MemoMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
+	e := &Memo{}
+	vals, err := e.scanValues(cols)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst := entcapture.NullAware(vals)
+	return dst, func() (map[string]any, error) {
+		if err := e.assignValues(cols, vals); err != nil {
+			return nil, err
+		}
+		return heraldMemoRow(e, cols, dst), nil
+	}, nil
+}
+
+// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// (Modify, AppendX), as its sqlSave last saw them.
+func (m *MemoMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
 // HeraldID implements entcapture.Glue.
 func (m *MemoMutation) HeraldID() (any, bool) {
@@ -1156,21 +1324,42 @@ func (m *MemoNoteMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 func (m *MemoNoteMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
-		e := &MemoNote{}
-		vals, err := e.scanValues(cols)
+		dst, row, err := m.HeraldScanner(cols)
 		if err != nil {
 			return nil, err
 		}
-		if err := rows.Scan(vals...); err != nil {
+		if err := rows.Scan(dst...); err != nil {
 			return nil, err
 		}
-		if err := e.assignValues(cols, vals); err != nil {
+		r, err := row()
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, heraldMemoNoteRow(e, cols, vals))
+		out = append(out, r)
 	}
 	return out, rows.Err()
 }
+
+// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// row of cols, and the row once scanned (NULL as nil).
+func (m *MemoNoteMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
+	e := &MemoNote{}
+	vals, err := e.scanValues(cols)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst := entcapture.NullAware(vals)
+	return dst, func() (map[string]any, error) {
+		if err := e.assignValues(cols, vals); err != nil {
+			return nil, err
+		}
+		return heraldMemoNoteRow(e, cols, dst), nil
+	}, nil
+}
+
+// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// (Modify, AppendX), as its sqlSave last saw them.
+func (m *MemoNoteMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
 // HeraldID implements entcapture.Glue.
 func (m *MemoNoteMutation) HeraldID() (any, bool) {
@@ -1284,21 +1473,42 @@ func (m *NodeMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 func (m *NodeMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
-		e := &Node{}
-		vals, err := e.scanValues(cols)
+		dst, row, err := m.HeraldScanner(cols)
 		if err != nil {
 			return nil, err
 		}
-		if err := rows.Scan(vals...); err != nil {
+		if err := rows.Scan(dst...); err != nil {
 			return nil, err
 		}
-		if err := e.assignValues(cols, vals); err != nil {
+		r, err := row()
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, heraldNodeRow(e, cols, vals))
+		out = append(out, r)
 	}
 	return out, rows.Err()
 }
+
+// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// row of cols, and the row once scanned (NULL as nil).
+func (m *NodeMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
+	e := &Node{}
+	vals, err := e.scanValues(cols)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst := entcapture.NullAware(vals)
+	return dst, func() (map[string]any, error) {
+		if err := e.assignValues(cols, vals); err != nil {
+			return nil, err
+		}
+		return heraldNodeRow(e, cols, dst), nil
+	}, nil
+}
+
+// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// (Modify, AppendX), as its sqlSave last saw them.
+func (m *NodeMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
 // HeraldID implements entcapture.Glue.
 func (m *NodeMutation) HeraldID() (any, bool) {
@@ -1407,21 +1617,42 @@ func (m *PersonMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 func (m *PersonMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
-		e := &Person{}
-		vals, err := e.scanValues(cols)
+		dst, row, err := m.HeraldScanner(cols)
 		if err != nil {
 			return nil, err
 		}
-		if err := rows.Scan(vals...); err != nil {
+		if err := rows.Scan(dst...); err != nil {
 			return nil, err
 		}
-		if err := e.assignValues(cols, vals); err != nil {
+		r, err := row()
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, heraldPersonRow(e, cols, vals))
+		out = append(out, r)
 	}
 	return out, rows.Err()
 }
+
+// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// row of cols, and the row once scanned (NULL as nil).
+func (m *PersonMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
+	e := &Person{}
+	vals, err := e.scanValues(cols)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst := entcapture.NullAware(vals)
+	return dst, func() (map[string]any, error) {
+		if err := e.assignValues(cols, vals); err != nil {
+			return nil, err
+		}
+		return heraldPersonRow(e, cols, dst), nil
+	}, nil
+}
+
+// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// (Modify, AppendX), as its sqlSave last saw them.
+func (m *PersonMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
 // HeraldID implements entcapture.Glue.
 func (m *PersonMutation) HeraldID() (any, bool) {
@@ -1528,21 +1759,42 @@ func (m *ProjectMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 func (m *ProjectMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
-		e := &Project{}
-		vals, err := e.scanValues(cols)
+		dst, row, err := m.HeraldScanner(cols)
 		if err != nil {
 			return nil, err
 		}
-		if err := rows.Scan(vals...); err != nil {
+		if err := rows.Scan(dst...); err != nil {
 			return nil, err
 		}
-		if err := e.assignValues(cols, vals); err != nil {
+		r, err := row()
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, heraldProjectRow(e, cols, vals))
+		out = append(out, r)
 	}
 	return out, rows.Err()
 }
+
+// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// row of cols, and the row once scanned (NULL as nil).
+func (m *ProjectMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
+	e := &Project{}
+	vals, err := e.scanValues(cols)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst := entcapture.NullAware(vals)
+	return dst, func() (map[string]any, error) {
+		if err := e.assignValues(cols, vals); err != nil {
+			return nil, err
+		}
+		return heraldProjectRow(e, cols, dst), nil
+	}, nil
+}
+
+// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// (Modify, AppendX), as its sqlSave last saw them.
+func (m *ProjectMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
 // HeraldID implements entcapture.Glue.
 func (m *ProjectMutation) HeraldID() (any, bool) {
@@ -1654,21 +1906,42 @@ func (m *TagMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 func (m *TagMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
-		e := &Tag{}
-		vals, err := e.scanValues(cols)
+		dst, row, err := m.HeraldScanner(cols)
 		if err != nil {
 			return nil, err
 		}
-		if err := rows.Scan(vals...); err != nil {
+		if err := rows.Scan(dst...); err != nil {
 			return nil, err
 		}
-		if err := e.assignValues(cols, vals); err != nil {
+		r, err := row()
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, heraldTagRow(e, cols, vals))
+		out = append(out, r)
 	}
 	return out, rows.Err()
 }
+
+// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// row of cols, and the row once scanned (NULL as nil).
+func (m *TagMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
+	e := &Tag{}
+	vals, err := e.scanValues(cols)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst := entcapture.NullAware(vals)
+	return dst, func() (map[string]any, error) {
+		if err := e.assignValues(cols, vals); err != nil {
+			return nil, err
+		}
+		return heraldTagRow(e, cols, dst), nil
+	}, nil
+}
+
+// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// (Modify, AppendX), as its sqlSave last saw them.
+func (m *TagMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
 // HeraldID implements entcapture.Glue.
 func (m *TagMutation) HeraldID() (any, bool) {
@@ -1775,21 +2048,42 @@ func (m *TaskMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 func (m *TaskMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
-		e := &Task{}
-		vals, err := e.scanValues(cols)
+		dst, row, err := m.HeraldScanner(cols)
 		if err != nil {
 			return nil, err
 		}
-		if err := rows.Scan(vals...); err != nil {
+		if err := rows.Scan(dst...); err != nil {
 			return nil, err
 		}
-		if err := e.assignValues(cols, vals); err != nil {
+		r, err := row()
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, heraldTaskRow(e, cols, vals))
+		out = append(out, r)
 	}
 	return out, rows.Err()
 }
+
+// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// row of cols, and the row once scanned (NULL as nil).
+func (m *TaskMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
+	e := &Task{}
+	vals, err := e.scanValues(cols)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst := entcapture.NullAware(vals)
+	return dst, func() (map[string]any, error) {
+		if err := e.assignValues(cols, vals); err != nil {
+			return nil, err
+		}
+		return heraldTaskRow(e, cols, dst), nil
+	}, nil
+}
+
+// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// (Modify, AppendX), as its sqlSave last saw them.
+func (m *TaskMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
 // HeraldID implements entcapture.Glue.
 func (m *TaskMutation) HeraldID() (any, bool) {
@@ -1902,21 +2196,42 @@ func (m *UserMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 func (m *UserMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
-		e := &User{}
-		vals, err := e.scanValues(cols)
+		dst, row, err := m.HeraldScanner(cols)
 		if err != nil {
 			return nil, err
 		}
-		if err := rows.Scan(vals...); err != nil {
+		if err := rows.Scan(dst...); err != nil {
 			return nil, err
 		}
-		if err := e.assignValues(cols, vals); err != nil {
+		r, err := row()
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, heraldUserRow(e, cols, vals))
+		out = append(out, r)
 	}
 	return out, rows.Err()
 }
+
+// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// row of cols, and the row once scanned (NULL as nil).
+func (m *UserMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
+	e := &User{}
+	vals, err := e.scanValues(cols)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst := entcapture.NullAware(vals)
+	return dst, func() (map[string]any, error) {
+		if err := e.assignValues(cols, vals); err != nil {
+			return nil, err
+		}
+		return heraldUserRow(e, cols, dst), nil
+	}, nil
+}
+
+// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// (Modify, AppendX), as its sqlSave last saw them.
+func (m *UserMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
 // HeraldID implements entcapture.Glue.
 func (m *UserMutation) HeraldID() (any, bool) {
@@ -2023,21 +2338,42 @@ func (m *RoomMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 func (m *RoomMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
-		e := &Room{}
-		vals, err := e.scanValues(cols)
+		dst, row, err := m.HeraldScanner(cols)
 		if err != nil {
 			return nil, err
 		}
-		if err := rows.Scan(vals...); err != nil {
+		if err := rows.Scan(dst...); err != nil {
 			return nil, err
 		}
-		if err := e.assignValues(cols, vals); err != nil {
+		r, err := row()
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, heraldRoomRow(e, cols, vals))
+		out = append(out, r)
 	}
 	return out, rows.Err()
 }
+
+// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// row of cols, and the row once scanned (NULL as nil).
+func (m *RoomMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
+	e := &Room{}
+	vals, err := e.scanValues(cols)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst := entcapture.NullAware(vals)
+	return dst, func() (map[string]any, error) {
+		if err := e.assignValues(cols, vals); err != nil {
+			return nil, err
+		}
+		return heraldRoomRow(e, cols, dst), nil
+	}, nil
+}
+
+// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// (Modify, AppendX), as its sqlSave last saw them.
+func (m *RoomMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
 // HeraldID implements entcapture.Glue.
 func (m *RoomMutation) HeraldID() (any, bool) {
@@ -2144,21 +2480,42 @@ func (m *ShelfMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 func (m *ShelfMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
-		e := &Shelf{}
-		vals, err := e.scanValues(cols)
+		dst, row, err := m.HeraldScanner(cols)
 		if err != nil {
 			return nil, err
 		}
-		if err := rows.Scan(vals...); err != nil {
+		if err := rows.Scan(dst...); err != nil {
 			return nil, err
 		}
-		if err := e.assignValues(cols, vals); err != nil {
+		r, err := row()
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, heraldShelfRow(e, cols, vals))
+		out = append(out, r)
 	}
 	return out, rows.Err()
 }
+
+// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// row of cols, and the row once scanned (NULL as nil).
+func (m *ShelfMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
+	e := &Shelf{}
+	vals, err := e.scanValues(cols)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst := entcapture.NullAware(vals)
+	return dst, func() (map[string]any, error) {
+		if err := e.assignValues(cols, vals); err != nil {
+			return nil, err
+		}
+		return heraldShelfRow(e, cols, dst), nil
+	}, nil
+}
+
+// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// (Modify, AppendX), as its sqlSave last saw them.
+func (m *ShelfMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
 // HeraldID implements entcapture.Glue.
 func (m *ShelfMutation) HeraldID() (any, bool) {

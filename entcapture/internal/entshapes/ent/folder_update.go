@@ -234,6 +234,7 @@ func (_u *FolderUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	}
 	_spec.Node.Schema = _u.schemaConfig.Folder
 	ctx = internal.NewSchemaConfigContext(ctx, _u.schemaConfig)
+	_u.mutation.heraldModifiers = _spec.Modifiers
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
 			err = &NotFoundError{folder.Label}
@@ -490,6 +491,7 @@ func (_u *FolderUpdateOne) sqlSave(ctx context.Context) (_node *Folder, err erro
 	}
 	_spec.Node.Schema = _u.schemaConfig.Folder
 	ctx = internal.NewSchemaConfigContext(ctx, _u.schemaConfig)
+	_u.mutation.heraldModifiers = _spec.Modifiers
 	_node = &Folder{config: _u.config}
 	_spec.Assign = _node.assignValues
 	_spec.ScanValues = _node.scanValues

@@ -185,6 +185,7 @@ func (_u *GroupUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	}
 	_spec.Node.Schema = _u.schemaConfig.Group
 	ctx = internal.NewSchemaConfigContext(ctx, _u.schemaConfig)
+	_u.mutation.heraldModifiers = _spec.Modifiers
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
 			err = &NotFoundError{group.Label}
@@ -391,6 +392,7 @@ func (_u *GroupUpdateOne) sqlSave(ctx context.Context) (_node *Group, err error)
 	}
 	_spec.Node.Schema = _u.schemaConfig.Group
 	ctx = internal.NewSchemaConfigContext(ctx, _u.schemaConfig)
+	_u.mutation.heraldModifiers = _spec.Modifiers
 	_node = &Group{config: _u.config}
 	_spec.Assign = _node.assignValues
 	_spec.ScanValues = _node.scanValues

@@ -216,6 +216,7 @@ func (_u *MembershipUpdate) sqlSave(ctx context.Context) (_node int, err error) 
 	}
 	_spec.Node.Schema = _u.schemaConfig.Membership
 	ctx = internal.NewSchemaConfigContext(ctx, _u.schemaConfig)
+	_u.mutation.heraldModifiers = _spec.Modifiers
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
 			err = &NotFoundError{membership.Label}
@@ -454,6 +455,7 @@ func (_u *MembershipUpdateOne) sqlSave(ctx context.Context) (_node *Membership, 
 	}
 	_spec.Node.Schema = _u.schemaConfig.Membership
 	ctx = internal.NewSchemaConfigContext(ctx, _u.schemaConfig)
+	_u.mutation.heraldModifiers = _spec.Modifiers
 	_node = &Membership{config: _u.config}
 	_spec.Assign = _node.assignValues
 	_spec.ScanValues = _node.scanValues

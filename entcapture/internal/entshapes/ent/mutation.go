@@ -61,18 +61,19 @@ const (
 // BookMutation represents an operation that mutates the Book nodes in the graph.
 type BookMutation struct {
 	config
-	op            Op
-	typ           string
-	id            *int
-	title         *string
-	clearedFields map[string]struct{}
-	shelf         *int
-	clearedshelf  bool
-	done          bool
-	oldValue      func(context.Context) (*Book, error)
-	predicates    []predicate.Book
-	heraldBefore  func([]sql.ConflictOption)
-	heraldDelete  func(context.Context) error
+	op              Op
+	typ             string
+	id              *int
+	title           *string
+	clearedFields   map[string]struct{}
+	shelf           *int
+	clearedshelf    bool
+	done            bool
+	oldValue        func(context.Context) (*Book, error)
+	predicates      []predicate.Book
+	heraldBefore    func([]sql.ConflictOption)
+	heraldModifiers []func(*sql.UpdateBuilder)
+	heraldDelete    func(context.Context) error
 }
 
 var _ ent.Mutation = (*BookMutation)(nil)
@@ -513,6 +514,7 @@ type DocMutation struct {
 	oldValue        func(context.Context) (*Doc, error)
 	predicates      []predicate.Doc
 	heraldBefore    func([]sql.ConflictOption)
+	heraldModifiers []func(*sql.UpdateBuilder)
 	heraldDelete    func(context.Context) error
 }
 
@@ -1053,6 +1055,7 @@ type FolderMutation struct {
 	oldValue        func(context.Context) (*Folder, error)
 	predicates      []predicate.Folder
 	heraldBefore    func([]sql.ConflictOption)
+	heraldModifiers []func(*sql.UpdateBuilder)
 	heraldDelete    func(context.Context) error
 }
 
@@ -1585,21 +1588,22 @@ func (m *FolderMutation) ResetEdge(name string) error {
 // FriendshipMutation represents an operation that mutates the Friendship nodes in the graph.
 type FriendshipMutation struct {
 	config
-	op            Op
-	typ           string
-	id            *int
-	weight        *int
-	addweight     *int
-	clearedFields map[string]struct{}
-	user          *int
-	cleareduser   bool
-	friend        *int
-	clearedfriend bool
-	done          bool
-	oldValue      func(context.Context) (*Friendship, error)
-	predicates    []predicate.Friendship
-	heraldBefore  func([]sql.ConflictOption)
-	heraldDelete  func(context.Context) error
+	op              Op
+	typ             string
+	id              *int
+	weight          *int
+	addweight       *int
+	clearedFields   map[string]struct{}
+	user            *int
+	cleareduser     bool
+	friend          *int
+	clearedfriend   bool
+	done            bool
+	oldValue        func(context.Context) (*Friendship, error)
+	predicates      []predicate.Friendship
+	heraldBefore    func([]sql.ConflictOption)
+	heraldModifiers []func(*sql.UpdateBuilder)
+	heraldDelete    func(context.Context) error
 }
 
 var _ ent.Mutation = (*FriendshipMutation)(nil)
@@ -2157,19 +2161,20 @@ func (m *FriendshipMutation) ResetEdge(name string) error {
 // GroupMutation represents an operation that mutates the Group nodes in the graph.
 type GroupMutation struct {
 	config
-	op            Op
-	typ           string
-	id            *int
-	name          *string
-	clearedFields map[string]struct{}
-	users         map[int]struct{}
-	removedusers  map[int]struct{}
-	clearedusers  bool
-	done          bool
-	oldValue      func(context.Context) (*Group, error)
-	predicates    []predicate.Group
-	heraldBefore  func([]sql.ConflictOption)
-	heraldDelete  func(context.Context) error
+	op              Op
+	typ             string
+	id              *int
+	name            *string
+	clearedFields   map[string]struct{}
+	users           map[int]struct{}
+	removedusers    map[int]struct{}
+	clearedusers    bool
+	done            bool
+	oldValue        func(context.Context) (*Group, error)
+	predicates      []predicate.Group
+	heraldBefore    func([]sql.ConflictOption)
+	heraldModifiers []func(*sql.UpdateBuilder)
+	heraldDelete    func(context.Context) error
 }
 
 var _ ent.Mutation = (*GroupMutation)(nil)
@@ -2578,18 +2583,19 @@ func (m *GroupMutation) ResetEdge(name string) error {
 // LabelMutation represents an operation that mutates the Label nodes in the graph.
 type LabelMutation struct {
 	config
-	op            Op
-	typ           string
-	id            *int
-	text          *string
-	clearedFields map[string]struct{}
-	shelf         *int
-	clearedshelf  bool
-	done          bool
-	oldValue      func(context.Context) (*Label, error)
-	predicates    []predicate.Label
-	heraldBefore  func([]sql.ConflictOption)
-	heraldDelete  func(context.Context) error
+	op              Op
+	typ             string
+	id              *int
+	text            *string
+	clearedFields   map[string]struct{}
+	shelf           *int
+	clearedshelf    bool
+	done            bool
+	oldValue        func(context.Context) (*Label, error)
+	predicates      []predicate.Label
+	heraldBefore    func([]sql.ConflictOption)
+	heraldModifiers []func(*sql.UpdateBuilder)
+	heraldDelete    func(context.Context) error
 }
 
 var _ ent.Mutation = (*LabelMutation)(nil)
@@ -2973,19 +2979,20 @@ func (m *LabelMutation) ResetEdge(name string) error {
 // MembershipMutation represents an operation that mutates the Membership nodes in the graph.
 type MembershipMutation struct {
 	config
-	op            Op
-	typ           string
-	role          *string
-	clearedFields map[string]struct{}
-	user          *int
-	cleareduser   bool
-	group         *int
-	clearedgroup  bool
-	done          bool
-	oldValue      func(context.Context) (*Membership, error)
-	predicates    []predicate.Membership
-	heraldBefore  func([]sql.ConflictOption)
-	heraldDelete  func(context.Context) error
+	op              Op
+	typ             string
+	role            *string
+	clearedFields   map[string]struct{}
+	user            *int
+	cleareduser     bool
+	group           *int
+	clearedgroup    bool
+	done            bool
+	oldValue        func(context.Context) (*Membership, error)
+	predicates      []predicate.Membership
+	heraldBefore    func([]sql.ConflictOption)
+	heraldModifiers []func(*sql.UpdateBuilder)
+	heraldDelete    func(context.Context) error
 }
 
 var _ ent.Mutation = (*MembershipMutation)(nil)
@@ -3392,22 +3399,23 @@ func (m *MembershipMutation) ResetEdge(name string) error {
 // MemoMutation represents an operation that mutates the Memo nodes in the graph.
 type MemoMutation struct {
 	config
-	op            Op
-	typ           string
-	id            *int
-	text          *string
-	clearedFields map[string]struct{}
-	notes         map[int]struct{}
-	removednotes  map[int]struct{}
-	clearednotes  bool
-	tags          map[int]struct{}
-	removedtags   map[int]struct{}
-	clearedtags   bool
-	done          bool
-	oldValue      func(context.Context) (*Memo, error)
-	predicates    []predicate.Memo
-	heraldBefore  func([]sql.ConflictOption)
-	heraldDelete  func(context.Context) error
+	op              Op
+	typ             string
+	id              *int
+	text            *string
+	clearedFields   map[string]struct{}
+	notes           map[int]struct{}
+	removednotes    map[int]struct{}
+	clearednotes    bool
+	tags            map[int]struct{}
+	removedtags     map[int]struct{}
+	clearedtags     bool
+	done            bool
+	oldValue        func(context.Context) (*Memo, error)
+	predicates      []predicate.Memo
+	heraldBefore    func([]sql.ConflictOption)
+	heraldModifiers []func(*sql.UpdateBuilder)
+	heraldDelete    func(context.Context) error
 }
 
 var _ ent.Mutation = (*MemoMutation)(nil)
@@ -3896,18 +3904,19 @@ func (m *MemoMutation) ResetEdge(name string) error {
 // MemoNoteMutation represents an operation that mutates the MemoNote nodes in the graph.
 type MemoNoteMutation struct {
 	config
-	op            Op
-	typ           string
-	id            *int
-	text          *string
-	clearedFields map[string]struct{}
-	memo          *int
-	clearedmemo   bool
-	done          bool
-	oldValue      func(context.Context) (*MemoNote, error)
-	predicates    []predicate.MemoNote
-	heraldBefore  func([]sql.ConflictOption)
-	heraldDelete  func(context.Context) error
+	op              Op
+	typ             string
+	id              *int
+	text            *string
+	clearedFields   map[string]struct{}
+	memo            *int
+	clearedmemo     bool
+	done            bool
+	oldValue        func(context.Context) (*MemoNote, error)
+	predicates      []predicate.MemoNote
+	heraldBefore    func([]sql.ConflictOption)
+	heraldModifiers []func(*sql.UpdateBuilder)
+	heraldDelete    func(context.Context) error
 }
 
 var _ ent.Mutation = (*MemoNoteMutation)(nil)
@@ -4305,6 +4314,7 @@ type NodeMutation struct {
 	oldValue        func(context.Context) (*Node, error)
 	predicates      []predicate.Node
 	heraldBefore    func([]sql.ConflictOption)
+	heraldModifiers []func(*sql.UpdateBuilder)
 	heraldDelete    func(context.Context) error
 }
 
@@ -4852,6 +4862,7 @@ type PersonMutation struct {
 	oldValue        func(context.Context) (*Person, error)
 	predicates      []predicate.Person
 	heraldBefore    func([]sql.ConflictOption)
+	heraldModifiers []func(*sql.UpdateBuilder)
 	heraldDelete    func(context.Context) error
 }
 
@@ -5341,20 +5352,21 @@ func (m *PersonMutation) ResetEdge(name string) error {
 // ProjectMutation represents an operation that mutates the Project nodes in the graph.
 type ProjectMutation struct {
 	config
-	op            Op
-	typ           string
-	id            *int
-	tenant        *string
-	name          *string
-	clearedFields map[string]struct{}
-	tasks         map[int]struct{}
-	removedtasks  map[int]struct{}
-	clearedtasks  bool
-	done          bool
-	oldValue      func(context.Context) (*Project, error)
-	predicates    []predicate.Project
-	heraldBefore  func([]sql.ConflictOption)
-	heraldDelete  func(context.Context) error
+	op              Op
+	typ             string
+	id              *int
+	tenant          *string
+	name            *string
+	clearedFields   map[string]struct{}
+	tasks           map[int]struct{}
+	removedtasks    map[int]struct{}
+	clearedtasks    bool
+	done            bool
+	oldValue        func(context.Context) (*Project, error)
+	predicates      []predicate.Project
+	heraldBefore    func([]sql.ConflictOption)
+	heraldModifiers []func(*sql.UpdateBuilder)
+	heraldDelete    func(context.Context) error
 }
 
 var _ ent.Mutation = (*ProjectMutation)(nil)
@@ -5816,19 +5828,20 @@ func (m *ProjectMutation) ResetEdge(name string) error {
 // RoomMutation represents an operation that mutates the Room nodes in the graph.
 type RoomMutation struct {
 	config
-	op             Op
-	typ            string
-	id             *int
-	name           *string
-	clearedFields  map[string]struct{}
-	shelves        map[int]struct{}
-	removedshelves map[int]struct{}
-	clearedshelves bool
-	done           bool
-	oldValue       func(context.Context) (*Room, error)
-	predicates     []predicate.Room
-	heraldBefore   func([]sql.ConflictOption)
-	heraldDelete   func(context.Context) error
+	op              Op
+	typ             string
+	id              *int
+	name            *string
+	clearedFields   map[string]struct{}
+	shelves         map[int]struct{}
+	removedshelves  map[int]struct{}
+	clearedshelves  bool
+	done            bool
+	oldValue        func(context.Context) (*Room, error)
+	predicates      []predicate.Room
+	heraldBefore    func([]sql.ConflictOption)
+	heraldModifiers []func(*sql.UpdateBuilder)
+	heraldDelete    func(context.Context) error
 }
 
 var _ ent.Mutation = (*RoomMutation)(nil)
@@ -6237,24 +6250,25 @@ func (m *RoomMutation) ResetEdge(name string) error {
 // ShelfMutation represents an operation that mutates the Shelf nodes in the graph.
 type ShelfMutation struct {
 	config
-	op            Op
-	typ           string
-	id            *int
-	name          *string
-	clearedFields map[string]struct{}
-	room          *int
-	clearedroom   bool
-	books         map[int]struct{}
-	removedbooks  map[int]struct{}
-	clearedbooks  bool
-	labels        map[int]struct{}
-	removedlabels map[int]struct{}
-	clearedlabels bool
-	done          bool
-	oldValue      func(context.Context) (*Shelf, error)
-	predicates    []predicate.Shelf
-	heraldBefore  func([]sql.ConflictOption)
-	heraldDelete  func(context.Context) error
+	op              Op
+	typ             string
+	id              *int
+	name            *string
+	clearedFields   map[string]struct{}
+	room            *int
+	clearedroom     bool
+	books           map[int]struct{}
+	removedbooks    map[int]struct{}
+	clearedbooks    bool
+	labels          map[int]struct{}
+	removedlabels   map[int]struct{}
+	clearedlabels   bool
+	done            bool
+	oldValue        func(context.Context) (*Shelf, error)
+	predicates      []predicate.Shelf
+	heraldBefore    func([]sql.ConflictOption)
+	heraldModifiers []func(*sql.UpdateBuilder)
+	heraldDelete    func(context.Context) error
 }
 
 var _ ent.Mutation = (*ShelfMutation)(nil)
@@ -6800,22 +6814,23 @@ func (m *ShelfMutation) ResetEdge(name string) error {
 // TagMutation represents an operation that mutates the Tag nodes in the graph.
 type TagMutation struct {
 	config
-	op            Op
-	typ           string
-	id            *int
-	label         *string
-	clearedFields map[string]struct{}
-	users         map[int]struct{}
-	removedusers  map[int]struct{}
-	clearedusers  bool
-	memos         map[int]struct{}
-	removedmemos  map[int]struct{}
-	clearedmemos  bool
-	done          bool
-	oldValue      func(context.Context) (*Tag, error)
-	predicates    []predicate.Tag
-	heraldBefore  func([]sql.ConflictOption)
-	heraldDelete  func(context.Context) error
+	op              Op
+	typ             string
+	id              *int
+	label           *string
+	clearedFields   map[string]struct{}
+	users           map[int]struct{}
+	removedusers    map[int]struct{}
+	clearedusers    bool
+	memos           map[int]struct{}
+	removedmemos    map[int]struct{}
+	clearedmemos    bool
+	done            bool
+	oldValue        func(context.Context) (*Tag, error)
+	predicates      []predicate.Tag
+	heraldBefore    func([]sql.ConflictOption)
+	heraldModifiers []func(*sql.UpdateBuilder)
+	heraldDelete    func(context.Context) error
 }
 
 var _ ent.Mutation = (*TagMutation)(nil)
@@ -7304,18 +7319,19 @@ func (m *TagMutation) ResetEdge(name string) error {
 // TaskMutation represents an operation that mutates the Task nodes in the graph.
 type TaskMutation struct {
 	config
-	op             Op
-	typ            string
-	id             *int
-	name           *string
-	clearedFields  map[string]struct{}
-	project        *int
-	clearedproject bool
-	done           bool
-	oldValue       func(context.Context) (*Task, error)
-	predicates     []predicate.Task
-	heraldBefore   func([]sql.ConflictOption)
-	heraldDelete   func(context.Context) error
+	op              Op
+	typ             string
+	id              *int
+	name            *string
+	clearedFields   map[string]struct{}
+	project         *int
+	clearedproject  bool
+	done            bool
+	oldValue        func(context.Context) (*Task, error)
+	predicates      []predicate.Task
+	heraldBefore    func([]sql.ConflictOption)
+	heraldModifiers []func(*sql.UpdateBuilder)
+	heraldDelete    func(context.Context) error
 }
 
 var _ ent.Mutation = (*TaskMutation)(nil)
@@ -7729,6 +7745,7 @@ type UserMutation struct {
 	oldValue           func(context.Context) (*User, error)
 	predicates         []predicate.User
 	heraldBefore       func([]sql.ConflictOption)
+	heraldModifiers    []func(*sql.UpdateBuilder)
 	heraldDelete       func(context.Context) error
 }
 

@@ -234,6 +234,7 @@ func (_u *NodeUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	}
 	_spec.Node.Schema = _u.schemaConfig.Node
 	ctx = internal.NewSchemaConfigContext(ctx, _u.schemaConfig)
+	_u.mutation.heraldModifiers = _spec.Modifiers
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
 			err = &NotFoundError{node.Label}
@@ -490,6 +491,7 @@ func (_u *NodeUpdateOne) sqlSave(ctx context.Context) (_node *Node, err error) {
 	}
 	_spec.Node.Schema = _u.schemaConfig.Node
 	ctx = internal.NewSchemaConfigContext(ctx, _u.schemaConfig)
+	_u.mutation.heraldModifiers = _spec.Modifiers
 	_node = &Node{config: _u.config}
 	_spec.Assign = _node.assignValues
 	_spec.ScanValues = _node.scanValues

@@ -191,6 +191,7 @@ func (_u *LoanUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	if _u.mutation.NoteCleared() {
 		_spec.ClearField(loan.FieldNote, field.TypeString)
 	}
+	_u.mutation.heraldModifiers = _spec.Modifiers
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
 			err = &NotFoundError{loan.Label}
@@ -405,6 +406,7 @@ func (_u *LoanUpdateOne) sqlSave(ctx context.Context) (_node *Loan, err error) {
 	if _u.mutation.NoteCleared() {
 		_spec.ClearField(loan.FieldNote, field.TypeString)
 	}
+	_u.mutation.heraldModifiers = _spec.Modifiers
 	_node = &Loan{config: _u.config}
 	_spec.Assign = _node.assignValues
 	_spec.ScanValues = _node.scanValues

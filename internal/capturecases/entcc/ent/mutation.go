@@ -33,22 +33,23 @@ const (
 // LoanMutation represents an operation that mutates the Loan nodes in the graph.
 type LoanMutation struct {
 	config
-	op            Op
-	typ           string
-	id            *int64
-	status        *string
-	days          *int
-	adddays       *int
-	returned      *bool
-	reader_id     *int64
-	addreader_id  *int64
-	note          *string
-	clearedFields map[string]struct{}
-	done          bool
-	oldValue      func(context.Context) (*Loan, error)
-	predicates    []predicate.Loan
-	heraldBefore  func([]sql.ConflictOption)
-	heraldDelete  func(context.Context) error
+	op              Op
+	typ             string
+	id              *int64
+	status          *string
+	days            *int
+	adddays         *int
+	returned        *bool
+	reader_id       *int64
+	addreader_id    *int64
+	note            *string
+	clearedFields   map[string]struct{}
+	done            bool
+	oldValue        func(context.Context) (*Loan, error)
+	predicates      []predicate.Loan
+	heraldBefore    func([]sql.ConflictOption)
+	heraldModifiers []func(*sql.UpdateBuilder)
+	heraldDelete    func(context.Context) error
 }
 
 var _ ent.Mutation = (*LoanMutation)(nil)
@@ -694,17 +695,18 @@ func (m *LoanMutation) ResetEdge(name string) error {
 // ReaderMutation represents an operation that mutates the Reader nodes in the graph.
 type ReaderMutation struct {
 	config
-	op            Op
-	typ           string
-	id            *int64
-	name          *string
-	email         *string
-	clearedFields map[string]struct{}
-	done          bool
-	oldValue      func(context.Context) (*Reader, error)
-	predicates    []predicate.Reader
-	heraldBefore  func([]sql.ConflictOption)
-	heraldDelete  func(context.Context) error
+	op              Op
+	typ             string
+	id              *int64
+	name            *string
+	email           *string
+	clearedFields   map[string]struct{}
+	done            bool
+	oldValue        func(context.Context) (*Reader, error)
+	predicates      []predicate.Reader
+	heraldBefore    func([]sql.ConflictOption)
+	heraldModifiers []func(*sql.UpdateBuilder)
+	heraldDelete    func(context.Context) error
 }
 
 var _ ent.Mutation = (*ReaderMutation)(nil)
@@ -1082,16 +1084,17 @@ func (m *ReaderMutation) ResetEdge(name string) error {
 // TagMutation represents an operation that mutates the Tag nodes in the graph.
 type TagMutation struct {
 	config
-	op            Op
-	typ           string
-	id            *string
-	label         *string
-	clearedFields map[string]struct{}
-	done          bool
-	oldValue      func(context.Context) (*Tag, error)
-	predicates    []predicate.Tag
-	heraldBefore  func([]sql.ConflictOption)
-	heraldDelete  func(context.Context) error
+	op              Op
+	typ             string
+	id              *string
+	label           *string
+	clearedFields   map[string]struct{}
+	done            bool
+	oldValue        func(context.Context) (*Tag, error)
+	predicates      []predicate.Tag
+	heraldBefore    func([]sql.ConflictOption)
+	heraldModifiers []func(*sql.UpdateBuilder)
+	heraldDelete    func(context.Context) error
 }
 
 var _ ent.Mutation = (*TagMutation)(nil)

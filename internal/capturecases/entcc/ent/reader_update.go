@@ -102,6 +102,7 @@ func (_u *ReaderUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	if value, ok := _u.mutation.Email(); ok {
 		_spec.SetField(reader.FieldEmail, field.TypeString, value)
 	}
+	_u.mutation.heraldModifiers = _spec.Modifiers
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
 			err = &NotFoundError{reader.Label}
@@ -227,6 +228,7 @@ func (_u *ReaderUpdateOne) sqlSave(ctx context.Context) (_node *Reader, err erro
 	if value, ok := _u.mutation.Email(); ok {
 		_spec.SetField(reader.FieldEmail, field.TypeString, value)
 	}
+	_u.mutation.heraldModifiers = _spec.Modifiers
 	_node = &Reader{config: _u.config}
 	_spec.Assign = _node.assignValues
 	_spec.ScanValues = _node.scanValues

@@ -85,6 +85,7 @@ func (_u *TagUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	if value, ok := _u.mutation.Label(); ok {
 		_spec.SetField(tag.FieldLabel, field.TypeString, value)
 	}
+	_u.mutation.heraldModifiers = _spec.Modifiers
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
 			err = &NotFoundError{tag.Label}
@@ -193,6 +194,7 @@ func (_u *TagUpdateOne) sqlSave(ctx context.Context) (_node *Tag, err error) {
 	if value, ok := _u.mutation.Label(); ok {
 		_spec.SetField(tag.FieldLabel, field.TypeString, value)
 	}
+	_u.mutation.heraldModifiers = _spec.Modifiers
 	_node = &Tag{config: _u.config}
 	_spec.Assign = _node.assignValues
 	_spec.ScanValues = _node.scanValues

@@ -1,0 +1,370 @@
+package entcapture_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	entsql "entgo.io/ent/dialect/sql"
+
+	"github.com/heraldgo/herald/entcapture"
+	"github.com/heraldgo/herald/envelope"
+	cc "github.com/heraldgo/herald/internal/capturecases"
+	"github.com/heraldgo/herald/internal/capturecases/entimages/ent"
+	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/member"
+	_ "github.com/heraldgo/herald/internal/capturecases/entimages/ent/runtime"
+	"github.com/heraldgo/herald/internal/capturecases/entimages/schema"
+)
+
+// imgEnv is one test database with the entimages schemas: a client on
+// entcapture.Driver and one on the plain driver.
+type imgEnv struct {
+	dialect envelope.Dialect
+	db      *sql.DB
+	client  *ent.Client
+	plain   *ent.Client
+}
+
+func newImgEnv(t testing.TB, d envelope.Dialect) *imgEnv {
+	t.Helper()
+	db := openDB(t, d)
+	raw := entsql.OpenDB(entDialect(d), db)
+	e := &imgEnv{dialect: d, db: db, client: ent.NewClient(ent.Driver(entcapture.Driver(raw))), plain: ent.NewClient(ent.Driver(raw))}
+	createSchema(t, func(ctx context.Context) error { return e.client.Schema.Create(ctx) })
+	return e
+}
+
+// way is how a test reaches the database: through the client on Driver
+// (its own transaction), in client.Tx of it, or in client.Tx of the plain
+// client (no wrapper: the capture reads rows instead of RETURNING).
+type way struct {
+	name string
+	run  func(t *testing.T, e *imgEnv, f func(c *ent.Client) error)
+}
+
+var ways = []way{
+	{"Driver", func(t *testing.T, e *imgEnv, f func(c *ent.Client) error) { must(t, f(e.client)) }},
+	{"Driver Tx", func(t *testing.T, e *imgEnv, f func(c *ent.Client) error) { inTx(t, e.client, f) }},
+	{"plain Tx", func(t *testing.T, e *imgEnv, f func(c *ent.Client) error) { inTx(t, e.plain, f) }},
+}
+
+func inTx(t *testing.T, c *ent.Client, f func(c *ent.Client) error) {
+	t.Helper()
+	tx, err := c.Tx(context.Background())
+	must(t, err)
+	if err := f(tx.Client()); err != nil {
+		_ = tx.Rollback()
+		t.Fatal(err)
+	}
+	must(t, tx.Commit())
+}
+
+// eachWay runs f for each dialect and way, each in a fresh database.
+func eachWay(t *testing.T, f func(t *testing.T, e *imgEnv, w way)) {
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		for _, w := range ways {
+			t.Run(w.name, func(t *testing.T) {
+				t.Parallel()
+				f(t, newImgEnv(t, d), w)
+			})
+		}
+	})
+}
+
+// payloads returns the decoded events, in sequence order, and empties the
+// outbox.
+func (e *imgEnv) payloads(t testing.TB) []map[string]any {
+	t.Helper()
+	rows, err := e.db.Query(`SELECT payload FROM herald_outbox ORDER BY sequence`)
+	must(t, err)
+	defer rows.Close()
+	var out []map[string]any
+	for rows.Next() {
+		var b []byte
+		must(t, rows.Scan(&b))
+		p, err := cc.Decode(b)
+		must(t, err)
+		out = append(out, p)
+	}
+	must(t, rows.Err())
+	_, err = e.db.Exec(`DELETE FROM herald_outbox`)
+	must(t, err)
+	return out
+}
+
+func image(t testing.TB, p map[string]any, which string) map[string]any {
+	t.Helper()
+	m, ok := p[which].(map[string]any)
+	if !ok {
+		t.Fatalf("event has no %s image: %v", which, p)
+	}
+	return m
+}
+
+func one(t testing.TB, ps []map[string]any, op envelope.Operation) map[string]any {
+	t.Helper()
+	if len(ps) != 1 || ps[0]["operation"] != string(op) {
+		t.Fatalf("events %v, want one %s", ps, op)
+	}
+	return ps[0]
+}
+
+var ctx = context.Background()
+
+// TestNullUUIDEdgeField (issue 18, 8): an optional, non-Nillable UUID edge
+// field whose column is NULL is null in every image — after ClearAccount,
+// and in an upsert's inserted row — not the nil UUID its Go field holds.
+func TestNullUUIDEdgeField(t *testing.T) {
+	t.Parallel()
+	eachWay(t, func(t *testing.T, e *imgEnv, w way) {
+		a := e.client.Account.Create().SetName("acme").SaveX(ctx)
+		m := e.client.Member.Create().SetTenant("t").SetEmail("m@x").SetAccount(a).SaveX(ctx)
+		e.payloads(t)
+		w.run(t, e, func(c *ent.Client) error { return c.Member.UpdateOneID(m.ID).ClearAccount().Exec(ctx) })
+		p := one(t, e.payloads(t), envelope.Updated)
+		if got := image(t, p, "after")["account_id"]; got != nil {
+			t.Errorf("after ClearAccount: after.account_id = %v, want null", got)
+		}
+		if got := image(t, p, "before")["account_id"]; got != a.ID.String() {
+			t.Errorf("before.account_id = %v, want %v", got, a.ID)
+		}
+		w.run(t, e, func(c *ent.Client) error { return c.Member.Update().ClearAccount().SetName("n").Exec(ctx) })
+		if got := image(t, one(t, e.payloads(t), envelope.Updated), "before")["account_id"]; got != nil {
+			t.Errorf("bulk update: before.account_id = %v, want null", got)
+		}
+		w.run(t, e, func(c *ent.Client) error {
+			return c.Member.Create().SetTenant("t").SetEmail("new@x").OnConflictColumns(member.FieldTenant, member.FieldEmail).UpdateNewValues().Exec(ctx)
+		})
+		if got, ok := image(t, one(t, e.payloads(t), envelope.Inserted), "after")["account_id"]; !ok || got != nil {
+			t.Errorf("upsert's inserted row: after.account_id = %v (present %v), want null", got, ok)
+		}
+	})
+}
+
+// TestDatabaseDefaultInCreate (issue 18, 9): a create that leaves unset a
+// field with a database default (entsql.Default) has the value the row
+// holds in its event, not null.
+func TestDatabaseDefaultInCreate(t *testing.T) {
+	t.Parallel()
+	eachWay(t, func(t *testing.T, e *imgEnv, w way) {
+		w.run(t, e, func(c *ent.Client) error { return c.Member.Create().SetTenant("t").SetEmail("d@x").Exec(ctx) })
+		after := image(t, one(t, e.payloads(t), envelope.Inserted), "after")
+		if after["region"] != "eu" {
+			t.Errorf("after.region = %v, want the database default \"eu\"", after["region"])
+		}
+		if v, ok := after["name"]; !ok || v != nil {
+			t.Errorf("after.name = %v (present %v), want null", v, ok)
+		}
+		w.run(t, e, func(c *ent.Client) error {
+			return c.Member.CreateBulk(c.Member.Create().SetTenant("t").SetEmail("b1@x"), c.Member.Create().SetTenant("t").SetEmail("b2@x")).Exec(ctx)
+		})
+		ps := e.payloads(t)
+		if len(ps) != 2 {
+			t.Fatalf("bulk: %d events, want 2", len(ps))
+		}
+		for i, p := range ps {
+			if r := image(t, p, "after")["region"]; r != "eu" {
+				t.Errorf("bulk: row %d's region = %v, want \"eu\"", i, r)
+			}
+		}
+		// A bulk whose items differ in the fields they set: ent inserts
+		// NULL where an item leaves a column other items set, and the
+		// event says what the row holds.
+		w.run(t, e, func(c *ent.Client) error {
+			return c.Member.CreateBulk(c.Member.Create().SetTenant("t").SetEmail("m1@x"), c.Member.Create().SetTenant("t").SetEmail("m2@x").SetRegion("us")).Exec(ctx)
+		})
+		for _, p := range e.payloads(t) {
+			var stored sql.NullString
+			must(t, e.db.QueryRow(`SELECT region FROM members WHERE id = `+fmt.Sprint(p["pk"])).Scan(&stored))
+			if r := image(t, p, "after")["region"]; (r == nil) != !stored.Valid || (stored.Valid && r != stored.String) {
+				t.Errorf("mixed bulk: row %v's region = %v, stored %v", p["pk"], r, stored)
+			}
+		}
+	})
+}
+
+// TestCreateAtColumnPrecision (issue 18, 10): on PostgreSQL a create's
+// event holds its times as the columns store them: a timestamptz(3)
+// keeps milliseconds, a timestamptz microseconds (mixin.Time's fields are
+// set from time.Now, with nanoseconds).
+func TestCreateAtColumnPrecision(t *testing.T) {
+	t.Parallel()
+	eachWay(t, func(t *testing.T, e *imgEnv, w way) {
+		if e.dialect != envelope.Postgres {
+			t.Skip("SQLite stores the time as given")
+		}
+		seen := time.Date(2026, 5, 1, 10, 20, 5, 123456789, time.UTC)
+		var id int
+		w.run(t, e, func(c *ent.Client) error {
+			m, err := c.Member.Create().SetTenant("t").SetEmail("p@x").SetSeen(seen).SetCreateTime(seen).Save(ctx)
+			if m != nil {
+				id = m.ID
+			}
+			return err
+		})
+		after := image(t, one(t, e.payloads(t), envelope.Inserted), "after")
+		var stored, created time.Time
+		must(t, e.db.QueryRow(`SELECT seen, create_time FROM members WHERE id = $1`, id).Scan(&stored, &created))
+		for col, want := range map[string]time.Time{"seen": stored, "create_time": created} {
+			s, _ := after[col].(string)
+			got, err := time.Parse(time.RFC3339Nano, s)
+			if err != nil || !got.Equal(want) {
+				t.Errorf("after.%s = %v, want the stored %s", col, after[col], want.UTC().Format(time.RFC3339Nano))
+			}
+		}
+	})
+}
+
+func changedOf(t testing.TB, p map[string]any) []string {
+	t.Helper()
+	var out []string
+	cs, _ := p["changed"].([]any)
+	for _, c := range cs {
+		out = append(out, c.(string))
+	}
+	return out
+}
+
+// TestChangedListsEveryColumnSet (issue 18, 11): "changed" names the
+// columns a schema hook sets, those Modify sets, and an AppendTags.
+func TestChangedListsEveryColumnSet(t *testing.T) {
+	t.Parallel()
+	eachWay(t, func(t *testing.T, e *imgEnv, w way) {
+		m := e.client.Member.Create().SetTenant("t").SetEmail("c@x").SaveX(ctx)
+		e.payloads(t)
+		cases := []struct {
+			name string
+			f    func(c *ent.Client) error
+			want string
+		}{
+			{"schema hook", func(c *ent.Client) error {
+				return c.Member.UpdateOneID(m.ID).SetName("a").Exec(schema.WithStamp(ctx, "s1"))
+			}, "stamp"},
+			{"schema hook, bulk", func(c *ent.Client) error {
+				return c.Member.Update().SetName("b").Exec(schema.WithStamp(ctx, "s2"))
+			}, "stamp"},
+			{"Modify", func(c *ent.Client) error {
+				return c.Member.UpdateOneID(m.ID).SetName("c").Modify(func(u *entsql.UpdateBuilder) { u.Set(member.FieldRegion, "ap") }).Exec(ctx)
+			}, "region"},
+			{"AppendTags", func(c *ent.Client) error {
+				return c.Member.Update().AppendTags([]string{"x"}).Exec(ctx)
+			}, "tags"},
+		}
+		for _, c := range cases {
+			w.run(t, e, c.f)
+			ch := changedOf(t, one(t, e.payloads(t), envelope.Updated))
+			if !slices.Contains(ch, c.want) {
+				t.Errorf("%s: changed = %v, want it to name %s", c.name, ch, c.want)
+			}
+		}
+	})
+}
+
+// TestUpdateNarrowedBySchemaHook (issue 18, 3, updates): a schema hook
+// that narrows an update (a tenant WhereP) leaves the rows it excludes
+// without events.
+func TestUpdateNarrowedBySchemaHook(t *testing.T) {
+	t.Parallel()
+	eachWay(t, func(t *testing.T, e *imgEnv, w way) {
+		a := e.client.Member.Create().SetTenant("a").SetEmail("x@x").SaveX(ctx)
+		e.client.Member.Create().SetTenant("b").SetEmail("x@x").SaveX(ctx)
+		e.payloads(t)
+		w.run(t, e, func(c *ent.Client) error {
+			return c.Member.Update().Where(member.Email("x@x")).SetName("n").Exec(schema.WithTenant(ctx, "a"))
+		})
+		p := one(t, e.payloads(t), envelope.Updated)
+		if pk, _ := p["pk"].(float64); int(pk) != a.ID {
+			t.Errorf("event for %v, want tenant a's row %d", p["pk"], a.ID)
+		}
+		if n := e.plain.Member.Query().Where(member.Name("n")).CountX(ctx); n != 1 {
+			t.Fatalf("%d rows updated, want 1", n)
+		}
+	})
+}
+
+// TestUpsertSettingConflictColumn (issue 18, 5): an upsert whose action
+// sets a conflict column is captured as the update it is.
+func TestUpsertSettingConflictColumn(t *testing.T) {
+	t.Parallel()
+	eachWay(t, func(t *testing.T, e *imgEnv, w way) {
+		m := e.client.Member.Create().SetTenant("t").SetEmail("a1").SetName("old").SaveX(ctx)
+		e.payloads(t)
+		w.run(t, e, func(c *ent.Client) error {
+			return c.Member.Create().SetTenant("t").SetEmail("a1").SetName("new").
+				OnConflictColumns(member.FieldTenant, member.FieldEmail).
+				Update(func(u *ent.MemberUpsert) { u.SetEmail("a2") }).Exec(ctx)
+		})
+		p := one(t, e.payloads(t), envelope.Updated)
+		if pk, _ := p["pk"].(float64); int(pk) != m.ID {
+			t.Errorf("pk %v, want %d", p["pk"], m.ID)
+		}
+		if b, a := image(t, p, "before")["email"], image(t, p, "after")["email"]; b != "a1" || a != "a2" {
+			t.Errorf("email %v -> %v, want a1 -> a2", b, a)
+		}
+		if ch := changedOf(t, p); !slices.Equal(ch, []string{"email"}) {
+			t.Errorf("changed = %v, want [email]", ch)
+		}
+	})
+}
+
+// TestConcurrentUpsertOfNewKey (issue 18, 2): tx1 inserts a key; an
+// upsert of the same key waits for tx1, then updates the row tx1
+// committed. Its event is "updated", with tx1's row as the before image.
+func TestConcurrentUpsertOfNewKey(t *testing.T) {
+	t.Parallel()
+	e := newImgEnv(t, envelope.Postgres)
+	tx1, err := e.client.Tx(ctx)
+	must(t, err)
+	defer func() { _ = tx1.Rollback() }()
+	must(t, tx1.Member.Create().SetTenant("t").SetEmail("k").SetName("one").Exec(ctx))
+	var pid int
+	rows, err := tx1.QueryContext(ctx, `SELECT pg_backend_pid()`)
+	must(t, err)
+	for rows.Next() {
+		must(t, rows.Scan(&pid))
+	}
+	must(t, rows.Close())
+
+	done := make(chan error, 1)
+	go func() {
+		done <- e.client.Member.Create().SetTenant("t").SetEmail("k").SetName("two").
+			OnConflictColumns(member.FieldTenant, member.FieldEmail).UpdateNewValues().Exec(ctx)
+	}()
+	// Wait until the upsert waits on tx1.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var n int
+		must(t, e.db.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&n))
+		if n > 0 {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the upsert did not wait for tx1: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the upsert never waited for tx1")
+		}
+		time.Sleep(5 * time.Millisecond) // polling a condition, with a deadline
+	}
+	must(t, tx1.Commit())
+	must(t, <-done)
+	ps := e.payloads(t)
+	if len(ps) != 2 || ps[0]["operation"] != string(envelope.Inserted) {
+		t.Fatalf("events %v, want tx1's insert and the upsert's update", ps)
+	}
+	p := ps[1]
+	if p["operation"] != string(envelope.Updated) {
+		t.Fatalf("the upsert's event is %v, want updated", p["operation"])
+	}
+	if b := image(t, p, "before")["name"]; b != "one" {
+		t.Errorf("before.name = %v, want tx1's \"one\"", b)
+	}
+	if a := image(t, p, "after")["name"]; a != "two" {
+		t.Errorf("after.name = %v, want \"two\"", a)
+	}
+}

@@ -1,0 +1,139 @@
+// Package schema declares the entimages schemas.
+package schema
+
+import (
+	"context"
+
+	"entgo.io/ent"
+	"entgo.io/ent/dialect"
+	"entgo.io/ent/dialect/entsql"
+	"entgo.io/ent/dialect/sql"
+	"entgo.io/ent/schema"
+	"entgo.io/ent/schema/edge"
+	"entgo.io/ent/schema/field"
+	"entgo.io/ent/schema/index"
+	"entgo.io/ent/schema/mixin"
+	"github.com/google/uuid"
+
+	"github.com/heraldgo/herald/entcapture"
+	"github.com/heraldgo/herald/envelope"
+)
+
+func capture() ent.Mixin {
+	return entcapture.Mixin(envelope.Options{Payload: envelope.BeforeAndAfter})
+}
+
+// Account is accounts: a UUID id the client generates.
+type Account struct{ ent.Schema }
+
+func (Account) Mixin() []ent.Mixin { return []ent.Mixin{capture()} }
+
+func (Account) Annotations() []schema.Annotation {
+	return []schema.Annotation{entsql.Annotation{Table: "accounts"}}
+}
+
+func (Account) Fields() []ent.Field {
+	return []ent.Field{
+		field.UUID("id", uuid.UUID{}).Default(uuid.New),
+		field.String("name"),
+	}
+}
+
+func (Account) Edges() []ent.Edge {
+	return []ent.Edge{edge.To("members", Member.Type)}
+}
+
+// Member is members: unique per (tenant, email); account_id is an
+// optional UUID edge field that is not Nillable (its Go zero value is the
+// nil UUID, its column NULL); region has a database default; seen is a
+// timestamptz(3) on PostgreSQL; mixin.Time's create_time and update_time
+// carry the nanoseconds of time.Now.
+type Member struct{ ent.Schema }
+
+func (Member) Mixin() []ent.Mixin { return []ent.Mixin{mixin.Time{}, capture()} }
+
+func (Member) Annotations() []schema.Annotation {
+	return []schema.Annotation{entsql.Annotation{Table: "members"}}
+}
+
+func (Member) Fields() []ent.Field {
+	return []ent.Field{
+		field.String("tenant"),
+		field.String("email"),
+		field.String("name").Optional(),
+		field.String("region").Optional().Annotations(entsql.Default("eu")),
+		field.UUID("account_id", uuid.UUID{}).Optional(),
+		field.Time("seen").Optional().SchemaType(map[string]string{dialect.Postgres: "timestamptz(3)"}),
+		field.Strings("tags").Optional(),
+		field.String("stamp").Optional(),
+	}
+}
+
+func (Member) Edges() []ent.Edge {
+	return []ent.Edge{edge.From("account", Account.Type).Ref("members").Field("account_id").Unique()}
+}
+
+func (Member) Indexes() []ent.Index {
+	return []ent.Index{index.Fields("tenant", "email").Unique()}
+}
+
+// Visit is visits: like Member's columns whose stored value differs from
+// the Go value (a database default, timestamptz(3), mixin.Time), on a
+// schema without hooks of its own, whose creates on PostgreSQL are fused
+// (one statement writes the row and its event).
+type Visit struct{ ent.Schema }
+
+func (Visit) Mixin() []ent.Mixin { return []ent.Mixin{mixin.Time{}, capture()} }
+
+func (Visit) Annotations() []schema.Annotation {
+	return []schema.Annotation{entsql.Annotation{Table: "visits"}}
+}
+
+func (Visit) Fields() []ent.Field {
+	return []ent.Field{
+		field.String("kind").Optional().Annotations(entsql.Default("walk")),
+		field.Time("at").SchemaType(map[string]string{dialect.Postgres: "timestamptz(3)"}),
+	}
+}
+
+type tenantKey struct{}
+
+type stampKey struct{}
+
+// WithTenant returns ctx under which updates of members are narrowed to
+// tenant t by a schema hook (WhereP), as multi-tenant ent services do.
+func WithTenant(ctx context.Context, t string) context.Context {
+	return context.WithValue(ctx, tenantKey{}, t)
+}
+
+// WithStamp returns ctx under which a schema hook sets members.stamp to
+// s on every update.
+func WithStamp(ctx context.Context, s string) context.Context {
+	return context.WithValue(ctx, stampKey{}, s)
+}
+
+// member is the part of the generated MemberMutation the hooks use.
+type member interface {
+	ent.Mutation
+	SetStamp(string)
+	WhereP(...func(*sql.Selector))
+}
+
+func (Member) Hooks() []ent.Hook {
+	return []ent.Hook{
+		func(next ent.Mutator) ent.Mutator {
+			return ent.MutateFunc(func(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+				mm, ok := m.(member)
+				if ok && m.Op().Is(ent.OpUpdate|ent.OpUpdateOne) {
+					if t, ok := ctx.Value(tenantKey{}).(string); ok {
+						mm.WhereP(sql.FieldEQ("tenant", t))
+					}
+					if s, ok := ctx.Value(stampKey{}).(string); ok {
+						mm.SetStamp(s)
+					}
+				}
+				return next.Mutate(ctx, m)
+			})
+		},
+	}
+}
