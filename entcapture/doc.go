@@ -15,14 +15,30 @@
 //     names, the id, .Sensitive() fields (left out of events unless named
 //     in Options.Fields), typed row scans, the foreign keys whose ON DELETE
 //     reaches captured rows, the join tables of plain many-to-many edges —
-//     and enables the sql/execquery and sql/upsert features. It fails `go
-//     generate` naming the schema and option for an unknown column in
-//     Fields or Exclude, a schema on the outbox table, or a view.
+//     and enables the sql/execquery and sql/upsert features. It is a
+//     package of its own so that only entc.go links ent's code generator:
+//     a service importing entcapture links no entgo.io/ent/entc package
+//     (TestNoCodeGenerator). entc.go needs //go:build ignore, and
+//     generate.go must run it (//go:generate go run -mod=mod entc.go): the
+//     line ent new writes runs ent's CLI, which never runs extensions; a
+//     captured write of code generated that way fails with
+//     envelope.ErrConfiguration saying so. It fails `go generate` naming
+//     the schema and option for an unknown column in Fields or Exclude, a
+//     schema on the outbox table, or a view, and naming the release on an
+//     ent release whose CreateBulk template is not the one (v0.14.5's) the
+//     extension overrides to make a captured CreateBulk one scope.
 //   - Driver wraps the client's driver: a captured write made without a
 //     transaction runs, with its events, in a transaction the hook opens
 //     and the wrapper routes the write's statements into. Without it such a
 //     write fails with envelope.ErrConfiguration and writes nothing. Its
-//     Config names the outbox table, the default namespace and the Wakeup.
+//     Config names the outbox table, the default namespace, the Wakeup and
+//     per-schema Options (a key that is no captured schema's Go name, or a
+//     second Config, fails the first captured write or Enqueue with
+//     envelope.ErrConfiguration naming it). client.Debug() keeps it (the
+//     hook finds it under ent's dialect.DebugDriver). enttest.Open, like
+//     ent.Open, adds a driver of its own after its options, which replaces
+//     an ent.Driver option: in tests use
+//     enttest.NewClient(t, enttest.WithOptions(ent.Driver(entcapture.Driver(…)))).
 //
 // The program must import the generated ent/runtime package: it installs
 // schema hooks (without it ent itself fails the write with "uninitialized
@@ -54,11 +70,16 @@
 //   - CreateBulk: every item, with one event INSERT for the bulk (ent runs
 //     the items' hooks nested; the generated CreateBulk marks its context so
 //     they share one scope).
+//   - A delete that a hook after the capture hook turns into an update
+//     (ent's soft-delete mixin listed after entcapture.Mixin: it sets the
+//     op to an update and runs the mutation through the client) is
+//     captured as that update, once, as it is when the mixin comes first.
 //   - Update by predicate: ent's UPDATE runs with a RETURNING of the after
 //     images, which entcapture.Driver adds (ent is handed the row count the
 //     UPDATE itself reports); in BeforeAndAfter mode the rows are read
 //     first with SELECT … FOR UPDATE (on SQLite after taking the write
-//     lock) and the write is pinned to exactly those ids (WhereP), so rows
+//     lock) and the write is pinned to exactly those ids (WhereP, the ids
+//     bound as one JSON array whatever their number), so rows
 //     that appear concurrently are neither written uncaptured nor captured
 //     unwritten; in After and Keys mode the UPDATE itself locks and returns
 //     the rows it writes (an update that also writes captured edges reads
@@ -153,6 +174,16 @@
 //
 // # Transactions
 //
+// entcapture.Enqueue and EnqueueMany write in the transaction of the
+// Conn they are given: an *ent.Tx or its client (tx.Client(), m.Client()
+// in a hook of a write in client.Tx) in a savepoint of it, on the Driver's
+// Config.Table; in a schema hook of a captured write made outside
+// client.Tx (which runs inside the capture hook), in the write's own
+// transaction — the events commit or roll back with the row. A hook that
+// runs before the capture hook (client.Use, a mixin listed before
+// entcapture.Mixin) runs before that transaction exists; there Enqueue
+// writes in a transaction of its own.
+//
 // In the caller's *ent.Tx the capture takes a savepoint: an event that
 // fails (an Extend that returns an error, a bad value) rolls the write back
 // to it, the error is returned, and the transaction stays usable. A
@@ -171,7 +202,10 @@
 //
 // # Not captured
 //
-// Statements that bypass ent's hooks: ExecContext/QueryContext and other
-// raw SQL; rows of tables that are not captured; join rows of a plain
-// many-to-many edge with an uncaptured side; views.
+// Statements that bypass ent's hooks: raw SQL, among it the
+// ExecContext and QueryContext methods of the generated Client and Tx that
+// the sql/execquery feature adds (the extension turns the feature on for
+// its own statements: it also gives every caller a way to write rows no
+// event records); rows of tables that are not captured; join rows of a
+// plain many-to-many edge with an uncaptured side; views.
 package entcapture

@@ -5,7 +5,10 @@ import (
 	stdsql "database/sql"
 	"fmt"
 	"log/slog"
+	"maps"
 	"reflect"
+	"slices"
+	"strings"
 	"sync"
 
 	"entgo.io/ent/dialect"
@@ -60,8 +63,10 @@ type CaptureDriver struct {
 // the rows its events hold (in the hook's transaction and in one begun
 // with client.Tx), so the capture reads nothing after the write.
 //
-// cfg (at most one) sets the outbox table, the default namespace and the
-// wakeup. Without the wrapper a captured write outside client.Tx fails
+// cfg (at most one) sets the outbox table, the default namespace, the
+// wakeup and per-schema Options. Two Configs, or an Options key that is
+// no captured schema's name, fail the first captured write or Enqueue on
+// the driver with envelope.ErrConfiguration naming it. Without the wrapper a captured write outside client.Tx fails
 // with envelope.ErrConfiguration; inside client.Tx capture works either
 // way, but only the wrapper knows cfg.
 func Driver(drv dialect.Driver, cfg ...Config) *CaptureDriver {
@@ -70,9 +75,28 @@ func Driver(drv dialect.Driver, cfg ...Config) *CaptureDriver {
 		d.cfg = cfg[0]
 	}
 	if len(cfg) > 1 {
-		d.err = envelope.Configurationf("entcapture.Driver", "at most one Config, got %d", len(cfg))
+		d.err = envelope.Configurationf("entcapture.Driver", "at most one Config, got %d (merge them into one)", len(cfg))
 	}
 	return d
+}
+
+// captureOf finds the CaptureDriver under drv: drv itself, or under the
+// drivers that wrap it (client.Debug()'s dialect.DebugDriver, or any
+// driver with an Unwrap() dialect.Driver method); nil if there is none.
+func captureOf(drv dialect.Driver) *CaptureDriver {
+	for range 16 {
+		switch d := drv.(type) {
+		case *CaptureDriver:
+			return d
+		case *dialect.DebugDriver:
+			drv = d.Driver
+		case interface{ Unwrap() dialect.Driver }:
+			drv = d.Unwrap()
+		default:
+			return nil
+		}
+	}
+	return nil
 }
 
 // Unwrap returns the wrapped driver.
@@ -81,10 +105,60 @@ func (d *CaptureDriver) Unwrap() dialect.Driver { return d.Driver }
 // Config returns the driver's configuration.
 func (d *CaptureDriver) Config() Config { return d.cfg }
 
-// init resolves the dialect and the writer once.
+// registered holds the names of the captured schemas of the generated
+// packages linked into the program (Register).
+var registered struct {
+	sync.Mutex
+	names map[string]bool
+}
+
+// Register records captured schemas, so that a Config's Options can be
+// checked against their names. The code entcapturegen.Extension generates
+// calls it from its init; not for use by hand.
+func Register(schemas ...*Schema) {
+	registered.Lock()
+	defer registered.Unlock()
+	if registered.names == nil {
+		registered.names = map[string]bool{}
+	}
+	for _, s := range schemas {
+		registered.names[s.Name] = true
+	}
+}
+
+// checkOptions fails for a name in Options that is no captured schema's
+// (a misspelling would otherwise silently leave the schema's Mixin
+// Options in force). Without registered schemas (glue generated before
+// Register) it cannot know, and lets every name pass.
+func checkOptions(opts map[string]envelope.Options) error {
+	registered.Lock()
+	defer registered.Unlock()
+	if len(registered.names) == 0 {
+		return nil
+	}
+	var bad []string
+	for name := range opts {
+		if !registered.names[name] {
+			bad = append(bad, name)
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	slices.Sort(bad)
+	known := slices.Sorted(maps.Keys(registered.names))
+	return envelope.Configurationf("entcapture.Config.Options", "no captured schema named %q (Options is keyed by the Go name of a schema that uses entcapture.Mixin; captured schemas: %s)",
+		bad[0], strings.Join(known, ", "))
+}
+
+// init resolves the dialect and the writer once; it fails for a bad
+// Config (two of them, or Options naming no captured schema).
 func (d *CaptureDriver) init() error {
 	d.once.Do(func() {
 		if d.err != nil {
+			return
+		}
+		if d.err = checkOptions(d.cfg.Options); d.err != nil {
 			return
 		}
 		d.dialect, d.err = dialectOf(d.Dialect())

@@ -168,7 +168,9 @@ func opOf(op ent.Op) envelope.Operation {
 // errNoGlue is returned for a captured schema generated without Extension.
 func errNoGlue(m ent.Mutation) error {
 	return envelope.Configurationf(m.Type(), "schema %s uses entcapture.Mixin, but its generated code has no entcapture glue: "+
-		"add entc.Extensions(entcapturegen.Extension()) to the code generation (entc.go) and run go generate", m.Type())
+		"generate it with entc.go (starting with //go:build ignore) calling entc.Generate(\"./schema\", &gen.Config{}, entc.Extensions(entcapturegen.Extension())), "+
+		"and make generate.go's line //go:generate go run -mod=mod entc.go — ent's default line (go run -mod=mod entgo.io/ent/cmd/ent generate ./schema) "+
+		"runs ent's CLI, which never runs extensions — then run go generate", m.Type())
 }
 
 // captureMutator is the Mutator the capture hook returns; its type lets
@@ -215,7 +217,7 @@ func (cm *captureMutator) Mutate(ctx context.Context, m ent.Mutation) (ent.Value
 			return next.Mutate(ctx, m)
 		}
 		drv := g.HeraldDriver()
-		cd, _ := drv.(*CaptureDriver)
+		cd := captureOf(drv)
 		var (
 			cfg Config
 			w   *envelope.Writer
@@ -322,7 +324,9 @@ func open(ctx context.Context, g Glue, cd *CaptureDriver, w *envelope.Writer, d 
 	}
 	if cd == nil {
 		return nil, envelope.Configurationf(g.Type(), "a write to captured schema %s outside a transaction cannot commit atomically with its events: "+
-			"open the client on entcapture.Driver — ent.NewClient(ent.Driver(entcapture.Driver(drv))) — or run the write in client.Tx", g.Type())
+			"open the client on entcapture.Driver — ent.NewClient(ent.Driver(entcapture.Driver(drv))) — or run the write in client.Tx "+
+			"(ent.Open and enttest.Open add a driver of their own after their options, which replaces an ent.Driver option: "+
+			"in tests use enttest.NewClient(t, enttest.WithOptions(ent.Driver(entcapture.Driver(entsql.OpenDB(…))))))", g.Type())
 	}
 	if t, ok := ctx.Value(txKey{}).(*hookTx); ok && t.d == cd {
 		// Nested in another captured write's transaction (a hook that
@@ -352,6 +356,23 @@ func (s *scope) add(spec *envelope.Spec, cs ...envelope.Change) {
 		}
 	}
 	s.batches = append(s.batches, batch{spec: spec, changes: cs})
+}
+
+// mark returns how many changes each batch of the scope holds, for reset.
+func (s *scope) mark() []int {
+	m := make([]int, len(s.batches))
+	for i, b := range s.batches {
+		m[i] = len(b.changes)
+	}
+	return m
+}
+
+// reset drops the changes added since mark.
+func (s *scope) reset(mark []int) {
+	s.batches = s.batches[:len(mark)]
+	for i, n := range mark {
+		s.batches[i].changes = s.batches[i].changes[:n]
+	}
 }
 
 // flush writes the scope's events: one multi-row INSERT (split only at
@@ -522,7 +543,7 @@ func (s *scope) selectRows(w *write, cols []string, id any, byID bool, ids []any
 	}
 	sel.Select(qc...)
 	if ids != nil {
-		sel.Where(sql.In(sel.C(w.sch.PK), ids...))
+		keysIn(s.d, w.sch.Table, w.sch.PK, ids)(sel)
 		for _, p := range extra {
 			p(sel)
 		}
@@ -556,7 +577,7 @@ func (s *scope) selectPinned(w *write, cols []string, rows []map[string]any) ([]
 		qc[i] = sel.C(c)
 	}
 	sel.Select(qc...)
-	w.sch.pin(rows)(sel)
+	w.sch.pin(s.d, rows)(sel)
 	out, err := s.query(sel, cols, w.g.HeraldScan)
 	if err != nil {
 		return nil, fmt.Errorf("herald/entcapture: %s: read rows: %w", w.sch.Name, err)

@@ -320,13 +320,7 @@ func TestConcurrentUpsertOfNewKey(t *testing.T) {
 	must(t, err)
 	defer func() { _ = tx1.Rollback() }()
 	must(t, tx1.Member.Create().SetTenant("t").SetEmail("k").SetName("one").Exec(ctx))
-	var pid int
-	rows, err := tx1.QueryContext(ctx, `SELECT pg_backend_pid()`)
-	must(t, err)
-	for rows.Next() {
-		must(t, rows.Scan(&pid))
-	}
-	must(t, rows.Close())
+	pid := backendPID(ctx, t, tx1)
 
 	done := make(chan error, 1)
 	go func() {
@@ -367,4 +361,20 @@ func TestConcurrentUpsertOfNewKey(t *testing.T) {
 	if a := image(t, p, "after")["name"]; a != "two" {
 		t.Errorf("after.name = %v, want \"two\"", a)
 	}
+}
+
+// backendPID is the PostgreSQL backend of tx's connection.
+func backendPID(ctx context.Context, t *testing.T, tx interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}) int {
+	t.Helper()
+	rows, err := tx.QueryContext(ctx, `SELECT pg_backend_pid()`)
+	must(t, err)
+	defer rows.Close()
+	var pid int
+	for rows.Next() {
+		must(t, rows.Scan(&pid))
+	}
+	must(t, rows.Err())
+	return pid
 }

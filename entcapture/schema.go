@@ -141,9 +141,9 @@ func quotedTable(g Glue, sch *Schema) string {
 // one IN list for an id; for a composite key, one (a AND b) per row —
 // only composite-id edge schemas, written through their own client, get
 // there.
-func (s *Schema) pin(rows []map[string]any) func(*sql.Selector) {
+func (s *Schema) pin(d envelope.Dialect, rows []map[string]any) func(*sql.Selector) {
 	if len(s.Key) == 0 {
-		return sql.FieldIn(s.PK, pks(rows, s.PK)...)
+		return keysIn(d, s.Table, s.PK, pks(rows, s.PK))
 	}
 	return func(sel *sql.Selector) {
 		ors := make([]*sql.Predicate, 0, len(rows))
@@ -250,12 +250,12 @@ type scannerGlue interface {
 func NullAware(vals []any) []any {
 	out := make([]any, len(vals))
 	for i, v := range vals {
-		switch v.(type) {
+		switch sc := v.(type) {
 		case *stdsql.NullString, *stdsql.NullInt64, *stdsql.NullInt32, *stdsql.NullInt16, *stdsql.NullFloat64,
 			*stdsql.NullBool, *stdsql.NullTime, *stdsql.NullByte, *[]byte, *any:
 			out[i] = v // IsNull tells their NULL
 		case stdsql.Scanner:
-			out[i] = &nullScan{dst: v.(stdsql.Scanner)}
+			out[i] = &nullScan{dst: sc}
 		default:
 			out[i] = v
 		}

@@ -540,7 +540,7 @@ func (x *upsertRows) Scan(dest ...any) error {
 // Close reads the rows ent left unread (their events are due all the
 // same), then closes.
 func (x *upsertRows) Close() error {
-	for x.Rows.Next() {
+	for x.Next() {
 		dest := make([]any, x.n)
 		for i := range dest {
 			dest[i] = new(any)
@@ -550,7 +550,7 @@ func (x *upsertRows) Close() error {
 			return err
 		}
 	}
-	err := x.Rows.Err()
+	err := x.Err()
 	if cerr := x.Rows.Close(); err == nil {
 		err = cerr
 	}

@@ -406,7 +406,7 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 		}
 		ids = pks(before, w.sch.PK)
 		if !one {
-			w.g.WhereP(w.sch.pin(before))
+			w.g.WhereP(w.sch.pin(s.d, before))
 		}
 	}
 	owners := ids
@@ -511,11 +511,15 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 // captured rows.
 func (w *write) delete(ctx context.Context, s *scope, next ent.Mutator) (ent.Value, error) {
 	rows := w.spec != nil && w.spec.Options.Payload != envelope.Keys
+	mark := s.mark()
 	if w.spec != nil && len(w.sch.Cascades) == 0 && w.returns(s, nil, true) {
 		req := w.returningRequest(s, w.columns(rows))
 		v, err := next.Mutate(withReturning(ctx, req), w.g)
 		if err != nil {
 			return v, err
+		}
+		if w.notDelete(s, mark) {
+			return v, nil
 		}
 		if !req.done {
 			return v, errNotReturned(w)
@@ -538,7 +542,7 @@ func (w *write) delete(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 		if before, err = s.selectRows(w, cols, nil, false, nil); err != nil {
 			return err
 		}
-		w.g.WhereP(w.sch.pin(before))
+		w.g.WhereP(w.sch.pin(s.d, before))
 		return s.cascade(w.sch, before)
 	})
 	v, err := next.Mutate(ctx, w.g)
@@ -546,10 +550,26 @@ func (w *write) delete(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 	if err != nil || !ran {
 		return v, err
 	}
+	if w.notDelete(s, mark) {
+		return v, nil
+	}
 	if w.spec != nil {
 		w.deleted(s, before, rows)
 	}
 	return v, nil
+}
+
+// notDelete reports whether a hook after the capture hook turned the
+// delete into another write — ent's soft-delete mixin (listed after
+// entcapture.Mixin) sets the mutation's op to an update and runs it
+// through the client, where the capture hook captures it as an update —
+// and if so drops what the delete recorded (its cascades' events).
+func (w *write) notDelete(s *scope, mark []int) bool {
+	if w.g.Op().Is(ent.OpDelete | ent.OpDeleteOne) {
+		return false
+	}
+	s.reset(mark)
+	return true
 }
 
 // deleted records the deletes of rows (their before images, or ids).

@@ -35,7 +35,7 @@ const MigrationTable = "herald_migration"
 // LatestVersion is the outbox table's current schema version: what Migrate
 // brings every table to, and what the writer and the relay of this release
 // expect.
-const LatestVersion = 4
+const LatestVersion = 5
 
 // Migration is one version of the outbox table's schema, its statements
 // rendered for a dialect and table.
@@ -94,6 +94,14 @@ type migrationSource struct {
 // version 2's change of type, a jsonb-to-json cast per inserted row that
 // does not give its headers; the default is now '{}' as json. Both are
 // catalog changes: no rewrite, no lock held for long.
+//
+// Version 5: the table of paused topics, {base}_paused (Table.PausedTable).
+// An operator pauses a topic during an incident at its receiver (the admin
+// package); the relay's lease skips the events of a paused topic (NOT
+// EXISTS, one primary-key probe per candidate), so they wait, undelivered
+// and not dead-lettered, until the topic is resumed. Kept in the database,
+// so every relay of the table obeys it. A new, empty table: nothing is
+// rewritten.
 var migrationSources = []migrationSource{
 	{
 		version: 1, name: "create the outbox table",
@@ -126,6 +134,21 @@ ALTER TABLE {table} ALTER COLUMN headers SET DEFAULT '{}'::jsonb`,
 		liteUp: `DROP INDEX IF EXISTS {base}_topic_idx`,
 		liteDn: `CREATE INDEX IF NOT EXISTS {base}_topic_idx ON {table} (topic, sequence)
     WHERE published_at IS NULL`,
+	},
+	{
+		version: 5, name: "table of paused topics (the relay leases none of their events)",
+		pgUp: `CREATE TABLE IF NOT EXISTS {paused} (
+    topic     VARCHAR(255) PRIMARY KEY,
+    paused_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    reason    TEXT NOT NULL DEFAULT ''
+)`,
+		pgDown: `DROP TABLE IF EXISTS {paused}`,
+		liteUp: `CREATE TABLE IF NOT EXISTS {paused} (
+    topic     TEXT PRIMARY KEY,
+    paused_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    reason    TEXT NOT NULL DEFAULT ''
+)`,
+		liteDn: `DROP TABLE IF EXISTS {paused}`,
 	},
 }
 
@@ -167,7 +190,7 @@ func render(src string, t Table) []string {
 	if i := strings.LastIndex(t.Quoted, `"."`); i >= 0 {
 		schema = t.Quoted[:i+2]
 	}
-	src = strings.NewReplacer("{table}", t.Quoted, "{base}", t.Base, "{schema}", schema).Replace(src)
+	src = strings.NewReplacer("{table}", t.Quoted, "{base}", t.Base, "{schema}", schema, "{paused}", t.PausedTable()).Replace(src)
 	var out []string
 	for _, s := range strings.Split(src, ";\n") {
 		if s = strings.TrimSpace(s); s != "" {

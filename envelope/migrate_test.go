@@ -179,6 +179,11 @@ VALUES (` + p(1) + `, ` + p(2) + `, ` + p(3) + `, ` + p(4) + `, ` + p(5) + `, ` 
 		if nrec != envelope.LatestVersion {
 			t.Fatalf("herald_migration holds %d versions, want %d", nrec, envelope.LatestVersion)
 		}
+		// Version 5: the table of paused topics, empty.
+		var npaused int
+		if err := db.QueryRow(`SELECT count(*) FROM herald_outbox_paused`).Scan(&npaused); err != nil || npaused != 0 {
+			t.Fatalf("herald_outbox_paused after Migrate: %d rows, %v; want an empty table", npaused, err)
+		}
 
 		var mu sync.Mutex
 		var got []string

@@ -45,6 +45,18 @@ func ParseTable(d Dialect, name string) (Table, error) {
 	return Table{Name: name, Quoted: strings.Join(q, "."), Base: strings.Join(parts, "_")}, nil
 }
 
+// PausedTable is the table of paused topics that goes with the outbox
+// table (schema version 5), written for SQL: {base}_paused in the outbox
+// table's schema. The relay leases no event of a topic it lists; the
+// admin package writes it.
+func (t Table) PausedTable() string {
+	schema := ""
+	if i := strings.LastIndex(t.Quoted, `"."`); i >= 0 {
+		schema = t.Quoted[:i+2]
+	}
+	return schema + t.Base + "_paused"
+}
+
 // IsIdentifier reports whether s is a plain SQL identifier herald will
 // quote and use as a column name.
 func IsIdentifier(s string) bool { return identRE.MatchString(s) }

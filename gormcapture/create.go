@@ -29,11 +29,16 @@ func (p *Plugin) create(orig func(*gorm.DB)) func(*gorm.DB) {
 			return
 		}
 		st := db.Statement
-		if st.Schema == nil || db.DryRun || st.SQL.Len() > 0 {
+		sch, lent := st.Schema, (*schema.Schema)(nil)
+		if sch == nil {
+			sch = p.tableModel(st)
+			lent = sch
+		}
+		if sch == nil || db.DryRun || st.SQL.Len() > 0 {
 			orig(db)
 			return
 		}
-		m := p.modelFor(st.Schema)
+		m := p.modelFor(sch)
 		if m.spec == nil {
 			orig(db)
 			return
@@ -44,21 +49,26 @@ func (p *Plugin) create(orig func(*gorm.DB)) func(*gorm.DB) {
 			return
 		}
 		p.inOwnTx(db, func() {
-			if err := p.insert(db, m.spec); err != nil {
+			if err := p.insert(db, m.spec, lent); err != nil {
 				fail(db, err)
 			}
 		})
 	}
 }
 
-func (p *Plugin) insert(db *gorm.DB, spec *envelope.Spec) error {
+// insert captures an INSERT. lent, when not nil, is the schema of the
+// captured model a write without one (db.Table(name).Create(map)) writes
+// as: GORM's VALUES are built without it, as without the plugin, nothing
+// is filled back into the caller's maps but a RETURNING the caller asked
+// for, and the statement holds it only while the rows are captured.
+func (p *Plugin) insert(db *gorm.DB, spec *envelope.Spec, lent *schema.Schema) error {
 	st := db.Statement
 	sch := st.Schema
 	ctx := st.Context
 	wc := writeCtxOf(st)
 	at := now()
 
-	if !st.Unscoped {
+	if lent == nil && !st.Unscoped {
 		for _, c := range sch.CreateClauses {
 			st.AddClause(c)
 		}
@@ -66,7 +76,11 @@ func (p *Plugin) insert(db *gorm.DB, spec *envelope.Spec) error {
 	st.AddClauseIfNotExists(clause.Insert{})
 	st.AddClause(callbacks.ConvertToCreateValues(st))
 	if db.Error != nil {
-		return nil //nolint:nilerr // GORM's own error (an empty slice, invalid data) is already on db
+		return nil // GORM's own error (an empty slice, invalid data) is already on db
+	}
+	if lent != nil {
+		sch, st.Schema = lent, lent
+		defer func() { st.Schema = nil }()
 	}
 	values, _ := st.Clauses["VALUES"].Expression.(clause.Values)
 	oc, upsert := clause.OnConflict{}, false
@@ -82,7 +96,7 @@ func (p *Plugin) insert(db *gorm.DB, spec *envelope.Spec) error {
 	pk := keyColumns(sch)
 	var fill []string
 	for _, f := range sch.FieldsWithDefaultDBValue {
-		if f.Readable {
+		if f.Readable && lent == nil {
 			fill = union(fill, f.DBName)
 		}
 	}
@@ -98,7 +112,7 @@ func (p *Plugin) insert(db *gorm.DB, spec *envelope.Spec) error {
 		}
 	}
 	if !upsert && len(values.Values) == 1 {
-		return p.insertSingle(db, spec, values, fill, at)
+		return p.insertSingle(db, spec, values, fill, at, lent)
 	}
 	ret := union(slices.Clone(pk), fill...)
 	if (wantIns && spec.NeedsAfter(envelope.Inserted)) || (wantUpd && spec.NeedsAfter(envelope.Updated)) {
@@ -180,6 +194,7 @@ func (p *Plugin) insert(db *gorm.DB, spec *envelope.Spec) error {
 	}
 
 	p.fillBack(ctx, st, imgs, fill, upsert, values, conflictCols)
+	p.insertIDs(st, imgs, lent)
 	db.RowsAffected = int64(len(imgs))
 	if st.Result != nil {
 		st.Result.RowsAffected = db.RowsAffected
@@ -450,6 +465,41 @@ func (p *Plugin) fillBack(ctx context.Context, st *gorm.Statement, imgs []image,
 				used[idx] = true
 				setFields(ctx, sch, elems[idx], img, fill)
 			}
+		}
+	}
+}
+
+// insertIDs gives the caller's maps of a write without a model
+// (db.Table(name).Create(map)) what GORM gives them without the plugin:
+// on SQLite, "@id" set to the row's generated integer key (GORM's
+// LastInsertId); on PostgreSQL nothing.
+func (p *Plugin) insertIDs(st *gorm.Statement, imgs []image, lent *schema.Schema) {
+	if lent == nil || p.dialect != envelope.SQLite || len(imgs) == 0 {
+		return
+	}
+	pk := keyColumns(lent)
+	if len(pk) != 1 {
+		return
+	}
+	set := func(m map[string]any, img image) {
+		if id, ok := asInt(img[pk[0]]); ok && m != nil && id > 0 {
+			m["@id"] = id
+		}
+	}
+	switch d := st.Dest.(type) {
+	case map[string]any:
+		set(d, imgs[0])
+	case *map[string]any:
+		if *d != nil {
+			set(*d, imgs[0])
+		}
+	case []map[string]any:
+		for i := 0; i < len(d) && i < len(imgs); i++ {
+			set(d[i], imgs[i])
+		}
+	case *[]map[string]any:
+		for i := 0; i < len(*d) && i < len(imgs); i++ {
+			set((*d)[i], imgs[i])
 		}
 	}
 }

@@ -66,6 +66,21 @@
 // (gorm.G[T]). "changed" lists the columns the caller set, not those GORM
 // adds itself (autoUpdateTime, an optimistic-lock version), in table order.
 //
+// A write that names a table and no model — db.Table("users").Create(map),
+// db.Table("users").Where(…).Update / Updates(map) / UpdateColumn(s),
+// db.Table("users").Where(…).Delete(nil), and the map-only statements GORM
+// builds itself (gorm.G's many2many association updates:
+// Table("languages")…Updates(map)) — is captured as a write of the
+// captured model whose table it names: one seen by the plugin (Config.Models,
+// Capture, or a first write; under CaptureAll, any keyed model written
+// before), the first one seen when two share the table (Config.Models in
+// their order, then Capture, then first writes). GORM builds the statement
+// exactly as without the plugin (no autoUpdateTime, no soft delete: a
+// Delete through db.Table is a hard delete, its event "deleted"), and the
+// caller's maps get what GORM gives them (on SQLite "@id"). Only a plain
+// table name counts: an alias ("users u"), a schema-qualified name, a
+// subquery, or a table no captured model has is not captured.
+//
 // Snapshots are set-based: a statement of N rows costs the statement, one
 // locking SELECT when the mode needs the rows as they were
 // (BeforeAndAfter, or a delete the database cascades; on PostgreSQL an
@@ -76,7 +91,12 @@
 // caller's statements, as many as without the plugin. Events hold the rows
 // as the database stored them (read back with RETURNING: timestamps at the
 // column's precision, numerics at their scale, defaults), in one JSON form
-// whatever the path. A single-row Create on PostgreSQL writes its row and
+// whatever the path: a value is rendered from the field's Go type as GORM
+// reads it back, unless that would not say what the row holds — a
+// Valuer that renders NULL for a stored value (a struct read back with a
+// zero field) puts the stored bytes or text in the event, and a serializer
+// column holding the empty string (JSON's serializer stores nil so under NOT
+// NULL) is "", not null. A single-row Create on PostgreSQL writes its row and
 // its event in one statement, the event's row rendered by PostgreSQL from
 // the stored row, when every column has a rendering known to match
 // (integers, text, booleans, uuids, floats, numerics into decimals or
@@ -150,7 +170,9 @@
 //     Constraints belong to the model type that declares them: when two
 //     struct types map to one table, a delete or update through one follows
 //     that type's constraint tags (and those of models referring to it), not
-//     the other's; a write through db.Table(another table) follows none.
+//     the other's; a write through db.Table(another table) follows none,
+//     and one that names a captured model's table and no model follows
+//     that model's (the one it is captured as).
 //   - A model without a primary key (and not a join model as above) cannot
 //     key its events: declaring it (ChangeCapture, Capture) is an
 //     envelope.ErrConfiguration at its first write, and CaptureAll leaves it

@@ -2,6 +2,8 @@ package gormcapture_test
 
 import (
 	"database/sql"
+	"database/sql/driver"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -189,6 +191,71 @@ func TestCreateEventHoldsStoredRow(t *testing.T) {
 		}
 		if a := inserted["Odd 2"]; a["more"] != `{"theme":"","size":0}` {
 			t.Errorf("Odd 2: more %#v, want the zero struct serialized", a["more"])
+		}
+	})
+}
+
+type (
+	// Shown's Valuer renders NULL for a value it reads back with an
+	// empty name (GORM's own ExampleStruct does so): the row holds bytes.
+	Shown struct {
+		Name, Val string
+	}
+	// Kept holds a Shown in a bytes column and, in a NOT NULL JSON
+	// serializer column, a nil slice, which GORM's JSON serializer
+	// stores as ''.
+	Kept struct {
+		ID   int64
+		Note string
+		Blob Shown     `gorm:"type:bytes"`
+		Tags *[]string `gorm:"serializer:json;not null"`
+	}
+)
+
+func (s Shown) Value() (driver.Value, error) {
+	if s.Name == "" {
+		return nil, nil
+	}
+	return json.Marshal(Shown{Val: s.Val}) // stores {"Name":"","Val":…}
+}
+
+func (s *Shown) Scan(src any) error {
+	switch v := src.(type) {
+	case []byte:
+		return json.Unmarshal(v, s)
+	case string:
+		return json.Unmarshal([]byte(v), s)
+	}
+	return fmt.Errorf("Shown: cannot scan %T", src)
+}
+
+// Images are what the row holds, not what the field's Go type renders:
+// a bytes column whose Valuer renders NULL for the value read back holds
+// its bytes in the event (base64, as any bytes); a serializer column
+// holding ” holds "" (not null).
+func TestImagesAreWhatTheRowHolds(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		e := newEnv(t, d, nil, gormcapture.Config{CaptureAll: &envelope.Options{Payload: envelope.BeforeAndAfter}}, &Kept{})
+		stored := base64.StdEncoding.EncodeToString([]byte(`{"Name":"","Val":"v"}`))
+		k := Kept{Note: "a", Blob: Shown{Name: "n", Val: "v"}}
+		must(t, e.db.Create(&k).Error)
+		must(t, e.db.Model(&k).Update("note", "b").Error)
+		must(t, e.db.Model(&Kept{}).Where("1 = 1").Update("note", "c").Error)
+		evs := e.events(t)
+		if len(evs) != 3 {
+			t.Fatalf("events %s, want 3", dump(evs))
+		}
+		for i, ev := range evs {
+			for _, which := range []string{"before", "after"} {
+				img, ok := ev.Payload[which].(map[string]any)
+				if !ok {
+					continue
+				}
+				if img["blob"] != stored || img["tags"] != "" {
+					t.Errorf("event %d (%s) %s: blob %v, tags %#v; want %s and \"\" (what the row holds)", i, ev.Topic, which, img["blob"], img["tags"], stored)
+				}
+			}
 		}
 	})
 }

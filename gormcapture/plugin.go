@@ -91,6 +91,7 @@ type Plugin struct {
 	arrays   sync.Map // *sql.DB -> bool: binds Go slices as arrays (pgx)
 	colTypes sync.Map // table name -> *columnTypes (PostgreSQL), for fused inserts
 	shapes   sync.Map // fusedShapeKey -> *fusedShape (PostgreSQL), for fused inserts
+	tables   sync.Map // table name -> *schema.Schema: the first captured model seen on it (tableModel)
 
 	spSeq         atomic.Uint64
 	foreignWarned atomic.Bool
@@ -289,6 +290,11 @@ func (p *Plugin) Capture(model any, opts envelope.Options) error {
 	p.mu.Unlock()
 	p.models.Delete(t)
 	p.cascades.Clear()
+	if namer != nil {
+		if sch, err := schema.Parse(model, &p.parsed, namer); err == nil && len(keyColumns(sch)) > 0 {
+			p.tables.LoadOrStore(sch.Table, sch)
+		}
+	}
 	return nil
 }
 
@@ -373,8 +379,36 @@ func (p *Plugin) buildModel(sch *schema.Schema) *model {
 		// A captured model seen for the first time may be reached by a
 		// database cascade: recompute the cascade plans.
 		p.cascades.Clear()
+		// Its table's writes without a model (db.Table) are its writes,
+		// unless a model seen earlier has the table (tableModel).
+		p.tables.LoadOrStore(sch.Table, sch)
 	}
 	return v.(*model)
+}
+
+// tableModel returns the schema a statement without a model writes as:
+// a write through db.Table(name) with a map, or a map-only write GORM
+// itself builds (gorm.G's association updates), to the table of a
+// captured model the plugin has seen (Config.Models, Capture, or a first
+// write; under CaptureAll any keyed model written before). When two
+// captured models share the table, the first seen wins: Config.Models in
+// their order, then Capture, then first writes. Only a plain table name
+// counts: an alias ("users u"), a schema-qualified name, a subquery or an
+// expression with arguments is not captured. nil: none.
+func (p *Plugin) tableModel(st *gorm.Statement) *schema.Schema {
+	if st.Schema != nil || st.Table == "" || st.DB == nil || st.Dialector == nil {
+		return nil
+	}
+	if e := st.TableExpr; e != nil && (len(e.Vars) > 0 || e.SQL != st.Quote(st.Table)) {
+		return nil
+	}
+	if v, ok := p.tables.Load(st.Table); ok {
+		sch := v.(*schema.Schema)
+		if m := p.modelFor(sch); m.spec != nil {
+			return sch
+		}
+	}
+	return nil
 }
 
 func (p *Plugin) compile(sch *schema.Schema, opts envelope.Options) (*envelope.Spec, error) {

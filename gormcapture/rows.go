@@ -1,9 +1,11 @@
 package gormcapture
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"reflect"
 	"strings"
@@ -23,10 +25,11 @@ type image map[string]any
 // scanner reads rows whose columns are named by the query into images,
 // typing each value by the schema's field of that column.
 type scanner struct {
-	sch    *schema.Schema
-	cols   []string
-	fields []*schema.Field // nil: not a field (a flag column)
-	dests  []any
+	sch     *schema.Schema
+	cols    []string
+	fields  []*schema.Field // nil: not a field (a flag column)
+	valuers []bool          // the field's type scans and renders itself (scanValuer)
+	dests   []any
 
 	// split > 0: columns [0, split) of each row are a second image,
 	// collected in firsts (an UPDATE's before image beside its after).
@@ -35,11 +38,12 @@ type scanner struct {
 }
 
 func newScanner(sch *schema.Schema, cols []string) *scanner {
-	s := &scanner{sch: sch, cols: cols, fields: make([]*schema.Field, len(cols)), dests: make([]any, len(cols))}
+	s := &scanner{sch: sch, cols: cols, fields: make([]*schema.Field, len(cols)), valuers: make([]bool, len(cols)), dests: make([]any, len(cols))}
 	for i, c := range cols {
 		f := sch.LookUpField(c)
 		if f != nil && f.DBName == c && f.Readable {
 			s.fields[i] = f
+			s.valuers[i] = f.Serializer == nil && valuerScanned(f.FieldType)
 		}
 	}
 	return s
@@ -64,6 +68,8 @@ func (s *scanner) scan(ctx context.Context, rows *sql.Rows, flag int) (imgs []im
 				s.dests[i] = new(any)
 			case f.Serializer != nil:
 				s.dests[i] = &nullScanner{Scanner: f.NewValuePool.Get().(sql.Scanner)}
+			case s.valuers[i]:
+				s.dests[i] = new(any)
 			default:
 				// A pointer to a pointer of the field's type: NULL scans as
 				// nil whatever the type, as gorm's own scan does.
@@ -112,7 +118,24 @@ func (s *scanner) scan(ctx context.Context, rows *sql.Rows, flag int) (imgs []im
 				f.NewValuePool.Put(ns.Scanner)
 				v, _ := f.ValueOf(ctx, tmp)
 				if isNil(f.ReflectValueOf(ctx, tmp)) {
-					v = nil
+					// The serializer read nothing from what the row holds
+					// (JSON's serializer from ''): the event holds what
+					// the row holds, not null.
+					v = ns.raw
+					if b, ok := v.([]byte); ok && f.DataType != schema.Bytes {
+						v = string(b)
+					}
+				}
+				dst[s.cols[i]] = v
+			case s.valuers[i]:
+				raw := *(s.dests[i].(*any))
+				if raw == nil {
+					dst[s.cols[i]] = nil
+					continue
+				}
+				v, err := scanValuer(f.FieldType, raw)
+				if err != nil {
+					return nil, nil, fmt.Errorf("sql: Scan error on column %q: %w", s.cols[i], err)
 				}
 				dst[s.cols[i]] = v
 			default:
@@ -396,15 +419,77 @@ func keysIn(keyCols []string, keys [][]any) clause.Expression {
 	return clause.IN{Column: kc, Values: vals}
 }
 
-// nullScanner scans through Scanner and remembers a NULL.
+// nullScanner scans through Scanner and remembers a NULL and the value
+// as stored.
 type nullScanner struct {
 	sql.Scanner
 	null bool
+	raw  any
 }
 
 func (n *nullScanner) Scan(v any) error {
 	n.null = v == nil
+	n.raw = storedValue(v)
 	return n.Scanner.Scan(v)
+}
+
+// storedValue copies a driver value that the driver may reuse.
+func storedValue(v any) any {
+	if b, ok := v.([]byte); ok {
+		return bytes.Clone(b)
+	}
+	return v
+}
+
+var (
+	scannerType = reflect.TypeFor[sql.Scanner]()
+	valuerType  = reflect.TypeFor[driver.Valuer]()
+)
+
+// valuerScanned reports a field type that scans itself (sql.Scanner on
+// its pointer) and renders itself (driver.Valuer): the image checks that
+// what it renders is what the row holds (scanValuer).
+func valuerScanned(t reflect.Type) bool {
+	base := t
+	if base.Kind() == reflect.Pointer {
+		base = base.Elem()
+	}
+	return reflect.PointerTo(base).Implements(scannerType) && (t.Implements(valuerType) || reflect.PointerTo(t).Implements(valuerType))
+}
+
+// scanValuer scans a stored, non-NULL value into the field's type. An
+// image holds that Go value, as GORM would read it — unless its Value
+// renders NULL (or fails) for what the row holds (a Valuer that returns nil
+// for a zero value, as GORM's own ExampleStruct does for a struct it reads
+// back with an empty name): then the image holds the stored value itself
+// (bytes or text), so that the event says what the row holds, not null.
+func scanValuer(t reflect.Type, raw any) (any, error) {
+	base, ptr := t, t.Kind() == reflect.Pointer
+	if ptr {
+		base = t.Elem()
+	}
+	pv := reflect.New(base)
+	if err := pv.Interface().(sql.Scanner).Scan(raw); err != nil {
+		return nil, err
+	}
+	v := pv.Interface()
+	if !ptr {
+		v = pv.Elem().Interface()
+	}
+	valuer, ok := v.(driver.Valuer)
+	if !ok {
+		valuer, ok = pv.Interface().(driver.Valuer)
+	}
+	if ok && rendersNull(valuer) {
+		return raw, nil
+	}
+	return v, nil
+}
+
+// rendersNull reports a Valuer whose Value is NULL or fails.
+func rendersNull(v driver.Valuer) bool {
+	dv, err := v.Value()
+	return err != nil || dv == nil
 }
 
 func isNil(v reflect.Value) bool {

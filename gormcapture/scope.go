@@ -9,6 +9,7 @@ import (
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
+	"gorm.io/gorm/schema"
 
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/wakeup"
@@ -71,11 +72,14 @@ func (p *Plugin) begin(op envelope.Operation) func(*gorm.DB) {
 			return
 		}
 		st := db.Statement
-		if st.Schema == nil {
-			return
+		sch := st.Schema
+		if sch == nil {
+			if sch = p.tableModel(st); sch == nil {
+				return
+			}
 		}
 		st.ConnPool = p.wrap(st.ConnPool)
-		if !p.relevant(db, op) {
+		if !p.relevant(db, sch, op) {
 			return
 		}
 		raw := rawTx(st.ConnPool)
@@ -117,8 +121,8 @@ func beginOn(ctx context.Context, cp gorm.ConnPool) (gorm.ConnPool, error) {
 
 // relevant reports whether a write of op on the statement's model needs a
 // capture scope; a bad declaration fails the write.
-func (p *Plugin) relevant(db *gorm.DB, op envelope.Operation) bool {
-	m := p.modelFor(db.Statement.Schema)
+func (p *Plugin) relevant(db *gorm.DB, sch *schema.Schema, op envelope.Operation) bool {
+	m := p.modelFor(sch)
 	if m.err != nil {
 		_ = db.AddError(m.err)
 		return false
@@ -141,9 +145,9 @@ func (p *Plugin) relevant(db *gorm.DB, op envelope.Operation) bool {
 	}
 	switch op {
 	case envelope.Deleted:
-		return len(p.cascadesFor(db, db.Statement.Schema, db.Statement.Table)) > 0
+		return len(p.cascadesFor(db, sch, db.Statement.Table)) > 0
 	case envelope.Updated:
-		return len(p.updateCascadesFor(db, db.Statement.Schema, db.Statement.Table)) > 0
+		return len(p.updateCascadesFor(db, sch, db.Statement.Table)) > 0
 	}
 	return false
 }

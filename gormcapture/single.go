@@ -48,7 +48,7 @@ import (
 // OrderingKeyFunc), the topic does not contain a generated key, and every
 // column of the event has such a rendering; otherwise the event is
 // written by its own INSERT, as for any other write.
-func (p *Plugin) insertSingle(db *gorm.DB, spec *envelope.Spec, values clause.Values, fill []string, at time.Time) error {
+func (p *Plugin) insertSingle(db *gorm.DB, spec *envelope.Spec, values clause.Values, fill []string, at time.Time, lent *schema.Schema) error {
 	st := db.Statement
 	sch := st.Schema
 	ctx := st.Context
@@ -78,7 +78,7 @@ func (p *Plugin) insertSingle(db *gorm.DB, spec *envelope.Spec, values clause.Va
 			if err != nil {
 				return err
 			}
-			p.finishSingle(db, imgs, fill)
+			p.finishSingle(db, imgs, fill, lent)
 			return p.signal(ctx, st.ConnPool, []string{topic})
 		}
 	}
@@ -98,7 +98,7 @@ func (p *Plugin) insertSingle(db *gorm.DB, spec *envelope.Spec, values clause.Va
 	if err != nil {
 		return err
 	}
-	p.finishSingle(db, imgs, fill)
+	p.finishSingle(db, imgs, fill, lent)
 	if len(imgs) == 0 || !spec.Captures(envelope.Inserted) {
 		return nil
 	}
@@ -110,9 +110,10 @@ func (p *Plugin) insertSingle(db *gorm.DB, spec *envelope.Spec, values clause.Va
 	return p.emit(db, batch{spec, []envelope.Change{change(spec, st.Table, envelope.Inserted, pkOf(row, pk), nil, after, nil, at)}})
 }
 
-func (p *Plugin) finishSingle(db *gorm.DB, imgs []image, fill []string) {
+func (p *Plugin) finishSingle(db *gorm.DB, imgs []image, fill []string, lent *schema.Schema) {
 	st := db.Statement
 	p.fillBack(st.Context, st, imgs, fill, false, clause.Values{}, nil)
+	p.insertIDs(st, imgs, lent)
 	db.RowsAffected = int64(len(imgs))
 	if st.Result != nil {
 		st.Result.RowsAffected = db.RowsAffected

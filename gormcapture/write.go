@@ -55,6 +55,7 @@ type capturePool struct {
 	updCascade    []updateCascade // an UPDATE's ON UPDATE cascades, as read before it
 	paired        bool            // before[i] is after[i] as it was (updateWithBefore)
 	fused         bool            // the statement wrote its events itself (fusedUpdate)
+	lent          *schema.Schema  // the model of a write without one (tableModel)
 }
 
 func (p *Plugin) update(orig func(*gorm.DB)) func(*gorm.DB) {
@@ -63,20 +64,25 @@ func (p *Plugin) update(orig func(*gorm.DB)) func(*gorm.DB) {
 			return
 		}
 		st := db.Statement
-		if st.Schema == nil || db.DryRun {
+		sch, lent := st.Schema, (*schema.Schema)(nil)
+		if sch == nil {
+			sch = p.tableModel(st)
+			lent = sch
+		}
+		if sch == nil || db.DryRun {
 			orig(db)
 			return
 		}
-		m := p.modelFor(st.Schema)
+		m := p.modelFor(sch)
 		spec := m.spec
 		if spec != nil && !spec.Captures(envelope.Updated) {
 			spec = nil
 		}
-		if spec == nil && len(p.updateCascadesFor(db, st.Schema, st.Table)) == 0 { // SET is not built yet
+		if spec == nil && len(p.updateCascadesFor(db, sch, st.Table)) == 0 { // SET is not built yet
 			orig(db)
 			return
 		}
-		p.inOwnTx(db, func() { p.intercept(db, orig, spec) })
+		p.inOwnTx(db, func() { p.intercept(db, orig, spec, lent) })
 	}
 }
 
@@ -86,26 +92,36 @@ func (p *Plugin) delete(orig func(*gorm.DB)) func(*gorm.DB) {
 			return
 		}
 		st := db.Statement
-		if st.Schema == nil || db.DryRun {
+		sch, lent := st.Schema, (*schema.Schema)(nil)
+		if sch == nil {
+			sch = p.tableModel(st)
+			lent = sch
+		}
+		if sch == nil || db.DryRun {
 			orig(db)
 			return
 		}
-		m := p.modelFor(st.Schema)
+		m := p.modelFor(sch)
 		spec := m.spec
 		if spec != nil && !spec.Captures(envelope.Deleted) && !spec.Captures(envelope.Updated) {
 			spec = nil
 		}
-		if spec == nil && len(p.cascadesFor(db, st.Schema, st.Table)) == 0 {
+		if spec == nil && len(p.cascadesFor(db, sch, st.Table)) == 0 {
 			orig(db)
 			return
 		}
-		p.inOwnTx(db, func() { p.intercept(db, orig, spec) })
+		p.inOwnTx(db, func() { p.intercept(db, orig, spec, lent) })
 	}
 }
 
-func (p *Plugin) intercept(db *gorm.DB, orig func(*gorm.DB), spec *envelope.Spec) {
+// intercept runs GORM's own callback with the statement's pool swapped
+// for a capturePool. lent, when not nil, is the schema of the captured
+// model a statement without one writes as (tableModel): GORM builds the
+// statement without it, exactly as without the plugin, and the capture
+// sees it only while it reads and writes the rows (lend).
+func (p *Plugin) intercept(db *gorm.DB, orig func(*gorm.DB), spec *envelope.Spec, lent *schema.Schema) {
 	st := db.Statement
-	c := &capturePool{ConnPool: st.ConnPool, p: p, db: db, spec: spec, at: now()}
+	c := &capturePool{ConnPool: st.ConnPool, p: p, db: db, spec: spec, at: now(), lent: lent}
 	st.ConnPool = c
 	orig(db)
 	st.ConnPool = c.ConnPool
@@ -116,9 +132,20 @@ func (p *Plugin) intercept(db *gorm.DB, orig func(*gorm.DB), spec *envelope.Spec
 	if db.Error != nil || !c.hit {
 		return
 	}
+	defer c.lend()()
 	if err := c.finish(); err != nil {
 		fail(db, err)
 	}
+}
+
+// lend gives the statement the lent schema until the returned func runs.
+func (c *capturePool) lend() func() {
+	st := c.db.Statement
+	if c.lent == nil || st.Schema != nil {
+		return func() {}
+	}
+	st.Schema = c.lent
+	return func() { st.Schema = nil }
 }
 
 func (c *capturePool) isStatement(q string) bool {
@@ -132,6 +159,7 @@ func (c *capturePool) ExecContext(ctx context.Context, q string, args ...any) (s
 		return c.ConnPool.ExecContext(ctx, q, args...)
 	}
 	c.hit = true
+	defer c.lend()()
 	if n, ok, err := c.fusedUpdate(ctx, q, args); ok || err != nil {
 		if err != nil {
 			c.err = err
@@ -155,29 +183,38 @@ func (c *capturePool) QueryContext(ctx context.Context, q string, args ...any) (
 		return c.ConnPool.QueryContext(ctx, q, args...)
 	}
 	c.hit, c.userReturning = true, true
-	st := c.db.Statement
-	if c.spec != nil && c.spec.Captures(envelope.Updated) && len(q) >= 6 && strings.EqualFold(q[:6], "UPDATE") &&
-		setsKey(changedColumns(st), keyColumns(st.Schema)) {
-		return c.queryMovingKeys(ctx, q, args)
-	}
-	if err := c.prepare(ctx, q); err != nil {
+	moving, err := c.beforeQuery(ctx, q)
+	if err != nil {
 		c.err = err
 		return nil, err
 	}
-	if c.update && c.spec != nil {
-		cols := payloadColumns(st.Schema, c.spec, c.spec.NeedsBefore(envelope.Updated))
-		if err := c.readBefore(ctx, cols); err != nil {
-			c.err = err
-			return nil, err
-		}
-	} else if !c.update && c.spec != nil && c.spec.Captures(envelope.Deleted) {
-		cols := payloadColumns(st.Schema, c.spec, c.spec.NeedsBefore(envelope.Deleted))
-		if err := c.readBefore(ctx, cols); err != nil {
-			c.err = err
-			return nil, err
-		}
+	if moving {
+		return c.queryMovingKeys(ctx, q, args)
 	}
 	return c.ConnPool.QueryContext(ctx, q, args...)
+}
+
+// beforeQuery does what QueryContext does before the caller's statement:
+// it takes the savepoint, reads cascades and before images. moving: the
+// UPDATE sets a primary-key column (queryMovingKeys).
+func (c *capturePool) beforeQuery(ctx context.Context, q string) (moving bool, err error) {
+	defer c.lend()() // GORM scans the caller's rows without it
+	st := c.db.Statement
+	if c.spec != nil && c.spec.Captures(envelope.Updated) && len(q) >= 6 && strings.EqualFold(q[:6], "UPDATE") &&
+		setsKey(changedColumns(st), keyColumns(st.Schema)) {
+		return true, nil
+	}
+	if err := c.prepare(ctx, q); err != nil {
+		return false, err
+	}
+	if c.update && c.spec != nil {
+		cols := payloadColumns(st.Schema, c.spec, c.spec.NeedsBefore(envelope.Updated))
+		return false, c.readBefore(ctx, cols)
+	} else if !c.update && c.spec != nil && c.spec.Captures(envelope.Deleted) {
+		cols := payloadColumns(st.Schema, c.spec, c.spec.NeedsBefore(envelope.Deleted))
+		return false, c.readBefore(ctx, cols)
+	}
+	return false, nil
 }
 
 // queryMovingKeys runs an UPDATE with the caller's RETURNING that sets a
@@ -187,17 +224,32 @@ func (c *capturePool) QueryContext(ctx context.Context, q string, args ...any) (
 // asked for, read by their new keys. Statements: those of run, and the
 // SELECT.
 func (c *capturePool) queryMovingKeys(ctx context.Context, q string, args []any) (*sql.Rows, error) {
+	text, vars, err := c.movedRows(ctx, q, args)
+	if err != nil {
+		c.err = err
+		return nil, err
+	}
+	rows, err := own(c.ConnPool).QueryContext(ctx, text, vars...)
+	if err != nil {
+		c.err = fmt.Errorf("herald/gormcapture: read the updated rows: %w", err)
+		return nil, c.err
+	}
+	return rows, nil
+}
+
+// movedRows runs queryMovingKeys's UPDATE and returns the SELECT of the
+// rows it moved, by their new keys, with the caller's RETURNING columns.
+func (c *capturePool) movedRows(ctx context.Context, q string, args []any) (string, []any, error) {
+	defer c.lend()()
 	st := c.db.Statement
 	i := strings.LastIndex(q, " RETURNING ")
 	if i < 0 || strings.ContainsAny(q[i:], "?$") {
-		c.err = &envelope.Error{Kind: envelope.ErrUnsupported, Where: c.spec.Label + " update",
+		return "", nil, &envelope.Error{Kind: envelope.ErrUnsupported, Where: c.spec.Label + " update",
 			Msg: "cannot find the RETURNING of an UPDATE that moves rows to new primary keys"}
-		return nil, c.err
 	}
 	c.userReturning = false
 	if _, err := c.run(ctx, q[:i], args); err != nil {
-		c.err = err
-		return nil, err
+		return "", nil, err
 	}
 	pk := keyColumns(st.Schema)
 	keys := make([][]any, len(c.after))
@@ -212,21 +264,15 @@ func (c *capturePool) queryMovingKeys(ctx context.Context, q string, args []any)
 		cols = r.Columns
 	}
 	if len(keys)*len(pk) > maxBindKeys {
-		c.err = &envelope.Error{Kind: envelope.ErrUnsupported, Where: c.spec.Label + " update",
+		return "", nil, &envelope.Error{Kind: envelope.ErrUnsupported, Where: c.spec.Label + " update",
 			Msg: fmt.Sprintf("an UPDATE with RETURNING that moves %d rows to new primary keys: at most %d at once", len(keys), maxBindKeys/len(pk))}
-		return nil, c.err
 	}
 	sel := &gorm.Statement{DB: c.db, Table: st.Table, TableExpr: st.TableExpr, Schema: st.Schema, Context: ctx, Clauses: map[string]clause.Clause{}}
 	sel.AddClause(clause.Select{Columns: cols})
 	sel.AddClause(clause.From{})
 	sel.AddClause(clause.Where{Exprs: []clause.Expression{keysIn(pk, keys)}})
 	sel.Build("SELECT", "FROM", "WHERE")
-	rows, err := own(c.ConnPool).QueryContext(ctx, sel.SQL.String(), sel.Vars...)
-	if err != nil {
-		c.err = fmt.Errorf("herald/gormcapture: read the updated rows: %w", err)
-		return nil, c.err
-	}
-	return rows, nil
+	return sel.SQL.String(), sel.Vars, nil
 }
 
 // prepare takes the write's savepoint and, for a real DELETE, reads what

@@ -23,7 +23,7 @@ func Example() {
 		d  delivery.Delivery // where the events go
 	)
 	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
-	defer provider.Shutdown(ctx)
+	defer func() { _ = provider.Shutdown(ctx) }()
 
 	m, err := otelherald.New(otelherald.Config{MeterProvider: provider, System: "kafka"})
 	if err != nil {
@@ -37,6 +37,6 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer stop()
+	defer func() { _ = stop() }()
 	_ = r.Run(ctx)
 }

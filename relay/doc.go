@@ -36,7 +36,10 @@
 //     followers turns runs off until a key is leased twice in a row, so a
 //     trickle of one event per key keeps the cheaper plain lease. On
 //     SQLite a batch holds one event per key. A failure holds back only
-//     its key.
+//     its key. Topics listed in the table of paused topics ({base}_paused,
+//     schema version 5, written by the admin package's Pause) are not
+//     leased: their events, and the later events of their keys, wait in
+//     order, unattempted, until the topic is resumed.
 //  3. Hold: the lease runs Lease from the database's now during the
 //     statement, so by the relay's own clock it ends no earlier than
 //     Lease after the statement was sent. When the statement returned later

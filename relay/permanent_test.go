@@ -47,7 +47,7 @@ func TestPermanent(t *testing.T) {
 	if delivery.Permanent(nil) != nil {
 		t.Fatal("Permanent(nil) is not nil")
 	}
-	if again := delivery.Permanent(err); again != err {
+	if again := delivery.Permanent(err); again != err { //nolint:errorlint // the very same value, not wrapped again
 		t.Fatal("Permanent of a permanent error wraps it again")
 	}
 }

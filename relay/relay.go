@@ -197,8 +197,8 @@ func (r *Relay) checkTable(ctx context.Context) error {
 	}
 	if err != nil {
 		return &envelope.Error{Kind: envelope.ErrConfiguration, Where: "relay.Config.Table",
-			Msg: fmt.Sprintf("outbox table %s is missing or lacks a column the relay reads (%s%s); create it with envelope.Migrate(ctx, db, %q, %q) or the statements of envelope.DDL%s",
-				r.table.Name, envelope.EventColumns, extraList(r.extra), r.dialect, r.table.Name, poolerHint(err)),
+			Msg: fmt.Sprintf("outbox table %s is missing, lacks a column the relay reads (%s%s) or its table of paused topics %s (schema version 5); create or migrate it with envelope.Migrate(ctx, db, %q, %q) or the statements of envelope.DDL%s",
+				r.table.Name, envelope.EventColumns, extraList(r.extra), r.table.PausedTable(), r.dialect, r.table.Name, poolerHint(err)),
 			Err: err}
 	}
 	if r.dialect == envelope.Postgres {
@@ -241,6 +241,10 @@ func extraList(cols []string) string {
 
 // Name returns the relay's name, as written to leased_by.
 func (r *Relay) Name() string { return r.cfg.Name }
+
+// Table returns the outbox table the relay delivers from, as configured
+// ("" became envelope.DefaultTable).
+func (r *Relay) Table() string { return r.table.Name }
 
 // Dialect returns the dialect the relay speaks.
 func (r *Relay) Dialect() envelope.Dialect { return r.dialect }

@@ -464,7 +464,9 @@ const asyncCommitPostgres = `
 
 // checkTableSQL selects every column the relay reads, and no row: it fails
 // when the table or one of the columns is missing.
-const checkTableSQL = `SELECT {all_columns} FROM {table} WHERE 1 = 0`
+// It also names the table of paused topics the lease reads (schema
+// version 5), so a table not migrated that far is found at start-up.
+const checkTableSQL = `SELECT {all_columns} FROM {table}, (SELECT count(*) AS n FROM {paused}) AS herald_paused WHERE 1 = 0`
 
 var placeholderRE = regexp.MustCompile(`\$(\d+)`)
 
@@ -508,7 +510,7 @@ func (b sqlBuilder) render(tmpl, filter, where string) string {
 	}
 	tcols := "t." + strings.ReplaceAll(b.columns, ", ", ", t.")
 	s := strings.NewReplacer("{table}", b.t.Quoted, "{columns}", b.columns, "{tcolumns}", tcols, "{all_columns}", b.allColumns,
-		"{filter}", filter, "{where}", where, "{now}", now, "{async}", async).Replace(tmpl)
+		"{filter}", filter, "{where}", where, "{now}", now, "{async}", async, "{paused}", b.t.PausedTable()).Replace(tmpl)
 	if b.d == envelope.SQLite {
 		s = placeholderRE.ReplaceAllString(s, "?$1")
 	}
@@ -578,6 +580,13 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 	}
 	fc, _, _ := b.filterCondition(f, cleanupFrom)
 	f2, _, _ := b.filterCondition(f, 2)
+	// The lease skips paused topics (schema version 5, {base}_paused): a
+	// paused topic's events are simply not leased — not heads, and not
+	// followers in a run, which the filter cuts there — so they wait, in
+	// order, and other topics and keys pass. Only the lease carries it:
+	// backlog, cleanup and retry see paused topics' events as any others.
+	paused := " AND NOT EXISTS (SELECT 1 FROM " + b.t.PausedTable() + " z WHERE z.topic = e.topic)"
+	f5, f6 = f5+paused, f6+paused
 	lease := b.pick(leaseBatchPostgres, leaseBatchSQLite)
 	avail := strings.NewReplacer("{available}", b.pick(availablePostgres, availableSQLite))
 	cte, src := b.pick(walkCTEPostgres, walkCTESQLite), b.pick(walkSourcePostgres, walkSourceSQLite)

@@ -39,7 +39,7 @@ func TestPrint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.String() != down || !strings.Contains(out.String(), "CREATE INDEX IF NOT EXISTS herald_outbox_topic_idx") {
+	if out.String() != down || !strings.Contains(out.String(), "DROP TABLE IF EXISTS herald_outbox_paused") {
 		t.Fatalf("-print -down: %s\nwant the latest version's down script\n%s", out.String(), down)
 	}
 }

@@ -469,7 +469,8 @@ func TestStalledBrokerHonoursContext(t *testing.T) {
 	closed := make(chan error, 1)
 	go func() { closed <- d.Close() }()
 	select {
-	case <-closed:
+	case err := <-closed:
+		t.Logf("Close on a broker that stopped reading: %v", err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close still blocked after 10 s on a broker that stopped reading")
 	}

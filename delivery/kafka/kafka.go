@@ -112,16 +112,16 @@ func (s *dialState) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _ 
 
 // unreachable returns the last dial error when every attempt failed for
 // UnreachableAfter, or how long to wait before asking again.
-func (s *dialState) unreachable(now time.Time) (error, time.Duration) {
+func (s *dialState) unreachable(now time.Time) (time.Duration, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.failing.IsZero() {
-		return nil, UnreachableAfter
+		return UnreachableAfter, nil
 	}
 	if left := UnreachableAfter - now.Sub(s.failing); left > 0 {
-		return nil, left
+		return left, nil
 	}
-	return s.err, 0
+	return 0, s.err
 }
 
 var _ delivery.BatchDelivery = (*Delivery)(nil)
@@ -330,7 +330,7 @@ func (d *Delivery) produce(ctx context.Context, es []*envelope.Event) []error {
 			case <-ctx.Done():
 				break wait
 			case now := <-timer.C:
-				err, next := d.dials.unreachable(now)
+				next, err := d.dials.unreachable(now)
 				if err != nil {
 					unreachable = err
 					break wait

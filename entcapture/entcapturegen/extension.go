@@ -9,7 +9,9 @@ package entcapturegen
 
 import (
 	"bytes"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,8 +22,10 @@ import (
 	"io/fs"
 	"maps"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -69,6 +73,9 @@ func (extension) Templates() []*gen.Template {
 func (extension) Hooks() []gen.Hook {
 	return []gen.Hook{func(next gen.Generator) gen.Generator {
 		return gen.GenerateFunc(func(g *gen.Graph) error {
+			if err := checkEntRelease(); err != nil {
+				return err
+			}
 			if err := check(g); err != nil {
 				return err
 			}
@@ -91,6 +98,78 @@ func (extension) Hooks() []gen.Hook {
 			return writeGlue(g, p)
 		})
 	}}
+}
+
+// The extension overrides ent's "dialect/sql/create_bulk" template with a
+// copy of ent v0.14.5's (entcapture.tmpl) that marks the bulk's context.
+// On another ent release that copy could silently lose the release's own
+// changes to CreateBulk, or (without the mark) make a captured CreateBulk
+// non-atomic, so generation checks that the release's create_bulk is the
+// one the copy was made from: same release, or the same parse tree.
+const (
+	bulkRelease = "v0.14.5"
+	// bulkTreeHash is the sha256 of the parse tree (text/template's
+	// Tree.Root.String()) of ent v0.14.5's create_bulk, in
+	// entc/gen/template/dialect/sql/create.tmpl.
+	bulkTreeHash = "a7587fd9d25833767b85fbd5c6a56b77f1a17425c38518be1ba10bf663f829fc"
+)
+
+// checkEntRelease checks the ent release the code generator is built
+// with (its build info; entc.go runs as a program) against the create_bulk
+// template the extension overrides.
+func checkEntRelease() error {
+	version := ""
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, m := range info.Deps {
+			if m.Path == "entgo.io/ent" {
+				version = m.Version
+				if m.Replace != nil {
+					version = m.Replace.Version
+				}
+			}
+		}
+	}
+	return checkBulkTemplate(version, func() ([]byte, error) {
+		out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "entgo.io/ent").Output()
+		if err != nil {
+			return nil, fmt.Errorf("go list -m entgo.io/ent: %w", err)
+		}
+		return os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "entc", "gen", "template", "dialect", "sql", "create.tmpl"))
+	})
+}
+
+// checkBulkTemplate passes ent v0.14.5, and another release (version; ""
+// when unknown) whose create.tmpl, read by read, has v0.14.5's
+// create_bulk; otherwise it fails naming the release.
+func checkBulkTemplate(version string, read func() ([]byte, error)) error {
+	if version == bulkRelease {
+		return nil
+	}
+	name := version
+	if name == "" {
+		name = "(unknown release)"
+	}
+	fail := func(why string) error {
+		return envelope.Configurationf("entcapturegen.Extension", "entgo.io/ent %s: %s; entcapturegen overrides CreateBulk with ent %s's create_bulk template, "+
+			"and generating it for another release could make a captured CreateBulk non-atomic or lose the release's changes: "+
+			"use entgo.io/ent %s, or a herald release made for ent %s", name, why, bulkRelease, bulkRelease, name)
+	}
+	src, err := read()
+	if err != nil {
+		return fail("cannot read its create_bulk template (" + err.Error() + ")")
+	}
+	t, err := gen.NewTemplate("ent").Parse(string(src))
+	if err != nil {
+		return fail("cannot parse its create.tmpl (" + err.Error() + ")")
+	}
+	bulk := t.Lookup("dialect/sql/create_bulk")
+	if bulk == nil || bulk.Tree == nil {
+		return fail("its create.tmpl defines no dialect/sql/create_bulk")
+	}
+	if sum := sha256.Sum256([]byte(bulk.Root.String())); hex.EncodeToString(sum[:]) != bulkTreeHash {
+		return fail("its create_bulk template differs from " + bulkRelease + "'s")
+	}
+	return nil
 }
 
 // fixTxImport makes sure the generated tx.go imports database/sql as
@@ -279,8 +358,48 @@ func writeGlue(g *gen.Graph, p *plan) error {
 		pf("\t%q\n", path.Join(g.Package, n.PackageDir()))
 	}
 	pf(")\n\n")
-	pf(`// HeraldDriver returns the client's driver, for entcapture.Enqueue.
-func (c *Client) HeraldDriver() dialect.Driver { return c.driver }
+	pf(`// HeraldDriver returns the client's driver (for a transaction's client,
+// tx.Client() or m.Client() in a hook, the driver the transaction was
+// begun on), for entcapture.Enqueue.
+func (c *Client) HeraldDriver() dialect.Driver {
+	if d, ok := heraldTxDriver(c.driver); ok {
+		return d.drv
+	}
+	return c.driver
+}
+
+// HeraldTx returns the transaction of a transaction's client (nil for
+// another client), for entcapture.Enqueue.
+func (c *Client) HeraldTx() dialect.Tx {
+	if d, ok := heraldTxDriver(c.driver); ok {
+		return d.tx
+	}
+	return nil
+}
+
+// HeraldOnCommit runs f after the client's transaction commits, for entcapture.Enqueue.
+func (c *Client) HeraldOnCommit(f func()) bool { return heraldOnCommit(c.driver, f) }
+
+// heraldTxDriver finds the transaction driver under d (client.Debug()
+// wraps it).
+func heraldTxDriver(d dialect.Driver) (*txDriver, bool) {
+	for {
+		switch x := d.(type) {
+		case *txDriver:
+			return x, true
+		case *dialect.DebugDriver:
+			d = x.Driver
+		default:
+			return nil, false
+		}
+	}
+}
+
+// EntcGoWithEntcapturegen implements entcapture.Conn.
+func (c *Client) EntcGoWithEntcapturegen() {}
+
+// EntcGoWithEntcapturegen implements entcapture.Conn.
+func (tx *Tx) EntcGoWithEntcapturegen() {}
 
 // HeraldDriver returns the driver the transaction was begun on, for entcapture.Enqueue.
 func (tx *Tx) HeraldDriver() dialect.Driver { return tx.config.driver.(*txDriver).drv }
@@ -292,7 +411,7 @@ func (tx *Tx) HeraldTx() dialect.Tx { return tx.config.driver.(*txDriver).tx }
 func (tx *Tx) HeraldOnCommit(f func()) bool { return heraldOnCommit(tx.config.driver, f) }
 
 func heraldOnCommit(d dialect.Driver, f func()) bool {
-	txd, ok := d.(*txDriver)
+	txd, ok := heraldTxDriver(d)
 	if !ok {
 		return false
 	}
@@ -348,6 +467,14 @@ var _ = stdsql.ErrNoRows
 		glueIDScan(pf, n)
 	}
 	pf("func init() {\n")
+	pf("\tentcapture.Register(")
+	for _, n := range captured {
+		pf("herald%sSchema, ", n.Name)
+	}
+	for _, j := range p.joins {
+		pf("%s, ", j.glueVar())
+	}
+	pf(")\n")
 	for _, n := range glued {
 		v := "herald" + n.Name
 		pf("\t%sSchema.Scan = (*%s)(nil).HeraldScan\n", v, n.MutationName())
@@ -687,7 +814,7 @@ func (m *%[1]s) HeraldSchema() *entcapture.Schema { return %[2]sSchema }
 
 // HeraldDriver implements entcapture.Glue.
 func (m *%[1]s) HeraldDriver() dialect.Driver {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
 	}
 	return m.driver
@@ -695,7 +822,7 @@ func (m *%[1]s) HeraldDriver() dialect.Driver {
 
 // HeraldTx implements entcapture.Glue.
 func (m *%[1]s) HeraldTx() dialect.Tx {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
 	}
 	return nil

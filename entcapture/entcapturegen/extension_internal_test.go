@@ -7,6 +7,9 @@ import (
 	"go/parser"
 	"go/token"
 	"go/types"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -130,5 +133,46 @@ func TestAddStdsqlImport(t *testing.T) {
 				t.Fatalf("a second pass changed the file again:\n%s", again)
 			}
 		})
+	}
+}
+
+// TestBulkTemplateRelease (issue 18): generation passes ent v0.14.5, and
+// another release whose create_bulk template is v0.14.5's; a release
+// whose create_bulk differs fails with ErrConfiguration naming it (it used
+// to generate the v0.14.5 copy silently).
+func TestBulkTemplateRelease(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "entgo.io/ent").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "entc", "gen", "template", "dialect", "sql", "create.tmpl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(b []byte) func() ([]byte, error) { return func() ([]byte, error) { return b, nil } }
+	if err := checkBulkTemplate("v0.14.5", func() ([]byte, error) { t.Fatal("read for v0.14.5"); return nil, nil }); err != nil {
+		t.Errorf("v0.14.5: %v", err)
+	}
+	if err := checkBulkTemplate("v0.14.6", read(orig)); err != nil {
+		t.Errorf("a release with v0.14.5's create_bulk (this module's ent, %s): %v", strings.TrimSpace(string(out)), err)
+	}
+	changed := strings.Replace(string(orig), "mutators[0].Mutate(ctx,", "mutators[0].Mutate(context.WithoutCancel(ctx),", 1)
+	if changed == string(orig) {
+		t.Fatal("the create_bulk template changed: update the test")
+	}
+	for _, c := range []struct {
+		name, version string
+		read          func() ([]byte, error)
+		want          string
+	}{
+		{"changed create_bulk", "v0.15.0", read([]byte(changed)), "entgo.io/ent v0.15.0: its create_bulk template differs from v0.14.5's"},
+		{"no create_bulk", "v0.15.0", read([]byte(`{{ define "dialect/sql/create" }}{{ end }}`)), "defines no dialect/sql/create_bulk"},
+		{"unreadable", "", func() ([]byte, error) { return nil, os.ErrNotExist }, "(unknown release): cannot read"},
+	} {
+		err := checkBulkTemplate(c.version, c.read)
+		if !errors.Is(err, envelope.ErrConfiguration) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want ErrConfiguration containing %q", c.name, err, c.want)
+		}
 	}
 }

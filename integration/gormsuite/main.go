@@ -15,11 +15,19 @@
 // The suite is read from ../shared/thirdparty/gorm-tests-v1.31.2/tests
 // relative to the repository root (override with -suite or
 // HERALD_GORM_SUITE). It is copied into work/suite, every gorm.Open call
-// in it is routed through heraldOpen (hook_test.go.txt), and it is built
+// in it is routed through heraldOpen (hook_test.go.txt), every top-level
+// test starts with heraldTest(t) (the WAL judge's marker), and it is built
 // once; each run gets its own SQLite file (TMPDIR) or its own PostgreSQL
 // database, created and dropped here, on the server HERALD_POSTGRES_DSN
-// names (default postgres://postgres@127.0.0.1:5432/test?sslmode=disable).
-// Exit status 1 when any pass list differs from the baseline's.
+// names (default postgres://postgres@127.0.0.1:5432/test?sslmode=disable)
+// — or, by default (-wal), on a private cluster with wal_level=logical,
+// where each run with the plugin is judged by the WAL: every row change of
+// every committed transaction against the outbox rows inserted in it
+// (internal/waljudge; the hook marks each test's start and every
+// hand-written SQL write in the log).
+// Exit status 1 when any pass list differs from the baseline's, or the
+// WAL judge finds a missing, phantom, duplicate or wrong-operation event
+// or an image that differs from the stored row.
 package main
 
 import (
@@ -46,6 +54,9 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/heraldgo/herald/internal/pgcluster"
+	"github.com/heraldgo/herald/internal/waljudge"
 )
 
 //go:embed hook_test.go.txt
@@ -58,12 +69,15 @@ type run struct {
 	dur           time.Duration
 	err           error
 	log           string
+	wal           *waljudge.Report // the WAL judge's, PostgreSQL runs with the plugin
 }
 
 type report struct {
-	Written []string         `json:"written"`
-	Keyless []string         `json:"keyless"` // written, without a primary key
-	Events  map[string]int64 `json:"events"`
+	Written []string            `json:"written"`
+	Keyless []string            `json:"keyless"` // written, without a primary key
+	Events  map[string]int64    `json:"events"`
+	Tables  map[string][]string `json:"tables"`         // model -> the tables it was written to
+	KeyLess []string            `json:"keyless_tables"` // tables written by models without a primary key
 }
 
 func main() {
@@ -74,9 +88,10 @@ func main() {
 		runRe    = flag.String("run", "", "only tests matching this regexp (go test -run)")
 		jobs     = flag.Int("j", 2, "runs at a time")
 		verbose  = flag.Bool("v", false, "print each run's failing tests' output")
+		wal      = flag.Bool("wal", true, "run PostgreSQL on a private cluster with wal_level=logical and judge each run with the plugin by the WAL (internal/waljudge); false: the server at HERALD_POSTGRES_DSN, unjudged")
 	)
 	flag.Parse()
-	if err := mainErr(*suite, split(*dialects), split(*modes), *runRe, *jobs, *verbose); err != nil {
+	if err := mainErr(*suite, split(*dialects), split(*modes), *runRe, *jobs, *verbose, *wal); err != nil {
 		fmt.Fprintln(os.Stderr, "gormsuite:", err)
 		os.Exit(1)
 	}
@@ -92,7 +107,7 @@ func split(s string) []string {
 	return out
 }
 
-func mainErr(suite string, dialects, modes []string, runRe string, jobs int, verbose bool) error {
+func mainErr(suite string, dialects, modes []string, runRe string, jobs int, verbose, wal bool) error {
 	start := time.Now()
 	here, err := os.Getwd()
 	if err != nil {
@@ -136,6 +151,24 @@ func mainErr(suite string, dialects, modes []string, runRe string, jobs int, ver
 	}
 	fmt.Printf("built the suite in %s\n", time.Since(t0).Round(time.Second))
 
+	pgBase := os.Getenv("HERALD_POSTGRES_DSN")
+	if pgBase == "" {
+		pgBase = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	}
+	if !wal || !slices.Contains(dialects, "postgres") {
+		wal = false
+	} else {
+		t := time.Now()
+		cl, err := pgcluster.Start(waljudge.Settings...)
+		if cl != nil {
+			defer func() { _ = cl.Stop() }()
+		}
+		if err != nil {
+			return fmt.Errorf("the WAL judge's private PostgreSQL cluster: %w", err)
+		}
+		pgBase = cl.DSN("", "postgres")
+		fmt.Printf("WAL judge: private PostgreSQL cluster with wal_level=logical at %s (started in %s)\n", cl.Addr(), time.Since(t).Round(time.Millisecond))
+	}
 	var runs []*run
 	for _, d := range dialects {
 		if d != "sqlite" && d != "postgres" {
@@ -154,7 +187,7 @@ func mainErr(suite string, dialects, modes []string, runRe string, jobs int, ver
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			t := time.Now()
-			r.err = r.exec(work, dir, bin, runRe)
+			r.err = r.exec(work, dir, bin, runRe, pgBase, wal)
 			r.dur = time.Since(t)
 			status := "done"
 			if r.err != nil {
@@ -226,14 +259,21 @@ func copySuite(src, dir string) (int, error) {
 }
 
 // routeOpen replaces each call gorm.Open(…) in a file of package tests_test
-// with heraldOpen(…).
+// with heraldOpen(…), and makes heraldTest(t) the first statement of each
+// top-level test (the WAL judge's marker of the test's start; a no-op
+// otherwise). It returns the file and the number of calls routed.
 func routeOpen(name string, src []byte) ([]byte, int, error) {
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, name, src, parser.SkipObjectResolution)
 	if err != nil {
 		return nil, 0, err
 	}
-	var offs []int
+	type edit struct {
+		off     int
+		old, to string
+	}
+	var edits []edit
+	calls := 0
 	ast.Inspect(f, func(n ast.Node) bool {
 		call, ok := n.(*ast.CallExpr)
 		if !ok {
@@ -244,26 +284,60 @@ func routeOpen(name string, src []byte) ([]byte, int, error) {
 			return true
 		}
 		if id, ok := sel.X.(*ast.Ident); ok && id.Name == "gorm" {
-			offs = append(offs, fset.Position(sel.Pos()).Offset)
+			edits = append(edits, edit{fset.Position(sel.Pos()).Offset, "gorm.Open", "heraldOpen"})
+			calls++
 		}
 		return true
 	})
-	if len(offs) > 0 && f.Name.Name != "tests_test" {
+	if calls > 0 && f.Name.Name != "tests_test" {
 		return nil, 0, fmt.Errorf("%s: gorm.Open in package %s, want tests_test", name, f.Name.Name)
 	}
-	const from, to = "gorm.Open", "heraldOpen"
-	out := slices.Clone(src)
-	for i := len(offs) - 1; i >= 0; i-- {
-		o := offs[i]
-		if string(out[o:o+len(from)]) != from {
-			return nil, 0, fmt.Errorf("%s: unexpected text at offset %d", name, o)
+	if f.Name.Name == "tests_test" {
+		for _, d := range f.Decls {
+			if t := testParam(d); t != "" {
+				fd := d.(*ast.FuncDecl)
+				edits = append(edits, edit{fset.Position(fd.Body.Lbrace).Offset + 1, "", "heraldTest(" + t + ");"})
+			}
 		}
-		out = slices.Concat(out[:o], []byte(to), out[o+len(from):])
 	}
-	return out, len(offs), nil
+	sort.Slice(edits, func(i, j int) bool { return edits[i].off < edits[j].off })
+	out := slices.Clone(src)
+	for i := len(edits) - 1; i >= 0; i-- {
+		e := edits[i]
+		if string(out[e.off:e.off+len(e.old)]) != e.old {
+			return nil, 0, fmt.Errorf("%s: unexpected text at offset %d", name, e.off)
+		}
+		out = slices.Concat(out[:e.off], []byte(e.to), out[e.off+len(e.old):])
+	}
+	return out, calls, nil
 }
 
-func (r *run) exec(work, dir, bin, runRe string) error {
+// testParam returns the name of the *testing.T parameter of a top-level
+// test function (func TestX(t *testing.T)), or "".
+func testParam(d ast.Decl) string {
+	fd, ok := d.(*ast.FuncDecl)
+	if !ok || fd.Recv != nil || fd.Body == nil || !strings.HasPrefix(fd.Name.Name, "Test") || fd.Name.Name == "TestMain" {
+		return ""
+	}
+	ps := fd.Type.Params.List
+	if len(ps) != 1 || len(ps[0].Names) != 1 || ps[0].Names[0].Name == "_" {
+		return ""
+	}
+	star, ok := ps[0].Type.(*ast.StarExpr)
+	if !ok {
+		return ""
+	}
+	sel, ok := star.X.(*ast.SelectorExpr)
+	if !ok || sel.Sel.Name != "T" {
+		return ""
+	}
+	if id, ok := sel.X.(*ast.Ident); !ok || id.Name != "testing" {
+		return ""
+	}
+	return ps[0].Names[0].Name
+}
+
+func (r *run) exec(work, dir, bin, runRe, pgBase string, wal bool) error {
 	tag := r.dialect + "-" + r.mode
 	tmp := filepath.Join(work, tag)
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
@@ -276,13 +350,24 @@ func (r *run) exec(work, dir, bin, runRe string) error {
 		"HERALD_GORMSUITE_MODE="+r.mode,
 		"HERALD_GORMSUITE_REPORT="+filepath.Join(work, tag+".json"),
 	)
+	var judged *sql.DB // the run's database, judged by the WAL
 	if r.dialect == "postgres" {
-		dsn, drop, err := pgDatabase("herald_gormsuite_" + r.mode)
+		dsn, drop, err := pgDatabase(pgBase, "herald_gormsuite_"+r.mode)
 		if err != nil {
 			return err
 		}
 		defer drop()
 		env = append(env, "GORM_DSN="+dsn)
+		if wal && r.mode != "off" {
+			if judged, err = sql.Open("pgx", dsn); err != nil {
+				return err
+			}
+			defer func() { _ = waljudge.Drop(context.Background(), judged, r.walSlot()); _ = judged.Close() }()
+			if err := waljudge.Setup(context.Background(), judged, r.walSlot()); err != nil {
+				return err
+			}
+			env = append(env, "HERALD_GORMSUITE_WAL=1")
+		}
 	}
 	args := []string{"tool", "test2json", "-t", bin, "-test.v=test2json", "-test.count=1", "-test.timeout=20m"}
 	if runRe != "" {
@@ -321,15 +406,55 @@ func (r *run) exec(work, dir, bin, runRe string) error {
 			return err
 		}
 	}
+	if judged != nil {
+		return r.judge(judged, filepath.Join(work, tag+".wal.txt"))
+	}
 	return nil
 }
 
-// pgDatabase creates a fresh database for one run and returns its DSN.
-func pgDatabase(name string) (string, func(), error) {
-	base := os.Getenv("HERALD_POSTGRES_DSN")
-	if base == "" {
-		base = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+// walSlot is the logical replication slot of a judged run's database
+// (slot names are the cluster's: one per run).
+func (r *run) walSlot() string { return "herald_judge_" + r.mode }
+
+// judge reads the run's log from the slot and judges it (internal/waljudge),
+// writing every finding to out. Tables written by models without a primary
+// key are exempt: CaptureAll leaves those models uncaptured, as gormcapture
+// documents.
+func (r *run) judge(db *sql.DB, out string) error {
+	keyed := map[string]bool{}
+	for _, ts := range r.report.Tables {
+		for _, t := range ts {
+			if !slices.Contains(r.report.KeyLess, t) {
+				keyed[t] = true
+			}
+		}
 	}
+	j := waljudge.New(waljudge.Config{
+		Outbox: "herald_outbox",
+		Tables: func(model string) []string { return r.report.Tables[model] },
+		Exempt: func(table string) string {
+			if slices.Contains(r.report.KeyLess, table) && !keyed[table] {
+				return "written by a model without a primary key (CaptureAll leaves it uncaptured)"
+			}
+			return ""
+		},
+		Images: r.mode != "keys",
+	})
+	if err := waljudge.Drain(context.Background(), db, r.walSlot(), j); err != nil {
+		return err
+	}
+	r.wal = j.Report()
+	var b strings.Builder
+	for _, f := range r.wal.Findings {
+		b.WriteString(f.String())
+		b.WriteByte('\n')
+	}
+	return os.WriteFile(out, []byte(b.String()), 0o644)
+}
+
+// pgDatabase creates a fresh database for one run on the server of the
+// DSN base and returns its DSN.
+func pgDatabase(base, name string) (string, func(), error) {
 	admin, err := sql.Open("pgx", base)
 	if err != nil {
 		return "", nil, err
@@ -452,6 +577,32 @@ func compare(runs []*run, verbose bool, total time.Duration) error {
 			if events == 0 {
 				bad = true
 				verdict += " — NOTHING CAPTURED"
+			}
+			if w := r.wal; w != nil {
+				verdict += fmt.Sprintf("; WAL: %d row changes in %d transactions, %d events: %d missing, %d phantom, %d duplicate, %d wrong operation; image columns %d compared, %d differ (%d not comparable); excluded: %d raw SQL, %d keyless",
+					w.Changes, w.Txns, w.Events, w.Missing, w.Phantom, w.Duplicate, w.WrongOp, w.Compared, w.Mismatched, w.Uncompared, w.RawChanges, w.ExemptChanges)
+				if w.Failed() {
+					bad = true
+					var fs []string
+					for _, f := range w.Findings {
+						if f.Kind != waljudge.Raw && f.Kind != waljudge.Exempted {
+							fs = append(fs, "  "+f.String())
+						}
+					}
+					if len(fs) > 40 {
+						fs = append(fs[:40], fmt.Sprintf("  … %d more (see %s)", len(fs)-40, strings.TrimSuffix(r.log, ".log")+".wal.txt"))
+					}
+					details = append(details, fmt.Sprintf("%s %s: the WAL judge found:\n%s", r.dialect, r.mode, strings.Join(fs, "\n")))
+				}
+				var ex []string
+				for _, f := range w.Findings {
+					if f.Kind == waljudge.Raw || f.Kind == waljudge.Exempted {
+						ex = append(ex, f.Test+":"+f.Table)
+					}
+				}
+				if len(ex) > 0 {
+					details = append(details, fmt.Sprintf("%s %s: row changes without events, excluded (hand-written SQL naming the table, or a keyless model's table), per test:table: %s", r.dialect, r.mode, strings.Join(ex, " ")))
+				}
 			}
 		}
 		fmt.Printf("%-8s %-14s %18s %18s %8s  %s\n", r.dialect, r.mode, fmt.Sprintf("%d/%d/%d", p, f, s), fmt.Sprintf("%d/%d/%d", ap, af, as), r.dur.Round(time.Second), verdict)

@@ -163,6 +163,9 @@ func newCross(t *testing.T, d envelope.Dialect, mode envelope.PayloadMode) *cros
 		must(t, p.Capture(m, envelope.Options{Payload: mode}))
 	}
 	for _, m := range cc.Models {
+		if m.Name == "Membership" { // no ent schema (see capturecases.go); entcapture refuses Options for a schema it does not capture
+			continue
+		}
 		opts[m.Name] = envelope.Options{Payload: mode}
 	}
 	x.gorm = gdb

@@ -175,4 +175,4 @@ func wakeupAMQP(db *gorm.DB, sqlDB *sql.DB, d delivery.Delivery) {
 }
 
 // Referenced, so the linters do not report the fragments unused.
-var _ = []any{readmeWakeups, wakeupPgnotify, wakeupRedis, wakeupKafka, wakeupAMQP, operations, deliveryFunc, deliveryRouter, observerFuncs, readmeDeliveries, readmeTopicFunc, envelopeDoc, gormcaptureDoc, Loan{}.ChangeCapture}
+var _ = []any{otelMetrics, readmeWakeups, wakeupPgnotify, wakeupRedis, wakeupKafka, wakeupAMQP, operations, deliveryFunc, deliveryRouter, observerFuncs, readmeDeliveries, readmeTopicFunc, envelopeDoc, gormcaptureDoc, Loan{}.ChangeCapture}

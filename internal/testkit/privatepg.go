@@ -1,19 +1,9 @@
 package testkit
 
 import (
-	"context"
-	"database/sql"
-	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"os/user"
-	"path/filepath"
-	"sort"
-	"strconv"
-	"sync"
 	"testing"
-	"time"
+
+	"github.com/heraldgo/herald/internal/pgcluster"
 )
 
 // PrivatePostgres is a PostgreSQL cluster of the test's own, made with
@@ -21,13 +11,7 @@ import (
 // test can crash and restart it (or run it with settings of its own)
 // without touching the machine's shared server. It runs as the OS user
 // postgres when the test runs as root (initdb refuses root).
-type PrivatePostgres struct {
-	bin, dir, data, sock, log string
-	port                      int
-	asUser                    string
-	mu                        sync.Mutex
-	crashes                   int
-}
+type PrivatePostgres = pgcluster.Cluster
 
 // NewPrivatePostgres initialises and starts a private cluster with the
 // given extra server settings ("name=value"), and stops and removes it when
@@ -36,153 +20,12 @@ type PrivatePostgres struct {
 func NewPrivatePostgres(t testing.TB, settings ...string) *PrivatePostgres {
 	t.Helper()
 	needServer(t, "a private PostgreSQL cluster (initdb, pg_ctl)")
-	bin, err := postgresBin()
-	if err != nil {
-		t.Fatalf("testkit: %v", err)
-	}
-	dir, err := os.MkdirTemp("", "herald-pg-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &PrivatePostgres{bin: bin, dir: dir, data: filepath.Join(dir, "data"),
-		sock: dir, log: filepath.Join(dir, "server.log")}
-	if os.Geteuid() == 0 {
-		p.asUser = "postgres"
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			t.Fatalf("testkit: running as root, and there is no postgres OS user to run a private cluster as: %v", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		if err := os.Chown(dir, uid, gid); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		_ = p.run("pg_ctl", "-D", p.data, "-m", "immediate", "-w", "stop")
-		_ = os.RemoveAll(dir)
-	})
-	if err := p.run("initdb", "-D", p.data, "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8"); err != nil {
-		t.Fatalf("testkit: initdb: %v", err)
-	}
-	p.port = freePort(t)
-	conf := fmt.Sprintf("port = %d\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '%s'\n", p.port, p.sock)
-	for _, s := range settings {
-		conf += s + "\n"
-	}
-	f, err := os.OpenFile(filepath.Join(p.data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = f.WriteString(conf)
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	p, err := pgcluster.Start(settings...)
+	if p != nil {
+		t.Cleanup(func() { _ = p.Stop() })
 	}
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Start(); err != nil {
 		t.Fatalf("testkit: %v", err)
 	}
 	return p
-}
-
-// Addr is the server's "127.0.0.1:port".
-func (p *PrivatePostgres) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(p.port)) }
-
-// DSN is a pgx DSN for database db on addr ("" = the server's own address;
-// give a proxy's address to go through it).
-func (p *PrivatePostgres) DSN(addr, db string) string {
-	if addr == "" {
-		addr = p.Addr()
-	}
-	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable&connect_timeout=5", addr, db)
-}
-
-// Start starts the server and waits until it accepts connections.
-func (p *PrivatePostgres) Start() error {
-	if err := p.run("pg_ctl", "-D", p.data, "-l", p.log, "-w", "-t", "60", "start"); err != nil {
-		b, _ := os.ReadFile(p.log)
-		return fmt.Errorf("pg_ctl start: %w\n%s", err, b)
-	}
-	return nil
-}
-
-// Crash stops the server the way a power cut would (pg_ctl stop -m
-// immediate: no checkpoint, recovery from the WAL at the next start).
-func (p *PrivatePostgres) Crash() error {
-	p.mu.Lock()
-	p.crashes++
-	p.mu.Unlock()
-	return p.run("pg_ctl", "-D", p.data, "-m", "immediate", "-w", "stop")
-}
-
-// Crashes is how many times Crash ran.
-func (p *PrivatePostgres) Crashes() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.crashes
-}
-
-// CreateDatabase creates database name.
-func (p *PrivatePostgres) CreateDatabase(t testing.TB, name string) {
-	t.Helper()
-	db, err := sql.Open("pgx", p.DSN("", "postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := db.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("testkit: create database %s: %v", name, err)
-	}
-}
-
-func (p *PrivatePostgres) run(tool string, args ...string) error {
-	path := filepath.Join(p.bin, tool)
-	var cmd *exec.Cmd
-	if p.asUser != "" {
-		cmd = exec.Command("runuser", append([]string{"-u", p.asUser, "--", path}, args...)...)
-	} else {
-		cmd = exec.Command(path, args...)
-	}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s %v: %w: %s", tool, args, err, out)
-	}
-	return nil
-}
-
-// postgresBin finds the newest installed PostgreSQL server's bin directory
-// (Debian: /usr/lib/postgresql/N/bin), or HERALD_PG_BIN.
-func postgresBin() (string, error) {
-	if b := os.Getenv("HERALD_PG_BIN"); b != "" {
-		return b, nil
-	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Slice(dirs, func(i, j int) bool {
-		vi, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[i])))
-		vj, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[j])))
-		return vi < vj
-	})
-	for i := len(dirs) - 1; i >= 0; i-- {
-		if _, err := os.Stat(filepath.Join(dirs[i], "initdb")); err == nil {
-			return dirs[i], nil
-		}
-	}
-	if p, err := exec.LookPath("initdb"); err == nil {
-		return filepath.Dir(p), nil
-	}
-	return "", fmt.Errorf("no PostgreSQL server binaries (initdb, pg_ctl) found under /usr/lib/postgresql/*/bin or on PATH: install the postgresql package, or set HERALD_PG_BIN")
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }

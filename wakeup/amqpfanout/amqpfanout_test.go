@@ -151,13 +151,14 @@ func TestCloseWithStalledBroker(t *testing.T) {
 	go func() {
 		start := time.Now()
 		cancel()
-		<-done
-		t.Logf("Listen returned after %s", time.Since(start))
+		err := <-done
+		t.Logf("Listen returned after %s: %v", time.Since(start), err)
 		closed <- rw.Close()
 		t.Logf("Close returned after %s", time.Since(start))
 	}()
 	select {
-	case <-closed:
+	case err := <-closed:
+		t.Logf("Close: %v", err)
 	case <-time.After(20 * time.Second):
 		t.Fatal("Listen and Close still blocked 20 s into a broker that stopped reading")
 	}

@@ -17,8 +17,48 @@ import (
 	"github.com/heraldgo/herald/examples/entlibrary/ent/reader"
 )
 
-// HeraldDriver returns the client's driver, for entcapture.Enqueue.
-func (c *Client) HeraldDriver() dialect.Driver { return c.driver }
+// HeraldDriver returns the client's driver (for a transaction's client,
+// tx.Client() or m.Client() in a hook, the driver the transaction was
+// begun on), for entcapture.Enqueue.
+func (c *Client) HeraldDriver() dialect.Driver {
+	if d, ok := heraldTxDriver(c.driver); ok {
+		return d.drv
+	}
+	return c.driver
+}
+
+// HeraldTx returns the transaction of a transaction's client (nil for
+// another client), for entcapture.Enqueue.
+func (c *Client) HeraldTx() dialect.Tx {
+	if d, ok := heraldTxDriver(c.driver); ok {
+		return d.tx
+	}
+	return nil
+}
+
+// HeraldOnCommit runs f after the client's transaction commits, for entcapture.Enqueue.
+func (c *Client) HeraldOnCommit(f func()) bool { return heraldOnCommit(c.driver, f) }
+
+// heraldTxDriver finds the transaction driver under d (client.Debug()
+// wraps it).
+func heraldTxDriver(d dialect.Driver) (*txDriver, bool) {
+	for {
+		switch x := d.(type) {
+		case *txDriver:
+			return x, true
+		case *dialect.DebugDriver:
+			d = x.Driver
+		default:
+			return nil, false
+		}
+	}
+}
+
+// EntcGoWithEntcapturegen implements entcapture.Conn.
+func (c *Client) EntcGoWithEntcapturegen() {}
+
+// EntcGoWithEntcapturegen implements entcapture.Conn.
+func (tx *Tx) EntcGoWithEntcapturegen() {}
 
 // HeraldDriver returns the driver the transaction was begun on, for entcapture.Enqueue.
 func (tx *Tx) HeraldDriver() dialect.Driver { return tx.config.driver.(*txDriver).drv }
@@ -30,7 +70,7 @@ func (tx *Tx) HeraldTx() dialect.Tx { return tx.config.driver.(*txDriver).tx }
 func (tx *Tx) HeraldOnCommit(f func()) bool { return heraldOnCommit(tx.config.driver, f) }
 
 func heraldOnCommit(d dialect.Driver, f func()) bool {
-	txd, ok := d.(*txDriver)
+	txd, ok := heraldTxDriver(d)
 	if !ok {
 		return false
 	}
@@ -64,7 +104,7 @@ func (m *ClubMutation) HeraldSchema() *entcapture.Schema { return heraldClubSche
 
 // HeraldDriver implements entcapture.Glue.
 func (m *ClubMutation) HeraldDriver() dialect.Driver {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
 	}
 	return m.driver
@@ -72,7 +112,7 @@ func (m *ClubMutation) HeraldDriver() dialect.Driver {
 
 // HeraldTx implements entcapture.Glue.
 func (m *ClubMutation) HeraldTx() dialect.Tx {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
 	}
 	return nil
@@ -210,7 +250,7 @@ func (m *LoanMutation) HeraldSchema() *entcapture.Schema { return heraldLoanSche
 
 // HeraldDriver implements entcapture.Glue.
 func (m *LoanMutation) HeraldDriver() dialect.Driver {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
 	}
 	return m.driver
@@ -218,7 +258,7 @@ func (m *LoanMutation) HeraldDriver() dialect.Driver {
 
 // HeraldTx implements entcapture.Glue.
 func (m *LoanMutation) HeraldTx() dialect.Tx {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
 	}
 	return nil
@@ -357,7 +397,7 @@ func (m *MembershipMutation) HeraldSchema() *entcapture.Schema { return heraldMe
 
 // HeraldDriver implements entcapture.Glue.
 func (m *MembershipMutation) HeraldDriver() dialect.Driver {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
 	}
 	return m.driver
@@ -365,7 +405,7 @@ func (m *MembershipMutation) HeraldDriver() dialect.Driver {
 
 // HeraldTx implements entcapture.Glue.
 func (m *MembershipMutation) HeraldTx() dialect.Tx {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
 	}
 	return nil
@@ -502,7 +542,7 @@ func (m *ReaderMutation) HeraldSchema() *entcapture.Schema { return heraldReader
 
 // HeraldDriver implements entcapture.Glue.
 func (m *ReaderMutation) HeraldDriver() dialect.Driver {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
 	}
 	return m.driver
@@ -510,7 +550,7 @@ func (m *ReaderMutation) HeraldDriver() dialect.Driver {
 
 // HeraldTx implements entcapture.Glue.
 func (m *ReaderMutation) HeraldTx() dialect.Tx {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
 	}
 	return nil
@@ -634,6 +674,7 @@ var _ entcapture.Glue = (*ReaderMutation)(nil)
 func (m *ReaderMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
 
 func init() {
+	entcapture.Register(heraldClubSchema, heraldLoanSchema, heraldMembershipSchema, heraldReaderSchema)
 	heraldClubSchema.Scan = (*ClubMutation)(nil).HeraldScan
 	heraldClubSchema.Hooks = func() []ent.Hook { return club.Hooks[:] }
 	heraldClubSchema.Edges = append(heraldClubSchema.Edges, entcapture.ThroughEdge{Name: "readers", Through: heraldMembershipSchema, Own: "club_id", Other: "reader_id", Bidi: false})

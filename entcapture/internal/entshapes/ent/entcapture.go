@@ -30,8 +30,48 @@ import (
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/user"
 )
 
-// HeraldDriver returns the client's driver, for entcapture.Enqueue.
-func (c *Client) HeraldDriver() dialect.Driver { return c.driver }
+// HeraldDriver returns the client's driver (for a transaction's client,
+// tx.Client() or m.Client() in a hook, the driver the transaction was
+// begun on), for entcapture.Enqueue.
+func (c *Client) HeraldDriver() dialect.Driver {
+	if d, ok := heraldTxDriver(c.driver); ok {
+		return d.drv
+	}
+	return c.driver
+}
+
+// HeraldTx returns the transaction of a transaction's client (nil for
+// another client), for entcapture.Enqueue.
+func (c *Client) HeraldTx() dialect.Tx {
+	if d, ok := heraldTxDriver(c.driver); ok {
+		return d.tx
+	}
+	return nil
+}
+
+// HeraldOnCommit runs f after the client's transaction commits, for entcapture.Enqueue.
+func (c *Client) HeraldOnCommit(f func()) bool { return heraldOnCommit(c.driver, f) }
+
+// heraldTxDriver finds the transaction driver under d (client.Debug()
+// wraps it).
+func heraldTxDriver(d dialect.Driver) (*txDriver, bool) {
+	for {
+		switch x := d.(type) {
+		case *txDriver:
+			return x, true
+		case *dialect.DebugDriver:
+			d = x.Driver
+		default:
+			return nil, false
+		}
+	}
+}
+
+// EntcGoWithEntcapturegen implements entcapture.Conn.
+func (c *Client) EntcGoWithEntcapturegen() {}
+
+// EntcGoWithEntcapturegen implements entcapture.Conn.
+func (tx *Tx) EntcGoWithEntcapturegen() {}
 
 // HeraldDriver returns the driver the transaction was begun on, for entcapture.Enqueue.
 func (tx *Tx) HeraldDriver() dialect.Driver { return tx.config.driver.(*txDriver).drv }
@@ -43,7 +83,7 @@ func (tx *Tx) HeraldTx() dialect.Tx { return tx.config.driver.(*txDriver).tx }
 func (tx *Tx) HeraldOnCommit(f func()) bool { return heraldOnCommit(tx.config.driver, f) }
 
 func heraldOnCommit(d dialect.Driver, f func()) bool {
-	txd, ok := d.(*txDriver)
+	txd, ok := heraldTxDriver(d)
 	if !ok {
 		return false
 	}
@@ -130,7 +170,7 @@ func (m *BookMutation) HeraldSchema() *entcapture.Schema { return heraldBookSche
 
 // HeraldDriver implements entcapture.Glue.
 func (m *BookMutation) HeraldDriver() dialect.Driver {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
 	}
 	return m.driver
@@ -138,7 +178,7 @@ func (m *BookMutation) HeraldDriver() dialect.Driver {
 
 // HeraldTx implements entcapture.Glue.
 func (m *BookMutation) HeraldTx() dialect.Tx {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
 	}
 	return nil
@@ -274,7 +314,7 @@ func (m *DocMutation) HeraldSchema() *entcapture.Schema { return heraldDocSchema
 
 // HeraldDriver implements entcapture.Glue.
 func (m *DocMutation) HeraldDriver() dialect.Driver {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
 	}
 	return m.driver
@@ -282,7 +322,7 @@ func (m *DocMutation) HeraldDriver() dialect.Driver {
 
 // HeraldTx implements entcapture.Glue.
 func (m *DocMutation) HeraldTx() dialect.Tx {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
 	}
 	return nil
@@ -421,7 +461,7 @@ func (m *FolderMutation) HeraldSchema() *entcapture.Schema { return heraldFolder
 
 // HeraldDriver implements entcapture.Glue.
 func (m *FolderMutation) HeraldDriver() dialect.Driver {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
 	}
 	return m.driver
@@ -429,7 +469,7 @@ func (m *FolderMutation) HeraldDriver() dialect.Driver {
 
 // HeraldTx implements entcapture.Glue.
 func (m *FolderMutation) HeraldTx() dialect.Tx {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
 	}
 	return nil
@@ -565,7 +605,7 @@ func (m *FriendshipMutation) HeraldSchema() *entcapture.Schema { return heraldFr
 
 // HeraldDriver implements entcapture.Glue.
 func (m *FriendshipMutation) HeraldDriver() dialect.Driver {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
 	}
 	return m.driver
@@ -573,7 +613,7 @@ func (m *FriendshipMutation) HeraldDriver() dialect.Driver {
 
 // HeraldTx implements entcapture.Glue.
 func (m *FriendshipMutation) HeraldTx() dialect.Tx {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
 	}
 	return nil
@@ -711,7 +751,7 @@ func (m *GroupMutation) HeraldSchema() *entcapture.Schema { return heraldGroupSc
 
 // HeraldDriver implements entcapture.Glue.
 func (m *GroupMutation) HeraldDriver() dialect.Driver {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
 	}
 	return m.driver
@@ -719,7 +759,7 @@ func (m *GroupMutation) HeraldDriver() dialect.Driver {
 
 // HeraldTx implements entcapture.Glue.
 func (m *GroupMutation) HeraldTx() dialect.Tx {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
 	}
 	return nil
@@ -853,7 +893,7 @@ func (m *LabelMutation) HeraldSchema() *entcapture.Schema { return heraldLabelSc
 
 // HeraldDriver implements entcapture.Glue.
 func (m *LabelMutation) HeraldDriver() dialect.Driver {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
 	}
 	return m.driver
@@ -861,7 +901,7 @@ func (m *LabelMutation) HeraldDriver() dialect.Driver {
 
 // HeraldTx implements entcapture.Glue.
 func (m *LabelMutation) HeraldTx() dialect.Tx {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
 	}
 	return nil
@@ -1001,7 +1041,7 @@ func (m *MembershipMutation) HeraldSchema() *entcapture.Schema { return heraldMe
 
 // HeraldDriver implements entcapture.Glue.
 func (m *MembershipMutation) HeraldDriver() dialect.Driver {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
 	}
 	return m.driver
@@ -1009,7 +1049,7 @@ func (m *MembershipMutation) HeraldDriver() dialect.Driver {
 
 // HeraldTx implements entcapture.Glue.
 func (m *MembershipMutation) HeraldTx() dialect.Tx {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
 	}
 	return nil
@@ -1137,7 +1177,7 @@ func (m *MemoMutation) HeraldSchema() *entcapture.Schema { return heraldMemoSche
 
 // HeraldDriver implements entcapture.Glue.
 func (m *MemoMutation) HeraldDriver() dialect.Driver {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
 	}
 	return m.driver
@@ -1145,7 +1185,7 @@ func (m *MemoMutation) HeraldDriver() dialect.Driver {
 
 // HeraldTx implements entcapture.Glue.
 func (m *MemoMutation) HeraldTx() dialect.Tx {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
 	}
 	return nil
@@ -1279,7 +1319,7 @@ func (m *MemoNoteMutation) HeraldSchema() *entcapture.Schema { return heraldMemo
 
 // HeraldDriver implements entcapture.Glue.
 func (m *MemoNoteMutation) HeraldDriver() dialect.Driver {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
 	}
 	return m.driver
@@ -1287,7 +1327,7 @@ func (m *MemoNoteMutation) HeraldDriver() dialect.Driver {
 
 // HeraldTx implements entcapture.Glue.
 func (m *MemoNoteMutation) HeraldTx() dialect.Tx {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
 	}
 	return nil
@@ -1428,7 +1468,7 @@ func (m *NodeMutation) HeraldSchema() *entcapture.Schema { return heraldNodeSche
 
 // HeraldDriver implements entcapture.Glue.
 func (m *NodeMutation) HeraldDriver() dialect.Driver {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
 	}
 	return m.driver
@@ -1436,7 +1476,7 @@ func (m *NodeMutation) HeraldDriver() dialect.Driver {
 
 // HeraldTx implements entcapture.Glue.
 func (m *NodeMutation) HeraldTx() dialect.Tx {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
 	}
 	return nil
@@ -1572,7 +1612,7 @@ func (m *PersonMutation) HeraldSchema() *entcapture.Schema { return heraldPerson
 
 // HeraldDriver implements entcapture.Glue.
 func (m *PersonMutation) HeraldDriver() dialect.Driver {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
 	}
 	return m.driver
@@ -1580,7 +1620,7 @@ func (m *PersonMutation) HeraldDriver() dialect.Driver {
 
 // HeraldTx implements entcapture.Glue.
 func (m *PersonMutation) HeraldTx() dialect.Tx {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
 	}
 	return nil
@@ -1714,7 +1754,7 @@ func (m *ProjectMutation) HeraldSchema() *entcapture.Schema { return heraldProje
 
 // HeraldDriver implements entcapture.Glue.
 func (m *ProjectMutation) HeraldDriver() dialect.Driver {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
 	}
 	return m.driver
@@ -1722,7 +1762,7 @@ func (m *ProjectMutation) HeraldDriver() dialect.Driver {
 
 // HeraldTx implements entcapture.Glue.
 func (m *ProjectMutation) HeraldTx() dialect.Tx {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
 	}
 	return nil
@@ -1861,7 +1901,7 @@ func (m *TagMutation) HeraldSchema() *entcapture.Schema { return heraldTagSchema
 
 // HeraldDriver implements entcapture.Glue.
 func (m *TagMutation) HeraldDriver() dialect.Driver {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
 	}
 	return m.driver
@@ -1869,7 +1909,7 @@ func (m *TagMutation) HeraldDriver() dialect.Driver {
 
 // HeraldTx implements entcapture.Glue.
 func (m *TagMutation) HeraldTx() dialect.Tx {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
 	}
 	return nil
@@ -2003,7 +2043,7 @@ func (m *TaskMutation) HeraldSchema() *entcapture.Schema { return heraldTaskSche
 
 // HeraldDriver implements entcapture.Glue.
 func (m *TaskMutation) HeraldDriver() dialect.Driver {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
 	}
 	return m.driver
@@ -2011,7 +2051,7 @@ func (m *TaskMutation) HeraldDriver() dialect.Driver {
 
 // HeraldTx implements entcapture.Glue.
 func (m *TaskMutation) HeraldTx() dialect.Tx {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
 	}
 	return nil
@@ -2151,7 +2191,7 @@ func (m *UserMutation) HeraldSchema() *entcapture.Schema { return heraldUserSche
 
 // HeraldDriver implements entcapture.Glue.
 func (m *UserMutation) HeraldDriver() dialect.Driver {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
 	}
 	return m.driver
@@ -2159,7 +2199,7 @@ func (m *UserMutation) HeraldDriver() dialect.Driver {
 
 // HeraldTx implements entcapture.Glue.
 func (m *UserMutation) HeraldTx() dialect.Tx {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
 	}
 	return nil
@@ -2293,7 +2333,7 @@ func (m *RoomMutation) HeraldSchema() *entcapture.Schema { return heraldRoomSche
 
 // HeraldDriver implements entcapture.Glue.
 func (m *RoomMutation) HeraldDriver() dialect.Driver {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
 	}
 	return m.driver
@@ -2301,7 +2341,7 @@ func (m *RoomMutation) HeraldDriver() dialect.Driver {
 
 // HeraldTx implements entcapture.Glue.
 func (m *RoomMutation) HeraldTx() dialect.Tx {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
 	}
 	return nil
@@ -2435,7 +2475,7 @@ func (m *ShelfMutation) HeraldSchema() *entcapture.Schema { return heraldShelfSc
 
 // HeraldDriver implements entcapture.Glue.
 func (m *ShelfMutation) HeraldDriver() dialect.Driver {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
 	}
 	return m.driver
@@ -2443,7 +2483,7 @@ func (m *ShelfMutation) HeraldDriver() dialect.Driver {
 
 // HeraldTx implements entcapture.Glue.
 func (m *ShelfMutation) HeraldTx() dialect.Tx {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
 	}
 	return nil
@@ -2772,6 +2812,7 @@ func heraldIDScanUser() (any, func() (any, error)) {
 }
 
 func init() {
+	entcapture.Register(heraldBookSchema, heraldDocSchema, heraldFolderSchema, heraldFriendshipSchema, heraldGroupSchema, heraldLabelSchema, heraldMembershipSchema, heraldMemoSchema, heraldMemoNoteSchema, heraldNodeSchema, heraldPersonSchema, heraldProjectSchema, heraldTagSchema, heraldTaskSchema, heraldUserSchema, heraldJoinMemoTagsSchema, heraldJoinUserFollowingSchema, heraldJoinUserPeersSchema, heraldJoinUserTagsSchema)
 	heraldBookSchema.Scan = (*BookMutation)(nil).HeraldScan
 	heraldBookSchema.Hooks = func() []ent.Hook { return book.Hooks[:] }
 	if heraldBookSchema.EdgeColumns == nil {

@@ -16,8 +16,48 @@ import (
 	"github.com/heraldgo/herald/internal/capturecases/entcc/ent/tag"
 )
 
-// HeraldDriver returns the client's driver, for entcapture.Enqueue.
-func (c *Client) HeraldDriver() dialect.Driver { return c.driver }
+// HeraldDriver returns the client's driver (for a transaction's client,
+// tx.Client() or m.Client() in a hook, the driver the transaction was
+// begun on), for entcapture.Enqueue.
+func (c *Client) HeraldDriver() dialect.Driver {
+	if d, ok := heraldTxDriver(c.driver); ok {
+		return d.drv
+	}
+	return c.driver
+}
+
+// HeraldTx returns the transaction of a transaction's client (nil for
+// another client), for entcapture.Enqueue.
+func (c *Client) HeraldTx() dialect.Tx {
+	if d, ok := heraldTxDriver(c.driver); ok {
+		return d.tx
+	}
+	return nil
+}
+
+// HeraldOnCommit runs f after the client's transaction commits, for entcapture.Enqueue.
+func (c *Client) HeraldOnCommit(f func()) bool { return heraldOnCommit(c.driver, f) }
+
+// heraldTxDriver finds the transaction driver under d (client.Debug()
+// wraps it).
+func heraldTxDriver(d dialect.Driver) (*txDriver, bool) {
+	for {
+		switch x := d.(type) {
+		case *txDriver:
+			return x, true
+		case *dialect.DebugDriver:
+			d = x.Driver
+		default:
+			return nil, false
+		}
+	}
+}
+
+// EntcGoWithEntcapturegen implements entcapture.Conn.
+func (c *Client) EntcGoWithEntcapturegen() {}
+
+// EntcGoWithEntcapturegen implements entcapture.Conn.
+func (tx *Tx) EntcGoWithEntcapturegen() {}
 
 // HeraldDriver returns the driver the transaction was begun on, for entcapture.Enqueue.
 func (tx *Tx) HeraldDriver() dialect.Driver { return tx.config.driver.(*txDriver).drv }
@@ -29,7 +69,7 @@ func (tx *Tx) HeraldTx() dialect.Tx { return tx.config.driver.(*txDriver).tx }
 func (tx *Tx) HeraldOnCommit(f func()) bool { return heraldOnCommit(tx.config.driver, f) }
 
 func heraldOnCommit(d dialect.Driver, f func()) bool {
-	txd, ok := d.(*txDriver)
+	txd, ok := heraldTxDriver(d)
 	if !ok {
 		return false
 	}
@@ -64,7 +104,7 @@ func (m *LoanMutation) HeraldSchema() *entcapture.Schema { return heraldLoanSche
 
 // HeraldDriver implements entcapture.Glue.
 func (m *LoanMutation) HeraldDriver() dialect.Driver {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
 	}
 	return m.driver
@@ -72,7 +112,7 @@ func (m *LoanMutation) HeraldDriver() dialect.Driver {
 
 // HeraldTx implements entcapture.Glue.
 func (m *LoanMutation) HeraldTx() dialect.Tx {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
 	}
 	return nil
@@ -233,7 +273,7 @@ func (m *ReaderMutation) HeraldSchema() *entcapture.Schema { return heraldReader
 
 // HeraldDriver implements entcapture.Glue.
 func (m *ReaderMutation) HeraldDriver() dialect.Driver {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
 	}
 	return m.driver
@@ -241,7 +281,7 @@ func (m *ReaderMutation) HeraldDriver() dialect.Driver {
 
 // HeraldTx implements entcapture.Glue.
 func (m *ReaderMutation) HeraldTx() dialect.Tx {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
 	}
 	return nil
@@ -378,7 +418,7 @@ func (m *TagMutation) HeraldSchema() *entcapture.Schema { return heraldTagSchema
 
 // HeraldDriver implements entcapture.Glue.
 func (m *TagMutation) HeraldDriver() dialect.Driver {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
 	}
 	return m.driver
@@ -386,7 +426,7 @@ func (m *TagMutation) HeraldDriver() dialect.Driver {
 
 // HeraldTx implements entcapture.Glue.
 func (m *TagMutation) HeraldTx() dialect.Tx {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
 	}
 	return nil
@@ -505,6 +545,7 @@ var _ entcapture.Glue = (*TagMutation)(nil)
 func (m *TagMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
 
 func init() {
+	entcapture.Register(heraldLoanSchema, heraldReaderSchema, heraldTagSchema)
 	heraldLoanSchema.Scan = (*LoanMutation)(nil).HeraldScan
 	heraldLoanSchema.Hooks = func() []ent.Hook { return loan.Hooks[:] }
 	heraldReaderSchema.Scan = (*ReaderMutation)(nil).HeraldScan

@@ -16,8 +16,48 @@ import (
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/visit"
 )
 
-// HeraldDriver returns the client's driver, for entcapture.Enqueue.
-func (c *Client) HeraldDriver() dialect.Driver { return c.driver }
+// HeraldDriver returns the client's driver (for a transaction's client,
+// tx.Client() or m.Client() in a hook, the driver the transaction was
+// begun on), for entcapture.Enqueue.
+func (c *Client) HeraldDriver() dialect.Driver {
+	if d, ok := heraldTxDriver(c.driver); ok {
+		return d.drv
+	}
+	return c.driver
+}
+
+// HeraldTx returns the transaction of a transaction's client (nil for
+// another client), for entcapture.Enqueue.
+func (c *Client) HeraldTx() dialect.Tx {
+	if d, ok := heraldTxDriver(c.driver); ok {
+		return d.tx
+	}
+	return nil
+}
+
+// HeraldOnCommit runs f after the client's transaction commits, for entcapture.Enqueue.
+func (c *Client) HeraldOnCommit(f func()) bool { return heraldOnCommit(c.driver, f) }
+
+// heraldTxDriver finds the transaction driver under d (client.Debug()
+// wraps it).
+func heraldTxDriver(d dialect.Driver) (*txDriver, bool) {
+	for {
+		switch x := d.(type) {
+		case *txDriver:
+			return x, true
+		case *dialect.DebugDriver:
+			d = x.Driver
+		default:
+			return nil, false
+		}
+	}
+}
+
+// EntcGoWithEntcapturegen implements entcapture.Conn.
+func (c *Client) EntcGoWithEntcapturegen() {}
+
+// EntcGoWithEntcapturegen implements entcapture.Conn.
+func (tx *Tx) EntcGoWithEntcapturegen() {}
 
 // HeraldDriver returns the driver the transaction was begun on, for entcapture.Enqueue.
 func (tx *Tx) HeraldDriver() dialect.Driver { return tx.config.driver.(*txDriver).drv }
@@ -29,7 +69,7 @@ func (tx *Tx) HeraldTx() dialect.Tx { return tx.config.driver.(*txDriver).tx }
 func (tx *Tx) HeraldOnCommit(f func()) bool { return heraldOnCommit(tx.config.driver, f) }
 
 func heraldOnCommit(d dialect.Driver, f func()) bool {
-	txd, ok := d.(*txDriver)
+	txd, ok := heraldTxDriver(d)
 	if !ok {
 		return false
 	}
@@ -63,7 +103,7 @@ func (m *AccountMutation) HeraldSchema() *entcapture.Schema { return heraldAccou
 
 // HeraldDriver implements entcapture.Glue.
 func (m *AccountMutation) HeraldDriver() dialect.Driver {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
 	}
 	return m.driver
@@ -71,7 +111,7 @@ func (m *AccountMutation) HeraldDriver() dialect.Driver {
 
 // HeraldTx implements entcapture.Glue.
 func (m *AccountMutation) HeraldTx() dialect.Tx {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
 	}
 	return nil
@@ -206,7 +246,7 @@ func (m *MemberMutation) HeraldSchema() *entcapture.Schema { return heraldMember
 
 // HeraldDriver implements entcapture.Glue.
 func (m *MemberMutation) HeraldDriver() dialect.Driver {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
 	}
 	return m.driver
@@ -214,7 +254,7 @@ func (m *MemberMutation) HeraldDriver() dialect.Driver {
 
 // HeraldTx implements entcapture.Glue.
 func (m *MemberMutation) HeraldTx() dialect.Tx {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
 	}
 	return nil
@@ -390,7 +430,7 @@ func (m *VisitMutation) HeraldSchema() *entcapture.Schema { return heraldVisitSc
 
 // HeraldDriver implements entcapture.Glue.
 func (m *VisitMutation) HeraldDriver() dialect.Driver {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
 	}
 	return m.driver
@@ -398,7 +438,7 @@ func (m *VisitMutation) HeraldDriver() dialect.Driver {
 
 // HeraldTx implements entcapture.Glue.
 func (m *VisitMutation) HeraldTx() dialect.Tx {
-	if d, ok := m.driver.(*txDriver); ok {
+	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
 	}
 	return nil
@@ -532,6 +572,7 @@ var _ entcapture.Glue = (*VisitMutation)(nil)
 func (m *VisitMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
 
 func init() {
+	entcapture.Register(heraldAccountSchema, heraldMemberSchema, heraldVisitSchema)
 	heraldAccountSchema.Scan = (*AccountMutation)(nil).HeraldScan
 	heraldAccountSchema.Hooks = func() []ent.Hook { return account.Hooks[:] }
 	heraldAccountSchema.ChildEdges = append(heraldAccountSchema.ChildEdges, entcapture.ChildEdge{Name: "members", Child: heraldMemberSchema, Column: "account_id"})
