@@ -13,22 +13,21 @@
 // finds them applied. -dsn applies envelope.MigrateTo(-version, default the
 // latest) to the database (PostgreSQL through pgx, SQLite through the
 // pure-Go modernc.org/sqlite driver); -status prints the table's version.
+//
+// It is kept for existing scripts; `herald migrate` (cmd/herald) does the
+// same with subcommands and reads the dialect from the DSN.
 package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"strings"
-
-	_ "github.com/jackc/pgx/v5/stdlib" // "pgx"
-	_ "modernc.org/sqlite"             // "sqlite", pure Go
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/migrate"
 )
 
 func main() {
@@ -57,59 +56,17 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	switch {
 	case *printSQL:
-		from, to := 1, envelope.LatestVersion
-		if *version != 0 || *down {
-			from = *version
-			if from == 0 {
-				from = envelope.LatestVersion
-			}
-			to = from
-		}
-		for v := from; v <= to; v++ {
-			s, err := envelope.MigrationSQL(d, *table, v, *down)
-			if err != nil {
-				return err
-			}
-			if v > from {
-				fmt.Fprintln(out)
-			}
-			fmt.Fprint(out, s)
-		}
-		return nil
+		return migrate.Print(out, d, *table, *version, *down)
 	case *dsn != "":
-		driver := "pgx"
-		if d == envelope.SQLite {
-			driver = "sqlite"
-		}
-		db, err := sql.Open(driver, *dsn)
+		db, err := migrate.Open(d, *dsn)
 		if err != nil {
 			return err
 		}
 		defer db.Close()
 		if *status {
-			v, err := envelope.Version(ctx, db, d, *table)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(out, "version %d (latest %d)\n", v, envelope.LatestVersion)
-			return nil
+			return migrate.Status(ctx, out, db, d, *table)
 		}
-		to := *version
-		if to == 0 {
-			to = envelope.LatestVersion
-		}
-		if err := envelope.MigrateTo(ctx, db, d, *table, to); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "%s at version %d\n", strings.TrimSpace(tableName(*table)), to)
-		return nil
+		return migrate.To(ctx, out, db, d, *table, *version)
 	}
 	return errors.New("give -print, or -dsn to migrate a database (-h for help)")
-}
-
-func tableName(t string) string {
-	if t == "" {
-		return envelope.DefaultTable
-	}
-	return t
 }
