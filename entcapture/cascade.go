@@ -3,6 +3,7 @@ package entcapture
 import (
 	"fmt"
 	"maps"
+	"slices"
 
 	"entgo.io/ent/dialect/sql"
 
@@ -14,88 +15,200 @@ import (
 const maxCascadeDepth = 64
 
 // cascade reads, locked and before the delete, the rows of captured
-// tables that the database will delete (ON DELETE CASCADE, recursively)
-// or update (ON DELETE SET NULL) when the rows ids of parent are deleted,
-// and records their changes: one statement per foreign key per level,
-// whatever the number of rows. ent's hooks never see those rows.
-func (s *scope) cascade(parent *Schema, ids []any, depth int) error {
-	if len(ids) == 0 || len(parent.Cascades) == 0 {
+// tables that the database will delete (ON DELETE CASCADE, recursively,
+// also through tables that are not captured) or update (ON DELETE SET
+// NULL) when the rows of parent are deleted, and records their changes:
+// one statement per foreign key per level for the deletes, then one per
+// SET NULL foreign key of each schema with deleted rows, whatever the
+// number of rows. ent's hooks never see those rows.
+//
+// Each row gets one change: a row the delete reaches twice (a
+// self-referencing tree whose rows the delete names too, a row with two
+// foreign keys to deleted rows) is deleted once; a row both nulled and
+// deleted is deleted; a row nulled through two foreign keys is one update
+// of both columns.
+func (s *scope) cascade(parent *Schema, rows []map[string]any) error {
+	if len(rows) == 0 || len(parent.Cascades) == 0 {
 		return nil
 	}
-	if depth > maxCascadeDepth {
-		return &envelope.Error{Kind: envelope.ErrUnsupported, Where: parent.Name, Msg: fmt.Sprintf("cascade deeper than %d levels", maxCascadeDepth)}
+	gone := map[*Schema]map[string]bool{} // rows the delete removes
+	mark := func(sch *Schema, r map[string]any) bool {
+		m := gone[sch]
+		if m == nil {
+			m = map[string]bool{}
+			gone[sch] = m
+		}
+		k := sch.keyText(r)
+		if m[k] {
+			return false
+		}
+		m[k] = true
+		return true
 	}
-	for _, c := range parent.Cascades {
-		child := c.Child
-		h := hookOf(child)
-		if h == nil || child.Scan == nil {
-			continue
+	type level struct {
+		sch *Schema
+		ids []any
+	}
+	var order []*Schema // schemas with deleted rows, first seen first
+	deleted := map[*Schema][]any{}
+	note := func(sch *Schema, ids []any) {
+		if _, ok := deleted[sch]; !ok {
+			order = append(order, sch)
 		}
-		spec, err := h.spec(child, s.cd, s.writer)
-		if err != nil {
-			return err
+		deleted[sch] = append(deleted[sch], ids...)
+	}
+	for _, r := range rows {
+		mark(parent, r)
+	}
+	ids := pks(rows, parent.PK)
+	note(parent, ids)
+	queue := []level{{parent, ids}}
+	for depth := 0; len(queue) > 0; depth++ {
+		if depth > maxCascadeDepth {
+			return &envelope.Error{Kind: envelope.ErrUnsupported, Where: parent.Name, Msg: fmt.Sprintf("cascade deeper than %d levels", maxCascadeDepth)}
 		}
-		op := envelope.Deleted
-		if c.SetNull {
-			op = envelope.Updated
-		}
-		if !spec.Captures(op) && (c.SetNull || len(child.Cascades) == 0) {
-			continue
-		}
-		cols := []string{child.PK}
-		for _, col := range append(spec.Columns(), c.Column) {
-			if col != child.PK && !contains(cols, col) {
-				cols = append(cols, col)
-			}
-		}
-		sel := sql.Dialect(dialectName(s.d)).Select().From(sql.Table(child.Table))
-		qc := make([]string, len(cols))
-		for i, col := range cols {
-			qc[i] = sel.C(col)
-		}
-		sel.Select(qc...).Where(sql.In(sel.C(c.Column), ids...))
-		if s.d == envelope.Postgres {
-			sel.ForUpdate()
-		}
-		got, err := s.query(sel, cols, child.Scan)
-		if err != nil {
-			return fmt.Errorf("herald/entcapture: %s: read rows a delete of %s reaches: %w", child.Name, parent.Name, err)
-		}
-		if len(got) == 0 {
-			continue
-		}
-		at := now()
-		cs := make([]envelope.Change, 0, len(got))
-		for _, r := range got {
-			ch := envelope.Change{Model: spec.Label, Table: child.Table, Operation: op, PK: r[child.PK], OccurredAt: at}
-			if spec.Options.Payload != envelope.Keys {
-				ch.Before = r
-			}
-			if c.SetNull {
-				ch.Changed = []string{c.Column}
-				if spec.Options.Payload != envelope.Keys {
-					after := maps.Clone(r)
-					after[c.Column] = nil
-					ch.After = after
+		var next []level
+		for _, l := range queue {
+			for _, c := range l.sch.Cascades {
+				if c.SetNull || c.Child.Scan == nil {
+					continue
+				}
+				spec, err := s.specOf(c.Child)
+				if err != nil {
+					return err
+				}
+				if (spec == nil || !spec.Captures(envelope.Deleted)) && len(c.Child.Cascades) == 0 {
+					continue
+				}
+				got, err := s.cascadeRows(c, spec, l.sch, l.ids)
+				if err != nil {
+					return err
+				}
+				got = slices.DeleteFunc(got, func(r map[string]any) bool { return !mark(c.Child, r) })
+				if len(got) == 0 {
+					continue
+				}
+				if spec != nil {
+					at := now()
+					cs := make([]envelope.Change, 0, len(got))
+					for _, r := range got {
+						ch := envelope.Change{Model: spec.Label, Table: c.Child.Table, Operation: envelope.Deleted, PK: c.Child.keyOf(r), OccurredAt: at}
+						if spec.Options.Payload != envelope.Keys {
+							ch.Before = r
+						}
+						cs = append(cs, ch)
+					}
+					s.add(spec, cs...)
+				}
+				if len(c.Child.Cascades) > 0 && len(c.Child.Key) == 0 {
+					ids := pks(got, c.Child.PK)
+					note(c.Child, ids)
+					next = append(next, level{c.Child, ids})
 				}
 			}
-			cs = append(cs, ch)
 		}
-		s.add(spec, cs...)
-		if !c.SetNull {
-			if err := s.cascade(child, pks(got, child.PK), depth+1); err != nil {
+		queue = next
+	}
+	// SET NULL, from every schema with deleted rows, for the rows that
+	// stay.
+	type nulled struct {
+		row  map[string]any
+		cols map[string]bool
+	}
+	for _, p := range order {
+		updates := map[*Schema]map[string]*nulled{}
+		var children []*Schema
+		specs := map[*Schema]*envelope.Spec{}
+		for _, c := range p.Cascades {
+			if !c.SetNull || c.Child.Scan == nil {
+				continue
+			}
+			spec, err := s.specOf(c.Child)
+			if err != nil {
 				return err
 			}
+			if spec == nil || !spec.Captures(envelope.Updated) {
+				continue
+			}
+			got, err := s.cascadeRows(c, spec, p, deleted[p])
+			if err != nil {
+				return err
+			}
+			for _, r := range got {
+				k := c.Child.keyText(r)
+				if gone[c.Child][k] {
+					continue
+				}
+				m := updates[c.Child]
+				if m == nil {
+					m = map[string]*nulled{}
+					updates[c.Child] = m
+					children = append(children, c.Child)
+					specs[c.Child] = spec
+				}
+				n := m[k]
+				if n == nil {
+					n = &nulled{row: r, cols: map[string]bool{}}
+					m[k] = n
+				}
+				n.cols[c.Column] = true
+			}
+		}
+		for _, child := range children {
+			spec := specs[child]
+			at := now()
+			var cs []envelope.Change
+			for _, n := range updates[child] {
+				var changed []string
+				for _, col := range child.Columns {
+					if n.cols[col] {
+						changed = append(changed, col)
+					}
+				}
+				ch := envelope.Change{Model: spec.Label, Table: child.Table, Operation: envelope.Updated, PK: child.keyOf(n.row),
+					Changed: changed, OccurredAt: at}
+				if spec.Options.Payload != envelope.Keys {
+					after := maps.Clone(n.row)
+					for _, col := range changed {
+						after[col] = nil
+					}
+					ch.Before, ch.After = n.row, after
+				}
+				cs = append(cs, ch)
+			}
+			s.add(spec, cs...)
 		}
 	}
 	return nil
 }
 
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
+// cascadeRows reads, locked, the rows of c's child whose foreign key
+// holds one of ids (rows of parent): the payload columns when spec
+// captures the child, its key otherwise, and the foreign key.
+func (s *scope) cascadeRows(c Cascade, spec *envelope.Spec, parent *Schema, ids []any) ([]map[string]any, error) {
+	child := c.Child
+	cols := slices.Clone(child.KeyColumns())
+	var more []string
+	if spec != nil {
+		more = spec.Columns()
+	}
+	for _, col := range append(more, c.Column) {
+		if !slices.Contains(cols, col) {
+			cols = append(cols, col)
 		}
 	}
-	return false
+	sel := sql.Dialect(dialectName(s.d)).Select().From(from(s.g, child))
+	qc := make([]string, len(cols))
+	for i, col := range cols {
+		qc[i] = sel.C(col)
+	}
+	sel.Select(qc...).Where(sql.In(sel.C(c.Column), ids...))
+	if s.d == envelope.Postgres {
+		sel.ForUpdate()
+	}
+	got, err := s.query(sel, cols, child.Scan)
+	if err != nil {
+		return nil, fmt.Errorf("herald/entcapture: %s: read rows a delete of %s reaches: %w", child.Name, parent.Name, err)
+	}
+	return got, nil
 }

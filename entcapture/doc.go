@@ -14,18 +14,18 @@
 //     generates the typed glue a generic hook lacks — table and column
 //     names, the id, .Sensitive() fields (left out of events unless named
 //     in Options.Fields), typed row scans, the foreign keys whose ON DELETE
-//     reaches captured rows — and enables the sql/execquery and sql/upsert
-//     features. It is a package of its own so that only entc.go links ent's
-//     code generator: a service importing entcapture links no
-//     entgo.io/ent/entc package (TestNoCodeGenerator). entc.go needs
-//     //go:build ignore, and generate.go must run it
-//     (//go:generate go run -mod=mod entc.go): the line ent new writes runs
-//     ent's CLI, which never runs extensions; a captured write of code
-//     generated that way fails with envelope.ErrConfiguration saying so.
-//     It fails `go generate` naming the schema and option for an unknown
-//     column in Fields or Exclude, a schema on the outbox table, or a
-//     schema without a single id field, and naming the release on an ent
-//     release whose CreateBulk template is not the one (v0.14.5's) the
+//     reaches captured rows, the join tables of plain many-to-many edges —
+//     and enables the sql/execquery and sql/upsert features. It is a
+//     package of its own so that only entc.go links ent's code generator:
+//     a service importing entcapture links no entgo.io/ent/entc package
+//     (TestNoCodeGenerator). entc.go needs //go:build ignore, and
+//     generate.go must run it (//go:generate go run -mod=mod entc.go): the
+//     line ent new writes runs ent's CLI, which never runs extensions; a
+//     captured write of code generated that way fails with
+//     envelope.ErrConfiguration saying so. It fails `go generate` naming
+//     the schema and option for an unknown column in Fields or Exclude, a
+//     schema on the outbox table, or a view, and naming the release on an
+//     ent release whose CreateBulk template is not the one (v0.14.5's) the
 //     extension overrides to make a captured CreateBulk one scope.
 //   - Driver wraps the client's driver: a captured write made without a
 //     transaction runs, with its events, in a transaction the hook opens
@@ -91,15 +91,30 @@
 //     UPDATE wrote have events. "changed" lists every column the UPDATE
 //     sets: the mutation's fields (those schema hooks set included), the
 //     foreign keys of edge setters, and the columns of its modifiers
-//     (Modify, AppendX).
+//     (Modify, AppendX). An update that sets no column of its own
+//     (UpdateOne(p).AddFollowing(q), UpdateOneID(k) with nothing set), for
+//     which ent sends no UPDATE, has no event of its row; the join rows
+//     and children its edge setters write have theirs.
 //   - Delete, DeleteOne: ent's DELETE runs with a RETURNING of the before
 //     images (their ids only in Keys mode); when the delete cascades to
 //     captured rows, or without the wrapper, the rows are read locked
-//     before the delete instead, and the delete pinned to them.
+//     right before ent's DELETE runs instead — in the generated delete,
+//     after every hook, so with the predicates a later hook adds (a
+//     tenant's WhereP) — and the delete pinned to them. A delete that
+//     never runs (a later hook turns it into an update) has no events.
 //   - ON DELETE CASCADE / SET NULL (entsql.OnDelete, and ent's defaults as
 //     the migrated tables have them): the rows of captured schemas the
-//     database will delete or null, read locked before the delete, one
-//     statement per foreign key per level, recursively.
+//     database will delete or null, read locked with the rows above, one
+//     statement per foreign key per level, recursively, also through
+//     tables that are not captured; one event per row (a row reached
+//     twice, through a self-referencing tree or two foreign keys, is
+//     deleted once; a row deleted and nulled is deleted; a row nulled
+//     through two keys is one update of both columns). A schema that is
+//     not captured but whose deletes reach captured rows this way gets
+//     CascadeHook, which the generated client installs: its deletes then
+//     capture those rows, and so need Driver or a transaction like a
+//     captured write (without them they fail with
+//     envelope.ErrConfiguration and delete nothing).
 //   - Upserts (OnConflict…): a conflicting row is an update (its changed
 //     columns those the conflict action sets), a new one an insert, a row
 //     skipped by DoNothing or Ignore nothing — with the ids the database
@@ -120,11 +135,27 @@
 //     herald cannot classify (no conflict columns, ON CONSTRAINT, a partial
 //     index, an update with a WHERE) fails with envelope.ErrUnsupported
 //     naming the schema, and writes nothing.
-//   - Edge schemas (edge.To(…).Through(…)): their rows written through
-//     their own client are captured like any schema's; the join rows that
-//     edge setters write past every hook (AddGroups, RemoveGroups,
-//     ClearGroups, on create and update) are read before and after the
-//     write and captured as inserted and deleted rows of the edge schema.
+//   - Edge schemas (edge.To(…).Through(…)), with an id or a composite id
+//     (field.ID("user_id", "group_id"), keyed by both columns): their rows
+//     written through their own client are captured like any schema's; the
+//     join rows that edge setters write past every hook (AddGroups,
+//     RemoveGroups, ClearGroups, on create and update; both rows of a
+//     bidirectional edge) are read before and after the write and captured
+//     as inserted and deleted rows of the edge schema.
+//   - Plain many-to-many edges between two captured schemas: their join
+//     table is captured as a model named as the table (user_tags), keyed
+//     by both foreign keys, its image both columns — as gormcapture
+//     captures the join table of a many2many:user_tags relation — from
+//     the setters of either side and from the cascades of a delete. Its
+//     Options are Config.Options["user_tags"] when set, else those of the
+//     schema that declares the edge (edge.To) as far as they apply to a
+//     join row: Payload, Operations, Namespace, Unordered, Topic and
+//     OrderingKey.
+//   - Tables in another database schema: the capture's own statements
+//     qualify each table with the client's SchemaConfig (ent's
+//     sql/schemaconfig feature, which entsql.Annotation{Schema: …} fills
+//     by default and ent.AlternateSchema at run time), or without that
+//     feature with the annotation's schema.
 //   - Edge setters on the side without the foreign key (user.AddPets,
 //     ClearPets, a bidirectional one-to-one's other row) update rows of
 //     another captured table past every hook: the rows they can touch are
@@ -175,8 +206,6 @@
 // ExecContext and QueryContext methods of the generated Client and Tx that
 // the sql/execquery feature adds (the extension turns the feature on for
 // its own statements: it also gives every caller a way to write rows no
-// event records); join rows of a many-to-many edge without an edge schema (there
-// is no schema to capture them as — declare one with Through); rows of
-// tables that are not captured, and what a cascade reaches through them;
-// schemas with a composite id.
+// event records); rows of tables that are not captured; join rows of a
+// plain many-to-many edge with an uncaptured side; views.
 package entcapture

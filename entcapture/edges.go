@@ -11,11 +11,13 @@ import (
 
 // Join rows that an edge setter (AddClubs, RemoveClubs, ClearClubs) writes
 // go straight from ent's sqlgraph to the table, past every hook. When the
-// join table is a captured edge schema, the owner's capture reads the join
-// rows the setter can touch before the write (locked) and after it, and
-// captures the difference: rows that appeared as inserted, rows that went
-// as deleted. Two statements per edge per write, whatever the number of
-// rows.
+// join table is captured (an edge schema, or the join table of a plain
+// edge between captured schemas), the owner's capture reads the join rows
+// the setter can touch before the write (locked) and after it — for a
+// bidirectional edge both ways, since ent writes each row with its
+// reverse — and captures the difference: rows that appeared as inserted,
+// rows that went as deleted. Two statements per edge per write, whatever
+// the number of rows.
 
 // edgeWrite is one edge a mutation changes.
 type edgeWrite struct {
@@ -35,13 +37,12 @@ func (s *scope) edgeWrites(w *write) ([]*edgeWrite, error) {
 		if len(added) == 0 && len(removed) == 0 && !cleared {
 			continue
 		}
-		h := hookOf(e.Through)
-		if h == nil || e.Through.Scan == nil {
-			continue
-		}
-		spec, err := h.spec(e.Through, s.cd, s.writer)
+		spec, err := s.specOf(e.Through)
 		if err != nil {
 			return nil, err
+		}
+		if spec == nil {
+			continue
 		}
 		ew := &edgeWrite{e: e, spec: spec, cleared: cleared}
 		if !cleared {
@@ -55,30 +56,38 @@ func (s *scope) edgeWrites(w *write) ([]*edgeWrite, error) {
 }
 
 // joinRows reads the join rows of the owners that the edge write can
-// touch, keyed by the edge schema's id.
+// touch, keyed by the edge schema's key. A bidirectional edge's rows are
+// read both ways: ent writes each with its reverse.
 func (s *scope) joinRows(ew *edgeWrite, owners []any, lock bool) (map[string]map[string]any, error) {
 	t := ew.e.Through
-	cols := []string{t.PK}
+	cols := slices.Clone(t.KeyColumns())
 	for _, c := range append(ew.spec.Columns(), ew.e.Own, ew.e.Other) {
 		if !slices.Contains(cols, c) {
 			cols = append(cols, c)
 		}
 	}
-	sel := sql.Dialect(dialectName(s.d)).Select().From(sql.Table(t.Table))
+	sel := sql.Dialect(dialectName(s.d)).Select().From(from(s.g, t))
 	qc := make([]string, len(cols))
 	for i, c := range cols {
 		qc[i] = sel.C(c)
 	}
-	sel.Select(qc...).Where(sql.In(sel.C(ew.e.Own), owners...))
-	if !ew.cleared {
-		sel.Where(sql.In(sel.C(ew.e.Other), ew.others...))
+	side := func(own, other string) *sql.Predicate {
+		if ew.cleared {
+			return sql.In(sel.C(own), owners...)
+		}
+		return sql.And(sql.In(sel.C(own), owners...), sql.In(sel.C(other), ew.others...))
 	}
+	where := side(ew.e.Own, ew.e.Other)
+	if ew.e.Bidi {
+		where = sql.Or(where, side(ew.e.Other, ew.e.Own))
+	}
+	sel.Select(qc...).Where(where)
 	if lock && s.d == envelope.Postgres {
 		sel.ForUpdate()
 	}
 	if lock {
 		// Read before the write: on SQLite the write lock first.
-		if err := s.writeLock(t.Table, t.PK); err != nil {
+		if err := s.writeLock(t); err != nil {
 			return nil, err
 		}
 	}
@@ -88,7 +97,7 @@ func (s *scope) joinRows(ew *edgeWrite, owners []any, lock bool) (map[string]map
 	}
 	out := make(map[string]map[string]any, len(got))
 	for _, r := range got {
-		out[envelope.KeyText(r[t.PK])] = r
+		out[t.keyText(r)] = r
 	}
 	return out, nil
 }
@@ -125,12 +134,12 @@ func (s *scope) edgesAfter(ews []*edgeWrite, owners []any) error {
 		var cs []envelope.Change
 		for k, r := range after {
 			if _, ok := ew.before[k]; !ok {
-				cs = append(cs, envelope.Change{Model: ew.spec.Label, Table: t.Table, Operation: envelope.Inserted, PK: r[t.PK], After: r, OccurredAt: at})
+				cs = append(cs, envelope.Change{Model: ew.spec.Label, Table: t.Table, Operation: envelope.Inserted, PK: t.keyOf(r), After: r, OccurredAt: at})
 			}
 		}
 		for k, r := range ew.before {
 			if _, ok := after[k]; !ok {
-				cs = append(cs, envelope.Change{Model: ew.spec.Label, Table: t.Table, Operation: envelope.Deleted, PK: r[t.PK], Before: r, OccurredAt: at})
+				cs = append(cs, envelope.Change{Model: ew.spec.Label, Table: t.Table, Operation: envelope.Deleted, PK: t.keyOf(r), Before: r, OccurredAt: at})
 			}
 		}
 		s.add(ew.spec, cs...)
@@ -161,15 +170,11 @@ func (s *scope) childWrites(w *write) ([]*childWrite, error) {
 		if len(added) == 0 && len(removed) == 0 && !cleared {
 			continue
 		}
-		h := hookOf(e.Child)
-		if h == nil || e.Child.Scan == nil {
-			continue
-		}
-		spec, err := h.spec(e.Child, s.cd, s.writer)
+		spec, err := s.specOf(e.Child)
 		if err != nil {
 			return nil, err
 		}
-		if !spec.Captures(envelope.Updated) {
+		if spec == nil || !spec.Captures(envelope.Updated) {
 			continue
 		}
 		cw := &childWrite{e: e, spec: spec, cleared: cleared}
@@ -191,7 +196,7 @@ func (s *scope) childRows(cw *childWrite, owners, also []any, lock bool) (map[st
 			cols = append(cols, col)
 		}
 	}
-	sel := sql.Dialect(dialectName(s.d)).Select().From(sql.Table(c.Table))
+	sel := sql.Dialect(dialectName(s.d)).Select().From(from(s.g, c))
 	qc := make([]string, len(cols))
 	for i, col := range cols {
 		qc[i] = sel.C(col)
@@ -206,7 +211,7 @@ func (s *scope) childRows(cw *childWrite, owners, also []any, lock bool) (map[st
 	}
 	if lock {
 		// Read before the write: on SQLite the write lock first.
-		if err := s.writeLock(c.Table, c.PK); err != nil {
+		if err := s.writeLock(c); err != nil {
 			return nil, err
 		}
 	}

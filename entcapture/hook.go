@@ -25,6 +25,19 @@ import (
 type hook struct {
 	opts  envelope.Options
 	specs sync.Map // specKey -> *compiled
+	// parent: the hook of a schema that is not captured but whose deletes
+	// cascade to captured rows (CascadeHook); it captures those rows only.
+	parent bool
+}
+
+// CascadeHook is the hook the code Extension generates installs on a
+// schema that is not captured but whose deletes make the database delete
+// or null rows of captured schemas (ON DELETE CASCADE or SET NULL,
+// directly or through other uncaptured tables): it captures those rows.
+// Not for use by hand.
+func CascadeHook() ent.Hook {
+	h := &hook{parent: true}
+	return h.wrap
 }
 
 type specKey struct {
@@ -45,11 +58,17 @@ func (h *hook) spec(s *Schema, cd *CaptureDriver, w *envelope.Writer) (*envelope
 	}
 	c := &compiled{}
 	opts, namespace := h.opts, ""
+	own := false
 	if cd != nil {
 		namespace = cd.cfg.Namespace
 		if o, ok := cd.cfg.Options[s.Name]; ok {
+			opts, own = o, true
+		} else if o, ok := cd.cfg.Options[s.JoinOwner.name()]; ok && s.JoinOwner != nil {
 			opts = o
 		}
+	}
+	if s.JoinOwner != nil && !own {
+		opts = joinOptions(opts)
 	}
 	c.spec, c.err = compileSpec(s, opts, namespace, w)
 	h.specs.Store(k, c)
@@ -64,7 +83,7 @@ func compileSpec(s *Schema, opts envelope.Options, namespace string, w *envelope
 		Name:             s.Name,
 		Table:            s.Table,
 		Columns:          s.Columns,
-		PrimaryKey:       []string{s.PK},
+		PrimaryKey:       s.KeyColumns(),
 		Sensitive:        s.Sensitive,
 		DefaultNamespace: namespace,
 	}, opts)
@@ -75,6 +94,49 @@ func unqualified(t string) string {
 		return t[i+1:]
 	}
 	return t
+}
+
+// joinOptions are the Options of the join rows of a plain many-to-many
+// edge, from those of the schema that declares the edge: what applies to
+// any row (payload mode, operations, namespace, ordering, the topic and
+// key templates), not what names the owner's columns or takes its
+// changes (Fields, Exclude, Extend, ExtendMany, TopicFunc,
+// OrderingKeyFunc). Config.Options under the join model's name replace
+// them whole.
+func joinOptions(o envelope.Options) envelope.Options {
+	j := envelope.Options{Payload: o.Payload, Operations: o.Operations, Namespace: o.Namespace,
+		Unordered: o.Unordered, Topic: o.Topic, OrderingKey: o.OrderingKey}
+	if o.TopicFunc != nil {
+		j.Topic = ""
+	}
+	if o.OrderingKeyFunc != nil {
+		j.OrderingKey = ""
+	}
+	return j
+}
+
+func (s *Schema) name() string {
+	if s == nil {
+		return ""
+	}
+	return s.Name
+}
+
+// specOf returns the Spec of a schema a write reaches past its hooks (a
+// cascade's child, an edge's join rows); nil when the schema is not
+// captured.
+func (s *scope) specOf(sch *Schema) (*envelope.Spec, error) {
+	if sch.Scan == nil {
+		return nil, nil
+	}
+	h := hookOf(sch)
+	if sch.JoinOwner != nil {
+		h = hookOf(sch.JoinOwner)
+	}
+	if h == nil {
+		return nil, nil
+	}
+	return h.spec(sch, s.cd, s.writer)
 }
 
 // defaultWriters serves mutations in a caller's transaction on a client
@@ -150,6 +212,10 @@ func (cm *captureMutator) Mutate(ctx context.Context, m ent.Mutation) (ent.Value
 			return nil, errNoGlue(m)
 		}
 		sch := g.HeraldSchema()
+		op := opOf(m.Op())
+		if h.parent && (op != envelope.Deleted || len(sch.Cascades) == 0) {
+			return next.Mutate(ctx, m)
+		}
 		drv := g.HeraldDriver()
 		cd := captureOf(drv)
 		var (
@@ -171,14 +237,16 @@ func (cm *captureMutator) Mutate(ctx context.Context, m ent.Mutation) (ent.Value
 				return nil, err
 			}
 		}
-		spec, err := h.spec(sch, cd, w)
-		if err != nil {
-			return nil, err
+		var spec *envelope.Spec
+		if !h.parent {
+			var err error
+			if spec, err = h.spec(sch, cd, w); err != nil {
+				return nil, err
+			}
 		}
-		op := opOf(m.Op())
 		// A create may be an upsert that updates.
 		// A delete may cascade to captured rows.
-		if !spec.Captures(op) && (op != envelope.Inserted || !spec.Captures(envelope.Updated)) &&
+		if !h.parent && !spec.Captures(op) && (op != envelope.Inserted || !spec.Captures(envelope.Updated)) &&
 			(op != envelope.Deleted || len(sch.Cascades) == 0) && len(sch.Edges) == 0 && len(sch.ChildEdges) == 0 {
 			return next.Mutate(ctx, m)
 		}
@@ -412,12 +480,12 @@ func (s *scope) signal(w wakeup.Wakeup, topics []string) {
 // takes the database's write lock (waiting under the busy timeout), so no
 // other writer changes those rows between the read and the write. Once
 // per scope.
-func (s *scope) writeLock(table, pk string) error {
+func (s *scope) writeLock(sch *Schema) error {
 	if s.d != envelope.SQLite || s.locked {
 		return nil
 	}
-	col := envelope.QuoteIdent(pk)
-	if _, err := s.g.ExecContext(s.ctx, "UPDATE "+envelope.QuoteIdent(table)+" SET "+col+"="+col+" WHERE 0"); err != nil {
+	col := envelope.QuoteIdent(sch.KeyColumns()[0])
+	if _, err := s.g.ExecContext(s.ctx, "UPDATE "+quotedTable(s.g, sch)+" SET "+col+"="+col+" WHERE 0"); err != nil {
 		return fmt.Errorf("herald/entcapture: take the write lock: %w", err)
 	}
 	s.locked = true
@@ -468,7 +536,7 @@ func asInt(v any) (int64, bool) {
 // capture hook added to an update (a tenant's WhereP), so that only the
 // rows the UPDATE wrote are read back.
 func (s *scope) selectRows(w *write, cols []string, id any, byID bool, ids []any, extra ...func(*sql.Selector)) ([]map[string]any, error) {
-	sel := sql.Dialect(dialectName(s.d)).Select().From(sql.Table(w.sch.Table))
+	sel := sql.Dialect(dialectName(s.d)).Select().From(from(s.g, w.sch))
 	qc := make([]string, len(cols))
 	for i, c := range cols {
 		qc[i] = sel.C(c)
@@ -490,6 +558,26 @@ func (s *scope) selectRows(w *write, cols []string, id any, byID bool, ids []any
 	if s.d == envelope.Postgres && ids == nil {
 		sel.ForUpdate()
 	}
+	out, err := s.query(sel, cols, w.g.HeraldScan)
+	if err != nil {
+		return nil, fmt.Errorf("herald/entcapture: %s: read rows: %w", w.sch.Name, err)
+	}
+	return out, nil
+}
+
+// selectPinned reads again, by their keys, rows of a schema with a
+// composite key.
+func (s *scope) selectPinned(w *write, cols []string, rows []map[string]any) ([]map[string]any, error) {
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	sel := sql.Dialect(dialectName(s.d)).Select().From(from(s.g, w.sch))
+	qc := make([]string, len(cols))
+	for i, c := range cols {
+		qc[i] = sel.C(c)
+	}
+	sel.Select(qc...)
+	w.sch.pin(s.d, rows)(sel)
 	out, err := s.query(sel, cols, w.g.HeraldScan)
 	if err != nil {
 		return nil, fmt.Errorf("herald/entcapture: %s: read rows: %w", w.sch.Name, err)

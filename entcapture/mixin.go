@@ -12,6 +12,11 @@ import (
 // tells Extension that a schema is captured.
 const AnnotationName = "HeraldCapture"
 
+// CascadeAnnotationName marks, in code generation, a schema that is not
+// captured but whose deletes cascade to captured rows: Extension adds it,
+// and its templates install CascadeHook on such schemas.
+const CascadeAnnotationName = "HeraldCascade"
+
 // Annotation is the part of a capture declaration that code generation
 // sees: which columns the event holds and its templates, so that unknown
 // names fail `go generate`. Mixin adds it; it is not meant to be used on its own.

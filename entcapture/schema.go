@@ -4,10 +4,13 @@ import (
 	"context"
 	stdsql "database/sql"
 	"database/sql/driver"
+	"strings"
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
+
+	"github.com/heraldgo/herald/envelope"
 )
 
 // Schema is what the generated glue tells the capture hook about one
@@ -15,10 +18,18 @@ import (
 // at run time. Extension generates one per captured schema; it is not
 // meant to be written by hand.
 type Schema struct {
-	Name      string   // the schema's Go name: "Loan"
-	Table     string   // "loans"
-	Columns   []string // every column, in table order (fields, then foreign keys)
-	PK        string   // the id column
+	Name    string   // the schema's Go name: "Loan"
+	Table   string   // "loans"
+	Columns []string // every column, in table order (fields, then foreign keys)
+	PK      string   // the id column; "" for a composite key (Key)
+	// Key lists the key columns of a schema without a single id: a
+	// composite-id edge schema (field.ID("user_id", "group_id")) or the
+	// join table of a plain many-to-many edge. nil = PK alone.
+	Key []string
+	// DB is the database schema the table is in (entsql.Annotation's
+	// Schema), which the capture's own statements qualify it with; "" =
+	// the connection's default.
+	DB        string
 	Sensitive []string // columns of .Sensitive() fields
 	// Fields maps an ent field name to its column, for the columns an
 	// update sets.
@@ -39,7 +50,8 @@ type Schema struct {
 	// the database delete or update.
 	Cascades []Cascade
 	// Edges are the schema's many-to-many edges through a captured edge
-	// schema: the join rows their setters (AddX, RemoveX, ClearX) write.
+	// schema or a captured plain join table: the join rows their setters
+	// (AddX, RemoveX, ClearX) write.
 	Edges []ThroughEdge
 	// ChildEdges are the schema's one-to-many (and one-to-one) edges whose
 	// foreign key is in a captured table: the rows their setters update.
@@ -50,17 +62,116 @@ type Schema struct {
 	// Scan reads rows of the given columns as the schema's entity reads
 	// them (HeraldScan, for rows reached by a cascade).
 	Scan func(rows *stdsql.Rows, cols []string) ([]map[string]any, error)
-	// Hooks returns the schema's hooks, among them its capture hook.
+	// Hooks returns the schema's hooks, among them its capture hook; nil
+	// for a schema that is not captured (a parent whose deletes cascade to
+	// captured rows, or a join table).
 	Hooks func() []ent.Hook
+	// JoinOwner is, for the join table of a plain many-to-many edge, the
+	// captured schema that declares the edge (edge.To): its Options, as
+	// far as they apply to a join row, are the join rows'.
+	JoinOwner *Schema
+}
+
+// KeyColumns are the columns that identify a row in events.
+func (s *Schema) KeyColumns() []string {
+	if len(s.Key) > 0 {
+		return s.Key
+	}
+	return []string{s.PK}
+}
+
+// keyOf is a row's key as events carry it: the id, or a column map for
+// a composite key.
+func (s *Schema) keyOf(row map[string]any) any {
+	if len(s.Key) == 0 {
+		return row[s.PK]
+	}
+	k := make(map[string]any, len(s.Key))
+	for _, c := range s.Key {
+		k[c] = row[c]
+	}
+	return k
+}
+
+// keyText is a row's key as text, to tell rows apart.
+func (s *Schema) keyText(row map[string]any) string {
+	if len(s.Key) == 0 {
+		return envelope.KeyText(row[s.PK])
+	}
+	var b strings.Builder
+	for i, c := range s.Key {
+		if i > 0 {
+			b.WriteByte(0)
+		}
+		b.WriteString(envelope.KeyText(row[c]))
+	}
+	return b.String()
+}
+
+// db is the database schema sch's table is in for the write of g: the
+// client's SchemaConfig (ent's sql/schemaconfig feature, which
+// entsql.Annotation{Schema: …} and ent.AlternateSchema fill) when the
+// code has it, otherwise the annotation's.
+func db(g Glue, sch *Schema) string {
+	if d, ok := g.HeraldDB(sch); ok {
+		return d
+	}
+	return sch.DB
+}
+
+// from is sch's table for the capture's statements in the write of g,
+// qualified by its database schema.
+func from(g Glue, sch *Schema) *sql.SelectTable {
+	t := sql.Table(sch.Table)
+	if d := db(g, sch); d != "" {
+		t.Schema(d)
+	}
+	return t
+}
+
+// quotedTable is sch's table as an identifier of raw SQL.
+func quotedTable(g Glue, sch *Schema) string {
+	if d := db(g, sch); d != "" {
+		return envelope.QuoteIdent(d) + "." + envelope.QuoteIdent(sch.Table)
+	}
+	return envelope.QuoteIdent(sch.Table)
+}
+
+// pin returns the predicate that narrows a write to rows (their keys):
+// one IN list for an id; for a composite key, one (a AND b) per row —
+// only composite-id edge schemas, written through their own client, get
+// there.
+func (s *Schema) pin(d envelope.Dialect, rows []map[string]any) func(*sql.Selector) {
+	if len(s.Key) == 0 {
+		return keysIn(d, s.Table, s.PK, pks(rows, s.PK))
+	}
+	return func(sel *sql.Selector) {
+		ors := make([]*sql.Predicate, 0, len(rows))
+		for _, r := range rows {
+			ands := make([]*sql.Predicate, len(s.Key))
+			for i, c := range s.Key {
+				ands[i] = sql.EQ(sel.C(c), r[c])
+			}
+			ors = append(ors, sql.And(ands...))
+		}
+		if len(ors) == 0 {
+			sel.Where(sql.False())
+			return
+		}
+		sel.Where(sql.Or(ors...))
+	}
 }
 
 // ThroughEdge is a many-to-many edge whose join table is a captured edge
 // schema.
 type ThroughEdge struct {
 	Name    string  // the edge: "clubs"
-	Through *Schema // the edge schema
+	Through *Schema // the edge schema, or the join table of a plain edge
 	Own     string  // its column holding this schema's id
 	Other   string  // its column holding the other side's id
+	// Bidi marks a bidirectional edge (edge.To("friends", User.Type)):
+	// ent writes and deletes each join row with its reverse (other, own).
+	Bidi bool
 }
 
 // ChildEdge is an edge whose foreign key lives in another captured table
@@ -109,6 +220,14 @@ type Glue interface {
 	WhereP(ps ...func(*sql.Selector))
 	ExecContext(ctx context.Context, query string, args ...any) (stdsql.Result, error)
 	QueryContext(ctx context.Context, query string, args ...any) (*stdsql.Rows, error)
+	// HeraldBeforeDelete sets the function the generated DELETE calls
+	// right before it runs, after every hook (nil: none): the capture reads
+	// the rows the delete will remove with its final predicates there.
+	HeraldBeforeDelete(f func(context.Context) error)
+	// HeraldDB is the database schema of a captured table (this one, or
+	// one its write reaches) in the mutation's SchemaConfig; false when
+	// the code has no SchemaConfig (ent's sql/schemaconfig feature).
+	HeraldDB(s *Schema) (string, bool)
 }
 
 // scannerGlue is the glue generated since images are scanned one row at

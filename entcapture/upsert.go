@@ -182,7 +182,7 @@ func (s *scope) beforeUpsert(opts []sql.ConflictOption) error {
 		s.upsert = u
 		return nil
 	}
-	if err := s.writeLock(w.sch.Table, w.sch.PK); err != nil {
+	if err := s.writeLock(w.sch); err != nil {
 		return err
 	}
 	rows, err := s.rowsByTarget(w, u, true, nil)
@@ -199,7 +199,7 @@ func (s *scope) beforeUpsert(opts []sql.ConflictOption) error {
 // columns the action may have changed), keyed by those values, and by
 // id text under idPrefix+id.
 func (s *scope) rowsByTarget(w *write, u *upsert, lock bool, ids []any) (map[string]map[string]any, error) {
-	sel := sql.Dialect(dialectName(s.d)).Select().From(sql.Table(w.sch.Table))
+	sel := sql.Dialect(dialectName(s.d)).Select().From(from(s.g, w.sch))
 	qc := make([]string, len(u.cols))
 	for i, c := range u.cols {
 		qc[i] = sel.C(c)
@@ -284,7 +284,7 @@ func (s *scope) afterUpsert() error {
 				continue
 			}
 			s.add(w.spec, envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Updated,
-				PK: a[w.sch.PK], Changed: u.update, Before: b, After: a, OccurredAt: at})
+				PK: w.sch.keyOf(a), Changed: u.update, Before: b, After: a, OccurredAt: at})
 			continue
 		}
 		a, ok := after[k]
@@ -292,7 +292,7 @@ func (s *scope) afterUpsert() error {
 			continue
 		}
 		s.add(w.spec, envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Inserted,
-			PK: a[w.sch.PK], After: a, OccurredAt: at})
+			PK: w.sch.keyOf(a), After: a, OccurredAt: at})
 	}
 	return nil
 }

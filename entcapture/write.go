@@ -41,10 +41,10 @@ func bulkOf(ctx context.Context) *bulk {
 // columns are what a snapshot of the write reads: the key, plus the
 // payload columns when the mode keeps rows.
 func (w *write) columns(rows bool) []string {
-	cols := []string{w.sch.PK}
+	cols := slices.Clone(w.sch.KeyColumns())
 	if rows {
 		for _, c := range w.spec.Columns() {
-			if c != w.sch.PK {
+			if !slices.Contains(cols, c) {
 				cols = append(cols, c)
 			}
 		}
@@ -150,7 +150,7 @@ func (s *scope) finishCreates() error {
 	for i, it := range s.creates {
 		w, row := it.w, rows[i]
 		s.add(w.spec, envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Inserted,
-			PK: row[w.sch.PK], After: row, OccurredAt: at})
+			PK: w.sch.keyOf(row), After: row, OccurredAt: at})
 	}
 	return nil
 }
@@ -222,8 +222,9 @@ func finerThan(t time.Time, p int) bool {
 // SELECT by id per schema, for the whole scope (a CreateBulk's items).
 func (s *scope) readBack(rows []map[string]any) error {
 	type group struct {
-		w   *write
-		ids []any
+		w    *write
+		ids  []any
+		keys []map[string]any // the rows, for a composite id
 	}
 	var groups []*group
 	for i, it := range s.creates {
@@ -242,21 +243,28 @@ func (s *scope) readBack(rows []map[string]any) error {
 			groups = append(groups, g)
 		}
 		g.ids = append(g.ids, rows[i][w.sch.PK])
+		g.keys = append(g.keys, rows[i])
 	}
 	for _, g := range groups {
-		got, err := s.selectRows(g.w, g.w.columns(true), nil, false, g.ids)
+		var got []map[string]any
+		var err error
+		if len(g.w.sch.Key) > 0 {
+			got, err = s.selectPinned(g.w, g.w.columns(true), g.keys) // a composite id
+		} else {
+			got, err = s.selectRows(g.w, g.w.columns(true), nil, false, g.ids)
+		}
 		if err != nil {
 			return err
 		}
 		byID := make(map[string]map[string]any, len(got))
 		for _, r := range got {
-			byID[envelope.KeyText(r[g.w.sch.PK])] = r
+			byID[g.w.sch.keyText(r)] = r
 		}
 		for i, it := range s.creates {
 			if it.w.sch != g.w.sch {
 				continue
 			}
-			if r, ok := byID[envelope.KeyText(rows[i][g.w.sch.PK])]; ok {
+			if r, ok := byID[g.w.sch.keyText(rows[i])]; ok {
 				rows[i] = r
 			}
 		}
@@ -388,7 +396,7 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 	var ids []any
 	readFirst := !ret || !noEdges || len(ews)+len(cws) > 0 // no RETURNING alone gives the rows
 	if needBefore || (!one && readFirst) {
-		if err := s.writeLock(w.sch.Table, w.sch.PK); err != nil {
+		if err := s.writeLock(w.sch); err != nil {
 			return nil, err
 		}
 		var err error
@@ -398,7 +406,7 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 		}
 		ids = pks(before, w.sch.PK)
 		if !one {
-			w.g.WhereP(keysIn(s.d, w.sch.Table, w.sch.PK, ids))
+			w.g.WhereP(w.sch.pin(s.d, before))
 		}
 	}
 	owners := ids
@@ -435,8 +443,10 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 	if req != nil && !req.done && owners == nil {
 		return v, errNotReturned(w)
 	}
-	if !w.spec.Captures(envelope.Updated) || (len(changed) == 0 && len(ews)+len(cws) > 0) {
-		return v, nil // an update of edges only changes no column of its own
+	if !w.spec.Captures(envelope.Updated) || (len(changed) == 0 && (req == nil || !req.done)) {
+		// An update that sets no column (edges only, or nothing at all):
+		// ent sent no UPDATE, and the row did not change.
+		return v, nil
 	}
 	var after []map[string]any
 	switch {
@@ -444,6 +454,16 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 		after = req.rows
 	case len(owners) == 0:
 		return v, nil
+	case len(w.sch.Key) > 0 && rows:
+		// A composite key: read the rows again by their keys.
+		if after, err = s.selectPinned(w, w.columns(true), before); err != nil {
+			return v, err
+		}
+	case len(w.sch.Key) > 0:
+		after = make([]map[string]any, len(before))
+		for i, b := range before {
+			after[i] = b
+		}
 	case rows:
 		if after, err = s.selectRows(w, w.columns(true), nil, false, owners, narrow...); err != nil {
 			return v, err
@@ -460,18 +480,18 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 	}
 	byID := map[string]map[string]any{}
 	for _, r := range before {
-		byID[envelope.KeyText(r[w.sch.PK])] = r
+		byID[w.sch.keyText(r)] = r
 	}
 	cs := make([]envelope.Change, 0, len(after))
 	at := now()
 	for _, a := range after {
 		c := envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Updated,
-			PK: a[w.sch.PK], Changed: changed, OccurredAt: at}
+			PK: w.sch.keyOf(a), Changed: changed, OccurredAt: at}
 		if rows {
 			c.After = a
 		}
 		if needBefore {
-			c.Before = byID[envelope.KeyText(a[w.sch.PK])]
+			c.Before = byID[w.sch.keyText(a)]
 		}
 		cs = append(cs, c)
 	}
@@ -479,15 +499,20 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 	return v, nil
 }
 
-// delete: the rows are read locked before the write (the before images,
-// or only their ids in Keys mode), and the write is pinned to them — or,
-// on a client opened on Driver and when no captured row is reached by a
+// delete: on a client opened on Driver and when no row is reached by a
 // cascade, the wrapper runs ent's DELETE with a RETURNING of the before
-// images (or the ids), and nothing is read.
+// images (or the ids), and nothing is read. Otherwise the rows are read
+// locked right before ent's DELETE runs — in the generated delete, after
+// every hook, so with the predicates a hook after this one adds (a
+// tenant's WhereP) — the delete is pinned to them, and the rows its
+// cascades reach are read with them. A delete that never runs (a later
+// hook turns it into an update, or fails) has no events. w.spec is nil
+// for a schema that is not captured but whose deletes cascade to
+// captured rows.
 func (w *write) delete(ctx context.Context, s *scope, next ent.Mutator) (ent.Value, error) {
-	rows := w.spec.Options.Payload != envelope.Keys
+	rows := w.spec != nil && w.spec.Options.Payload != envelope.Keys
 	mark := s.mark()
-	if len(w.sch.Cascades) == 0 && w.returns(s, nil, true) {
+	if w.spec != nil && len(w.sch.Cascades) == 0 && w.returns(s, nil, true) {
 		req := w.returningRequest(s, w.columns(rows))
 		v, err := next.Mutate(withReturning(ctx, req), w.g)
 		if err != nil {
@@ -502,26 +527,35 @@ func (w *write) delete(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 		w.deleted(s, req.rows, rows)
 		return v, nil
 	}
-	if err := s.writeLock(w.sch.Table, w.sch.PK); err != nil {
-		return nil, err
-	}
-	before, err := s.selectRows(w, w.columns(rows), nil, false, nil)
-	if err != nil {
-		return nil, err
-	}
-	ids := pks(before, w.sch.PK)
-	w.g.WhereP(keysIn(s.d, w.sch.Table, w.sch.PK, ids))
-	if err := s.cascade(w.sch, ids, 0); err != nil {
-		return nil, err
-	}
+	var before []map[string]any
+	ran := false
+	w.g.HeraldBeforeDelete(func(context.Context) error {
+		ran = true
+		if err := s.writeLock(w.sch); err != nil {
+			return err
+		}
+		cols := w.sch.KeyColumns()
+		if w.spec != nil {
+			cols = w.columns(rows)
+		}
+		var err error
+		if before, err = s.selectRows(w, cols, nil, false, nil); err != nil {
+			return err
+		}
+		w.g.WhereP(w.sch.pin(s.d, before))
+		return s.cascade(w.sch, before)
+	})
 	v, err := next.Mutate(ctx, w.g)
-	if err != nil {
+	w.g.HeraldBeforeDelete(nil)
+	if err != nil || !ran {
 		return v, err
 	}
 	if w.notDelete(s, mark) {
 		return v, nil
 	}
-	w.deleted(s, before, rows)
+	if w.spec != nil {
+		w.deleted(s, before, rows)
+	}
 	return v, nil
 }
 
@@ -543,7 +577,7 @@ func (w *write) deleted(s *scope, before []map[string]any, rows bool) {
 	at := now()
 	cs := make([]envelope.Change, 0, len(before))
 	for _, b := range before {
-		c := envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Deleted, PK: b[w.sch.PK], OccurredAt: at}
+		c := envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Deleted, PK: w.sch.keyOf(b), OccurredAt: at}
 		if rows {
 			c.Before = b
 		}

@@ -266,7 +266,7 @@ func packageOf(src string) string {
 }
 
 // addMixin adds entcapture.Mixin to each ent.Schema of a schema file
-// (not to edge schemas with a composite id, which entcapture refuses).
+// (edge schemas with a composite id included).
 func addMixin(f string) error {
 	b, err := os.ReadFile(f)
 	if err != nil {
@@ -275,10 +275,6 @@ func addMixin(f string) error {
 	s := string(b)
 	types := schemaTypeRE.FindAllStringSubmatch(s, -1)
 	if len(types) == 0 {
-		return nil
-	}
-	if strings.Contains(s, "field.ID(") {
-		fmt.Printf("     %-14s %s: an edge schema with a composite id, not captured\n", filepath.Base(filepath.Dir(filepath.Dir(filepath.Dir(f)))), filepath.Base(f))
 		return nil
 	}
 	for _, t := range types {

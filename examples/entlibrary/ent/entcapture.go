@@ -121,13 +121,8 @@ func (m *ClubMutation) HeraldTx() dialect.Tx {
 // HeraldOnCommit implements entcapture.Glue.
 func (m *ClubMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldID implements entcapture.Glue.
-func (m *ClubMutation) HeraldID() (any, bool) {
-	if m.id == nil {
-		return nil, false
-	}
-	return *m.id, true
-}
+// HeraldBeforeDelete implements entcapture.Glue.
+func (m *ClubMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
 // HeraldBeforeInsert implements entcapture.Glue.
 func (m *ClubMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
@@ -191,6 +186,14 @@ func (m *ClubMutation) HeraldScanner(cols []string) ([]any, func() (map[string]a
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *ClubMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
+// HeraldID implements entcapture.Glue.
+func (m *ClubMutation) HeraldID() (any, bool) {
+	if m.id == nil {
+		return nil, false
+	}
+	return *m.id, true
+}
+
 // HeraldNew implements entcapture.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
@@ -230,6 +233,9 @@ func heraldClubRow(e *Club, cols []string, vals []any) map[string]any {
 
 var _ entcapture.Glue = (*ClubMutation)(nil)
 
+// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
+func (m *ClubMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
+
 // heraldLoanSchema describes Loan to entcapture.
 var heraldLoanSchema = &entcapture.Schema{
 	Name:    "Loan",
@@ -261,13 +267,8 @@ func (m *LoanMutation) HeraldTx() dialect.Tx {
 // HeraldOnCommit implements entcapture.Glue.
 func (m *LoanMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldID implements entcapture.Glue.
-func (m *LoanMutation) HeraldID() (any, bool) {
-	if m.id == nil {
-		return nil, false
-	}
-	return *m.id, true
-}
+// HeraldBeforeDelete implements entcapture.Glue.
+func (m *LoanMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
 // HeraldBeforeInsert implements entcapture.Glue.
 func (m *LoanMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
@@ -331,6 +332,14 @@ func (m *LoanMutation) HeraldScanner(cols []string) ([]any, func() (map[string]a
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *LoanMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
+// HeraldID implements entcapture.Glue.
+func (m *LoanMutation) HeraldID() (any, bool) {
+	if m.id == nil {
+		return nil, false
+	}
+	return *m.id, true
+}
+
 // HeraldNew implements entcapture.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
@@ -371,6 +380,9 @@ func heraldLoanRow(e *Loan, cols []string, vals []any) map[string]any {
 
 var _ entcapture.Glue = (*LoanMutation)(nil)
 
+// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
+func (m *LoanMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
+
 // heraldMembershipSchema describes Membership to entcapture.
 var heraldMembershipSchema = &entcapture.Schema{
 	Name:    "Membership",
@@ -402,13 +414,8 @@ func (m *MembershipMutation) HeraldTx() dialect.Tx {
 // HeraldOnCommit implements entcapture.Glue.
 func (m *MembershipMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldID implements entcapture.Glue.
-func (m *MembershipMutation) HeraldID() (any, bool) {
-	if m.id == nil {
-		return nil, false
-	}
-	return *m.id, true
-}
+// HeraldBeforeDelete implements entcapture.Glue.
+func (m *MembershipMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
 // HeraldBeforeInsert implements entcapture.Glue.
 func (m *MembershipMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
@@ -472,6 +479,14 @@ func (m *MembershipMutation) HeraldScanner(cols []string) ([]any, func() (map[st
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *MembershipMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
+// HeraldID implements entcapture.Glue.
+func (m *MembershipMutation) HeraldID() (any, bool) {
+	if m.id == nil {
+		return nil, false
+	}
+	return *m.id, true
+}
+
 // HeraldNew implements entcapture.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
@@ -509,6 +524,9 @@ func heraldMembershipRow(e *Membership, cols []string, vals []any) map[string]an
 
 var _ entcapture.Glue = (*MembershipMutation)(nil)
 
+// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
+func (m *MembershipMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
+
 // heraldReaderSchema describes Reader to entcapture.
 var heraldReaderSchema = &entcapture.Schema{
 	Name:      "Reader",
@@ -541,13 +559,8 @@ func (m *ReaderMutation) HeraldTx() dialect.Tx {
 // HeraldOnCommit implements entcapture.Glue.
 func (m *ReaderMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldID implements entcapture.Glue.
-func (m *ReaderMutation) HeraldID() (any, bool) {
-	if m.id == nil {
-		return nil, false
-	}
-	return *m.id, true
-}
+// HeraldBeforeDelete implements entcapture.Glue.
+func (m *ReaderMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
 // HeraldBeforeInsert implements entcapture.Glue.
 func (m *ReaderMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
@@ -611,6 +624,14 @@ func (m *ReaderMutation) HeraldScanner(cols []string) ([]any, func() (map[string
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *ReaderMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
+// HeraldID implements entcapture.Glue.
+func (m *ReaderMutation) HeraldID() (any, bool) {
+	if m.id == nil {
+		return nil, false
+	}
+	return *m.id, true
+}
+
 // HeraldNew implements entcapture.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
@@ -649,11 +670,14 @@ func heraldReaderRow(e *Reader, cols []string, vals []any) map[string]any {
 
 var _ entcapture.Glue = (*ReaderMutation)(nil)
 
+// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
+func (m *ReaderMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
+
 func init() {
 	entcapture.Register(heraldClubSchema, heraldLoanSchema, heraldMembershipSchema, heraldReaderSchema)
 	heraldClubSchema.Scan = (*ClubMutation)(nil).HeraldScan
 	heraldClubSchema.Hooks = func() []ent.Hook { return club.Hooks[:] }
-	heraldClubSchema.Edges = append(heraldClubSchema.Edges, entcapture.ThroughEdge{Name: "readers", Through: heraldMembershipSchema, Own: "club_id", Other: "reader_id"})
+	heraldClubSchema.Edges = append(heraldClubSchema.Edges, entcapture.ThroughEdge{Name: "readers", Through: heraldMembershipSchema, Own: "club_id", Other: "reader_id", Bidi: false})
 	if heraldClubSchema.EdgeColumns == nil {
 		heraldClubSchema.EdgeColumns = map[string]string{}
 	}
@@ -679,7 +703,7 @@ func init() {
 	heraldReaderSchema.Scan = (*ReaderMutation)(nil).HeraldScan
 	heraldReaderSchema.Hooks = func() []ent.Hook { return reader.Hooks[:] }
 	heraldReaderSchema.ChildEdges = append(heraldReaderSchema.ChildEdges, entcapture.ChildEdge{Name: "loans", Child: heraldLoanSchema, Column: "reader_id"})
-	heraldReaderSchema.Edges = append(heraldReaderSchema.Edges, entcapture.ThroughEdge{Name: "clubs", Through: heraldMembershipSchema, Own: "reader_id", Other: "club_id"})
+	heraldReaderSchema.Edges = append(heraldReaderSchema.Edges, entcapture.ThroughEdge{Name: "clubs", Through: heraldMembershipSchema, Own: "reader_id", Other: "club_id", Bidi: false})
 	heraldReaderSchema.ChildEdges = append(heraldReaderSchema.ChildEdges, entcapture.ChildEdge{Name: "presides", Child: heraldClubSchema, Column: "reader_presides"})
 	heraldReaderSchema.ChildEdges = append(heraldReaderSchema.ChildEdges, entcapture.ChildEdge{Name: "memberships", Child: heraldMembershipSchema, Column: "reader_id"})
 	heraldReaderSchema.Cascades = append(heraldReaderSchema.Cascades, entcapture.Cascade{Child: heraldClubSchema, Column: "reader_presides", SetNull: true})

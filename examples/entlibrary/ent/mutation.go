@@ -54,6 +54,7 @@ type ClubMutation struct {
 	predicates         []predicate.Club
 	heraldBefore       func([]sql.ConflictOption)
 	heraldModifiers    []func(*sql.UpdateBuilder)
+	heraldDelete       func(context.Context) error
 }
 
 var _ ent.Mutation = (*ClubMutation)(nil)
@@ -612,6 +613,7 @@ type LoanMutation struct {
 	predicates      []predicate.Loan
 	heraldBefore    func([]sql.ConflictOption)
 	heraldModifiers []func(*sql.UpdateBuilder)
+	heraldDelete    func(context.Context) error
 }
 
 var _ ent.Mutation = (*LoanMutation)(nil)
@@ -1106,6 +1108,7 @@ type MembershipMutation struct {
 	predicates      []predicate.Membership
 	heraldBefore    func([]sql.ConflictOption)
 	heraldModifiers []func(*sql.UpdateBuilder)
+	heraldDelete    func(context.Context) error
 }
 
 var _ ent.Mutation = (*MembershipMutation)(nil)
@@ -1654,6 +1657,7 @@ type ReaderMutation struct {
 	predicates         []predicate.Reader
 	heraldBefore       func([]sql.ConflictOption)
 	heraldModifiers    []func(*sql.UpdateBuilder)
+	heraldDelete       func(context.Context) error
 }
 
 var _ ent.Mutation = (*ReaderMutation)(nil)

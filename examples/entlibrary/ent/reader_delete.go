@@ -41,6 +41,11 @@ func (_d *ReaderDelete) ExecX(ctx context.Context) int {
 
 func (_d *ReaderDelete) sqlExec(ctx context.Context) (int, error) {
 	_spec := sqlgraph.NewDeleteSpec(reader.Table, sqlgraph.NewFieldSpec(reader.FieldID, field.TypeInt))
+	if f := _d.mutation.heraldDelete; f != nil {
+		if err := f(ctx); err != nil {
+			return 0, err
+		}
+	}
 	if ps := _d.mutation.predicates; len(ps) > 0 {
 		_spec.Predicate = func(selector *sql.Selector) {
 			for i := range ps {

@@ -121,13 +121,8 @@ func (m *LoanMutation) HeraldTx() dialect.Tx {
 // HeraldOnCommit implements entcapture.Glue.
 func (m *LoanMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldID implements entcapture.Glue.
-func (m *LoanMutation) HeraldID() (any, bool) {
-	if m.id == nil {
-		return nil, false
-	}
-	return *m.id, true
-}
+// HeraldBeforeDelete implements entcapture.Glue.
+func (m *LoanMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
 // HeraldBeforeInsert implements entcapture.Glue.
 func (m *LoanMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
@@ -191,6 +186,14 @@ func (m *LoanMutation) HeraldScanner(cols []string) ([]any, func() (map[string]a
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *LoanMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
+// HeraldID implements entcapture.Glue.
+func (m *LoanMutation) HeraldID() (any, bool) {
+	if m.id == nil {
+		return nil, false
+	}
+	return *m.id, true
+}
+
 // HeraldNew implements entcapture.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
@@ -252,6 +255,9 @@ func heraldLoanRow(e *Loan, cols []string, vals []any) map[string]any {
 
 var _ entcapture.Glue = (*LoanMutation)(nil)
 
+// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
+func (m *LoanMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
+
 // heraldReaderSchema describes Reader to entcapture.
 var heraldReaderSchema = &entcapture.Schema{
 	Name:      "Reader",
@@ -284,13 +290,8 @@ func (m *ReaderMutation) HeraldTx() dialect.Tx {
 // HeraldOnCommit implements entcapture.Glue.
 func (m *ReaderMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldID implements entcapture.Glue.
-func (m *ReaderMutation) HeraldID() (any, bool) {
-	if m.id == nil {
-		return nil, false
-	}
-	return *m.id, true
-}
+// HeraldBeforeDelete implements entcapture.Glue.
+func (m *ReaderMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
 // HeraldBeforeInsert implements entcapture.Glue.
 func (m *ReaderMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
@@ -354,6 +355,14 @@ func (m *ReaderMutation) HeraldScanner(cols []string) ([]any, func() (map[string
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *ReaderMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
+// HeraldID implements entcapture.Glue.
+func (m *ReaderMutation) HeraldID() (any, bool) {
+	if m.id == nil {
+		return nil, false
+	}
+	return *m.id, true
+}
+
 // HeraldNew implements entcapture.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
@@ -392,6 +401,9 @@ func heraldReaderRow(e *Reader, cols []string, vals []any) map[string]any {
 
 var _ entcapture.Glue = (*ReaderMutation)(nil)
 
+// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
+func (m *ReaderMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
+
 // heraldTagSchema describes Tag to entcapture.
 var heraldTagSchema = &entcapture.Schema{
 	Name:    "Tag",
@@ -423,13 +435,8 @@ func (m *TagMutation) HeraldTx() dialect.Tx {
 // HeraldOnCommit implements entcapture.Glue.
 func (m *TagMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldID implements entcapture.Glue.
-func (m *TagMutation) HeraldID() (any, bool) {
-	if m.id == nil {
-		return nil, false
-	}
-	return *m.id, true
-}
+// HeraldBeforeDelete implements entcapture.Glue.
+func (m *TagMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
 // HeraldBeforeInsert implements entcapture.Glue.
 func (m *TagMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
@@ -493,6 +500,14 @@ func (m *TagMutation) HeraldScanner(cols []string) ([]any, func() (map[string]an
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *TagMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
+// HeraldID implements entcapture.Glue.
+func (m *TagMutation) HeraldID() (any, bool) {
+	if m.id == nil {
+		return nil, false
+	}
+	return *m.id, true
+}
+
 // HeraldNew implements entcapture.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
@@ -525,6 +540,9 @@ func heraldTagRow(e *Tag, cols []string, vals []any) map[string]any {
 }
 
 var _ entcapture.Glue = (*TagMutation)(nil)
+
+// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
+func (m *TagMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
 
 func init() {
 	entcapture.Register(heraldLoanSchema, heraldReaderSchema, heraldTagSchema)

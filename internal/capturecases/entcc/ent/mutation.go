@@ -49,6 +49,7 @@ type LoanMutation struct {
 	predicates      []predicate.Loan
 	heraldBefore    func([]sql.ConflictOption)
 	heraldModifiers []func(*sql.UpdateBuilder)
+	heraldDelete    func(context.Context) error
 }
 
 var _ ent.Mutation = (*LoanMutation)(nil)
@@ -705,6 +706,7 @@ type ReaderMutation struct {
 	predicates      []predicate.Reader
 	heraldBefore    func([]sql.ConflictOption)
 	heraldModifiers []func(*sql.UpdateBuilder)
+	heraldDelete    func(context.Context) error
 }
 
 var _ ent.Mutation = (*ReaderMutation)(nil)
@@ -1092,6 +1094,7 @@ type TagMutation struct {
 	predicates      []predicate.Tag
 	heraldBefore    func([]sql.ConflictOption)
 	heraldModifiers []func(*sql.UpdateBuilder)
+	heraldDelete    func(context.Context) error
 }
 
 var _ ent.Mutation = (*TagMutation)(nil)

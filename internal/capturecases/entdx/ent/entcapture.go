@@ -121,13 +121,8 @@ func (m *DocMutation) HeraldTx() dialect.Tx {
 // HeraldOnCommit implements entcapture.Glue.
 func (m *DocMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldID implements entcapture.Glue.
-func (m *DocMutation) HeraldID() (any, bool) {
-	if m.id == nil {
-		return nil, false
-	}
-	return *m.id, true
-}
+// HeraldBeforeDelete implements entcapture.Glue.
+func (m *DocMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
 // HeraldBeforeInsert implements entcapture.Glue.
 func (m *DocMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
@@ -191,6 +186,14 @@ func (m *DocMutation) HeraldScanner(cols []string) ([]any, func() (map[string]an
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *DocMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
+// HeraldID implements entcapture.Glue.
+func (m *DocMutation) HeraldID() (any, bool) {
+	if m.id == nil {
+		return nil, false
+	}
+	return *m.id, true
+}
+
 // HeraldNew implements entcapture.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
@@ -229,6 +232,9 @@ func heraldDocRow(e *Doc, cols []string, vals []any) map[string]any {
 
 var _ entcapture.Glue = (*DocMutation)(nil)
 
+// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
+func (m *DocMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
+
 // heraldNoteSchema describes Note to entcapture.
 var heraldNoteSchema = &entcapture.Schema{
 	Name:    "Note",
@@ -260,13 +266,8 @@ func (m *NoteMutation) HeraldTx() dialect.Tx {
 // HeraldOnCommit implements entcapture.Glue.
 func (m *NoteMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldID implements entcapture.Glue.
-func (m *NoteMutation) HeraldID() (any, bool) {
-	if m.id == nil {
-		return nil, false
-	}
-	return *m.id, true
-}
+// HeraldBeforeDelete implements entcapture.Glue.
+func (m *NoteMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
 // HeraldBeforeInsert implements entcapture.Glue.
 func (m *NoteMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
@@ -330,6 +331,14 @@ func (m *NoteMutation) HeraldScanner(cols []string) ([]any, func() (map[string]a
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *NoteMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
+// HeraldID implements entcapture.Glue.
+func (m *NoteMutation) HeraldID() (any, bool) {
+	if m.id == nil {
+		return nil, false
+	}
+	return *m.id, true
+}
+
 // HeraldNew implements entcapture.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
@@ -363,6 +372,9 @@ func heraldNoteRow(e *Note, cols []string, vals []any) map[string]any {
 
 var _ entcapture.Glue = (*NoteMutation)(nil)
 
+// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
+func (m *NoteMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
+
 // heraldPageSchema describes Page to entcapture.
 var heraldPageSchema = &entcapture.Schema{
 	Name:     "Page",
@@ -395,13 +407,8 @@ func (m *PageMutation) HeraldTx() dialect.Tx {
 // HeraldOnCommit implements entcapture.Glue.
 func (m *PageMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldID implements entcapture.Glue.
-func (m *PageMutation) HeraldID() (any, bool) {
-	if m.id == nil {
-		return nil, false
-	}
-	return *m.id, true
-}
+// HeraldBeforeDelete implements entcapture.Glue.
+func (m *PageMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
 // HeraldBeforeInsert implements entcapture.Glue.
 func (m *PageMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
@@ -465,6 +472,14 @@ func (m *PageMutation) HeraldScanner(cols []string) ([]any, func() (map[string]a
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *PageMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
+// HeraldID implements entcapture.Glue.
+func (m *PageMutation) HeraldID() (any, bool) {
+	if m.id == nil {
+		return nil, false
+	}
+	return *m.id, true
+}
+
 // HeraldNew implements entcapture.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
@@ -502,6 +517,9 @@ func heraldPageRow(e *Page, cols []string, vals []any) map[string]any {
 }
 
 var _ entcapture.Glue = (*PageMutation)(nil)
+
+// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
+func (m *PageMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
 
 func init() {
 	entcapture.Register(heraldDocSchema, heraldNoteSchema, heraldPageSchema)

@@ -45,6 +45,7 @@ type DocMutation struct {
 	predicates      []predicate.Doc
 	heraldBefore    func([]sql.ConflictOption)
 	heraldModifiers []func(*sql.UpdateBuilder)
+	heraldDelete    func(context.Context) error
 }
 
 var _ ent.Mutation = (*DocMutation)(nil)
@@ -448,6 +449,7 @@ type NoteMutation struct {
 	predicates      []predicate.Note
 	heraldBefore    func([]sql.ConflictOption)
 	heraldModifiers []func(*sql.UpdateBuilder)
+	heraldDelete    func(context.Context) error
 }
 
 var _ ent.Mutation = (*NoteMutation)(nil)
@@ -777,6 +779,7 @@ type PageMutation struct {
 	predicates      []predicate.Page
 	heraldBefore    func([]sql.ConflictOption)
 	heraldModifiers []func(*sql.UpdateBuilder)
+	heraldDelete    func(context.Context) error
 }
 
 var _ ent.Mutation = (*PageMutation)(nil)

@@ -41,6 +41,11 @@ func (_d *NoteDelete) ExecX(ctx context.Context) int {
 
 func (_d *NoteDelete) sqlExec(ctx context.Context) (int, error) {
 	_spec := sqlgraph.NewDeleteSpec(note.Table, sqlgraph.NewFieldSpec(note.FieldID, field.TypeInt))
+	if f := _d.mutation.heraldDelete; f != nil {
+		if err := f(ctx); err != nil {
+			return 0, err
+		}
+	}
 	if ps := _d.mutation.predicates; len(ps) > 0 {
 		_spec.Predicate = func(selector *sql.Selector) {
 			for i := range ps {

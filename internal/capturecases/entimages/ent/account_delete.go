@@ -41,6 +41,11 @@ func (_d *AccountDelete) ExecX(ctx context.Context) int {
 
 func (_d *AccountDelete) sqlExec(ctx context.Context) (int, error) {
 	_spec := sqlgraph.NewDeleteSpec(account.Table, sqlgraph.NewFieldSpec(account.FieldID, field.TypeUUID))
+	if f := _d.mutation.heraldDelete; f != nil {
+		if err := f(ctx); err != nil {
+			return 0, err
+		}
+	}
 	if ps := _d.mutation.predicates; len(ps) > 0 {
 		_spec.Predicate = func(selector *sql.Selector) {
 			for i := range ps {

@@ -120,13 +120,8 @@ func (m *AccountMutation) HeraldTx() dialect.Tx {
 // HeraldOnCommit implements entcapture.Glue.
 func (m *AccountMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldID implements entcapture.Glue.
-func (m *AccountMutation) HeraldID() (any, bool) {
-	if m.id == nil {
-		return nil, false
-	}
-	return *m.id, true
-}
+// HeraldBeforeDelete implements entcapture.Glue.
+func (m *AccountMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
 // HeraldBeforeInsert implements entcapture.Glue.
 func (m *AccountMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
@@ -190,6 +185,14 @@ func (m *AccountMutation) HeraldScanner(cols []string) ([]any, func() (map[strin
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *AccountMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
+// HeraldID implements entcapture.Glue.
+func (m *AccountMutation) HeraldID() (any, bool) {
+	if m.id == nil {
+		return nil, false
+	}
+	return *m.id, true
+}
+
 // HeraldNew implements entcapture.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
@@ -222,6 +225,9 @@ func heraldAccountRow(e *Account, cols []string, vals []any) map[string]any {
 }
 
 var _ entcapture.Glue = (*AccountMutation)(nil)
+
+// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
+func (m *AccountMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
 
 // heraldMemberSchema describes Member to entcapture.
 var heraldMemberSchema = &entcapture.Schema{
@@ -257,13 +263,8 @@ func (m *MemberMutation) HeraldTx() dialect.Tx {
 // HeraldOnCommit implements entcapture.Glue.
 func (m *MemberMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldID implements entcapture.Glue.
-func (m *MemberMutation) HeraldID() (any, bool) {
-	if m.id == nil {
-		return nil, false
-	}
-	return *m.id, true
-}
+// HeraldBeforeDelete implements entcapture.Glue.
+func (m *MemberMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
 // HeraldBeforeInsert implements entcapture.Glue.
 func (m *MemberMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
@@ -326,6 +327,14 @@ func (m *MemberMutation) HeraldScanner(cols []string) ([]any, func() (map[string
 // HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *MemberMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
+
+// HeraldID implements entcapture.Glue.
+func (m *MemberMutation) HeraldID() (any, bool) {
+	if m.id == nil {
+		return nil, false
+	}
+	return *m.id, true
+}
 
 // HeraldNew implements entcapture.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
@@ -402,6 +411,9 @@ func heraldMemberRow(e *Member, cols []string, vals []any) map[string]any {
 
 var _ entcapture.Glue = (*MemberMutation)(nil)
 
+// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
+func (m *MemberMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
+
 // heraldVisitSchema describes Visit to entcapture.
 var heraldVisitSchema = &entcapture.Schema{
 	Name:       "Visit",
@@ -435,13 +447,8 @@ func (m *VisitMutation) HeraldTx() dialect.Tx {
 // HeraldOnCommit implements entcapture.Glue.
 func (m *VisitMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldID implements entcapture.Glue.
-func (m *VisitMutation) HeraldID() (any, bool) {
-	if m.id == nil {
-		return nil, false
-	}
-	return *m.id, true
-}
+// HeraldBeforeDelete implements entcapture.Glue.
+func (m *VisitMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
 // HeraldBeforeInsert implements entcapture.Glue.
 func (m *VisitMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
@@ -505,6 +512,14 @@ func (m *VisitMutation) HeraldScanner(cols []string) ([]any, func() (map[string]
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *VisitMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
+// HeraldID implements entcapture.Glue.
+func (m *VisitMutation) HeraldID() (any, bool) {
+	if m.id == nil {
+		return nil, false
+	}
+	return *m.id, true
+}
+
 // HeraldNew implements entcapture.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
@@ -552,6 +567,9 @@ func heraldVisitRow(e *Visit, cols []string, vals []any) map[string]any {
 }
 
 var _ entcapture.Glue = (*VisitMutation)(nil)
+
+// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
+func (m *VisitMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
 
 func init() {
 	entcapture.Register(heraldAccountSchema, heraldMemberSchema, heraldVisitSchema)

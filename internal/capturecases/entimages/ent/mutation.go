@@ -48,6 +48,7 @@ type AccountMutation struct {
 	predicates      []predicate.Account
 	heraldBefore    func([]sql.ConflictOption)
 	heraldModifiers []func(*sql.UpdateBuilder)
+	heraldDelete    func(context.Context) error
 }
 
 var _ ent.Mutation = (*AccountMutation)(nil)
@@ -483,6 +484,7 @@ type MemberMutation struct {
 	predicates      []predicate.Member
 	heraldBefore    func([]sql.ConflictOption)
 	heraldModifiers []func(*sql.UpdateBuilder)
+	heraldDelete    func(context.Context) error
 }
 
 var _ ent.Mutation = (*MemberMutation)(nil)
@@ -1477,6 +1479,7 @@ type VisitMutation struct {
 	predicates      []predicate.Visit
 	heraldBefore    func([]sql.ConflictOption)
 	heraldModifiers []func(*sql.UpdateBuilder)
+	heraldDelete    func(context.Context) error
 }
 
 var _ ent.Mutation = (*VisitMutation)(nil)
