@@ -1,0 +1,257 @@
+package otelherald_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	"gorm.io/driver/postgres"
+	"gorm.io/driver/sqlite"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/heraldgo/herald/delivery"
+	"github.com/heraldgo/herald/delivery/kafka"
+	"github.com/heraldgo/herald/delivery/webhook"
+	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/gormcapture"
+	"github.com/heraldgo/herald/internal/testkit"
+	"github.com/heraldgo/herald/otelherald"
+	"github.com/heraldgo/herald/relay"
+)
+
+// TraceOrder is a captured model of the trace test.
+type TraceOrder struct {
+	ID     int64
+	Status string
+}
+
+func (TraceOrder) ChangeCapture() envelope.Options {
+	return envelope.Options{Namespace: "trace"}
+}
+
+func openGorm(t *testing.T, d envelope.Dialect, db *sql.DB) *gorm.DB {
+	t.Helper()
+	dial := gorm.Dialector(sqlite.New(sqlite.Config{Conn: db}))
+	if d == envelope.Postgres {
+		dial = postgres.New(postgres.Config{Conn: db})
+	}
+	g, err := gorm.Open(dial, &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// One trace from a request span through a GORM insert and update of a
+// captured model and an Enqueue, the relay with otelherald.Delivery around
+// Kafka (kfake) and a webhook, to the consumers' spans, which continue the
+// trace from the traceparent they receive. On PostgreSQL the insert and
+// the update are the fused statements that build their events in SQL.
+func TestTraceFromRequestToConsumer(t *testing.T) {
+	prop := propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+	t.Cleanup(otelherald.RecordTraceContext(prop))
+	for _, d := range []envelope.Dialect{envelope.SQLite, envelope.Postgres} {
+		t.Run(string(d), func(t *testing.T) {
+			ctx := context.Background()
+			db := openDB(t, d)
+			if err := envelope.Migrate(ctx, db, d, ""); err != nil {
+				t.Fatal(err)
+			}
+			g := openGorm(t, d, db)
+			if err := g.AutoMigrate(&TraceOrder{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := g.Use(gormcapture.New(gormcapture.Config{Models: []any{&TraceOrder{}}})); err != nil {
+				t.Fatal(err)
+			}
+
+			rec := tracetest.NewSpanRecorder()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+			t.Cleanup(func() { _ = tp.Shutdown(ctx) })
+			tracer := tp.Tracer("test")
+
+			// The request: its writes carry its span's context.
+			rctx, req := tracer.Start(ctx, "POST /orders", trace.WithSpanKind(trace.SpanKindServer))
+			rctx = trace.ContextWithSpan(rctx, req)
+			o := TraceOrder{Status: "new"}
+			if err := g.WithContext(rctx).Create(&o).Error; err != nil {
+				t.Fatal(err)
+			}
+			if err := g.WithContext(rctx).Model(&TraceOrder{}).Where("status = ?", "new").Update("status", "paid").Error; err != nil {
+				t.Fatal(err)
+			}
+			if _, err := gormcapture.Enqueue(g.WithContext(rctx), envelope.Message{Topic: "trace.mail", Payload: map[string]any{"to": "ann"}}); err != nil {
+				t.Fatal(err)
+			}
+			req.End()
+			reqSC := req.SpanContext()
+
+			// Every event holds the request's traceparent.
+			rows, err := db.QueryContext(ctx, `SELECT topic, headers FROM herald_outbox ORDER BY sequence`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]bool{"trace.trace_order.inserted": true, "trace.trace_order.updated": true, "trace.mail": true}
+			for rows.Next() {
+				var topic, hs string
+				if err := rows.Scan(&topic, &hs); err != nil {
+					t.Fatal(err)
+				}
+				var h map[string]string
+				if err := json.Unmarshal([]byte(hs), &h); err != nil {
+					t.Fatal(err)
+				}
+				sc := trace.SpanContextFromContext(prop.Extract(ctx, propagation.MapCarrier(h)))
+				if sc.TraceID() != reqSC.TraceID() || sc.SpanID() != reqSC.SpanID() {
+					t.Errorf("event %s: headers %v, not the request's context %s/%s", topic, h, reqSC.TraceID(), reqSC.SpanID())
+				}
+				delete(want, topic)
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			rows.Close()
+			if len(want) > 0 {
+				t.Fatalf("no event of %v", want)
+			}
+
+			// The consumers: each starts its span from what it received.
+			var (
+				mu        sync.Mutex
+				consumers = map[string]trace.SpanContext{} // topic -> the consumer span
+			)
+			consume := func(topic string, carrier propagation.TextMapCarrier) {
+				cctx := prop.Extract(ctx, carrier)
+				_, span := tracer.Start(cctx, topic+" process", trace.WithSpanKind(trace.SpanKindConsumer))
+				span.End()
+				mu.Lock()
+				consumers[topic] = span.SpanContext()
+				mu.Unlock()
+			}
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				consume(r.Header.Get(delivery.HeaderTopic), propagation.HeaderCarrier(r.Header))
+			}))
+			t.Cleanup(srv.Close)
+			hook, err := webhook.New(webhook.Config{URL: srv.URL, AllowNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = hook.Close() })
+			ktopic := testkit.Name("trace")
+			brokers := testkit.Kafka(t, kfake.SeedTopics(1, ktopic))
+			kd, err := kafka.New(kafka.Config{Brokers: brokers, Topic: ktopic})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = kd.Close() })
+			cfg := otelherald.TraceConfig{TracerProvider: tp, Propagator: prop}
+			kcfg, hcfg := cfg, cfg
+			kcfg.System, hcfg.System = "kafka", "webhook"
+			traced := otelherald.Delivery(kd, kcfg)
+			if _, ok := traced.(delivery.BatchDelivery); !ok {
+				t.Fatal("otelherald.Delivery of a BatchDelivery is not one")
+			}
+			router, err := delivery.Router(map[string]delivery.Delivery{"trace.mail": otelherald.Delivery(hook, hcfg)}, traced)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := relay.New(db, router, relay.Config{Name: "traces", MinPollInterval: time.Millisecond, MaxPollInterval: 10 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(ktopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			deadline := time.Now().Add(30 * time.Second)
+			for got := 0; got < 2; {
+				pctx, cancel := context.WithDeadline(ctx, deadline)
+				fs := cl.PollFetches(pctx)
+				cancel()
+				if time.Now().After(deadline) {
+					t.Fatalf("%d Kafka records in 30 s, want 2", got)
+				}
+				fs.EachRecord(func(rec *kgo.Record) {
+					h := propagation.MapCarrier{}
+					topic := ""
+					for _, kh := range rec.Headers {
+						h[kh.Key] = string(kh.Value)
+						if kh.Key == delivery.HeaderTopic {
+							topic = string(kh.Value)
+						}
+					}
+					consume(topic, h)
+					got++
+				})
+			}
+			for {
+				mu.Lock()
+				n := len(consumers)
+				mu.Unlock()
+				if n == 3 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d consumer spans in 30 s, want 3", n)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if err := r.Stop(ctx); err != nil {
+				t.Fatal(err)
+			}
+
+			// consumer -> producer "<topic> send" -> request, one trace.
+			byID := map[trace.SpanID]sdktrace.ReadOnlySpan{}
+			for _, s := range rec.Ended() {
+				byID[s.SpanContext().SpanID()] = s
+			}
+			for topic, c := range consumers {
+				cs := byID[c.SpanID()]
+				if cs == nil {
+					t.Fatalf("%s: consumer span not recorded", topic)
+				}
+				p := byID[cs.Parent().SpanID()]
+				if p == nil {
+					t.Fatalf("%s: the consumer's parent %s is not a recorded span", topic, cs.Parent().SpanID())
+				}
+				if p.SpanKind() != trace.SpanKindProducer || p.Name() != topic+" send" || p.Status().Code == codes.Error {
+					t.Errorf("%s: parent span %q kind %s status %v", topic, p.Name(), p.SpanKind(), p.Status())
+				}
+				if p.Parent().SpanID() != reqSC.SpanID() || p.SpanContext().TraceID() != reqSC.TraceID() || c.TraceID() != reqSC.TraceID() {
+					t.Errorf("%s: producer's parent %s, trace %s; consumer trace %s; request %s/%s", topic,
+						p.Parent().SpanID(), p.SpanContext().TraceID(), c.TraceID(), reqSC.TraceID(), reqSC.SpanID())
+				}
+				attrs := map[attribute.Key]string{}
+				for _, kv := range p.Attributes() {
+					attrs[kv.Key] = kv.Value.Emit()
+				}
+				system := "kafka"
+				if topic == "trace.mail" {
+					system = "webhook"
+				}
+				if attrs["messaging.system"] != system || attrs["messaging.destination.name"] != topic || len(attrs["messaging.message.id"]) != 36 {
+					t.Errorf("%s: producer span attributes %v", topic, attrs)
+				}
+			}
+		})
+	}
+}
