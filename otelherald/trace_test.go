@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -11,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
@@ -25,7 +28,9 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/heraldgo/herald/delivery"
+	"github.com/heraldgo/herald/delivery/amqp"
 	"github.com/heraldgo/herald/delivery/kafka"
+	"github.com/heraldgo/herald/delivery/redisstream"
 	"github.com/heraldgo/herald/delivery/webhook"
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/gormcapture"
@@ -59,7 +64,7 @@ func openGorm(t *testing.T, d envelope.Dialect, db *sql.DB) *gorm.DB {
 
 // One trace from a request span through a GORM insert and update of a
 // captured model and an Enqueue, the relay with otelherald.Delivery around
-// Kafka (kfake) and a webhook, to the consumers' spans, which continue the
+// Kafka (kfake), a webhook, RabbitMQ and Redis Streams, to the consumers' spans, which continue the
 // trace from the traceparent they receive. On PostgreSQL the insert and
 // the update are the fused statements that build their events in SQL.
 func TestTraceFromRequestToConsumer(t *testing.T) {
@@ -95,8 +100,10 @@ func TestTraceFromRequestToConsumer(t *testing.T) {
 			if err := g.WithContext(rctx).Model(&TraceOrder{}).Where("status = ?", "new").Update("status", "paid").Error; err != nil {
 				t.Fatal(err)
 			}
-			if _, err := gormcapture.Enqueue(g.WithContext(rctx), envelope.Message{Topic: "trace.mail", Payload: map[string]any{"to": "ann"}}); err != nil {
-				t.Fatal(err)
+			for _, topic := range []string{"trace.mail", "trace.amqp", "trace.redis"} {
+				if _, err := gormcapture.Enqueue(g.WithContext(rctx), envelope.Message{Topic: topic, Payload: map[string]any{"to": "ann"}}); err != nil {
+					t.Fatal(err)
+				}
 			}
 			req.End()
 			reqSC := req.SpanContext()
@@ -106,7 +113,7 @@ func TestTraceFromRequestToConsumer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := map[string]bool{"trace.trace_order.inserted": true, "trace.trace_order.updated": true, "trace.mail": true}
+			want := map[string]bool{"trace.trace_order.inserted": true, "trace.trace_order.updated": true, "trace.mail": true, "trace.amqp": true, "trace.redis": true}
 			for rows.Next() {
 				var topic, hs string
 				if err := rows.Scan(&topic, &hs); err != nil {
@@ -159,14 +166,64 @@ func TestTraceFromRequestToConsumer(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = kd.Close() })
+			// RabbitMQ: a queue bound to the exchange, consumed as it comes.
+			exchange := testkit.Name("herald-trace-")
+			conn, err := amqp091.Dial(testkit.AMQPURL(t))
+			if err != nil {
+				t.Fatalf("RabbitMQ: %v", err)
+			}
+			t.Cleanup(func() { _ = conn.Close() })
+			ch, err := conn.Channel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ch.ExchangeDeclare(exchange, "topic", false, true, false, false, nil); err != nil {
+				t.Fatal(err)
+			}
+			q, err := ch.QueueDeclare("", false, true, true, false, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ch.QueueBind(q.Name, "#", exchange, false, nil); err != nil {
+				t.Fatal(err)
+			}
+			msgs, err := ch.Consume(q.Name, "", true, true, false, false, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				for m := range msgs {
+					h := propagation.MapCarrier{}
+					for k, v := range m.Headers {
+						h[k] = fmt.Sprint(v)
+					}
+					consume(h[delivery.HeaderTopic], h)
+				}
+			}()
+			ad, err := amqp.New(amqp.Config{URL: testkit.AMQPURL(t), Exchange: exchange})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = ad.Close() })
+			stream := testkit.Name("herald-trace-")
+			rd, err := redisstream.New(redisstream.Config{URL: testkit.RedisURL(t), Stream: stream})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = rd.Close() })
+
 			cfg := otelherald.TraceConfig{TracerProvider: tp, Propagator: prop}
-			kcfg, hcfg := cfg, cfg
-			kcfg.System, hcfg.System = "kafka", "webhook"
-			traced := otelherald.Delivery(kd, kcfg)
+			with := func(d delivery.Delivery, system string) delivery.Delivery {
+				c := cfg
+				c.System = system
+				return otelherald.Delivery(d, c)
+			}
+			traced := with(kd, "kafka")
 			if _, ok := traced.(delivery.BatchDelivery); !ok {
 				t.Fatal("otelherald.Delivery of a BatchDelivery is not one")
 			}
-			router, err := delivery.Router(map[string]delivery.Delivery{"trace.mail": otelherald.Delivery(hook, hcfg)}, traced)
+			router, err := delivery.Router(map[string]delivery.Delivery{"trace.mail": with(hook, "webhook"),
+				"trace.amqp": with(ad, "rabbitmq"), "trace.redis": with(rd, "redis")}, traced)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -203,15 +260,40 @@ func TestTraceFromRequestToConsumer(t *testing.T) {
 					got++
 				})
 			}
+			// Redis: the stream read once the relay has delivered it.
+			opt, err := redis.ParseURL(testkit.RedisURL(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rdb := redis.NewClient(opt)
+			t.Cleanup(func() { _ = rdb.Del(ctx, stream).Err(); _ = rdb.Close() })
+			for {
+				xs, err := rdb.XRange(ctx, stream, "-", "+").Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(xs) == 1 {
+					var h map[string]string
+					if err := json.Unmarshal([]byte(fmt.Sprint(xs[0].Values[redisstream.FieldHeaders])), &h); err != nil {
+						t.Fatal(err)
+					}
+					consume(h[delivery.HeaderTopic], propagation.MapCarrier(h))
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d Redis stream entries in 30 s, want 1", len(xs))
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
 			for {
 				mu.Lock()
 				n := len(consumers)
 				mu.Unlock()
-				if n == 3 {
+				if n == 5 {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("%d consumer spans in 30 s, want 3", n)
+					t.Fatalf("%d consumer spans in 30 s, want 5", n)
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
@@ -244,9 +326,9 @@ func TestTraceFromRequestToConsumer(t *testing.T) {
 				for _, kv := range p.Attributes() {
 					attrs[kv.Key] = kv.Value.Emit()
 				}
-				system := "kafka"
-				if topic == "trace.mail" {
-					system = "webhook"
+				system := map[string]string{"trace.mail": "webhook", "trace.amqp": "rabbitmq", "trace.redis": "redis"}[topic]
+				if system == "" {
+					system = "kafka"
 				}
 				if attrs["messaging.system"] != system || attrs["messaging.destination.name"] != topic || len(attrs["messaging.message.id"]) != 36 {
 					t.Errorf("%s: producer span attributes %v", topic, attrs)
