@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -32,8 +34,11 @@ import (
 	"github.com/heraldgo/herald/delivery/kafka"
 	"github.com/heraldgo/herald/delivery/redisstream"
 	"github.com/heraldgo/herald/delivery/webhook"
+	"github.com/heraldgo/herald/entcapture"
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/gormcapture"
+	"github.com/heraldgo/herald/internal/capturecases/entcc/ent"
+	_ "github.com/heraldgo/herald/internal/capturecases/entcc/ent/runtime"
 	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/otelherald"
 	"github.com/heraldgo/herald/relay"
@@ -63,10 +68,11 @@ func openGorm(t *testing.T, d envelope.Dialect, db *sql.DB) *gorm.DB {
 }
 
 // One trace from a request span through a GORM insert and update of a
-// captured model and an Enqueue, the relay with otelherald.Delivery around
+// captured model, an ent Create and update (entcapture) and Enqueues, the relay with otelherald.Delivery around
 // Kafka (kfake), a webhook, RabbitMQ and Redis Streams, to the consumers' spans, which continue the
-// trace from the traceparent they receive. On PostgreSQL the insert and
-// the update are the fused statements that build their events in SQL.
+// trace from the traceparent they receive. On PostgreSQL GORM's insert
+// and update and ent's Create are the fused statements that build their
+// events in SQL; on SQLite GORM's update is.
 func TestTraceFromRequestToConsumer(t *testing.T) {
 	prop := propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 	t.Cleanup(otelherald.RecordTraceContext(prop))
@@ -85,6 +91,11 @@ func TestTraceFromRequestToConsumer(t *testing.T) {
 				t.Fatal(err)
 			}
 
+			ec := ent.NewClient(ent.Driver(entcapture.Driver(entsql.OpenDB(map[envelope.Dialect]string{envelope.SQLite: dialect.SQLite, envelope.Postgres: dialect.Postgres}[d], db), entcapture.Config{})))
+			if err := ec.Schema.Create(ctx); err != nil {
+				t.Fatal(err)
+			}
+
 			rec := tracetest.NewSpanRecorder()
 			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 			t.Cleanup(func() { _ = tp.Shutdown(ctx) })
@@ -100,6 +111,14 @@ func TestTraceFromRequestToConsumer(t *testing.T) {
 			if err := g.WithContext(rctx).Model(&TraceOrder{}).Where("status = ?", "new").Update("status", "paid").Error; err != nil {
 				t.Fatal(err)
 			}
+			// ent, on entcapture.Driver: a Create (fused on PostgreSQL) and an update.
+			l, err := ec.Loan.Create().SetStatus("lent").SetDays(3).SetReturned(false).Save(rctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ec.Loan.UpdateOneID(l.ID).SetStatus("back").Save(rctx); err != nil {
+				t.Fatal(err)
+			}
 			for _, topic := range []string{"trace.mail", "trace.amqp", "trace.redis"} {
 				if _, err := gormcapture.Enqueue(g.WithContext(rctx), envelope.Message{Topic: topic, Payload: map[string]any{"to": "ann"}}); err != nil {
 					t.Fatal(err)
@@ -113,6 +132,7 @@ func TestTraceFromRequestToConsumer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			var topics []string // every event's, in sequence order
 			want := map[string]bool{"trace.trace_order.inserted": true, "trace.trace_order.updated": true, "trace.mail": true, "trace.amqp": true, "trace.redis": true}
 			for rows.Next() {
 				var topic, hs string
@@ -128,13 +148,14 @@ func TestTraceFromRequestToConsumer(t *testing.T) {
 					t.Errorf("event %s: headers %v, not the request's context %s/%s", topic, h, reqSC.TraceID(), reqSC.SpanID())
 				}
 				delete(want, topic)
+				topics = append(topics, topic)
 			}
 			if err := rows.Err(); err != nil {
 				t.Fatal(err)
 			}
 			rows.Close()
-			if len(want) > 0 {
-				t.Fatalf("no event of %v", want)
+			if len(want) > 0 || len(topics) != 7 {
+				t.Fatalf("no event of %v; events %v, want 5 and ent's 2", want, topics)
 			}
 
 			// The consumers: each starts its span from what it received.
@@ -240,12 +261,12 @@ func TestTraceFromRequestToConsumer(t *testing.T) {
 			}
 			defer cl.Close()
 			deadline := time.Now().Add(30 * time.Second)
-			for got := 0; got < 2; {
+			for got := 0; got < len(topics)-3; {
 				pctx, cancel := context.WithDeadline(ctx, deadline)
 				fs := cl.PollFetches(pctx)
 				cancel()
 				if time.Now().After(deadline) {
-					t.Fatalf("%d Kafka records in 30 s, want 2", got)
+					t.Fatalf("%d Kafka records in 30 s, want %d", got, len(topics)-3)
 				}
 				fs.EachRecord(func(rec *kgo.Record) {
 					h := propagation.MapCarrier{}
@@ -289,11 +310,11 @@ func TestTraceFromRequestToConsumer(t *testing.T) {
 				mu.Lock()
 				n := len(consumers)
 				mu.Unlock()
-				if n == 5 {
+				if n == len(topics) {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("%d consumer spans in 30 s, want 5", n)
+					t.Fatalf("%d consumer spans in 30 s, want %d", n, len(topics))
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
