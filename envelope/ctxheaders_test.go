@@ -41,6 +41,9 @@ func storedHeaders(t *testing.T, db *sql.DB, topic string) []map[string]string {
 		}
 		out = append(out, h)
 	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
 	return out
 }
 

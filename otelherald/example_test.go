@@ -56,7 +56,7 @@ func ExampleDelivery() {
 		d  delivery.Delivery // where the events go: Kafka, RabbitMQ, Redis, a webhook
 	)
 	tp := sdktrace.NewTracerProvider() // with the exporter of your choice
-	defer tp.Shutdown(ctx)
+	defer func() { _ = tp.Shutdown(ctx) }()
 	otel.SetTracerProvider(tp)
 	otel.SetTextMapPropagator(propagation.TraceContext{})
 

@@ -56,7 +56,7 @@ func (TraceOrder) ChangeCapture() envelope.Options {
 
 func openGorm(t *testing.T, d envelope.Dialect, db *sql.DB) *gorm.DB {
 	t.Helper()
-	dial := gorm.Dialector(sqlite.New(sqlite.Config{Conn: db}))
+	dial := sqlite.New(sqlite.Config{Conn: db})
 	if d == envelope.Postgres {
 		dial = postgres.New(postgres.Config{Conn: db})
 	}
@@ -132,6 +132,7 @@ func TestTraceFromRequestToConsumer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			defer rows.Close()
 			var topics []string // every event's, in sequence order
 			want := map[string]bool{"trace.trace_order.inserted": true, "trace.trace_order.updated": true, "trace.mail": true, "trace.amqp": true, "trace.redis": true}
 			for rows.Next() {
@@ -153,7 +154,6 @@ func TestTraceFromRequestToConsumer(t *testing.T) {
 			if err := rows.Err(); err != nil {
 				t.Fatal(err)
 			}
-			rows.Close()
 			if len(want) > 0 || len(topics) != 7 {
 				t.Fatalf("no event of %v; events %v, want 5 and ent's 2", want, topics)
 			}
@@ -345,7 +345,7 @@ func TestTraceFromRequestToConsumer(t *testing.T) {
 				}
 				attrs := map[attribute.Key]string{}
 				for _, kv := range p.Attributes() {
-					attrs[kv.Key] = kv.Value.Emit()
+					attrs[kv.Key] = kv.Value.String()
 				}
 				system := map[string]string{"trace.mail": "webhook", "trace.amqp": "rabbitmq", "trace.redis": "redis"}[topic]
 				if system == "" {

@@ -33,7 +33,7 @@ func TestDeliverySpans(t *testing.T) {
 	prop := propagation.TraceContext{}
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	defer tp.Shutdown(context.Background())
+	defer func() { _ = tp.Shutdown(context.Background()) }()
 	wctx, writer := tp.Tracer("test").Start(context.Background(), "write")
 	writer.End()
 	event := func(topic string) *envelope.Event {
@@ -72,13 +72,13 @@ func TestDeliverySpans(t *testing.T) {
 	if err := d.Deliver(ctx, bad); !errors.Is(err, boom) {
 		t.Fatalf("Deliver = %v", err)
 	}
-	if errs := d.DeliverBatch(ctx, []*envelope.Event{event("good"), event("bad")}); len(errs) != 2 || errs[0] != nil || errs[1] != boom {
+	if errs := d.DeliverBatch(ctx, []*envelope.Event{event("good"), event("bad")}); len(errs) != 2 || errs[0] != nil || !errors.Is(errs[1], boom) {
 		t.Fatalf("DeliverBatch = %v", errs)
 	}
 	if good.Headers["traceparent"] != before || len(good.Headers) != 2 {
 		t.Errorf("the relay's event was changed: %v", good.Headers)
 	}
-	linked := otelherald.Delivery(delivery.Func(inner.Func), otelherald.TraceConfig{TracerProvider: tp, Propagator: prop, Link: true})
+	linked := otelherald.Delivery(inner.Func, otelherald.TraceConfig{TracerProvider: tp, Propagator: prop, Link: true})
 	if _, ok := linked.(delivery.BatchDelivery); ok {
 		t.Error("Delivery of a plain Delivery is a BatchDelivery")
 	}
