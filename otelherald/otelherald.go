@@ -50,7 +50,7 @@
 // its ctx in its events' headers — traceparent and tracestate for W3C
 // Trace Context — where the message does not set them.
 //
-//	defer otelherald.RecordTraceContext(nil)() // nil = otel.GetTextMapPropagator()
+//	defer otelherald.RecordTraceContext(nil)() // in the writing service: nil = the global propagator
 //
 // Delivery, in the relay, wraps a delivery.Delivery (a BatchDelivery stays
 // one) so that every event is sent in a span: kind producer, named
