@@ -6,6 +6,7 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -116,12 +117,13 @@ func (t *tracing) start(ctx context.Context, e *envelope.Event) (context.Context
 		attribute.String("messaging.operation.name", "send"),
 		attribute.String("messaging.operation.type", "send"),
 	)}
-	parent := ctx
+	// The writer's baggage goes on with the span's context.
+	parent := baggage.ContextWithBaggage(ctx, baggage.FromContext(writer))
 	if sc := trace.SpanContextFromContext(writer); sc.IsValid() {
 		if t.cfg.Link {
 			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}), trace.WithNewRoot())
 		} else {
-			parent = trace.ContextWithRemoteSpanContext(ctx, sc)
+			parent = trace.ContextWithRemoteSpanContext(parent, sc)
 		}
 	}
 	ctx, span := t.tracer.Start(parent, e.Topic+" send", opts...)
@@ -131,7 +133,8 @@ func (t *tracing) start(ctx context.Context, e *envelope.Event) (context.Context
 		ec.Headers = map[string]string{}
 	}
 	// The writer's tracestate must not be sent on beside this span's
-	// traceparent unless the propagator sets it again.
+	// traceparent unless the propagator sets it again (baggage is, from
+	// parent).
 	for _, f := range p.Fields() {
 		delete(ec.Headers, f)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -28,13 +29,16 @@ func (b batchFunc) DeliverBatch(ctx context.Context, es []*envelope.Event) []err
 
 // A failed delivery ends its span with status Error and the error
 // recorded; with Link the span is a root linked to the writer's context;
-// a batch gets one span per event; the relay's event keeps its headers.
+// a batch gets one span per event; the writer's baggage goes on; the
+// relay's event keeps its headers.
 func TestDeliverySpans(t *testing.T) {
-	prop := propagation.TraceContext{}
+	prop := propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
-	wctx, writer := tp.Tracer("test").Start(context.Background(), "write")
+	member, _ := baggage.NewMember("tenant", "acme")
+	bag, _ := baggage.New(member)
+	wctx, writer := tp.Tracer("test").Start(baggage.ContextWithBaggage(context.Background(), bag), "write")
 	writer.End()
 	event := func(topic string) *envelope.Event {
 		h := map[string]string{"x": "1"}
@@ -75,7 +79,7 @@ func TestDeliverySpans(t *testing.T) {
 	if errs := d.DeliverBatch(ctx, []*envelope.Event{event("good"), event("bad")}); len(errs) != 2 || errs[0] != nil || !errors.Is(errs[1], boom) {
 		t.Fatalf("DeliverBatch = %v", errs)
 	}
-	if good.Headers["traceparent"] != before || len(good.Headers) != 2 {
+	if good.Headers["traceparent"] != before || len(good.Headers) != 3 {
 		t.Errorf("the relay's event was changed: %v", good.Headers)
 	}
 	linked := otelherald.Delivery(inner.Func, otelherald.TraceConfig{TracerProvider: tp, Propagator: prop, Link: true})
@@ -95,7 +99,7 @@ func TestDeliverySpans(t *testing.T) {
 			t.Errorf("span %d: kind %s", i, s.SpanKind())
 		}
 		sc := trace.SpanContextFromContext(prop.Extract(ctx, propagation.MapCarrier(sent[i])))
-		if sc.SpanID() != s.SpanContext().SpanID() || sent[i]["x"] != "1" {
+		if sc.SpanID() != s.SpanContext().SpanID() || sent[i]["x"] != "1" || sent[i]["baggage"] != "tenant=acme" {
 			t.Errorf("span %d: the delivery got headers %v, not the span's context", i, sent[i])
 		}
 		failed := s.Name() == "bad send"
