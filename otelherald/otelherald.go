@@ -59,8 +59,8 @@
 // messaging.system, messaging.destination.name, messaging.message.id (the
 // event id) and messaging.operation.name "send"; a failed delivery ends
 // it with status Error, the error recorded and error.type. The span's
-// context replaces the writer's in the headers the wrapped delivery is
-// given, and every transport of herald sends an event's headers on (Kafka
+// context (with the writer's baggage) replaces the writer's in the
+// headers the wrapped delivery is given, and every transport of herald sends an event's headers on (Kafka
 // record headers, AMQP headers, HTTP request headers, the headers field of
 // a Redis stream entry), so a consumer that extracts traceparent with the
 // propagator continues the trace:
