@@ -175,7 +175,7 @@ func (h *hook) fuse(ctx context.Context, w *write, cd *CaptureDriver, cfg Config
 		return nil // today's path reports it
 	}
 	f.ev = fusedsql.Event{Writer: wr, RowKeyed: spec.RowKeyed(), Topic: topic, Payload: payload,
-		Marks: marks, Key: k, GenCol: sch.PK, At: at}
+		Marks: marks, Key: k, GenCol: sch.PK, At: at, Headers: envelope.HeadersJSONFromContext(ctx)}
 	return f
 }
 

@@ -43,8 +43,9 @@ func (w *Writer) WriteCapturedArrays(ctx context.Context, q Querier, ms []Messag
 	now := w.now().UTC().Truncate(time.Microsecond)
 	rows := make([]row, len(ms))
 	var locks keyLocks
+	ch := HeadersFromContext(ctx)
 	for i := range ms {
-		if err := w.prepare(&rows[i], &ms[i], i, len(ms)); err != nil {
+		if err := w.prepare(&rows[i], &ms[i], ch, i, len(ms)); err != nil {
 			return nil, err
 		}
 		if rows[i].okey != "" {

@@ -56,6 +56,13 @@
 // a bulk captured write that holds most buckets. SQLite has one writer at
 // a time, which orders every key already.
 //
+// SetContextHeaders installs a process-wide hook that gives headers from
+// a write's context (otelherald.RecordTraceContext: the W3C trace
+// context); every write — Write, WriteCaptured, WriteCapturedArrays and
+// the statements gormcapture and entcapture fuse with their row
+// (HeadersJSONFromContext) — adds them to its events where the message
+// does not set them. envelope itself imports no OpenTelemetry.
+//
 // Guarantee: an event is written in the caller's transaction or not at all —
 // a rejected message writes nothing, and an idempotency key yields at most
 // one event however often and however concurrently it is enqueued.

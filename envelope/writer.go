@@ -135,8 +135,9 @@ func (w *Writer) write(ctx context.Context, q Querier, ms []Message) (*WriteResu
 	now := w.now().UTC().Truncate(time.Microsecond)
 	rows := make([]row, len(ms))
 	firstKey := map[string]int{}
+	ch := HeadersFromContext(ctx)
 	for i := range ms {
-		if err := w.prepare(&rows[i], &ms[i], i, len(ms)); err != nil {
+		if err := w.prepare(&rows[i], &ms[i], ch, i, len(ms)); err != nil {
 			return nil, err
 		}
 		rows[i].dupOf = -1
@@ -187,7 +188,9 @@ func (w *Writer) write(ctx context.Context, q Querier, ms []Message) (*WriteResu
 	return w.run(ctx, q, rows, locks, now)
 }
 
-func (w *Writer) prepare(r *row, m *Message, i, n int) error {
+// prepare validates m into r; ch are the write's context headers
+// (HeadersFromContext), added where m does not set them.
+func (w *Writer) prepare(r *row, m *Message, ch map[string]string, i, n int) error {
 	r.i, r.n = i, n
 	where := r.where
 	switch l := utf8.RuneCountInString(m.Topic); {
@@ -229,32 +232,19 @@ func (w *Writer) prepare(r *row, m *Message, i, n int) error {
 	if why := checkJSONText([]byte(r.payload)); why != "" {
 		return Validationf(where("Payload"), "%s", why)
 	}
-	hb := []byte("{")
-	if len(m.Headers) > 0 {
-		names := make([]string, 0, len(m.Headers))
-		for k := range m.Headers {
-			if k == "" {
-				return Validationf(where("Headers"), "empty header name")
-			}
-			if why := checkText(k); why != "" {
-				return Validationf(where("Headers"), "header name %q %s", k, why)
-			}
-			if why := checkText(m.Headers[k]); why != "" {
-				return Validationf(where("Headers"), "header %q: value %s", k, why)
-			}
-			names = append(names, k)
+	for k := range m.Headers {
+		if k == "" {
+			return Validationf(where("Headers"), "empty header name")
 		}
-		sort.Strings(names)
-		for j, k := range names {
-			if j > 0 {
-				hb = append(hb, ',')
-			}
-			hb = jsonform.AppendString(hb, k)
-			hb = append(hb, ':')
-			hb = jsonform.AppendString(hb, m.Headers[k])
+		if why := checkText(k); why != "" {
+			return Validationf(where("Headers"), "header name %q %s", k, why)
+		}
+		if why := checkText(m.Headers[k]); why != "" {
+			return Validationf(where("Headers"), "header %q: value %s", k, why)
 		}
 	}
-	r.headers = string(append(hb, '}'))
+	hdrs := withContextHeaders(m.Headers, ch)
+	r.headers = string(appendHeadersJSON(nil, hdrs))
 	var shape strings.Builder
 	if m.IdempotencyKey != "" {
 		shape.WriteString("!")
@@ -283,7 +273,7 @@ func (w *Writer) prepare(r *row, m *Message, i, n int) error {
 	if err != nil {
 		return fmt.Errorf("herald/envelope: new event id: %w", err)
 	}
-	*r = row{id: id, topic: m.Topic, payload: r.payload, headers: r.headers, hdrs: m.Headers,
+	*r = row{id: id, topic: m.Topic, payload: r.payload, headers: r.headers, hdrs: hdrs,
 		okey: m.OrderingKey, ikey: m.IdempotencyKey, at: m.DeliverAt, extra: m.Extra, shape: shape.String(),
 		rowKey: m.rowKeyed, i: i, n: n}
 	return nil

@@ -225,7 +225,7 @@ func (p *Plugin) fusedInsert(st *gorm.Statement, spec *envelope.Spec, values cla
 		return "", nil, "", false
 	}
 	ev := fusedsql.Event{Writer: p.writer, RowKeyed: spec.RowKeyed(), Topic: topic, Payload: payload,
-		Marks: shape.marks, Key: k, GenCol: genPK, At: at}
+		Marks: shape.marks, Key: k, GenCol: genPK, At: at, Headers: envelope.HeadersJSONFromContext(st.Context)}
 
 	p.build(st, ret, false)
 	args = st.Vars

@@ -5,7 +5,10 @@ import (
 	"database/sql"
 	"log"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/otelherald"
@@ -38,5 +41,30 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer func() { _ = stop() }()
+	_ = r.Run(ctx)
+}
+
+// Traces from the request that wrote an event to the consumer that got
+// it: RecordTraceContext puts the trace context of every write's ctx in
+// its events' headers (traceparent, tracestate), and Delivery sends each
+// event in a producer span, the child of that context, whose own context
+// the transport carries on in the message's headers.
+func ExampleDelivery() {
+	ctx := context.Background()
+	var (
+		db *sql.DB           // the outbox's database
+		d  delivery.Delivery // where the events go: Kafka, RabbitMQ, Redis, a webhook
+	)
+	tp := sdktrace.NewTracerProvider() // with the exporter of your choice
+	defer func() { _ = tp.Shutdown(ctx) }()
+	otel.SetTracerProvider(tp)
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+
+	defer otelherald.RecordTraceContext(nil)() // in the writing service: nil = the global propagator
+	traced := otelherald.Delivery(d, otelherald.TraceConfig{System: "kafka"})
+	r, err := relay.New(db, traced, relay.Config{Name: "relay-1"})
+	if err != nil {
+		log.Fatal(err)
+	}
 	_ = r.Run(ctx)
 }

@@ -1,6 +1,7 @@
 // Package otelherald reports what herald's relays do as OpenTelemetry
-// metrics. It is a package of its own so that herald's core imports no
-// OpenTelemetry.
+// metrics, and carries traces from the writes that make events to the
+// consumers that receive them. It is a package of its own so that
+// herald's core imports no OpenTelemetry.
 //
 // A *Metrics is a relay.Observer (and relay.PollObserver): put it in
 // relay.Config.Observer, and register a relay's backlog gauges with
@@ -39,6 +40,32 @@
 // topics, run when the meter collects and at most once per
 // Config.BacklogInterval (its result is kept meanwhile), so a scrape every
 // few seconds does not query the database every few seconds.
+//
+// # Traces
+//
+// RecordTraceContext, in the writing service, installs
+// envelope.SetContextHeaders with a propagator: every herald write
+// (captured GORM and ent writes, also those fused into one statement with
+// their row, Enqueue, envelope.Writer.Write) records the trace context of
+// its ctx in its events' headers — traceparent and tracestate for W3C
+// Trace Context — where the message does not set them.
+//
+//	defer otelherald.RecordTraceContext(nil)() // in the writing service: nil = the global propagator
+//
+// Delivery, in the relay, wraps a delivery.Delivery (a BatchDelivery stays
+// one) so that every event is sent in a span: kind producer, named
+// "<topic> send", the child of the writer's context extracted from the
+// event's headers (or, with TraceConfig.Link, a root linked to it), with
+// messaging.system, messaging.destination.name, messaging.message.id (the
+// event id) and messaging.operation.name "send"; a failed delivery ends
+// it with status Error, the error recorded and error.type. The span's
+// context (with the writer's baggage) replaces the writer's in the
+// headers the wrapped delivery is given, and every transport of herald sends an event's headers on (Kafka
+// record headers, AMQP headers, HTTP request headers, the headers field of
+// a Redis stream entry), so a consumer that extracts traceparent with the
+// propagator continues the trace:
+//
+//	r, err := relay.New(db, otelherald.Delivery(d, otelherald.TraceConfig{System: "kafka"}), relay.Config{…})
 package otelherald
 
 import (

@@ -81,6 +81,9 @@ type Event struct {
 	Key      Key
 	GenCol   string // the generated key's column, when the key holds it
 	At       time.Time
+	// Headers are the event's headers as JSON: the write's context headers
+	// (envelope.HeadersJSONFromContext); "" or "{}" = none.
+	Headers string
 }
 
 // WriteCTE writes `, "herald_event" AS (INSERT INTO <outbox> … SELECT …
@@ -99,7 +102,7 @@ func (e *Event) WriteCTE(b *strings.Builder, ph func(any) string) error {
 	b.WriteString(ph(e.Topic))
 	b.WriteByte(',')
 	b.WriteString(SplicePayload(e.Payload, e.Marks, ph))
-	b.WriteString(`,'{}',`)
+	b.WriteString(`,` + HeadersSQL(e.Headers, ph, "::json") + `,`)
 	keySQL := "NULL"
 	switch {
 	case e.Key.hasPK:
@@ -118,6 +121,15 @@ func (e *Event) WriteCTE(b *strings.Builder, ph func(any) string) error {
 	}
 	b.WriteByte(')')
 	return nil
+}
+
+// HeadersSQL is the SQL of an event's headers column: '{}' for none,
+// else h bound by ph, with cast ("::json" on PostgreSQL, "" on SQLite).
+func HeadersSQL(h string, ph func(any) string, cast string) string {
+	if h == "" || h == "{}" {
+		return `'{}'`
+	}
+	return ph(h) + cast
 }
 
 // SplicePayload renders payload, whose row values are the markers of
