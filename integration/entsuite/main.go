@@ -23,6 +23,7 @@ import (
 	"flag"
 	"fmt"
 	"go/ast"
+	"go/format"
 	"go/parser"
 	"go/token"
 	"io/fs"
@@ -526,11 +527,11 @@ func addExtension(entDir string) error {
 			return errors.New(entc + ": no entc.Generate( or import block")
 		}
 		s = strings.Replace(s, "entc.Generate(", "heraldGenerate(", 1)
-		s = strings.Replace(s, "\nimport (\n", "\nimport (\n\theraldentcapture \"github.com/heraldgo/herald/entcapture\"\n", 1)
+		s = strings.Replace(s, "\nimport (\n", "\nimport (\n\theraldentcapturegen \"github.com/heraldgo/herald/entcapture/entcapturegen\"\n", 1)
 		s += `
 // heraldGenerate is entc.Generate with entcapture's extension (herald's entsuite harness).
 func heraldGenerate(dir string, cfg *gen.Config, opts ...entc.Option) error {
-	return entc.Generate(dir, cfg, append(opts, entc.Extensions(heraldentcapture.Extension()))...)
+	return entc.Generate(dir, cfg, append(opts, entc.Extensions(heraldentcapturegen.Extension()))...)
 }
 `
 		return os.WriteFile(entc, []byte(s), 0o644)
@@ -559,7 +560,7 @@ func heraldGenerate(dir string, cfg *gen.Config, opts ...entc.Option) error {
 	if m := templateRE.FindStringSubmatch(line); m != nil {
 		opts = append(opts, "entc.TemplateDir("+strconv.Quote(m[1])+")")
 	}
-	opts = append(opts, "entc.Extensions(heraldentcapture.Extension())")
+	opts = append(opts, "entc.Extensions(heraldentcapturegen.Extension())")
 	cfg := ""
 	if m := headerRE.FindStringSubmatch(line); m != nil {
 		hdr, err := strconv.Unquote(m[1])
@@ -578,7 +579,7 @@ func heraldGenerate(dir string, cfg *gen.Config, opts ...entc.Option) error {
 		imports = "\t\"entgo.io/ent/schema/field\"\n"
 	}
 	src := "//go:build ignore\n\npackage main\n\nimport (\n\t\"log\"\n\n\t\"entgo.io/ent/entc\"\n\t\"entgo.io/ent/entc/gen\"\n" + imports +
-		"\n\theraldentcapture \"github.com/heraldgo/herald/entcapture\"\n)\n\n" +
+		"\n\theraldentcapturegen \"github.com/heraldgo/herald/entcapture/entcapturegen\"\n)\n\n" +
 		"// The folder's `ent generate` command, with entcapture's extension (herald's entsuite harness).\nfunc main() {\n" +
 		"\tif err := entc.Generate(\"./schema\", &gen.Config{" + strings.TrimSuffix(cfg, ", ") + "}, " + strings.Join(opts, ", ") + "); err != nil {\n\t\tlog.Fatal(err)\n\t}\n}\n"
 	if err := os.WriteFile(filepath.Join(entDir, "entc.go"), []byte(src), 0o644); err != nil {
@@ -662,7 +663,11 @@ func (h *harness) patchClient(entDir string) error {
 	}
 	sb.WriteString("}\n)\n\nfunc heraldOpen(driverName, dataSourceName string) (*entsql.Driver, error) {\n\treturn oracle.Open(driverName, dataSourceName, heraldTables)\n}\n\n")
 	sb.WriteString("func heraldWrap(drv dialect.Driver) dialect.Driver { return oracle.Wrap(drv, heraldSchemas) }\n")
-	return os.WriteFile(filepath.Join(entDir, "zz_herald.go"), []byte(sb.String()), 0o644)
+	src, err := format.Source([]byte(sb.String()))
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(entDir, "zz_herald.go"), src, 0o644)
 }
 
 // testFiles adds to each folder's tests: the PostgreSQL database of the
