@@ -150,7 +150,7 @@ func (o *Oracle) checkRow(tb, key string, b, a map[string]any, evs []*event) {
 			f("operation", "row %s, event %s", want, e.Operation)
 			return
 		}
-		o.images(f, e, b, a)
+		o.images(tb, f, e, b, a)
 		return
 	}
 	// Several events: they must chain from the row before to the row
@@ -168,8 +168,8 @@ func (o *Oracle) checkRow(tb, key string, b, a map[string]any, evs []*event) {
 				f("duplicate", "events %s: %s while the row does not exist", ops(evs), e.Operation)
 				return
 			}
-			if known && e.before != nil && !imageEqual(state, e.before) {
-				f("image", "events %s: event %d's before image is not the row it follows: %s", ops(evs), e.seq, imageDiff(state, e.before))
+			if known && e.before != nil && o.imageDiff(tb, state, e.before) != "" {
+				f("image", "events %s: event %d's before image is not the row it follows: %s", ops(evs), e.seq, o.imageDiff(tb, state, e.before))
 			}
 		}
 		switch e.Operation {
@@ -186,7 +186,7 @@ func (o *Oracle) checkRow(tb, key string, b, a map[string]any, evs []*event) {
 	case (state == nil) != (a == nil):
 		f("operation", "events %s do not leave the row %s", ops(evs), map[bool]string{true: "deleted", false: "present"}[a == nil])
 	case a != nil && known:
-		if d := imageDiff(a, state); d != "" {
+		if d := o.imageDiff(tb, a, state); d != "" {
 			f("image", "events %s: the last after image is not the row stored: %s", ops(evs), d)
 		}
 	}
@@ -201,14 +201,14 @@ func ops(evs []*event) string {
 }
 
 // images checks one event's images against the stored rows.
-func (o *Oracle) images(f func(kind, format string, args ...any), e *event, b, a map[string]any) {
+func (o *Oracle) images(tb string, f func(kind, format string, args ...any), e *event, b, a map[string]any) {
 	mode := o.tables.Mode
 	switch e.Operation {
 	case "inserted":
 		if mode != Keys {
 			if e.after == nil {
 				f("image", "inserted without an after image")
-			} else if d := imageDiff(a, e.after); d != "" {
+			} else if d := o.imageDiff(tb, a, e.after); d != "" {
 				f("image", "after image: %s", d)
 			}
 		}
@@ -216,14 +216,14 @@ func (o *Oracle) images(f func(kind, format string, args ...any), e *event, b, a
 		if mode != Keys {
 			if e.after == nil {
 				f("image", "updated without an after image")
-			} else if d := imageDiff(a, e.after); d != "" {
+			} else if d := o.imageDiff(tb, a, e.after); d != "" {
 				f("image", "after image: %s", d)
 			}
 		}
 		if mode == BeforeAndAfter {
 			if e.before == nil {
 				f("image", "updated without a before image")
-			} else if d := imageDiff(b, e.before); d != "" {
+			} else if d := o.imageDiff(tb, b, e.before); d != "" {
 				f("image", "before image: %s", d)
 			}
 		}
@@ -243,7 +243,7 @@ func (o *Oracle) images(f func(kind, format string, args ...any), e *event, b, a
 		if mode != Keys {
 			if e.before == nil {
 				f("image", "deleted without a before image")
-			} else if d := imageDiff(b, e.before); d != "" {
+			} else if d := o.imageDiff(tb, b, e.before); d != "" {
 				f("image", "before image: %s", d)
 			}
 		}
@@ -295,11 +295,11 @@ func rowsEqual(a, b map[string]any) bool {
 	return true
 }
 
-func imageEqual(a, b map[string]any) bool { return imageDiff(a, b) == "" }
-
-// imageDiff describes how an image differs from a stored row: a column
-// whose value differs, a column the image lacks, a key the row lacks.
-func imageDiff(row, img map[string]any) string {
+// imageDiff describes how an image differs from a stored row of table tb:
+// a column whose value differs, a column the image lacks (but for those
+// the schema leaves out of events), a key the row lacks.
+func (o *Oracle) imageDiff(tb string, row, img map[string]any) string {
+	omit := o.tables.Omit[tb]
 	var d []string
 	cols := make([]string, 0, len(row))
 	for c := range row {
@@ -309,6 +309,10 @@ func imageDiff(row, img map[string]any) string {
 	for _, c := range cols {
 		v, ok := img[c]
 		switch {
+		case contains(omit, c):
+			if ok {
+				d = append(d, fmt.Sprintf("%s present, though the schema leaves it out (Sensitive)", c))
+			}
 		case !ok:
 			d = append(d, fmt.Sprintf("%s absent (stored %s)", c, show(row[c])))
 		case !valueEqual(row[c], v):
@@ -317,7 +321,7 @@ func imageDiff(row, img map[string]any) string {
 	}
 	var extra []string
 	for c := range img {
-		if _, ok := row[c]; !ok {
+		if _, ok := row[c]; !ok && !contains(omit, c) {
 			extra = append(extra, c)
 		}
 	}

@@ -44,7 +44,7 @@ func mode() (envelope.PayloadMode, Mode) {
 	return envelope.BeforeAndAfter, BeforeAndAfter
 }
 
-func oracleFor(driverName string, models map[string]string) *Oracle {
+func oracleFor(driverName string, models map[string]string, omit map[string][]string) *Oracle {
 	d := SQLite
 	if driverName == dialect.Postgres {
 		d = Postgres
@@ -54,7 +54,7 @@ func oracleFor(driverName string, models map[string]string) *Oracle {
 	o := oracles[d]
 	if o == nil {
 		_, m := mode()
-		o = New(d, Tables{Models: map[string]string{}, Mode: m}, func(f Finding) {
+		o = New(d, Tables{Models: map[string]string{}, Omit: map[string][]string{}, Mode: m}, func(f Finding) {
 			fmt.Printf("herald-oracle: %s\n", f)
 		})
 		oracles[d] = o
@@ -63,12 +63,16 @@ func oracleFor(driverName string, models map[string]string) *Oracle {
 		o.tables.Models[k] = v
 		o.models[v] = k
 	}
+	for k, v := range omit {
+		o.tables.Omit[k] = v
+	}
 	return o
 }
 
 // Open opens the driver of the generated ent.Open: through the oracle
-// when HERALD_ENTSUITE_ORACLE=1.
-func Open(driverName, dsn string, models map[string]string) (*entsql.Driver, error) {
+// when HERALD_ENTSUITE_ORACLE=1. models maps the captured schemas to
+// their tables, omit the tables to the columns their events leave out.
+func Open(driverName, dsn string, models map[string]string, omit map[string][]string) (*entsql.Driver, error) {
 	if os.Getenv("HERALD_ENTSUITE_ORACLE") != "1" || (driverName != dialect.SQLite && driverName != dialect.Postgres) {
 		return entsql.Open(driverName, dsn)
 	}
@@ -78,7 +82,7 @@ func Open(driverName, dsn string, models map[string]string) (*entsql.Driver, err
 	}
 	drv := probe.Driver()
 	_ = probe.Close()
-	db := oracleFor(driverName, models).OpenDB(drv, dsn)
+	db := oracleFor(driverName, models, omit).OpenDB(drv, dsn)
 	glueMu.Lock()
 	watchedDB[db] = true
 	glueMu.Unlock()

@@ -45,6 +45,9 @@ type Tables struct {
 	Models map[string]string // model -> table
 	Outbox string            // "" = herald_outbox
 	Mode   Mode              // which images the events hold
+	// Omit, by table, are the columns the events leave out by
+	// declaration (ent's .Sensitive() fields not named in Options.Fields).
+	Omit map[string][]string
 }
 
 // Finding is one disagreement between the stored rows and the events.
