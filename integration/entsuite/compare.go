@@ -254,8 +254,8 @@ func (h *harness) ranTest(test string) bool {
 // diff returns the tests that pass in base but not in r (lost), those
 // that pass in r and did not pass in base (gained), but for those that
 // never ran in base while their top-level test, and every test above them
-// that ran in base, passed there (unseen). A test's subtests are left out
-// when it is listed.
+// that ran in base, passed there (unseen). Lost and gained list the
+// deepest tests (not their parents); unseen the shallowest.
 func diff(base, r map[string]string) (lost, gained, unseen []string) {
 	for name, a := range base {
 		if a == "pass" && r[name] != "pass" {
@@ -272,7 +272,22 @@ func diff(base, r map[string]string) (lost, gained, unseen []string) {
 		}
 		gained = append(gained, name)
 	}
-	return collapse(lost), collapse(gained), collapse(unseen)
+	return leaves(lost), leaves(gained), collapse(unseen)
+}
+
+// leaves sorts names and leaves out the tests above another one listed
+// (a parent fails when its subtest does): a known entry names the test
+// that differs, and a new difference under the same parent is new.
+func leaves(names []string) []string {
+	sort.Strings(names)
+	var out []string
+	for i, n := range names {
+		if i+1 < len(names) && strings.HasPrefix(names[i+1], n+"/") {
+			continue
+		}
+		out = append(out, n)
+	}
+	return out
 }
 
 func parentsPass(results map[string]string, name string) bool {

@@ -80,24 +80,41 @@ type run struct {
 	panics           []string // tests that panicked (their process ended)
 }
 
-// skipPattern is a -test.skip pattern for tests at most two levels deep
-// that share their top-level test ("^TestSQLite$/^(Types|Upsert)$"), or
-// top-level tests.
+// skipPattern is a -test.skip pattern for tests that share their parent
+// ("^TestPostgres$/^12$/^(Types|Upsert)$"), or top-level tests.
 func skipPattern(tests []string) string {
-	var top, sub []string
+	parent := func(t string) string {
+		if i := strings.LastIndex(t, "/"); i >= 0 {
+			return t[:i]
+		}
+		return ""
+	}
+	p := parent(tests[0])
+	var last []string
 	for _, t := range tests {
-		a, b, ok := strings.Cut(t, "/")
-		top = append(top, regexp.QuoteMeta(a))
-		if ok {
-			sub = append(sub, regexp.QuoteMeta(b))
+		if parent(t) != p {
+			p = "\x00"
+			break
+		}
+		last = append(last, regexp.QuoteMeta(t[strings.LastIndex(t, "/")+1:]))
+	}
+	if p == "\x00" { // different parents: their top-level tests
+		var top []string
+		for _, t := range tests {
+			a, _, _ := strings.Cut(t, "/")
+			top = append(top, regexp.QuoteMeta(a))
+		}
+		slices.Sort(top)
+		return "^(" + strings.Join(slices.Compact(top), "|") + ")$"
+	}
+	var sb strings.Builder
+	if p != "" {
+		for _, e := range strings.Split(p, "/") {
+			sb.WriteString("^" + regexp.QuoteMeta(e) + "$/")
 		}
 	}
-	slices.Sort(top)
-	top = slices.Compact(top)
-	if len(sub) == len(tests) && len(top) == 1 {
-		return "^" + top[0] + "$/^(" + strings.Join(sub, "|") + ")$"
-	}
-	return "^(" + strings.Join(top, "|") + ")$"
+	sb.WriteString("^(" + strings.Join(last, "|") + ")$")
+	return sb.String()
 }
 
 func main() {
@@ -111,10 +128,11 @@ func main() {
 		verbose   = flag.Bool("v", false, "print the output of the tests a run lost")
 		composite = flag.Bool("composite", false, "capture the edge schemas with a composite id too (entcapture refuses them at go generate today)")
 		known     = flag.String("known", "known.txt", "the known differences")
+		workDir   = flag.String("work", "work", "the work directory (relative to integration/entsuite), replaced by each run unless -reuse")
 		reuse     = flag.Bool("reuse", false, "reuse work/ as the last run left it (no copy, generation or build): for iterating on the oracle's findings")
 	)
 	flag.Parse()
-	h := &harness{dialects: split(*dialects), runs: split(*runs), mode: *mode, jobs: *jobs, verbose: *verbose, composite: *composite, knownFile: *known, reuse: *reuse}
+	h := &harness{dialects: split(*dialects), runs: split(*runs), mode: *mode, jobs: *jobs, verbose: *verbose, composite: *composite, knownFile: *known, reuse: *reuse, workDir: *workDir}
 	if *only != "" {
 		for _, f := range split(*only) {
 			i := slices.IndexFunc(folders, func(x folder) bool { return x.dir == f })
@@ -152,6 +170,7 @@ type harness struct {
 	composite      bool
 	knownFile      string
 	reuse          bool
+	workDir        string
 
 	here, root, work string
 	skipped          []string // schemas left uncaptured
@@ -191,7 +210,10 @@ func (h *harness) main(suite string) error {
 	if err != nil {
 		return err
 	}
-	h.work = filepath.Join(h.here, "work")
+	h.work = h.workDir
+	if !filepath.IsAbs(h.work) {
+		h.work = filepath.Join(h.here, h.work)
+	}
 	variants := map[string]bool{}
 	for _, r := range h.runs {
 		v := r
@@ -689,7 +711,7 @@ func (h *harness) patchClient(entDir string) error {
 	omit := map[string][]string{}
 	for _, m := range clientRE.FindAllStringSubmatch(s, -1) {
 		// Captured: the extension generated its glue.
-		if !strings.EqualFold(m[1], m[2]) || !bytes.Contains(glue, []byte("func (m *"+m[1]+"Mutation) HeraldSchema()")) {
+		if !strings.EqualFold(m[1], m[2]) || !bytes.Contains(glue, []byte("func (m *"+m[2]+"Mutation) HeraldSchema()")) {
 			if !skipped[m[1]] {
 				h.skipped = append(h.skipped, fmt.Sprintf("%s/%s (no capture glue generated)", rel, m[1]))
 			}
@@ -863,7 +885,17 @@ func (h *harness) exec(r *run) error {
 		env = append(env, "HERALD_ENTSUITE_ORACLE=1")
 	}
 	if r.dialect == "postgres" {
+		// One database per run and work directory (two harnesses may run
+		// at once).
 		name := "herald_entsuite_" + r.variant
+		if w := filepath.Base(h.work); w != "work" {
+			name += "_" + strings.Map(func(c rune) rune {
+				if c >= 'a' && c <= 'z' || c >= '0' && c <= '9' {
+					return c
+				}
+				return '_'
+			}, strings.ToLower(w))
+		}
 		drop, err := pgDatabase(name)
 		if err != nil {
 			return err
@@ -960,9 +992,14 @@ func (h *harness) exec(r *run) error {
 				}
 				break
 			}
-			// The test two levels down (TestSQLite/Types) is skipped.
-			if parts := strings.SplitN(panicked, "/", 3); len(parts) == 3 {
-				panicked = parts[0] + "/" + parts[1]
+			// The test of the suite's list is skipped: TestSQLite/Types,
+			// TestPostgres/12/Types (not a subtest of it).
+			depth := 2
+			if strings.HasPrefix(panicked, "TestPostgres/") {
+				depth = 3
+			}
+			if parts := strings.Split(panicked, "/"); len(parts) > depth {
+				panicked = strings.Join(parts[:depth], "/")
 			}
 			fmt.Printf("  %-8s %-8s %s: %s panicked; running the rest without it\n", r.dialect, r.variant, name, panicked)
 			panics = append(panics, panicked)

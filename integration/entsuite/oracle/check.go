@@ -372,6 +372,9 @@ func jsonValue(v any) any {
 // as the database shows them (raw on SQLite, \x hex on PostgreSQL) and
 // as base64, a number and its decimal text.
 func valueEqual(db, ev any) bool {
+	if db == "null" && ev == nil {
+		return true // a JSON column holding the JSON null
+	}
 	if db == nil || ev == nil {
 		return db == nil && ev == nil
 	}
