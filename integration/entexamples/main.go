@@ -5,9 +5,13 @@
 // schema and entcapturegen.Extension to their code generation, regenerates
 // them, opens their clients on entcapture.Driver with the outbox table
 // migrated, and runs their Example tests. Each must print exactly what it
-// prints without capture (its `// Output:` comment, unchanged), and leave
-// its writes' events in the outbox: the harness reports how many per
-// example and fails an example that wrote none.
+// prints without capture (its `// Output:` comment, unchanged), and the
+// row-diff oracle of integration/entsuite, which watches the examples'
+// databases, must agree with every event (each row a transaction wrote has
+// exactly one event of that operation whose image is the stored row, and
+// no untouched row has one): the harness reports per example the
+// transactions judged and the events, and fails an example with no event
+// or a disagreement knownFindings does not list.
 //
 //	cd integration/entexamples && go run .        # all examples (a few minutes)
 //	go run . -run o2m2types,traversal -keep      # some, keeping the work tree

@@ -119,7 +119,8 @@ func (h *harness) compare(runs []*run, known []*knownEntry, total time.Duration)
 	fmt.Printf("\n%-8s %-8s %16s %20s %7s  %s\n", "dialect", "run", "top-level p/f/s", "with subtests p/f/s", "time", "vs baseline")
 	bad := false
 	var details []string
-	ran := map[string]bool{} // dialect + what, to report stale known entries
+	ran := map[string]bool{}     // dialect + what, to report stale known entries
+	byDefect := map[string]int{} // dialect + defect -> known findings
 	for _, r := range runs {
 		if r.err != nil {
 			bad = true
@@ -199,13 +200,16 @@ func (h *harness) compare(runs []*run, known []*knownEntry, total time.Duration)
 					for _, k := range keys {
 						kind, table, _ := strings.Cut(k, " ")
 						list := groups[t][k]
-						tag := "NEW"
 						if e := matchKnown(known, r.dialect, "oracle", t, kind, table); e != nil {
-							tag = "known: " + e.defect
-						} else {
-							bad = true
+							byDefect[r.dialect+" "+e.defect] += len(list)
+							if !h.verbose {
+								continue
+							}
+							details = append(details, fmt.Sprintf("%s oracle %s: %d × %s %s (known: %s); first: %s", r.dialect, t, len(list), kind, table, e.defect, list[0]))
+							continue
 						}
-						details = append(details, fmt.Sprintf("%s oracle %s: %d × %s %s (%s); first: %s", r.dialect, t, len(list), kind, table, tag, list[0]))
+						bad = true
+						details = append(details, fmt.Sprintf("%s oracle %s: %d × %s %s (NEW); first: %s", r.dialect, t, len(list), kind, table, list[0]))
 					}
 				}
 			}
@@ -214,6 +218,17 @@ func (h *harness) compare(runs []*run, known []*knownEntry, total time.Duration)
 	}
 	for _, d := range details {
 		fmt.Println(d)
+	}
+	if len(byDefect) > 0 {
+		fmt.Println("oracle findings of known defects (known.txt; -v lists each):")
+		keys := make([]string, 0, len(byDefect))
+		for k := range byDefect {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Printf("  %5d  %s\n", byDefect[k], k)
+		}
 	}
 	for _, e := range known {
 		if e.seen {
