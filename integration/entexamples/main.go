@@ -148,7 +148,7 @@ func harness(only string, keep bool) error {
 		case string(st[4]) != "0":
 			verdict := "FAIL"
 			if d, ok := knownFindings[ex]; ok {
-				verdict = "ok  " // a known defect, reported
+				verdict = "     known:" // a known defect, reported
 				fmt.Printf("ok   %-14s %s Example tests passed; oracle: %s transactions, %s rows changed, %s events, %s disagreements, known: %s\n", ex, countExamples(out), st[1], st[2], st[3], st[4], d)
 			} else {
 				failed = append(failed, ex+" (oracle)")

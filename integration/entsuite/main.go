@@ -439,15 +439,27 @@ func (h *harness) capture(mod string) error {
 // which of them declare a composite id (field.ID).
 func schemaTypes(dir string) (types map[string]string, files map[string]string, composite map[string]bool, err error) {
 	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, dir, func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	parsed := map[string]*ast.File{}
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+			continue
+		}
+		fname := filepath.Join(dir, e.Name())
+		f, err := parser.ParseFile(fset, fname, nil, 0)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		parsed[fname] = f
 	}
 	embeds := map[string]string{} // type -> embedded field type ("ent.Schema" or a local type)
 	files = map[string]string{}
 	composite = map[string]bool{}
-	for _, p := range pkgs {
-		for fname, f := range p.Files {
+	{
+		for fname, f := range parsed {
 			ast.Inspect(f, func(n ast.Node) bool {
 				switch x := n.(type) {
 				case *ast.TypeSpec:
@@ -969,7 +981,7 @@ func (h *harness) exec(r *run) error {
 				}
 			}
 			if n == 0 {
-				return fmt.Errorf("%s: no test results (%v); see %s", f.dir, runErr, log)
+				return fmt.Errorf("%s: no test results (%w); see %s", f.dir, runErr, log)
 			}
 			finished := false
 			if b, err := os.ReadFile(report); err == nil {

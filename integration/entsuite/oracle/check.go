@@ -123,7 +123,8 @@ func opOf(b, a map[string]any) string {
 }
 
 func (o *Oracle) checkRow(tb, key string, b, a map[string]any, evs []*event) {
-	changed := !(b == nil && a == nil) && !rowsEqual(b, a)
+	absent := b == nil && a == nil // inserted and deleted in the transaction
+	changed := !absent && !rowsEqual(b, a)
 	if changed {
 		o.rows.Add(1)
 	}
@@ -136,7 +137,7 @@ func (o *Oracle) checkRow(tb, key string, b, a map[string]any, evs []*event) {
 	case len(evs) == 0:
 		f("missed", "row %s, no event", opOf(b, a))
 		return
-	case !changed && !(b == nil && a == nil):
+	case !changed && !absent:
 		f("spurious", "row unchanged, events %s", ops(evs))
 		return
 	}

@@ -246,7 +246,7 @@ func (c *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, e
 	return &stmt{Stmt: s, c: c, query: query}, nil
 }
 
-func (c *conn) Begin() (driver.Tx, error) { //nolint:staticcheck // driver.Conn requires it
+func (c *conn) Begin() (driver.Tx, error) { // driver.Conn requires it
 	return c.BeginTx(context.Background(), driver.TxOptions{})
 }
 

@@ -1,6 +1,10 @@
 package main
 
-import "testing"
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
 
 // TestSkipPattern: the tests that panicked are skipped, and nothing else.
 func TestSkipPattern(t *testing.T) {
@@ -31,5 +35,47 @@ func TestDiffLeaves(t *testing.T) {
 	r["T/12/Upsert"] = "fail"
 	if lost, _, _ = diff(base, r); len(lost) != 2 {
 		t.Fatalf("lost %q, want T/12/Types and T/12/Upsert", lost)
+	}
+}
+
+// TestSchemaTypes: the schemas of a schema package, through a local base
+// type too, and those with a composite id.
+func TestSchemaTypes(t *testing.T) {
+	dir := t.TempDir()
+	src := `package schema
+
+import (
+	"entgo.io/ent"
+	"entgo.io/ent/schema"
+	"entgo.io/ent/schema/field"
+	"entgo.io/ent/schema/mixin"
+)
+
+type base struct{ ent.Schema }
+
+type User struct{ ent.Schema }
+
+type Pet struct{ base }
+
+type Like struct{ ent.Schema }
+
+func (Like) Annotations() []schema.Annotation {
+	return []schema.Annotation{field.ID("user_id", "pet_id")}
+}
+
+type TimeMixin struct{ mixin.Schema }
+`
+	if err := os.WriteFile(filepath.Join(dir, "s.go"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	types, _, composite, err := schemaTypes(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(types) != 3 || types["User"] != "Schema" || types["Pet"] != "base" || types["Like"] != "Schema" {
+		t.Errorf("types %v, want User (Schema), Pet (base), Like (Schema)", types)
+	}
+	if len(composite) != 1 || !composite["Like"] {
+		t.Errorf("composite %v, want Like", composite)
 	}
 }
