@@ -911,7 +911,9 @@ func (m *%[1]s) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldMo
 		if f.IsEdgeField() {
 			continue
 		}
-		if f.Nillable {
+		// NillableValue: a Nillable field of a pointer GoType is that
+		// pointer in the entity, not a pointer to it.
+		if f.NillableValue() {
 			pf("\tif v, ok := m.%s(); ok {\n\t\te.%s = &v\n\t}\n", f.MutationGet(), f.StructField())
 		} else {
 			pf("\tif v, ok := m.%s(); ok {\n\t\te.%s = v\n\t}\n", f.MutationGet(), f.StructField())
@@ -924,7 +926,7 @@ func (m *%[1]s) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldMo
 		pf("\t\tcase %q:\n\t\t\trow[c] = e.ID\n", n.ID.StorageKey())
 	}
 	for _, f := range n.Fields {
-		if f.Nillable {
+		if f.NillableValue() {
 			pf("\t\tcase %q:\n\t\t\tif e.%[2]s != nil {\n\t\t\t\trow[c] = *e.%[2]s\n\t\t\t} else {\n\t\t\t\trow[c] = nil\n\t\t\t}\n", f.StorageKey(), f.StructField())
 		} else {
 			pf("\t\tcase %q:\n\t\t\trow[c] = e.%s\n", f.StorageKey(), f.StructField())

@@ -1,7 +1,9 @@
 package entcapturegen
 
 import (
+	stdsql "database/sql"
 	"errors"
+	"fmt"
 	"go/ast"
 	"go/importer"
 	"go/parser"
@@ -173,6 +175,39 @@ func TestBulkTemplateRelease(t *testing.T) {
 		err := checkBulkTemplate(c.version, c.read)
 		if !errors.Is(err, envelope.ErrConfiguration) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: err = %v, want ErrConfiguration containing %q", c.name, err, c.want)
+		}
+	}
+}
+
+type genNullable struct{ ent.Schema }
+
+func (genNullable) Fields() []ent.Field {
+	return []ent.Field{
+		field.String("plain").Optional().Nillable(),
+		field.String("null_str").Optional().Nillable().GoType(&stdsql.NullString{}),
+	}
+}
+
+func (genNullable) Mixin() []ent.Mixin { return []ent.Mixin{entcapture.Mixin(envelope.Options{})} }
+
+// TestNillablePointerGoType: a Nillable field whose GoType is a pointer
+// (ent's integration suite: GoType(&sql.NullString{})) is that pointer in
+// the entity, so the glue assigns and reads it as it is; the glue took its
+// address (**sql.NullString) and did not compile.
+func TestNillablePointerGoType(t *testing.T) {
+	t.Parallel()
+	g := graphOf(t, genNullable{})
+	var sb strings.Builder
+	glueType(func(format string, args ...any) { fmt.Fprintf(&sb, format, args...) }, g.Nodes[0])
+	src := sb.String()
+	for _, want := range []string{"e.Plain = &v", "e.NullStr = v", "row[c] = *e.Plain", "row[c] = e.NullStr"} {
+		if !strings.Contains(src, want) {
+			t.Errorf("the glue lacks %q:\n%s", want, src)
+		}
+	}
+	for _, bad := range []string{"e.NullStr = &v", "row[c] = *e.NullStr"} {
+		if strings.Contains(src, bad) {
+			t.Errorf("the glue has %q", bad)
 		}
 	}
 }

@@ -5,9 +5,13 @@
 // schema and entcapturegen.Extension to their code generation, regenerates
 // them, opens their clients on entcapture.Driver with the outbox table
 // migrated, and runs their Example tests. Each must print exactly what it
-// prints without capture (its `// Output:` comment, unchanged), and leave
-// its writes' events in the outbox: the harness reports how many per
-// example and fails an example that wrote none.
+// prints without capture (its `// Output:` comment, unchanged), and the
+// row-diff oracle of integration/entsuite, which watches the examples'
+// databases, must agree with every event (each row a transaction wrote has
+// exactly one event of that operation whose image is the stored row, and
+// no untouched row has one): the harness reports per example the
+// transactions judged and the events, and fails an example with no event
+// or a disagreement knownFindings does not list.
 //
 //	cd integration/entexamples && go run .        # all examples (a few minutes)
 //	go run . -run o2m2types,traversal -keep      # some, keeping the work tree
@@ -120,6 +124,11 @@ func harness(only string, keep bool) error {
 		}
 		generated = append(generated, ex)
 	}
+	for _, ex := range generated {
+		if err := writeTables(filepath.Join(work, ex)); err != nil {
+			return fmt.Errorf("%s: %w", ex, err)
+		}
+	}
 	if err := goCmd(work, "mod", "tidy", "-e"); err != nil {
 		return err
 	}
@@ -128,16 +137,30 @@ func harness(only string, keep bool) error {
 		cmd.Dir = work
 		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
 		out, err := cmd.CombinedOutput()
-		events := eventsRE.FindSubmatch(out)
+		st := statsRE.FindSubmatch(out)
 		switch {
 		case err != nil:
 			failed = append(failed, ex)
 			fmt.Printf("FAIL %-14s\n%s\n", ex, out)
-		case events == nil || string(events[1]) == "0":
+		case st == nil || string(st[3]) == "0":
 			failed = append(failed, ex+" (no events)")
 			fmt.Printf("FAIL %-14s no events in the outbox\n%s\n", ex, out)
+		case string(st[4]) != "0":
+			verdict := "FAIL"
+			if d, ok := knownFindings[ex]; ok {
+				verdict = "     known:" // a known defect, reported
+				fmt.Printf("ok   %-14s %s Example tests passed; oracle: %s transactions, %s rows changed, %s events, %s disagreements, known: %s\n", ex, countExamples(out), st[1], st[2], st[3], st[4], d)
+			} else {
+				failed = append(failed, ex+" (oracle)")
+				fmt.Printf("FAIL %-14s the oracle found %s disagreements between the events and the rows:\n", ex, st[4])
+			}
+			for _, l := range bytes.Split(out, []byte("\n")) {
+				if bytes.HasPrefix(l, []byte("herald-oracle: ")) {
+					fmt.Printf("%s %s\n", verdict, l)
+				}
+			}
 		default:
-			fmt.Printf("ok   %-14s %s Example tests passed, %s events in the outbox\n", ex, countExamples(out), events[1])
+			fmt.Printf("ok   %-14s %s Example tests passed; oracle: %s transactions, %s rows changed, %s events, no disagreement\n", ex, countExamples(out), st[1], st[2], st[3])
 		}
 	}
 	if len(failed) > 0 {
@@ -146,7 +169,86 @@ func harness(only string, keep bool) error {
 	return nil
 }
 
-var eventsRE = regexp.MustCompile(`herald-events (\d+)`)
+// writeTables fills in the captured schemas' tables, read from the
+// generated code, in the example's herald_test.go.
+func writeTables(dir string) error {
+	models, err := modelsOf(filepath.Join(dir, "ent"))
+	if err != nil {
+		return err
+	}
+	names := make([]string, 0, len(models))
+	for m := range models {
+		names = append(names, m)
+	}
+	sort.Strings(names)
+	var sb strings.Builder
+	for i, m := range names {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		fmt.Fprintf(&sb, "%q: %q", m, models[m])
+	}
+	p := filepath.Join(dir, "herald_test.go")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(p, bytes.Replace(b, []byte("{TABLES}"), []byte("{"+sb.String()+"}"), 1), 0o644)
+}
+
+var (
+	clientRE = regexp.MustCompile(`(?m)^\tc\.(\w+) = New(\w+)Client\(c\.config\)$`)
+	tableRE  = regexp.MustCompile(`(?m)^\tTable = "([^"]+)"$`)
+)
+
+// modelsOf reads the table of each schema of a generated ent package
+// captured (its client's fields with the extension's glue, each entity
+// package's Table constant), as
+// integration/entsuite does.
+func modelsOf(entDir string) (map[string]string, error) {
+	b, err := os.ReadFile(filepath.Join(entDir, "client.go"))
+	if err != nil {
+		return nil, err
+	}
+	glue, err := os.ReadFile(filepath.Join(entDir, "entcapture.go"))
+	if err != nil {
+		return nil, err
+	}
+	models := map[string]string{}
+	for _, m := range clientRE.FindAllStringSubmatch(string(b), -1) {
+		// Captured: the extension generated its glue.
+		if !strings.EqualFold(m[1], m[2]) || !bytes.Contains(glue, []byte("func (m *"+m[1]+"Mutation) HeraldSchema()")) {
+			continue
+		}
+		pb, err := os.ReadFile(filepath.Join(entDir, strings.ToLower(m[1]), strings.ToLower(m[1])+".go"))
+		if err != nil {
+			return nil, err
+		}
+		t := tableRE.FindSubmatch(pb)
+		if t == nil {
+			return nil, fmt.Errorf("%s: no Table constant", m[1])
+		}
+		models[m[1]] = string(t[1])
+	}
+	if len(models) == 0 {
+		return nil, fmt.Errorf("%s: no schema clients", entDir)
+	}
+	return models, nil
+}
+
+// knownFindings are the examples whose events the oracle disagrees with
+// because of a capture defect not fixed yet (issue 18), by example; an
+// example listed is reported, not failed. Remove an entry when its fix
+// lands.
+var knownFindings = map[string]string{
+	// The schema's own hook encrypts the name before the write and
+	// decrypts the entity it returns; the capture hook (a mixin hook,
+	// outside it) renders the create event from that entity: the outbox
+	// gets the plaintext, the row holds the ciphertext.
+	"encryptfield": "a create event holds the entity a later hook returns, not the row as stored: the plaintext of an encrypted column reaches the outbox (issue 18, new: NEW-F of integration/entsuite/known.txt)",
+}
+
+var statsRE = regexp.MustCompile(`herald-oracle-stats (\d+) (\d+) (\d+) (\d+)`)
 
 func countExamples(out []byte) string {
 	return fmt.Sprint(bytes.Count(out, []byte("--- PASS: Example")))
@@ -203,7 +305,8 @@ func writeGoMod(work, root string) error {
 	s := strings.Replace(string(b), "replace entgo.io/ent => ../\n", "", 1)
 	s = strings.Replace(s, "entgo.io/ent v0.0.0-00010101000000-000000000000", "entgo.io/ent v0.14.5", 1)
 	s = strings.Replace(s, "go 1.23", "go 1.26.0", 1)
-	s += "\nrequire github.com/heraldgo/herald v0.0.0\n\nreplace github.com/heraldgo/herald => " + root + "\n"
+	s += "\nrequire (\n\tgithub.com/heraldgo/herald v0.0.0\n\tgithub.com/heraldgo/herald/integration/entsuite v0.0.0\n)\n\n" +
+		"replace github.com/heraldgo/herald => " + root + "\n\nreplace github.com/heraldgo/herald/integration/entsuite => " + filepath.Join(root, "integration", "entsuite") + "\n"
 	return os.WriteFile(p, []byte(s), 0o644)
 }
 
@@ -350,8 +453,10 @@ func main() {
 `
 
 // openTemplate replaces ent.Open in the example's tests: the same client,
-// on entcapture.Driver, with the outbox table migrated; the outbox is
-// counted when the client closes (or at the end, for one never closed).
+// on entcapture.Driver, with the outbox table migrated, on a database the
+// row-diff oracle of integration/entsuite watches (every transaction's
+// events checked against the captured tables before and after it); the
+// oracle's counts are printed at the end.
 const openTemplate = `package PACKAGE
 
 import (
@@ -369,61 +474,44 @@ import (
 	_ "entgo.io/ent/examples/EXAMPLE/ent/runtime" // installs the schemas' hooks, the capture hook among them
 	"github.com/heraldgo/herald/entcapture"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/integration/entsuite/oracle"
 )
 
 var (
-	heraldMu     sync.Mutex
-	heraldEvents int
-	heraldOpen_  []*heraldCounter
+	heraldOnce   sync.Once
+	heraldOracle *oracle.Oracle
 )
 
-type heraldCounter struct {
-	*entsql.Driver
-	db      *sql.DB
-	counted bool
-}
-
-func (c *heraldCounter) count() {
-	heraldMu.Lock()
-	defer heraldMu.Unlock()
-	if c.counted {
-		return
-	}
-	c.counted = true
-	var n int
-	if err := c.db.QueryRow("SELECT COUNT(*) FROM herald_outbox").Scan(&n); err != nil {
-		fmt.Fprintln(os.Stderr, "herald: count the outbox:", err)
-		os.Exit(3)
-	}
-	heraldEvents += n
-}
-
-func (c *heraldCounter) Close() error {
-	c.count()
-	return c.Driver.Close()
-}
+// heraldTables are the captured schemas' tables (written by the harness
+// from the generated code).
+var heraldTables = map[string]string{TABLES}
 
 func heraldOpen(driverName, dataSourceName string, options ...ent.Option) (*ent.Client, error) {
-	db, err := sql.Open(driverName, dataSourceName)
+	heraldOnce.Do(func() {
+		heraldOracle = oracle.New(oracle.SQLite, oracle.Tables{Models: heraldTables, Mode: oracle.After}, func(f oracle.Finding) {
+			fmt.Fprintf(os.Stderr, "herald-oracle: %s\n", f) // not stdout: the examples' output is checked
+		})
+	})
+	probe, err := sql.Open(driverName, dataSourceName)
 	if err != nil {
 		return nil, err
 	}
+	drv := probe.Driver()
+	_ = probe.Close()
+	db := heraldOracle.OpenDB(drv, dataSourceName)
 	if err := envelope.Migrate(context.Background(), db, envelope.SQLite, ""); err != nil {
 		return nil, err
 	}
-	c := &heraldCounter{Driver: entsql.OpenDB(dialect.SQLite, db), db: db}
-	heraldMu.Lock()
-	heraldOpen_ = append(heraldOpen_, c)
-	heraldMu.Unlock()
-	return ent.NewClient(append(options, ent.Driver(entcapture.Driver(c)))...), nil
+	return ent.NewClient(append(options, ent.Driver(entcapture.Driver(entsql.OpenDB(dialect.SQLite, db))))...), nil
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	for _, c := range heraldOpen_ {
-		c.count()
+	var s oracle.Stats
+	if heraldOracle != nil {
+		s = heraldOracle.Stats()
 	}
-	fmt.Printf("herald-events %d\n", heraldEvents)
+	fmt.Printf("herald-oracle-stats %d %d %d %d\n", s.Checks, s.Rows, s.Events, s.Findings)
 	os.Exit(code)
 }
 `
