@@ -99,8 +99,18 @@ func (s *shapes) snapshot(t *testing.T) map[string]map[string]map[string]any {
 		if db := s.db[st.table]; db != "" {
 			table = db + "." + table
 		}
+		out[st.table] = s.readTable(t, table, st.key)
+	}
+	return out
+}
+
+// readTable reads every row of table, by key.
+func (s *shapes) readTable(t *testing.T, table string, key []string) map[string]map[string]any {
+	t.Helper()
+	{
 		rows, err := s.env.db.Query(`SELECT * FROM ` + table)
 		must(t, err)
+		defer rows.Close()
 		cols, err := rows.Columns()
 		must(t, err)
 		m := map[string]map[string]any{}
@@ -118,13 +128,11 @@ func (s *shapes) snapshot(t *testing.T) map[string]map[string]map[string]any {
 				}
 				r[c] = vals[i]
 			}
-			m[keyText(st.key, r)] = normalize(t, r)
+			m[keyText(key, r)] = normalize(t, r)
 		}
 		must(t, rows.Err())
-		must(t, rows.Close())
-		out[st.table] = m
+		return m
 	}
-	return out
 }
 
 func keyText(key []string, r map[string]any) string {

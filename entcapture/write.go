@@ -461,9 +461,7 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 		}
 	case len(w.sch.Key) > 0:
 		after = make([]map[string]any, len(before))
-		for i, b := range before {
-			after[i] = b
-		}
+		copy(after, before)
 	case rows:
 		if after, err = s.selectRows(w, w.columns(true), nil, false, owners, narrow...); err != nil {
 			return v, err
