@@ -676,6 +676,9 @@ func sensitiveRE(schema string) *regexp.Regexp {
 var (
 	clientRE = regexp.MustCompile(`(?m)^\tc\.(\w+) = New(\w+)Client\(c\.config\)$`)
 	tableRE  = regexp.MustCompile(`(?m)^\tTable = "([^"]+)"$`)
+	// joinRE finds the captured join tables of plain many-to-many edges in
+	// the generated glue: their events' model is named as the table.
+	joinRE = regexp.MustCompile(`(?m)^var heraldJoin\w+Schema = &entcapture\.Schema\{\n\tName:\s+"([^"]+)",\n\tTable:\s+"([^"]+)",`)
 	// the generated NewClient's statement that makes the client (ent's
 	// template and the template folder's own)
 	newClientRE = regexp.MustCompile(`(?m)^func NewClient\(opts \.\.\.Option\) \*Client \{\n(?:\t.*\n)*?\tclient := &Client\{config: [^}\n]+\}\n`)
@@ -750,6 +753,18 @@ func (h *harness) patchClient(entDir string) error {
 	if len(schemas) == 0 {
 		return fmt.Errorf("%s: no schema clients", p)
 	}
+	// The join tables entcapture captures (both sides captured), read by
+	// the oracle like the schemas' tables: ent gives them a composite
+	// primary key of the two foreign keys, which is the events' key.
+	var joins []string
+	for _, m := range joinRE.FindAllSubmatch(glue, -1) {
+		name := string(m[1])
+		if _, dup := models[name]; !dup {
+			joins = append(joins, name)
+			models[name] = string(m[2])
+		}
+	}
+	sort.Strings(joins)
 	var sb strings.Builder
 	sb.WriteString("// Code written by herald's entsuite harness.\n\npackage ent\n\nimport (\n\t\"entgo.io/ent/dialect\"\n\tentsql \"entgo.io/ent/dialect/sql\"\n\n\t\"github.com/heraldgo/herald/integration/entsuite/oracle\"\n)\n\n")
 	sb.WriteString("// heraldSchemas are the captured schemas; heraldTables their tables;\n// heraldOmit the columns their events leave out (Sensitive).\nvar (\n\theraldSchemas = []string{")
@@ -760,7 +775,7 @@ func (h *harness) patchClient(entDir string) error {
 		sb.WriteString(strconv.Quote(sc))
 	}
 	sb.WriteString("}\n\theraldTables = map[string]string{")
-	for i, sc := range schemas {
+	for i, sc := range append(slices.Clone(schemas), joins...) {
 		if i > 0 {
 			sb.WriteString(", ")
 		}

@@ -583,6 +583,13 @@ func (o *Oracle) snapPostgres(ctx context.Context, q driver.QueryerContext) *sna
 		}
 		pks[asString(r[0])] = pk
 	}
+	// eventKey reads an event's key in the same column order (a composite
+	// key — a join table's two foreign keys — in the primary key's order).
+	o.mu.Lock()
+	for tb, pk := range pks {
+		o.pks[tb] = pk
+	}
+	o.mu.Unlock()
 	var present []string
 	sb.Reset()
 	sb.WriteString("SELECT ")
