@@ -198,6 +198,7 @@ func writeTables(dir string) error {
 
 var (
 	clientRE = regexp.MustCompile(`(?m)^\tc\.(\w+) = New(\w+)Client\(c\.config\)$`)
+	joinRE   = regexp.MustCompile(`(?m)^var heraldJoin\w+Schema = &entcapture\.Schema\{\n\tName:\s+"([^"]+)",\n\tTable:\s+"([^"]+)",`)
 	tableRE  = regexp.MustCompile(`(?m)^\tTable = "([^"]+)"$`)
 )
 
@@ -232,6 +233,13 @@ func modelsOf(entDir string) (map[string]string, error) {
 	}
 	if len(models) == 0 {
 		return nil, fmt.Errorf("%s: no schema clients", entDir)
+	}
+	// The join tables of plain many-to-many edges entcapture captures:
+	// their events' model is named as the table.
+	for _, m := range joinRE.FindAllSubmatch(glue, -1) {
+		if _, dup := models[string(m[1])]; !dup {
+			models[string(m[1])] = string(m[2])
+		}
 	}
 	return models, nil
 }
