@@ -12,6 +12,7 @@ import (
 	"entgo.io/ent/dialect/sql"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/ctxhdr"
 	"github.com/heraldgo/herald/internal/fusedsql"
 	"github.com/heraldgo/herald/wakeup"
 )
@@ -175,7 +176,7 @@ func (h *hook) fuse(ctx context.Context, w *write, cd *CaptureDriver, cfg Config
 		return nil // today's path reports it
 	}
 	f.ev = fusedsql.Event{Writer: wr, RowKeyed: spec.RowKeyed(), Topic: topic, Payload: payload,
-		Marks: marks, Key: k, GenCol: sch.PK, At: at, Headers: envelope.HeadersJSONFromContext(ctx)}
+		Marks: marks, Key: k, GenCol: sch.PK, At: at, Headers: ctxhdr.JSON(ctx)}
 	return f
 }
 

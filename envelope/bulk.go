@@ -43,7 +43,7 @@ func (w *Writer) WriteCapturedArrays(ctx context.Context, q Querier, ms []Messag
 	now := w.now().UTC().Truncate(time.Microsecond)
 	rows := make([]row, len(ms))
 	var locks keyLocks
-	ch := HeadersFromContext(ctx)
+	ch := headersFromContext(ctx)
 	for i := range ms {
 		if err := w.prepare(&rows[i], &ms[i], ch, i, len(ms)); err != nil {
 			return nil, err

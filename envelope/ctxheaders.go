@@ -5,8 +5,11 @@ import (
 	"sort"
 	"sync/atomic"
 
+	"github.com/heraldgo/herald/internal/ctxhdr"
 	"github.com/heraldgo/herald/jsonform"
 )
+
+func init() { ctxhdr.JSON = headersJSONFromContext }
 
 // ContextHeaders returns headers for the events of a write, taken from the
 // write's context: the W3C trace context (traceparent, tracestate) is what
@@ -41,10 +44,10 @@ func SetContextHeaders(f ContextHeaders) (restore func()) {
 	return func() { contextHeaders.Store(old) }
 }
 
-// HeadersFromContext returns the headers the hook of SetContextHeaders
+// headersFromContext returns the headers the hook of SetContextHeaders
 // gives for ctx, without those it must drop; nil when there is no hook or
 // it gives none.
-func HeadersFromContext(ctx context.Context) map[string]string {
+func headersFromContext(ctx context.Context) map[string]string {
 	p := contextHeaders.Load()
 	if p == nil {
 		return nil
@@ -65,11 +68,11 @@ func HeadersFromContext(ctx context.Context) map[string]string {
 	return out
 }
 
-// HeadersJSONFromContext is HeadersFromContext(ctx) as the JSON object an
-// event's headers column holds ("{}" for none), for a statement that
-// builds its events in SQL.
-func HeadersJSONFromContext(ctx context.Context) string {
-	return string(appendHeadersJSON(nil, HeadersFromContext(ctx)))
+// headersJSONFromContext is headersFromContext(ctx) as the JSON object an
+// event's headers column holds ("{}" for none), for the statements the
+// capture plugins build their events in (through internal/ctxhdr).
+func headersJSONFromContext(ctx context.Context) string {
+	return string(appendHeadersJSON(nil, headersFromContext(ctx)))
 }
 
 // appendHeadersJSON appends h as a JSON object, its names sorted.

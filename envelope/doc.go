@@ -60,7 +60,7 @@
 // a write's context (otelherald.RecordTraceContext: the W3C trace
 // context); every write — Write, WriteCaptured, WriteCapturedArrays and
 // the statements gormcapture and entcapture fuse with their row
-// (HeadersJSONFromContext) — adds them to its events where the message
+// (internal/ctxhdr) — adds them to its events where the message
 // does not set them. envelope itself imports no OpenTelemetry.
 //
 // Guarantee: an event is written in the caller's transaction or not at all —

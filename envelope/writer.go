@@ -135,7 +135,7 @@ func (w *Writer) write(ctx context.Context, q Querier, ms []Message) (*WriteResu
 	now := w.now().UTC().Truncate(time.Microsecond)
 	rows := make([]row, len(ms))
 	firstKey := map[string]int{}
-	ch := HeadersFromContext(ctx)
+	ch := headersFromContext(ctx)
 	for i := range ms {
 		if err := w.prepare(&rows[i], &ms[i], ch, i, len(ms)); err != nil {
 			return nil, err
@@ -189,7 +189,7 @@ func (w *Writer) write(ctx context.Context, q Querier, ms []Message) (*WriteResu
 }
 
 // prepare validates m into r; ch are the write's context headers
-// (HeadersFromContext), added where m does not set them.
+// (headersFromContext), added where m does not set them.
 func (w *Writer) prepare(r *row, m *Message, ch map[string]string, i, n int) error {
 	r.i, r.n = i, n
 	where := r.where

@@ -21,6 +21,7 @@ import (
 	"gorm.io/gorm/schema"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/ctxhdr"
 	"github.com/heraldgo/herald/internal/fusedsql"
 )
 
@@ -203,7 +204,7 @@ func (c *capturePool) fusedUpdate(ctx context.Context, q string, args []any) (n 
 	b.WriteString(ph(topic))
 	b.WriteString(`::text,`)
 	b.WriteString(bulkSplice(payload, marks, ph))
-	b.WriteString(`,` + fusedsql.HeadersSQL(envelope.HeadersJSONFromContext(ctx), ph, "::json") + `,`)
+	b.WriteString(`,` + fusedsql.HeadersSQL(ctxhdr.JSON(ctx), ph, "::json") + `,`)
 	keySQL := "NULL"
 	if key != "" {
 		keySQL = keyExpr(keyParts, ph)
@@ -621,7 +622,7 @@ func (c *capturePool) fusedUpdateSQLite(ctx context.Context, q string, args []an
 		b.WriteString(sqliteV7ID(ph(hiText), func() string { return ph(lo) }, "b.k") + `,`)
 		b.WriteString(ph(topic) + `,`)
 		b.WriteString(liteSplice(payload, marks, ph))
-		b.WriteString(`,` + fusedsql.HeadersSQL(envelope.HeadersJSONFromContext(ctx), ph, "") + `,`)
+		b.WriteString(`,` + fusedsql.HeadersSQL(ctxhdr.JSON(ctx), ph, "") + `,`)
 		if key == "" {
 			b.WriteString("NULL")
 		} else {

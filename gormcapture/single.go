@@ -18,6 +18,7 @@ import (
 	"gorm.io/gorm/schema"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/ctxhdr"
 	"github.com/heraldgo/herald/internal/fusedsql"
 )
 
@@ -225,7 +226,7 @@ func (p *Plugin) fusedInsert(st *gorm.Statement, spec *envelope.Spec, values cla
 		return "", nil, "", false
 	}
 	ev := fusedsql.Event{Writer: p.writer, RowKeyed: spec.RowKeyed(), Topic: topic, Payload: payload,
-		Marks: shape.marks, Key: k, GenCol: genPK, At: at, Headers: envelope.HeadersJSONFromContext(st.Context)}
+		Marks: shape.marks, Key: k, GenCol: genPK, At: at, Headers: ctxhdr.JSON(st.Context)}
 
 	p.build(st, ret, false)
 	args = st.Vars

@@ -227,7 +227,7 @@ func (m *Metrics) DeadLettered(ctx context.Context, d relay.DeadLettered) {
 func (m *Metrics) Polled(ctx context.Context, p relay.Poll) {
 	kv := []attribute.KeyValue{m.system, attribute.String("herald.relay.name", p.Relay)}
 	if p.Err != nil {
-		kv = append(kv, attribute.String("error.type", "_OTHER"))
+		kv = append(kv, attribute.String("error.type", ErrorType(p.Err)))
 	}
 	attrs := metric.WithAttributes(kv...)
 	m.poll.Record(ctx, p.Duration.Seconds(), attrs)

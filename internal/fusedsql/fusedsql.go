@@ -82,7 +82,7 @@ type Event struct {
 	GenCol   string // the generated key's column, when the key holds it
 	At       time.Time
 	// Headers are the event's headers as JSON: the write's context headers
-	// (envelope.HeadersJSONFromContext); "" or "{}" = none.
+	// (internal/ctxhdr.JSON); "" or "{}" = none.
 	Headers string
 }
 
