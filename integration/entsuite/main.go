@@ -676,9 +676,7 @@ func sensitiveRE(schema string) *regexp.Regexp {
 var (
 	clientRE = regexp.MustCompile(`(?m)^\tc\.(\w+) = New(\w+)Client\(c\.config\)$`)
 	tableRE  = regexp.MustCompile(`(?m)^\tTable = "([^"]+)"$`)
-	// joinRE finds the captured join tables of plain many-to-many edges in
-	// the generated glue: their events' model is named as the table.
-	joinRE = regexp.MustCompile(`(?m)^var heraldJoin\w+Schema = &entcapture\.Schema\{\n\tName:\s+"([^"]+)",\n\tTable:\s+"([^"]+)",`)
+
 	// the generated NewClient's statement that makes the client (ent's
 	// template and the template folder's own)
 	newClientRE = regexp.MustCompile(`(?m)^func NewClient\(opts \.\.\.Option\) \*Client \{\n(?:\t.*\n)*?\tclient := &Client\{config: [^}\n]+\}\n`)
@@ -757,11 +755,10 @@ func (h *harness) patchClient(entDir string) error {
 	// the oracle like the schemas' tables: ent gives them a composite
 	// primary key of the two foreign keys, which is the events' key.
 	var joins []string
-	for _, m := range joinRE.FindAllSubmatch(glue, -1) {
-		name := string(m[1])
+	for name, table := range oracle.JoinTables(glue) {
 		if _, dup := models[name]; !dup {
 			joins = append(joins, name)
-			models[name] = string(m[2])
+			models[name] = table
 		}
 	}
 	sort.Strings(joins)

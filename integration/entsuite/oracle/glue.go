@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 
@@ -172,4 +173,20 @@ func Finish() {
 	if err := os.WriteFile(p, b, 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "herald-entsuite: write the report:", err)
 	}
+}
+
+// joinRE finds, in entcapture's generated glue (entcapture.go), the
+// captured join tables of plain many-to-many edges.
+var joinRE = regexp.MustCompile(`(?m)^var heraldJoin\w+Schema = &entcapture\.Schema\{\n\tName:\s+"([^"]+)",\n\tTable:\s+"([^"]+)",`)
+
+// JoinTables returns the captured join tables of glue (the generated
+// entcapture.go), model -> table: their events' model is named as the
+// table, and the oracle reads them like the schemas' tables (keyed by
+// their composite primary key of the two foreign keys).
+func JoinTables(glue []byte) map[string]string {
+	out := map[string]string{}
+	for _, m := range joinRE.FindAllSubmatch(glue, -1) {
+		out[string(m[1])] = string(m[2])
+	}
+	return out
 }
