@@ -24,8 +24,12 @@ type Filter struct {
 	// Topics are names or prefix patterns ending in '*', as in
 	// Config.Topics; nil = any topic.
 	Topics []string
-	// IDs are event ids; nil = any event.
+	// IDs are event ids; nil = any event. The id has no index of its
+	// own: each batch scans the dead letters for them, so select many
+	// events by Sequences instead.
 	IDs []uuid.UUID
+	// Sequences are event sequences (the primary key); nil = any event.
+	Sequences []int64
 }
 
 // RetryDeadLettered makes the dead-lettered events that match f (and the
@@ -89,6 +93,31 @@ func (r *Relay) RetryDeadLettered(ctx context.Context, f Filter) (int64, error) 
 			where = append(where, "AND e.id IN (SELECT value FROM json_each($"+strconv.Itoa(next)+"))")
 		}
 		args = append(args, ids.String())
+		next++
+	}
+	if f.Sequences != nil {
+		if len(f.Sequences) == 0 {
+			return 0, nil
+		}
+		var seqs strings.Builder
+		open, sep, end := "{", ",", "}"
+		if r.dialect != envelope.Postgres {
+			open, end = "[", "]"
+		}
+		seqs.WriteString(open)
+		for i, s := range f.Sequences {
+			if i > 0 {
+				seqs.WriteString(sep)
+			}
+			seqs.WriteString(strconv.FormatInt(s, 10))
+		}
+		seqs.WriteString(end)
+		if r.dialect == envelope.Postgres {
+			where = append(where, "AND e.sequence = ANY($"+strconv.Itoa(next)+"::bigint[])")
+		} else {
+			where = append(where, "AND e.sequence IN (SELECT value FROM json_each($"+strconv.Itoa(next)+"))")
+		}
+		args = append(args, seqs.String())
 	}
 	q := b.render(r.sql.retry, "", strings.Join(where, " "))
 	var total int64
