@@ -267,12 +267,15 @@ type Backlog struct {
 type TopicBacklog struct {
 	Topic string
 	Backlog
+	// Paused: the topic is paused (admin.Admin.Pause): no relay of the
+	// table leases its events.
+	Paused bool
 }
 
 // BacklogByTopic is Backlog by topic, in one statement: the topics that
-// hold pending or dead-lettered events (within the relay's Topics /
-// ExcludeTopics), in topic order. A topic whose events are all published
-// is not listed.
+// hold pending or dead-lettered events or are paused (within the relay's
+// Topics / ExcludeTopics), in topic order. A topic whose events are all
+// published is not listed unless it is paused.
 func (r *Relay) BacklogByTopic(ctx context.Context) ([]TopicBacklog, error) {
 	args := append([]any{r.nowArg()}, r.fargs...)
 	rows, err := r.query(ctx, r.sql.backlogByTopic, args...)
@@ -285,10 +288,12 @@ func (r *Relay) BacklogByTopic(ctx context.Context) ([]TopicBacklog, error) {
 		var (
 			t           TopicBacklog
 			oldest, now envelope.NullTime
+			paused      int64
 		)
-		if err := rows.Scan(&t.Topic, &t.Pending, &oldest, &t.DeadLettered, &now); err != nil {
+		if err := rows.Scan(&t.Topic, &t.Pending, &oldest, &t.DeadLettered, &paused, &now); err != nil {
 			return nil, fmt.Errorf("herald/relay: backlog by topic: %w", err)
 		}
+		t.Paused = paused > 0
 		if oldest.Valid && now.Valid {
 			t.OldestPendingAge = max(0, now.Time.Sub(oldest.Time))
 		}
