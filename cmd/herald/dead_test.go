@@ -392,3 +392,22 @@ func TestTailFollowsNewEvents(t *testing.T) {
 		t.Fatalf("tail showed %v, want the two new shop.* events", got)
 	}
 }
+
+// TestBacklogShowsPausedTopics: herald backlog marks a paused topic, and
+// lists one with nothing pending while it is paused.
+func TestBacklogShowsPausedTopics(t *testing.T) {
+	dsn := testkit.ModerncDSN(testkit.SQLitePath(t))
+	env := []string{"HERALD_DSN=" + dsn}
+	mustRun(t, env, "migrate", "up")
+	mustRun(t, env, "pause", "idle.topic")
+	if bl := backlogJSON(t, env); len(bl) != 1 || !bl["idle.topic"].Paused || bl["idle.topic"].Pending != 0 {
+		t.Fatalf("backlog --json with idle.topic paused: %+v", bl)
+	}
+	if table := mustRun(t, env, "backlog"); !strings.Contains(table, "idle.topic") || !strings.Contains(table, "paused") {
+		t.Fatalf("backlog table:\n%s", table)
+	}
+	mustRun(t, env, "resume", "idle.topic")
+	if bl := backlogJSON(t, env); len(bl) != 0 {
+		t.Fatalf("backlog --json after resume: %+v", bl)
+	}
+}

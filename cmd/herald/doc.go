@@ -33,11 +33,12 @@
 // command herald-migrate does the same with its own flags and keeps
 // working.
 //
-// backlog prints, for each topic holding pending or dead-lettered events,
-// how many are pending, the age of the oldest pending one (by the
-// database's clock) and how many are dead-lettered: a table, or with
-// --json an array of {"topic", "pending", "oldest_pending_age_seconds",
-// "dead_lettered"}. It reads them in one statement (relay.BacklogByTopic).
+// backlog prints, for each topic holding pending or dead-lettered events
+// or paused, how many are pending, the age of the oldest pending one (by
+// the database's clock), how many are dead-lettered and whether it is
+// paused: a table, or with --json an array of {"topic", "pending",
+// "oldest_pending_age_seconds", "dead_lettered", "paused"}. It reads them
+// in one statement (relay.BacklogByTopic).
 //
 // dead list and events list print a page of events (dead letters; events
 // in any --state: all, pending, failed, dead) as a table, or with --json
