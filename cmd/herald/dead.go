@@ -126,7 +126,7 @@ func openAdmin(db dbFlags, errOut io.Writer) (*admin.Admin, *sql.DB, error) {
 	a, err := admin.New(admin.Config{DB: sqlDB, Dialect: d, Table: db.table,
 		Logger: slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
-		sqlDB.Close()
+		_ = sqlDB.Close()
 		return nil, nil, err
 	}
 	return a, sqlDB, nil
@@ -279,12 +279,12 @@ func orDash(s string) string {
 
 // clean makes s safe and short for a terminal: control characters (an
 // escape sequence in an error or a topic) become U+FFFD and tabs and
-// newlines spaces, and it is cut to max runes with "…".
-func clean(s string, max int) string {
+// newlines spaces, and it is cut to limit runes with "…".
+func clean(s string, limit int) string {
 	var b strings.Builder
 	n := 0
 	for _, r := range s {
-		if n == max {
+		if n == limit {
 			b.WriteString("…")
 			break
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os/exec"
@@ -271,7 +272,8 @@ func exitOf(t *testing.T, done chan error) int {
 	t.Helper()
 	select {
 	case err := <-done:
-		if ee, ok := err.(*exec.ExitError); ok {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
 			return ee.ExitCode()
 		}
 		if err != nil {

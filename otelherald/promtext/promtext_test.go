@@ -42,7 +42,7 @@ func TestWriteParsesStrictly(t *testing.T) {
 	ctx := context.Background()
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer mp.Shutdown(ctx)
+	defer func() { _ = mp.Shutdown(ctx) }()
 	m := mp.Meter("test")
 	c, _ := m.Int64Counter("shop.orders", metric.WithUnit("{order}"), metric.WithDescription("Orders.\nTwo lines, a \\ too."))
 	h, _ := m.Float64Histogram("shop.latency", metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(0.1, 1, 10))
