@@ -34,8 +34,11 @@ const (
 	// retry, or leased by a relay.
 	StatePending State = "pending"
 	// StatePublished: delivered (kept until cleaned up). Reported by
-	// Event.State; List does not list published history.
+	// Event.State; a Query selects it only within StateAll.
 	StatePublished State = "published"
+	// StateAll selects every event the table holds, published history
+	// included (List, Count and Follow; not Retry or Discard).
+	StateAll State = "all"
 )
 
 // DefaultLimit and MaxLimit bound a page of List.
@@ -46,9 +49,6 @@ const (
 
 // HeldBackShown is how many of the events an event holds back Get returns.
 const HeldBackShown = 5
-
-// batchSize is how many events one statement of Retry or Discard touches.
-const batchSize = 1000
 
 // ErrNotFound is returned by Get for an id the table does not hold.
 var ErrNotFound = errors.New("herald/admin: no such event")
@@ -102,7 +102,8 @@ func New(cfg Config) (*Admin, error) {
 	r := cfg.Relay
 	if r == nil {
 		var err error
-		r, err = relay.New(cfg.DB, unstarted{}, relay.Config{Table: cfg.Table, Dialect: cfg.Dialect, Name: "herald-admin", Logger: log})
+		r, err = relay.New(cfg.DB, unstarted{}, relay.Config{Table: cfg.Table, Dialect: cfg.Dialect, Name: "herald-admin", Logger: log,
+			CleanupBatchSize: MaxBatchSize}) // a batch of RetryBatches is one statement
 		if err != nil {
 			return nil, err
 		}
@@ -177,7 +178,7 @@ func fromEnvelope(e *envelope.Event) Event {
 // Query selects events. Every field narrows; the zero Query selects every
 // dead letter.
 type Query struct {
-	// State: StateDead (""), StateFailed or StatePending.
+	// State: StateDead (""), StateFailed, StatePending or StateAll.
 	State State `json:"state,omitempty"`
 	// Topics are names or prefix patterns ending in '*' ("shop.*"), as in
 	// relay.Config.Topics; nil = any topic.
@@ -237,8 +238,10 @@ func (a *Admin) where(q Query, s *sqlArgs) (string, error) {
 		c = append(c, "e.published_at IS NULL AND e.dead_lettered_at IS NULL")
 	case StateFailed:
 		c = append(c, "e.published_at IS NULL AND e.dead_lettered_at IS NULL AND e.attempts > 0")
+	case StateAll:
+		c = append(c, "1 = 1")
 	default:
-		return "", badQuery("State", "%q: want %q, %q or %q", q.State, StateDead, StateFailed, StatePending)
+		return "", badQuery("State", "%q: want %q, %q, %q or %q", q.State, StateDead, StateFailed, StatePending, StateAll)
 	}
 	if q.Topics != nil {
 		for i, p := range q.Topics {
@@ -422,96 +425,19 @@ func deadOnly(q Query, op string) error {
 
 // Retry makes the dead letters q selects due again, attempts reset, through
 // relay.Relay.RetryDeadLettered: they are delivered before the events of
-// their keys that waited behind them. A Query of Topics and IDs alone goes
-// to RetryDeadLettered as it is; one with other fields is listed in pages
-// of 1000 (keyset) and each page retried by its ids. It returns how many
-// events it revived and logs the count.
+// their keys that waited behind them. It is RetryBatches with the default
+// batch size: it returns how many events it revived and logs the count.
 func (a *Admin) Retry(ctx context.Context, q Query) (int64, error) {
-	if err := deadOnly(q, "Retry"); err != nil {
-		return 0, err
-	}
-	if _, err := a.where(q, &sqlArgs{d: a.d}); err != nil {
-		return 0, err
-	}
-	var total int64
-	if q.OrderingKey == "" && q.Since.IsZero() && q.Until.IsZero() && q.ErrorContains == "" && q.After == 0 {
-		n, err := a.r.RetryDeadLettered(ctx, relay.Filter{Topics: q.Topics, IDs: q.IDs})
-		total = n
-		if err != nil {
-			return total, fmt.Errorf("herald/admin: retry: %w", err)
-		}
-	} else {
-		page := q
-		page.State, page.Limit = StateDead, batchSize
-		for {
-			p, err := a.List(ctx, page)
-			if err != nil {
-				return total, fmt.Errorf("herald/admin: retry: %w", err)
-			}
-			if len(p.Events) > 0 {
-				ids := make([]uuid.UUID, len(p.Events))
-				for i, e := range p.Events {
-					ids[i] = e.ID
-				}
-				n, err := a.r.RetryDeadLettered(ctx, relay.Filter{IDs: ids})
-				total += n
-				if err != nil {
-					return total, fmt.Errorf("herald/admin: retry: %w", err)
-				}
-			}
-			if p.Next == 0 {
-				break
-			}
-			page.After = p.Next
-		}
-	}
-	a.log.InfoContext(ctx, "herald/admin: retried dead letters", slog.String("table", a.t.Name),
-		slog.Int64("retried", total), slog.String("query", q.String()))
-	return total, nil
+	return a.RetryBatches(ctx, q, BatchOptions{})
 }
 
-// Discard deletes the dead letters q selects, in batches of 1000 (one
-// short statement each), and returns how many it deleted; each releases
-// the events of its ordering key that waited behind it. The count and q
-// are logged. Only dead letters are discarded: an event retried meanwhile
-// is left alone.
+// Discard deletes the dead letters q selects, in batches of
+// DefaultBatchSize (DiscardBatches), and returns how many it deleted; each
+// releases the events of its ordering key that waited behind them. The
+// count and q are logged. Only dead letters are discarded: an event
+// retried meanwhile is left alone.
 func (a *Admin) Discard(ctx context.Context, q Query) (int64, error) {
-	if err := deadOnly(q, "Discard"); err != nil {
-		return 0, err
-	}
-	q.State = StateDead
-	s := &sqlArgs{d: a.d}
-	w, err := a.where(q, s)
-	if err != nil {
-		return 0, err
-	}
-	lim := s.add(batchSize)
-	var stmt string
-	if a.d == envelope.Postgres {
-		stmt = `DELETE FROM ` + a.t.Quoted + ` WHERE dead_lettered_at IS NOT NULL AND sequence = ANY(ARRAY(
-    SELECT e.sequence FROM ` + a.t.Quoted + ` e WHERE ` + w + ` ORDER BY e.sequence LIMIT ` + lim + ` FOR UPDATE SKIP LOCKED))`
-	} else {
-		stmt = `DELETE FROM ` + a.t.Quoted + ` WHERE dead_lettered_at IS NOT NULL AND sequence IN (
-    SELECT e.sequence FROM ` + a.t.Quoted + ` e WHERE ` + w + ` ORDER BY e.sequence LIMIT ` + lim + `)`
-	}
-	var total int64
-	for {
-		res, err := a.db.ExecContext(ctx, stmt, s.args...)
-		if err != nil {
-			a.logDiscard(ctx, q, total)
-			return total, fmt.Errorf("herald/admin: discard: %w", err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return total, fmt.Errorf("herald/admin: discard: %w", err)
-		}
-		total += n
-		if n < batchSize {
-			break
-		}
-	}
-	a.logDiscard(ctx, q, total)
-	return total, nil
+	return a.DiscardBatches(ctx, q, BatchOptions{})
 }
 
 func (a *Admin) logDiscard(ctx context.Context, q Query, n int64) {

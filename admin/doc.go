@@ -27,6 +27,15 @@
 // ahead of their keys' later events. Discard deletes them in batches of
 // 1000, releasing their keys, and returns the count; both log what they did
 // and the Query through Config.Logger. They take dead letters only.
+// RetryBatches and DiscardBatches are the same with a batch size and a
+// Progress callback, for a million dead letters: each batch is taken by
+// keyset on the sequence (the primary key, so the millionth batch costs
+// what the first does) and committed on its own; when ctx ends, the batch
+// in hand rolls back and the same call continues where it stopped. Count
+// says how many events a Query selects, LastSequence where the table
+// ends, and Follow calls a function with each new event (StateAll selects
+// every event, published history included). The herald command's dead,
+// events and tail subcommands are built on these.
 //
 // Backlog counts, per topic, the pending events, the age of the oldest and
 // the dead letters, in one statement grouped by topic, and tells which

@@ -58,6 +58,18 @@ func ExampleAdmin() {
 	n, err = adm.Discard(ctx, admin.Query{IDs: []uuid.UUID{id}})
 	fmt.Println("discarded", n, err)
 
+	// Many: count first, then committed batches with progress. When ctx
+	// ends, the batches done stay done and the same call continues.
+	all := admin.Query{Topics: []string{"billing.*"}}
+	total, err := adm.Count(ctx, all)
+	if err != nil {
+		log.Fatal(err)
+	}
+	n, err = adm.RetryBatches(ctx, all, admin.BatchOptions{Size: 1000, Progress: func(done int64) {
+		log.Printf("retried %d of %d", done, total)
+	}})
+	fmt.Println("retried", n, err)
+
 	// Stop every relay of the table leasing a topic, and let it go again.
 	if err := adm.Pause(ctx, "billing.invoice", "provider incident #812"); err != nil {
 		log.Fatal(err)

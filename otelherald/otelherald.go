@@ -31,6 +31,9 @@
 //	herald.backlog.pending               gauge {event}       pending events by topic (due, waiting to retry, leased)
 //	herald.backlog.oldest_pending_age    gauge s             age of the oldest pending event by topic, by the database's clock
 //	herald.backlog.dead_lettered         gauge {event}       dead-lettered events by topic
+//	herald.backlog.paused                gauge {topic}       1 for a paused topic, 0 once resumed, by topic
+//
+// With Config.TracerProvider each poll is also a span, "herald.relay.poll".
 //
 // error.type is "permanent" (delivery.ErrPermanent), "decode" (a row the
 // relay could not decode, *relay.DecodeError), "timeout" (the delivery's
@@ -77,7 +80,9 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
@@ -102,6 +107,14 @@ type Config struct {
 	BacklogInterval time.Duration
 	// BacklogTimeout bounds one backlog reading; 0 = 5 s.
 	BacklogTimeout time.Duration
+	// TracerProvider, when set, records each poll of a relay as a span
+	// named "herald.relay.poll" (kind internal; herald.relay.name,
+	// messaging.system, herald.relay.poll.events; status Error and
+	// error.type for a failed poll), started and ended at the poll's own
+	// times. nil = no poll spans: a relay polls every few hundred
+	// milliseconds when idle, and most tracing backends would rather not
+	// keep those.
+	TracerProvider trace.TracerProvider
 }
 
 // Metrics records a relay's deliveries, polls and backlog.
@@ -113,8 +126,9 @@ type Metrics struct {
 	sent, dead                  metric.Int64Counter
 	delay, sendDur, poll, lease metric.Float64Histogram
 	events                      metric.Int64Histogram
-	pending, deadGauge          metric.Int64ObservableGauge
+	pending, deadGauge, paused  metric.Int64ObservableGauge
 	oldest                      metric.Float64ObservableGauge
+	tracer                      trace.Tracer // nil without Config.TracerProvider
 }
 
 var _ relay.PollObserver = (*Metrics)(nil)
@@ -171,11 +185,17 @@ func New(cfg Config) (*Metrics, error) {
 	m.deadGauge, err = m.meter.Int64ObservableGauge("herald.backlog.dead_lettered", metric.WithUnit("{event}"),
 		metric.WithDescription("Dead-lettered events, by topic."))
 	add(err)
+	m.paused, err = m.meter.Int64ObservableGauge("herald.backlog.paused", metric.WithUnit("{topic}"),
+		metric.WithDescription("1 for a paused topic (no relay of the table leases its events), 0 once resumed, by topic."))
+	add(err)
 	m.oldest, err = m.meter.Float64ObservableGauge("herald.backlog.oldest_pending_age", metric.WithUnit("s"),
 		metric.WithDescription("Age of the oldest pending event, by topic, by the database's clock."))
 	add(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("otelherald: creating instruments: %w", err)
+	}
+	if cfg.TracerProvider != nil {
+		m.tracer = cfg.TracerProvider.Tracer(ScopeName)
 	}
 	return m, nil
 }
@@ -234,8 +254,23 @@ func (m *Metrics) Polled(ctx context.Context, p relay.Poll) {
 	m.lease.Record(ctx, p.Lease.Seconds(), attrs)
 	m.events.Record(ctx, int64(p.Leased), attrs)
 	if p.Leased > 0 {
+		// No messaging.batch.message_count: an attribute per batch size
+		// would make a series per size; herald.relay.poll.events has the
+		// sizes.
 		m.sendDur.Record(ctx, p.Deliver.Seconds(), metric.WithAttributes(m.system, attribute.String("herald.relay.name", p.Relay),
-			attribute.String("messaging.operation.name", "send"), attribute.Int("messaging.batch.message_count", p.Leased)))
+			attribute.String("messaging.operation.name", "send")))
+	}
+	if m.tracer != nil {
+		end := time.Now()
+		_, span := m.tracer.Start(ctx, "herald.relay.poll", trace.WithSpanKind(trace.SpanKindInternal),
+			trace.WithTimestamp(end.Add(-p.Duration)), trace.WithAttributes(m.system,
+				attribute.String("herald.relay.name", p.Relay), attribute.Int("herald.relay.poll.events", p.Leased)))
+		if p.Err != nil {
+			span.RecordError(p.Err)
+			span.SetStatus(codes.Error, p.Err.Error())
+			span.SetAttributes(attribute.String("error.type", ErrorType(p.Err)))
+		}
+		span.End(trace.WithTimestamp(end))
 	}
 }
 
@@ -280,6 +315,11 @@ func (m *Metrics) ObserveBacklog(r Backlogger) (unregister func() error, err err
 			o.ObserveInt64(m.pending, t.Pending, attrs)
 			o.ObserveInt64(m.deadGauge, t.DeadLettered, attrs)
 			o.ObserveFloat64(m.oldest, t.OldestPendingAge.Seconds(), attrs)
+			var paused int64
+			if t.Paused {
+				paused = 1
+			}
+			o.ObserveInt64(m.paused, paused, attrs)
 		}
 		for _, t := range last {
 			now[t.Topic], seen[t.Topic] = true, true
@@ -291,7 +331,7 @@ func (m *Metrics) ObserveBacklog(r Backlogger) (unregister func() error, err err
 			}
 		}
 		return readErr
-	}, m.pending, m.deadGauge, m.oldest)
+	}, m.pending, m.deadGauge, m.oldest, m.paused)
 	if err != nil {
 		return nil, fmt.Errorf("otelherald: registering the backlog gauges: %w", err)
 	}

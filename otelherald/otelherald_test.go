@@ -9,8 +9,11 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 	_ "github.com/mattn/go-sqlite3"
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
@@ -40,8 +43,18 @@ func openDB(t *testing.T, d envelope.Dialect) *sql.DB {
 type collected struct {
 	sums   map[string]map[string]int64 // counters and int gauges
 	floats map[string]map[string]float64
-	counts map[string]uint64 // histogram counts, all attributes together
-	errs   map[string]int64  // messaging.client.sent.messages with error.type, by error.type
+	counts map[string]uint64          // histogram counts, all attributes together
+	errs   map[string]int64           // messaging.client.sent.messages with error.type, by error.type
+	keys   map[string]map[string]bool // attribute keys seen, by instrument
+}
+
+func (c collected) sawKeys(name string, s attribute.Set) {
+	if c.keys[name] == nil {
+		c.keys[name] = map[string]bool{}
+	}
+	for _, kv := range s.ToSlice() {
+		c.keys[name][string(kv.Key)] = true
+	}
 }
 
 func collect(t *testing.T, r *sdkmetric.ManualReader) collected {
@@ -50,7 +63,7 @@ func collect(t *testing.T, r *sdkmetric.ManualReader) collected {
 	if err := r.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
-	c := collected{sums: map[string]map[string]int64{}, floats: map[string]map[string]float64{}, counts: map[string]uint64{}, errs: map[string]int64{}}
+	c := collected{sums: map[string]map[string]int64{}, floats: map[string]map[string]float64{}, counts: map[string]uint64{}, errs: map[string]int64{}, keys: map[string]map[string]bool{}}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
 			switch data := m.Data.(type) {
@@ -85,6 +98,7 @@ func collect(t *testing.T, r *sdkmetric.ManualReader) collected {
 			case metricdata.Histogram[float64]:
 				for _, p := range data.DataPoints {
 					c.counts[m.Name] += p.Count
+					c.sawKeys(m.Name, p.Attributes)
 				}
 			case metricdata.Histogram[int64]:
 				for _, p := range data.DataPoints {
@@ -129,7 +143,9 @@ func TestRelayMetrics(t *testing.T) {
 			reader := sdkmetric.NewManualReader()
 			provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 			t.Cleanup(func() { _ = provider.Shutdown(ctx) })
-			m, err := otelherald.New(otelherald.Config{MeterProvider: provider, System: "kafka", BacklogInterval: time.Nanosecond})
+			spans := tracetest.NewSpanRecorder()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+			m, err := otelherald.New(otelherald.Config{MeterProvider: provider, System: "kafka", BacklogInterval: time.Nanosecond, TracerProvider: tp})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -170,8 +186,40 @@ func TestRelayMetrics(t *testing.T) {
 				t.Fatal(err)
 			}
 			enqueue("shop.order")
+			pause := `INSERT INTO herald_outbox_paused (topic, reason, paused_at) VALUES ('shop.order', '', now())`
+			if d == envelope.SQLite {
+				pause = `INSERT INTO herald_outbox_paused (topic, reason, paused_at) VALUES ('shop.order', '', '` + d.TimeArg(time.Now()).(string) + `')`
+			}
+			if _, err := db.ExecContext(ctx, pause); err != nil {
+				t.Fatal(err)
+			}
 
 			c := collect(t, reader)
+			if got := c.sums["herald.backlog.paused"]; got["shop.order"] != 1 || got["mail.send"] != 0 {
+				t.Errorf("herald.backlog.paused = %v, want shop.order: 1, mail.send: 0", got)
+			}
+			// A series per batch size would grow without bound.
+			if c.keys["messaging.client.operation.duration"]["messaging.batch.message_count"] {
+				t.Errorf("messaging.client.operation.duration carries messaging.batch.message_count: %v", c.keys["messaging.client.operation.duration"])
+			}
+			var polls, leasing int
+			for _, s := range spans.Ended() {
+				if s.Name() != "herald.relay.poll" {
+					continue
+				}
+				polls++
+				for _, kv := range s.Attributes() {
+					if kv.Key == "herald.relay.poll.events" && kv.Value.AsInt64() > 0 {
+						leasing++
+					}
+				}
+				if !s.EndTime().After(s.StartTime()) {
+					t.Errorf("poll span from %v to %v", s.StartTime(), s.EndTime())
+				}
+			}
+			if polls == 0 || leasing == 0 {
+				t.Errorf("%d herald.relay.poll spans, %d that leased events; want some of each", polls, leasing)
+			}
 			if got := c.sums["messaging.client.sent.messages"]["shop.order"]; got != 3 {
 				t.Errorf("messaging.client.sent.messages{shop.order} = %d, want 3", got)
 			}

@@ -24,8 +24,12 @@ type Filter struct {
 	// Topics are names or prefix patterns ending in '*', as in
 	// Config.Topics; nil = any topic.
 	Topics []string
-	// IDs are event ids; nil = any event.
+	// IDs are event ids; nil = any event. The id has no index of its
+	// own: each batch scans the dead letters for them, so select many
+	// events by Sequences instead.
 	IDs []uuid.UUID
+	// Sequences are event sequences (the primary key); nil = any event.
+	Sequences []int64
 }
 
 // RetryDeadLettered makes the dead-lettered events that match f (and the
@@ -89,6 +93,31 @@ func (r *Relay) RetryDeadLettered(ctx context.Context, f Filter) (int64, error) 
 			where = append(where, "AND e.id IN (SELECT value FROM json_each($"+strconv.Itoa(next)+"))")
 		}
 		args = append(args, ids.String())
+		next++
+	}
+	if f.Sequences != nil {
+		if len(f.Sequences) == 0 {
+			return 0, nil
+		}
+		var seqs strings.Builder
+		open, sep, end := "{", ",", "}"
+		if r.dialect != envelope.Postgres {
+			open, end = "[", "]"
+		}
+		seqs.WriteString(open)
+		for i, s := range f.Sequences {
+			if i > 0 {
+				seqs.WriteString(sep)
+			}
+			seqs.WriteString(strconv.FormatInt(s, 10))
+		}
+		seqs.WriteString(end)
+		if r.dialect == envelope.Postgres {
+			where = append(where, "AND e.sequence = ANY($"+strconv.Itoa(next)+"::bigint[])")
+		} else {
+			where = append(where, "AND e.sequence IN (SELECT value FROM json_each($"+strconv.Itoa(next)+"))")
+		}
+		args = append(args, seqs.String())
 	}
 	q := b.render(r.sql.retry, "", strings.Join(where, " "))
 	var total int64
@@ -238,12 +267,15 @@ type Backlog struct {
 type TopicBacklog struct {
 	Topic string
 	Backlog
+	// Paused: the topic is paused (admin.Admin.Pause): no relay of the
+	// table leases its events.
+	Paused bool
 }
 
 // BacklogByTopic is Backlog by topic, in one statement: the topics that
-// hold pending or dead-lettered events (within the relay's Topics /
-// ExcludeTopics), in topic order. A topic whose events are all published
-// is not listed.
+// hold pending or dead-lettered events or are paused (within the relay's
+// Topics / ExcludeTopics), in topic order. A topic whose events are all
+// published is not listed unless it is paused.
 func (r *Relay) BacklogByTopic(ctx context.Context) ([]TopicBacklog, error) {
 	args := append([]any{r.nowArg()}, r.fargs...)
 	rows, err := r.query(ctx, r.sql.backlogByTopic, args...)
@@ -256,10 +288,12 @@ func (r *Relay) BacklogByTopic(ctx context.Context) ([]TopicBacklog, error) {
 		var (
 			t           TopicBacklog
 			oldest, now envelope.NullTime
+			paused      int64
 		)
-		if err := rows.Scan(&t.Topic, &t.Pending, &oldest, &t.DeadLettered, &now); err != nil {
+		if err := rows.Scan(&t.Topic, &t.Pending, &oldest, &t.DeadLettered, &paused, &now); err != nil {
 			return nil, fmt.Errorf("herald/relay: backlog by topic: %w", err)
 		}
+		t.Paused = paused > 0
 		if oldest.Valid && now.Valid {
 			t.OldestPendingAge = max(0, now.Time.Sub(oldest.Time))
 		}

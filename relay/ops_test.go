@@ -64,7 +64,8 @@ func TestDeadLetterHoldsItsKeyUntilRetried(t *testing.T) {
 		}
 
 		// Filters that match nothing revive nothing.
-		for _, f := range []Filter{{Topics: []string{"payments.notify"}}, {IDs: []uuid.UUID{evs[1].ID}}, {Topics: []string{}}} {
+		for _, f := range []Filter{{Topics: []string{"payments.notify"}}, {IDs: []uuid.UUID{evs[1].ID}}, {Topics: []string{}},
+			{Sequences: []int64{evs[1].Sequence}}, {Sequences: []int64{}}, {IDs: []uuid.UUID{evs[0].ID}, Sequences: []int64{evs[1].Sequence}}} {
 			if n, err := r.RetryDeadLettered(ctx, f); err != nil || n != 0 {
 				t.Fatalf("RetryDeadLettered(%+v) = %d, %v", f, n, err)
 			}
@@ -73,7 +74,9 @@ func TestDeadLetterHoldsItsKeyUntilRetried(t *testing.T) {
 			t.Fatalf("bad pattern: %v", err)
 		}
 		broken.Store(false)
-		if n, err := r.RetryDeadLettered(ctx, Filter{Topics: []string{"payments.*"}, IDs: []uuid.UUID{evs[0].ID, uuid.New()}}); err != nil || n != 1 {
+		// Every field at once: each binds its own parameter.
+		if n, err := r.RetryDeadLettered(ctx, Filter{Topics: []string{"payments.*"}, IDs: []uuid.UUID{evs[0].ID, uuid.New()},
+			Sequences: []int64{evs[0].Sequence, 1 << 40}}); err != nil || n != 1 {
 			t.Fatalf("RetryDeadLettered = %d, %v", n, err)
 		}
 		row = e.row(t, evs[0].ID)

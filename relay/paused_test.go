@@ -3,8 +3,10 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/heraldgo/herald/envelope"
 )
@@ -27,6 +29,47 @@ func TestNewWantsThePausedTable(t *testing.T) {
 		}
 		if _, err := New(e.db, &recorder{}, Config{}); err != nil {
 			t.Fatalf("New after Migrate: %v", err)
+		}
+	})
+}
+
+// TestBacklogByTopicListsPausedTopics: BacklogByTopic marks paused topics,
+// lists a paused topic with nothing pending, and keeps to the relay's
+// topics.
+func TestBacklogByTopicListsPausedTopics(t *testing.T) {
+	eachDialect(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		e.enqueue(t, msg("a.x", "", 1), msg("a.x", "", 2), msg("a.y", "", 3))
+		for _, topic := range []string{"a.x", "b.idle"} {
+			stmt, args := `INSERT INTO herald_outbox_paused (topic, reason, paused_at) VALUES ($1, '', now())`, []any{topic}
+			if e.d == envelope.SQLite {
+				stmt, args = `INSERT INTO herald_outbox_paused (topic, reason, paused_at) VALUES (?1, '', ?2)`, []any{topic, e.d.TimeArg(time.Now())}
+			}
+			if _, err := e.db.ExecContext(ctx, stmt, args...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := func(cfg Config) string {
+			t.Helper()
+			r, err := New(e.db, &recorder{}, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bl, err := r.BacklogByTopic(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var s []string
+			for _, b := range bl {
+				s = append(s, fmt.Sprintf("%s:%d:%t", b.Topic, b.Pending, b.Paused))
+			}
+			return strings.Join(s, " ")
+		}
+		if s := got(Config{}); s != "a.x:2:true a.y:1:false b.idle:0:true" {
+			t.Fatalf("BacklogByTopic: %s", s)
+		}
+		if s := got(Config{ExcludeTopics: []string{"b.*"}}); s != "a.x:2:true a.y:1:false" {
+			t.Fatalf("BacklogByTopic without b.*: %s", s)
 		}
 	})
 }

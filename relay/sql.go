@@ -379,16 +379,18 @@ const backlogSQL = `SELECT p.n, p.oldest, d.n, {now} FROM
      WHERE e.dead_lettered_at IS NOT NULL {filter}) AS d`
 
 // backlogByTopicSQL is backlogSQL by topic, in one statement: the rows
-// not yet published (pending and dead), grouped by topic; published
-// history is never scanned.
-const backlogByTopicSQL = `SELECT e.topic,
-    count(CASE WHEN e.dead_lettered_at IS NULL THEN 1 END),
-    min(CASE WHEN e.dead_lettered_at IS NULL THEN e.created_at END),
-    count(e.dead_lettered_at), {now}
-FROM {table} e
-WHERE e.published_at IS NULL {filter}
-GROUP BY e.topic
-ORDER BY e.topic`
+// not yet published (pending and dead), grouped by topic, and the paused
+// topics; published history is never scanned.
+const backlogByTopicSQL = `SELECT b.topic, sum(b.pending), min(b.oldest), sum(b.dead), max(b.paused), {now} FROM (
+    SELECT e.topic, CASE WHEN e.dead_lettered_at IS NULL THEN 1 ELSE 0 END AS pending,
+        CASE WHEN e.dead_lettered_at IS NULL THEN e.created_at END AS oldest,
+        CASE WHEN e.dead_lettered_at IS NULL THEN 0 ELSE 1 END AS dead, 0 AS paused
+    FROM {table} e
+    WHERE e.published_at IS NULL {filter}
+    UNION ALL
+    SELECT e.topic, 0, NULL, 0, 1 FROM {paused} e WHERE 1 = 1 {filter}) b
+GROUP BY b.topic
+ORDER BY b.topic`
 
 // cleanupPublishedPostgres deletes one batch of published events published
 // more than $2 microseconds before the database's now; the caller repeats

@@ -6,19 +6,16 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"sort"
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/heraldgo/herald/admin"
+	"github.com/heraldgo/herald/otelherald/promtext"
 	"github.com/heraldgo/herald/relay"
 )
 
@@ -53,15 +50,7 @@ func startAdmin(addr string, db *sql.DB, wake *watchedWakeup, reader *sdkmetric.
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-		var rm metricdata.ResourceMetrics
-		if err := reader.Collect(r.Context(), &rm); err != nil {
-			http.Error(w, "collecting metrics: "+err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		writeMetrics(w, &rm)
-	})
+	mux.Handle("GET /metrics", promtext.Handler(reader))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, usagef("--admin-addr %q: %v", addr, err)
@@ -108,54 +97,4 @@ func (s *adminServer) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = s.srv.Shutdown(ctx)
-}
-
-// writeMetrics renders the SDK's data as text, one line per point:
-// name{attr="v",…} value — sums and gauges as their value, histograms as
-// name_count and name_sum. It is a plain rendering of the OTel data, not
-// the Prometheus exposition format.
-func writeMetrics(w io.Writer, rm *metricdata.ResourceMetrics) {
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			switch d := m.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, p := range d.DataPoints {
-					fmt.Fprintf(w, "%s%s %d\n", m.Name, attrs(p.Attributes), p.Value)
-				}
-			case metricdata.Sum[float64]:
-				for _, p := range d.DataPoints {
-					fmt.Fprintf(w, "%s%s %g\n", m.Name, attrs(p.Attributes), p.Value)
-				}
-			case metricdata.Gauge[int64]:
-				for _, p := range d.DataPoints {
-					fmt.Fprintf(w, "%s%s %d\n", m.Name, attrs(p.Attributes), p.Value)
-				}
-			case metricdata.Gauge[float64]:
-				for _, p := range d.DataPoints {
-					fmt.Fprintf(w, "%s%s %g\n", m.Name, attrs(p.Attributes), p.Value)
-				}
-			case metricdata.Histogram[int64]:
-				for _, p := range d.DataPoints {
-					fmt.Fprintf(w, "%s_count%s %d\n%s_sum%s %d\n", m.Name, attrs(p.Attributes), p.Count, m.Name, attrs(p.Attributes), p.Sum)
-				}
-			case metricdata.Histogram[float64]:
-				for _, p := range d.DataPoints {
-					fmt.Fprintf(w, "%s_count%s %d\n%s_sum%s %g\n", m.Name, attrs(p.Attributes), p.Count, m.Name, attrs(p.Attributes), p.Sum)
-				}
-			}
-		}
-	}
-}
-
-func attrs(s attribute.Set) string {
-	if s.Len() == 0 {
-		return ""
-	}
-	kv := s.ToSlice()
-	sort.Slice(kv, func(i, j int) bool { return kv[i].Key < kv[j].Key })
-	parts := make([]string, len(kv))
-	for i, a := range kv {
-		parts[i] = fmt.Sprintf("%s=%q", a.Key, a.Value.String())
-	}
-	return "{" + strings.Join(parts, ",") + "}"
 }

@@ -24,6 +24,7 @@ type backlogRow struct {
 	Pending                 int64   `json:"pending"`
 	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
 	DeadLettered            int64   `json:"dead_lettered"`
+	Paused                  bool    `json:"paused"`
 }
 
 func runBacklog(ctx context.Context, args []string, out, errOut io.Writer) error {
@@ -68,7 +69,7 @@ func runBacklog(ctx context.Context, args []string, out, errOut io.Writer) error
 	}
 	rows := make([]backlogRow, 0, len(bl))
 	for _, b := range bl {
-		rows = append(rows, backlogRow{Topic: b.Topic, Pending: b.Pending, OldestPendingAgeSeconds: b.OldestPendingAge.Seconds(), DeadLettered: b.DeadLettered})
+		rows = append(rows, backlogRow{Topic: b.Topic, Pending: b.Pending, OldestPendingAgeSeconds: b.OldestPendingAge.Seconds(), DeadLettered: b.DeadLettered, Paused: b.Paused})
 	}
 	if asJSON {
 		enc := json.NewEncoder(out)
@@ -76,17 +77,21 @@ func runBacklog(ctx context.Context, args []string, out, errOut io.Writer) error
 		return enc.Encode(rows)
 	}
 	if len(rows) == 0 {
-		fmt.Fprintln(out, "no pending or dead-lettered events")
+		fmt.Fprintln(out, "no pending or dead-lettered events, no paused topics")
 		return nil
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOPIC\tPENDING\tOLDEST PENDING\tDEAD")
+	fmt.Fprintln(tw, "TOPIC\tPENDING\tOLDEST PENDING\tDEAD\tPAUSED")
 	for _, b := range bl {
 		age := "-"
 		if b.Pending > 0 {
 			age = b.OldestPendingAge.Round(time.Second).String()
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\n", b.Topic, b.Pending, age, b.DeadLettered)
+		paused := "-"
+		if b.Paused {
+			paused = "paused"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\n", clean(b.Topic, 200), b.Pending, age, b.DeadLettered, paused)
 	}
 	return tw.Flush()
 }

@@ -1,18 +1,27 @@
 // Command herald operates a herald outbox: it creates and migrates the
-// table, reports its backlog, and runs a relay as a ready process, with no
-// Go code of the user's.
+// table, reports its backlog, lists, retries and discards dead letters,
+// follows new events, pauses topics, and runs a relay as a ready process,
+// with no Go code of the user's.
 //
 //	go install github.com/heraldgo/herald/cmd/herald@latest
 //
 //	herald migrate up     --dsn "$DATABASE_URL"   # create the table or bring it to the latest version
 //	herald migrate status --dsn app.db            # "version N (latest M)"
 //	herald backlog --json --dsn "$DATABASE_URL"   # pending, oldest pending age, dead letters by topic
+//	herald dead list --topics 'billing.*' --since "24h ago"
+//	herald dead retry --topics 'billing.*' --error 503   # shows what it will touch, asks
+//	herald tail --topics 'shop.*'                 # follow new events
 //	herald relay --dsn "$DATABASE_URL" --kafka-brokers kafka:9092 --wakeup pgnotify --admin-addr :9090
 //
 // # Commands
 //
 //	herald migrate up|down|status|print [flags]
 //	herald backlog [flags]
+//	herald dead list|show ID|retry [ID…]|discard [ID…] [flags]
+//	herald events list|show ID [flags]
+//	herald tail [flags]
+//	herald pause TOPIC [--reason R]
+//	herald resume TOPIC
 //	herald relay [flags]
 //	herald help [command]
 //
@@ -24,11 +33,49 @@
 // command herald-migrate does the same with its own flags and keeps
 // working.
 //
-// backlog prints, for each topic holding pending or dead-lettered events,
-// how many are pending, the age of the oldest pending one (by the
-// database's clock) and how many are dead-lettered: a table, or with
-// --json an array of {"topic", "pending", "oldest_pending_age_seconds",
-// "dead_lettered"}. It reads them in one statement (relay.BacklogByTopic).
+// backlog prints, for each topic holding pending or dead-lettered events
+// or paused, how many are pending, the age of the oldest pending one (by
+// the database's clock), how many are dead-lettered and whether it is
+// paused: a table, or with --json an array of {"topic", "pending",
+// "oldest_pending_age_seconds", "dead_lettered", "paused"}. It reads them
+// in one statement (relay.BacklogByTopic).
+//
+// dead list and events list print a page of events (dead letters; events
+// in any --state: all, pending, failed, dead) as a table, or with --json
+// as {"events": […], "next": N}; --limit (50, at most 1000) and --after
+// (the next page's cursor, printed under a full page) page through them.
+// Their filters, shared with retry and discard: --topics (names or
+// "prefix.*" patterns), --key (an ordering key), --since and --until (RFC
+// 3339, "2006-01-02[ 15:04[:05]]" in UTC, "now" or "<duration> ago": "24h
+// ago", "90m ago", "7d ago") and --error (text in last_error). dead show
+// and events show print one event — state, attempts, last error, headers,
+// payload — and the first events its ordering key holds back behind it;
+// --json writes admin.Detail. Control characters in a table (an escape
+// sequence in an error or a topic) are printed as U+FFFD.
+//
+// dead retry and dead discard take event ids, a filter or --all (one of
+// them is required). They print what they will touch on stderr — the
+// count, the filter, the first ten rows — and then, when stdin is a
+// terminal, ask "Go ahead? [y/N]": any answer but y or yes does nothing
+// and exits 1. When stdin is not a terminal they exit 2 unless --yes is
+// given. --yes and --all are read from the command line only, never from
+// HERALD_YES or HERALD_ALL. They work in batches of --batch-size (1000,
+// at most 100000), each committed on its own, printing "retried N of M
+// (P%)" on stderr after each; SIGINT or SIGTERM rolls back the batch in
+// hand and exits 130, and the same command run again continues with what
+// is still dead. The result goes to stdout ("retried N dead letter(s) in
+// T", or with --json {"matched": M, "retried": N}).
+//
+// tail prints the events written after it starts (or after --from SEQ),
+// one line each (--json: one object a line), reading the table every
+// --interval (1s), until SIGINT or SIGTERM (exit 0). It follows by
+// sequence: an event whose transaction commits after a later-numbered one
+// has been printed is not printed. --topics and --key narrow it.
+//
+// pause TOPIC records the topic in the table of paused topics: every
+// relay of the table leases none of its events from its next poll;
+// resume TOPIC deletes the record (and says when the topic was not
+// paused). The topic is an exact name, not a pattern.
 //
 // relay runs a relay until SIGTERM or SIGINT, then stops it gracefully: no
 // new poll starts, the batch in hand is delivered and marked, and after
@@ -118,8 +165,8 @@
 //	GET /healthz   200 while the process runs
 //	GET /readyz    200 when the database answers a ping (2 s) and, with a wakeup, its listener is
 //	               subscribed; 503 with the reasons otherwise
-//	GET /metrics   the relay's OpenTelemetry metrics (otelherald: deliveries, failures, dead letters,
-//	               poll and lease durations, backlog by topic)
+//	GET /metrics   the relay's OpenTelemetry metrics in Prometheus text format (otelherald: deliveries,
+//	               failures, dead letters, poll and lease durations, backlog and paused topics by topic)
 //	    /admin/    with --admin-password: the admin package's page and JSON API (dead letters,
 //	               retry, discard, pause, resume) for the relay's table
 //
@@ -135,11 +182,14 @@
 // leaves the host: Basic authentication sends the password with every
 // request.
 //
-// /metrics is a plain text rendering of an OTel SDK ManualReader's data,
-// one line per point — name{attribute="value",…} value; histograms as
-// name_count and name_sum — not the Prometheus exposition format: it is
-// for looking and for simple scrapers. For Prometheus or OTLP, run the
-// relay from Go with otelherald and the exporter of your choice.
+// /metrics is the Prometheus text exposition format 0.0.4, written by
+// otelherald/promtext from an OTel SDK ManualReader: names as
+// OpenTelemetry maps them to Prometheus (herald_delivery_delay_seconds,
+// messaging_client_sent_messages_total, herald_backlog_pending, …;
+// histograms as cumulative _bucket series, _sum and _count). The
+// repository's docs/prometheus holds a scrape configuration and alert
+// rules. The process records no spans (it has no exporter); for OTLP, run
+// the relay from Go with otelherald and the exporter of your choice.
 //
 // The wakeup check is the relay's own notion of listening: subscribed from
 // the wakeup's first "subscribed" call until its Listen returns. The wakeup

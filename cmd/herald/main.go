@@ -31,6 +31,15 @@ type usageError struct{ msg string }
 
 func (e *usageError) Error() string { return e.msg }
 
+// exitError ends the command with its own exit status: 130 for an
+// interrupted batch job, 1 for a question answered no.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
 func usagef(format string, args ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, args...)}
 }
@@ -50,6 +59,10 @@ func exitCode(err error, errOut io.Writer) int {
 		fmt.Fprintln(errOut, msg)
 	} else {
 		fmt.Fprintln(errOut, "herald:", msg)
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
 	}
 	var ue *usageError
 	if errors.As(err, &ue) || errors.Is(err, envelope.ErrConfiguration) {
@@ -126,11 +139,43 @@ func parse(fs *flag.FlagSet, args []string) error {
 		}
 		return &usageError{msg: err.Error()}
 	}
+	return fromEnv(fs)
+}
+
+// parseMixed is parse for commands with positional arguments, which may
+// come before, between or after the flags (herald pause TOPIC --reason x).
+// It returns the positional arguments.
+func parseMixed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, &usageError{msg: err.Error()}
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	return pos, fromEnv(fs)
+}
+
+// noEnv are the flags only the command line gives: a variable left in an
+// environment must not approve a destructive command.
+var noEnv = map[string]bool{"yes": true, "all": true}
+
+// fromEnv sets each flag the command line left unset from its HERALD_*
+// variable when that is set.
+func fromEnv(fs *flag.FlagSet) error {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] || err != nil {
+		if set[f.Name] || err != nil || noEnv[f.Name] {
 			return
 		}
 		v, ok := os.LookupEnv(envName(f.Name))
