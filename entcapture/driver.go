@@ -180,6 +180,9 @@ func dialectOf(name string) (envelope.Dialect, error) {
 	case dialect.SQLite:
 		return envelope.SQLite, nil
 	}
+	if name == dialect.MySQL {
+		return "", &envelope.Error{Kind: envelope.ErrUnsupported, Where: "entcapture", Msg: "ent capture on MySQL is not supported yet: write your events with envelope.NewWriter(envelope.MySQL, …).Write in the transaction of your writes (README, \"MySQL and MariaDB\")"}
+	}
 	return "", &envelope.Error{Kind: envelope.ErrUnsupported, Where: "entcapture", Msg: fmt.Sprintf("dialect %q is not supported (want postgres or sqlite3)", name)}
 }
 

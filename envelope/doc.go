@@ -55,6 +55,17 @@
 // 40P01, retryable): rare for a single row (1 in 1024 pairs), likely after
 // a bulk captured write that holds most buckets. SQLite has one writer at
 // a time, which orders every key already.
+// MySQL has no transaction-scoped advisory lock (GET_LOCK's locks are the
+// session's): there a write locks rows instead, one of 1024 in
+// {table}_keylock per bucket (CRC32(key) MOD 1024), FOR UPDATE or, for a
+// captured change keyed by its row, LOCK IN SHARE MODE, in bucket order,
+// before its INSERT; the same costs and the same upgrade hazard (error
+// 1213, retryable).
+//
+// MySQL (and MariaDB) is the third dialect, envelope.MySQL, with a
+// version history of its own (LatestMySQLVersion, LatestVersionFor); the
+// repository's README ("MySQL and MariaDB") lists how it differs and what
+// does not run on it yet.
 //
 // SetContextHeaders installs a process-wide hook that gives headers from
 // a write's context (otelherald.RecordTraceContext: the W3C trace

@@ -159,10 +159,14 @@ func Migrations(d Dialect, table string) ([]Migration, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Migration, len(migrationSources))
-	for i, m := range migrationSources {
+	sources := migrationSources
+	if d == MySQL {
+		sources = mysqlMigrationSources // pgUp and pgDown hold MySQL's statements
+	}
+	out := make([]Migration, len(sources))
+	for i, m := range sources {
 		up, down := m.liteUp, m.liteDn
-		if d == Postgres {
+		if d == Postgres || d == MySQL {
 			up, down = m.pgUp, m.pgDown
 		}
 		out[i] = Migration{Version: m.version, Name: m.name, Up: render(up, t), Down: render(down, t)}
@@ -190,7 +194,8 @@ func render(src string, t Table) []string {
 	if i := strings.LastIndex(t.Quoted, `"."`); i >= 0 {
 		schema = t.Quoted[:i+2]
 	}
-	src = strings.NewReplacer("{table}", t.Quoted, "{base}", t.Base, "{schema}", schema, "{paused}", t.PausedTable()).Replace(src)
+	src = strings.NewReplacer("{table}", t.Quoted, "{base}", t.Base, "{schema}", schema, "{paused}", t.PausedTable(),
+		"{keylock}", t.KeyLockTable(), "{buckets}", mysqlBucketRows).Replace(src)
 	var out []string
 	for _, s := range strings.Split(src, ";\n") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -235,7 +240,7 @@ func MigrationSQL(d Dialect, table string, version int, down bool) (string, erro
 		return "", err
 	}
 	if version < 1 || version > len(ms) {
-		return "", Configurationf("version", "%d: herald's outbox versions are 1 to %d", version, LatestVersion)
+		return "", Configurationf("version", "%d: herald's %s outbox versions are 1 to %d", version, d, LatestVersionFor(d))
 	}
 	t, _ := ParseTable(d, table)
 	m := ms[version-1]
@@ -246,7 +251,7 @@ func MigrationSQL(d Dialect, table string, version int, down bool) (string, erro
 	} else {
 		stmts = append(stmts, createMigrationTableSQL(d, t))
 		stmts = append(stmts, m.Up...)
-		stmts = append(stmts, recordVersionSQL(t, version))
+		stmts = append(stmts, recordVersionSQL(d, t, version))
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "-- herald outbox %s, version %d: %s\n", t.Name, version, m.Name)
@@ -265,11 +270,17 @@ func migrationTable(t Table) (quoted, name string) {
 	if i := strings.LastIndexByte(t.Name, '.'); i >= 0 {
 		return QuoteIdent(t.Name[:i]) + "." + QuoteIdent(MigrationTable), t.Name[i+1:]
 	}
+	if strings.HasPrefix(t.Quoted, "`") {
+		return MySQL.QuoteIdent(MigrationTable), t.Name
+	}
 	return QuoteIdent(MigrationTable), t.Name
 }
 
 func createMigrationTableSQL(d Dialect, t Table) string {
 	q, _ := migrationTable(t)
+	if d == MySQL {
+		return createMigrationTableMySQL(q)
+	}
 	if d == Postgres {
 		return `CREATE TABLE IF NOT EXISTS ` + q + ` (
     table_name VARCHAR(255) NOT NULL,
@@ -288,8 +299,11 @@ func createMigrationTableSQL(d Dialect, t Table) string {
 
 // The table name is a validated identifier, so it can be a literal: the
 // scripts carry no bind parameters.
-func recordVersionSQL(t Table, version int) string {
+func recordVersionSQL(d Dialect, t Table, version int) string {
 	q, name := migrationTable(t)
+	if d == MySQL {
+		return fmt.Sprintf(`INSERT INTO %s (table_name, version) VALUES ('%s', %d) ON DUPLICATE KEY UPDATE version = version`, q, name, version)
+	}
 	return fmt.Sprintf(`INSERT INTO %s (table_name, version) VALUES ('%s', %d) ON CONFLICT DO NOTHING`, q, name, version)
 }
 
@@ -307,7 +321,7 @@ func deleteVersionSQL(t Table, version int) string {
 // its record stayed is created again at LatestVersion and its record
 // rewritten, instead of being trusted to exist.
 func Migrate(ctx context.Context, db *sql.DB, d Dialect, table string) error {
-	return MigrateTo(ctx, db, d, table, LatestVersion)
+	return MigrateTo(ctx, db, d, table, LatestVersionFor(d))
 }
 
 // MigrateTo brings the outbox table to version: up through every version
@@ -324,8 +338,8 @@ func MigrateTo(ctx context.Context, db *sql.DB, d Dialect, table string, version
 	if err != nil {
 		return err
 	}
-	if version < 0 || version > LatestVersion {
-		return Configurationf("version", "%d: herald's outbox versions are 0 (no table) to %d", version, LatestVersion)
+	if version < 0 || version > LatestVersionFor(d) {
+		return Configurationf("version", "%d: herald's %s outbox versions are 0 (no table) to %d", version, d, LatestVersionFor(d))
 	}
 	ms, _ := Migrations(d, table)
 	conn, err := db.Conn(ctx)
@@ -348,7 +362,7 @@ func MigrateTo(ctx context.Context, db *sql.DB, d Dialect, table string, version
 			if err := execAll(ctx, conn, ms[v-1].Up); err != nil {
 				return fmt.Errorf("up to version %d: %w", v, err)
 			}
-			if _, err := conn.ExecContext(ctx, recordVersionSQL(t, v)); err != nil {
+			if _, err := conn.ExecContext(ctx, recordVersionSQL(d, t, v)); err != nil {
 				return err
 			}
 		}
@@ -416,6 +430,9 @@ func execAll(ctx context.Context, conn *sql.Conn, stmts []string) error {
 // on the one connection). f's statements go to conn.
 func inMigrationTx(ctx context.Context, conn *sql.Conn, d Dialect, f func() error, t Table) (err error) {
 	fail := func(err error) error { return fmt.Errorf("herald/envelope: migrate %s: %w", t.Name, err) }
+	if d == MySQL {
+		return inMySQLMigrationLock(ctx, conn, f, fail)
+	}
 	begin := "BEGIN IMMEDIATE"
 	if d == Postgres {
 		begin = "BEGIN"
@@ -474,7 +491,7 @@ func appliedVersion(ctx context.Context, conn *sql.Conn, d Dialect, t Table) (in
 		return 0, err
 	}
 	for i := 1; i <= v; i++ {
-		if _, err := conn.ExecContext(ctx, recordVersionSQL(t, i)); err != nil {
+		if _, err := conn.ExecContext(ctx, recordVersionSQL(d, t, i)); err != nil {
 			return 0, err
 		}
 	}
@@ -532,9 +549,12 @@ WHERE attrelid = to_regclass($1) AND attname = 'payload' AND NOT attisdropped`, 
 func tableExists(ctx context.Context, conn *sql.Conn, d Dialect, quoted, name string) (bool, error) {
 	var n int
 	var err error
-	if d == Postgres {
+	switch d {
+	case Postgres:
 		err = conn.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT to_regclass($1) AS r) x WHERE r IS NOT NULL`, quoted).Scan(&n)
-	} else {
+	case MySQL:
+		err = conn.QueryRowContext(ctx, `SELECT count(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?`, name).Scan(&n)
+	default:
 		err = conn.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?`, name).Scan(&n)
 	}
 	return n > 0, err
@@ -547,17 +567,17 @@ func checkDialect(ctx context.Context, conn *sql.Conn, d Dialect) error {
 	probe := map[Dialect]string{
 		Postgres: `SELECT current_setting('server_version_num')`,
 		SQLite:   `SELECT sqlite_version()`,
+		MySQL:    `SELECT @@version_comment`,
 	}
 	var v string
 	err := conn.QueryRowContext(ctx, probe[d]).Scan(&v)
 	if err == nil {
 		return nil
 	}
-	other := SQLite
-	if d == SQLite {
-		other = Postgres
-	}
-	if conn.QueryRowContext(ctx, probe[other]).Scan(&v) == nil {
+	for _, other := range []Dialect{Postgres, SQLite, MySQL} {
+		if other == d || conn.QueryRowContext(ctx, probe[other]).Scan(&v) != nil {
+			continue
+		}
 		return &Error{Kind: ErrConfiguration, Where: "Dialect",
 			Msg: fmt.Sprintf("envelope.%s given, but the database is %s: pass envelope.%s", dialectName(d), dialectName(other), dialectName(other)),
 			Err: err}
@@ -566,8 +586,11 @@ func checkDialect(ctx context.Context, conn *sql.Conn, d Dialect) error {
 }
 
 func dialectName(d Dialect) string {
-	if d == Postgres {
+	switch d {
+	case Postgres:
 		return "Postgres"
+	case MySQL:
+		return "MySQL"
 	}
 	return "SQLite"
 }

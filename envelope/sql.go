@@ -27,6 +27,8 @@ type Table struct {
 
 // ParseTable validates name: an identifier, or on PostgreSQL
 // schema.identifier; "" means DefaultTable. Errors match ErrConfiguration.
+// On MySQL the name is quoted with backticks (Table.Quoted), which need no
+// ANSI_QUOTES in the session's sql_mode.
 func ParseTable(d Dialect, name string) (Table, error) {
 	if name == "" {
 		name = DefaultTable
@@ -40,7 +42,7 @@ func ParseTable(d Dialect, name string) (Table, error) {
 		if !identRE.MatchString(p) {
 			return Table{}, Configurationf("Table", "%q: %q is not an identifier (letters, digits and _, not starting with a digit, at most 63)", name, p)
 		}
-		q[i] = `"` + p + `"`
+		q[i] = d.QuoteIdent(p)
 	}
 	return Table{Name: name, Quoted: strings.Join(q, "."), Base: strings.Join(parts, "_")}, nil
 }
@@ -61,8 +63,22 @@ func (t Table) PausedTable() string {
 // quote and use as a column name.
 func IsIdentifier(s string) bool { return identRE.MatchString(s) }
 
-// QuoteIdent quotes a validated identifier.
+// QuoteIdent quotes a validated identifier for PostgreSQL and SQLite
+// (double quotes); Dialect.QuoteIdent quotes for any dialect.
 func QuoteIdent(s string) string { return `"` + s + `"` }
+
+// QuoteIdent quotes a validated identifier for the dialect: backticks on
+// MySQL, double quotes elsewhere.
+func (d Dialect) QuoteIdent(s string) string {
+	if d == MySQL {
+		return "`" + s + "`"
+	}
+	return `"` + s + `"`
+}
+
+// KeyLockTable is the MySQL table of ordering-key lock rows that goes with
+// the outbox table ({base}_keylock; see the comment at mysqlKeyLockBuckets).
+func (t Table) KeyLockTable() string { return t.Base + "_keylock" }
 
 // Placeholder returns the n-th (1-based) bind placeholder of the dialect.
 func (d Dialect) Placeholder(n int) string {
@@ -74,7 +90,7 @@ func (d Dialect) Placeholder(n int) string {
 
 // MaxBindParams is the most bind parameters one statement may carry.
 func (d Dialect) MaxBindParams() int {
-	if d == Postgres {
+	if d == Postgres || d == MySQL {
 		return 65535
 	}
 	return 32766
@@ -87,8 +103,13 @@ const sqliteTimeFormat = "2006-01-02T15:04:05.000000Z"
 // TimeArg returns t as a bind argument for the dialect. On SQLite times are
 // stored as fixed-width UTC text so that they compare correctly as text.
 func (d Dialect) TimeArg(t time.Time) any {
-	if d == SQLite {
+	switch d {
+	case SQLite:
 		return t.UTC().Format(sqliteTimeFormat)
+	case MySQL:
+		// DATETIME(6) holds no zone: herald's are UTC, to the microsecond
+		// (go-sql-driver/mysql formats a time in its loc, UTC by default).
+		return t.UTC().Truncate(time.Microsecond)
 	}
 	return t
 }

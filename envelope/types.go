@@ -15,15 +15,18 @@ type Dialect string
 const (
 	Postgres Dialect = "postgres"
 	SQLite   Dialect = "sqlite"
+	// MySQL is MySQL 8.0+ and MariaDB 10.6+, one code path for both
+	// (README, "MySQL and MariaDB").
+	MySQL Dialect = "mysql"
 )
 
 // Validate reports whether d is a dialect herald supports.
 func (d Dialect) Validate() error {
 	switch d {
-	case Postgres, SQLite:
+	case Postgres, SQLite, MySQL:
 		return nil
 	}
-	return &Error{Kind: ErrUnsupported, Where: "Dialect", Msg: "unknown dialect " + quote(string(d)) + ` (want "postgres" or "sqlite")`}
+	return &Error{Kind: ErrUnsupported, Where: "Dialect", Msg: "unknown dialect " + quote(string(d)) + ` (want "postgres", "sqlite" or "mysql")`}
 }
 
 // DefaultTable is the outbox table's name when none is given.

@@ -172,10 +172,14 @@ func (w *Writer) tableColumns(ctx context.Context, q Querier, reload bool) (map[
 	}
 	var query string
 	var arg any
-	if w.d == Postgres {
+	switch w.d {
+	case Postgres:
 		query = `SELECT attname FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped`
 		arg = w.t.Quoted
-	} else {
+	case MySQL:
+		query = `SELECT column_name FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ?`
+		arg = w.t.Name
+	default:
 		query = `SELECT name FROM pragma_table_info(?)`
 		arg = w.t.Name
 	}

@@ -141,7 +141,7 @@ func TestDeliverAtRange(t *testing.T) {
 		// What the relay asks: which events are due at 2026-06-01?
 		now := d.TimeArg(time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC))
 		q := `SELECT payload FROM herald_outbox WHERE next_attempt_at <= $1 ORDER BY next_attempt_at`
-		if d == envelope.SQLite {
+		if d != envelope.Postgres {
 			q = strings.ReplaceAll(q, "$1", "?")
 		}
 		rows, err := db.QueryContext(ctx, q, now)
@@ -163,7 +163,11 @@ func TestDeliverAtRange(t *testing.T) {
 		if strings.Join(got, ",") != "0,1,2" {
 			t.Errorf("due at 2026-06-01, in time order: %v, want [0 1 2]", got)
 		}
-		e, err := envelope.ScanEvent(db.QueryRowContext(ctx, `SELECT `+envelope.EventColumns+` FROM herald_outbox WHERE CAST(payload AS TEXT) = '3'`), nil)
+		byPayload := `SELECT ` + envelope.EventColumns + ` FROM herald_outbox WHERE CAST(payload AS TEXT) = '3'`
+		if d == envelope.MySQL {
+			byPayload = strings.ReplaceAll(byPayload, "CAST(payload AS TEXT)", "payload")
+		}
+		e, err := envelope.ScanEvent(db.QueryRowContext(ctx, byPayload), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -27,7 +27,8 @@ type Writer struct {
 	newID     func() (uuid.UUID, error)
 	lockClass string // advisory lock classid of the table's key locks, as SQL
 
-	maxArrayRows int // tests: WriteCapturedArrays's chunk size; 0 = maxArrayRows
+	maxArrayRows int  // tests: WriteCapturedArrays's chunk size; 0 = maxArrayRows
+	noKeyLocks   bool // tests: a MySQL writer that takes no key locks
 
 	mu   sync.Mutex
 	cols map[string]bool // the table's columns, read when Extra is first used
@@ -154,7 +155,7 @@ func (w *Writer) write(ctx context.Context, q Querier, ms []Message) (*WriteResu
 	}
 
 	var locks keyLocks
-	if w.d == Postgres {
+	if w.d == Postgres || w.d == MySQL {
 		for i := range rows {
 			if rows[i].okey != "" && rows[i].dupOf < 0 {
 				if locks == nil {
@@ -170,7 +171,7 @@ func (w *Writer) write(ctx context.Context, q Querier, ms []Message) (*WriteResu
 	// needs a transaction.
 	if b, ok := q.(interface {
 		BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
-	}); ok && (len(firstKey) > 0 || w.statements(rows) > 1) {
+	}); ok && (len(firstKey) > 0 || w.statements(rows) > 1 || w.d == MySQL) {
 		tx, err := b.BeginTx(ctx, nil)
 		if err != nil {
 			return nil, fmt.Errorf("herald/envelope: begin: %w", err)
@@ -402,6 +403,9 @@ func (w *Writer) run(ctx context.Context, q Querier, rows []row, locks keyLocks,
 // "INSERT … SELECT $1, … WHERE <locks>", several with the locks in the
 // first row's created_at (lockCond).
 func (w *Writer) insert(ctx context.Context, q Querier, rows []row, batch []int, r run, now time.Time, seq map[uuid.UUID]int64, locks keyLocks) error {
+	if w.d == MySQL {
+		return w.insertMySQL(ctx, q, rows, batch, r, now, seq, locks)
+	}
 	if w.d == Postgres && len(batch) > 1 && len(r.extras) == 0 {
 		return w.insertUnnest(ctx, q, rows, batch, r, now, seq, locks)
 	}
@@ -413,7 +417,7 @@ func (w *Writer) insert(ctx context.Context, q Querier, rows []row, batch []int,
 	b.WriteString(" (id, topic, payload, headers, ordering_key, idempotency_key, created_at, next_attempt_at")
 	for _, c := range r.extras {
 		b.WriteString(", ")
-		b.WriteString(QuoteIdent(c))
+		b.WriteString(w.d.QuoteIdent(c))
 	}
 	args := make([]any, 0, len(batch)*per+2)
 	var lockSQL string
@@ -602,6 +606,11 @@ func (w *Writer) selectByIdempotencyKey(ctx context.Context, q Querier, keys []s
 			args[i] = k
 		}
 		b.WriteByte(')')
+		if w.d == MySQL {
+			// A locking read sees the newest committed row, the one ON
+			// DUPLICATE KEY found, whatever the transaction's snapshot.
+			b.WriteString(" LOCK IN SHARE MODE")
+		}
 		if err := w.selectEvents(ctx, q, b.String(), args, out); err != nil {
 			return nil, err
 		}

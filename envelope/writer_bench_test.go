@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,6 +51,7 @@ func BenchmarkWrite(b *testing.B) {
 			b.Cleanup(func() { _ = db.Close() })
 			return db, floor
 		}},
+		{"mysql", envelope.MySQL, func(b *testing.B) (*sql.DB, *sql.DB) { db, _ := testkit.MySQL(b); return db, db }},
 	} {
 		for _, n := range []int{1, 1000} {
 			b.Run(c.name+"/"+itoa(n), func(b *testing.B) {
@@ -68,7 +70,7 @@ func BenchmarkWrite(b *testing.B) {
 				}
 				floor := func() {}
 				if floorDB != nil {
-					floor = func() { benchTx(b, floorDB, func(tx *sql.Tx) error { return floorInsert(ctx, tx, n) }) }
+					floor = func() { benchTx(b, floorDB, func(tx *sql.Tx) error { return floorInsert(ctx, tx, c.d, n) }) }
 				}
 				for range 3 {
 					floor()
@@ -103,7 +105,7 @@ func BenchmarkWrite(b *testing.B) {
 // what the relay needs and nothing else (no key locks, no RETURNING):
 // the payloads formatted as Write's would be, one INSERT of one row, or
 // one INSERT … SELECT FROM unnest(…) of Go slices (pgx).
-func floorInsert(ctx context.Context, tx *sql.Tx, n int) error {
+func floorInsert(ctx context.Context, tx *sql.Tx, d envelope.Dialect, n int) error {
 	ids, topics, payloads, keys := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	for i := range ids {
 		id, err := uuid.NewV7()
@@ -112,6 +114,20 @@ func floorInsert(ctx context.Context, tx *sql.Tx, n int) error {
 		}
 		ids[i], topics[i], keys[i] = id.String(), "bench.topic", "k:"+itoa(i%50)
 		payloads[i] = `{"fee":"12.50","id":` + itoa(i) + `,"name":"row"}`
+	}
+	if d == envelope.MySQL { // one multi-row INSERT, no key locks, no read-back
+		var q strings.Builder
+		q.WriteString(`INSERT INTO herald_outbox (id, topic, payload, ordering_key, created_at) VALUES `)
+		args := make([]any, 0, 4*n)
+		for i := range ids {
+			if i > 0 {
+				q.WriteByte(',')
+			}
+			q.WriteString("(?, ?, ?, ?, UTC_TIMESTAMP(6))")
+			args = append(args, ids[i], topics[i], payloads[i], keys[i])
+		}
+		_, err := tx.ExecContext(ctx, q.String(), args...)
+		return err
 	}
 	if n == 1 {
 		_, err := tx.ExecContext(ctx, `INSERT INTO herald_outbox (id, topic, payload, ordering_key, created_at) VALUES ($1, $2, $3, $4, now())`,

@@ -37,6 +37,10 @@ var dbCases = []dbCase{
 		db, _ := testkit.Postgres(t)
 		return db
 	}},
+	{"mysql", envelope.MySQL, func(t *testing.T) *sql.DB {
+		db, _ := testkit.MySQL(t)
+		return db
+	}},
 }
 
 // eachDB runs f against a migrated outbox table on every database.
@@ -81,8 +85,11 @@ func TestMigrateIdempotent(t *testing.T) {
 		}
 		var cols []string
 		q := `SELECT column_name FROM information_schema.columns WHERE table_name = 'herald_outbox' AND table_schema = current_schema() ORDER BY ordinal_position`
-		if d == envelope.SQLite {
+		switch d {
+		case envelope.SQLite:
 			q = `SELECT name FROM pragma_table_info('herald_outbox') ORDER BY cid`
+		case envelope.MySQL:
+			q = strings.ReplaceAll(q, "current_schema()", "DATABASE()")
 		}
 		rows, err := db.Query(q)
 		if err != nil {
@@ -116,7 +123,8 @@ func TestDDLErrors(t *testing.T) {
 		{envelope.SQLite, `x"; DROP TABLE y; --`, envelope.ErrConfiguration},
 		{envelope.SQLite, "s.t", envelope.ErrConfiguration},
 		{envelope.Postgres, "a.b.c", envelope.ErrConfiguration},
-		{"mysql", "t", envelope.ErrUnsupported},
+		{"oracle", "t", envelope.ErrUnsupported},
+		{envelope.MySQL, "s.t", envelope.ErrConfiguration},
 	} {
 		if _, err := envelope.DDL(c.d, c.table); !errors.Is(err, c.kind) {
 			t.Errorf("DDL(%s, %q) = %v, want %v", c.d, c.table, err, c.kind)

@@ -193,6 +193,9 @@ func dialectOf(db *gorm.DB) (envelope.Dialect, error) {
 	case "sqlite", "sqlite3":
 		return envelope.SQLite, nil
 	default:
+		if n == "mysql" {
+			return "", &envelope.Error{Kind: envelope.ErrUnsupported, Where: "gormcapture", Msg: "GORM capture on MySQL is not supported yet: write your events with envelope.NewWriter(envelope.MySQL, …).Write in the transaction of your writes (README, \"MySQL and MariaDB\")"}
+		}
 		return "", &envelope.Error{Kind: envelope.ErrUnsupported, Where: "gormcapture", Msg: fmt.Sprintf("dialect %q is not supported (want postgres or sqlite)", n)}
 	}
 }

@@ -36,11 +36,7 @@ func TestCrashChild(t *testing.T) {
 	if dsn == "" {
 		t.Skip("the crash test's child process; run by TestCrashBetweenDeliveryAndMark")
 	}
-	driver := "pgx"
-	if dialect == string(envelope.SQLite) {
-		driver = "sqlite3"
-	}
-	db, err := openDB(driver, dsn)
+	db, err := openDB(driverOf(envelope.Dialect(dialect)), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ var driverDialects = []struct {
 	{"modernc.org/sqlite", envelope.SQLite},
 	{"github.com/glebarez/go-sqlite", envelope.SQLite},
 	{"github.com/ncruces/go-sqlite3", envelope.SQLite},
+	{"github.com/go-sql-driver/mysql", envelope.MySQL}, // MySQL and MariaDB
 }
 
 // detectDialect tells the dialect from db's driver, or, for a driver it
@@ -44,9 +45,12 @@ func detectDialect(ctx context.Context, db *sql.DB) (envelope.Dialect, error) {
 	if err := db.QueryRowContext(ctx, `SELECT current_setting('server_version_num')`).Scan(&v); err == nil {
 		return envelope.Postgres, nil
 	}
+	if err := db.QueryRowContext(ctx, `SELECT @@version_comment`).Scan(&v); err == nil {
+		return envelope.MySQL, nil
+	}
 	if err := db.PingContext(ctx); err != nil {
 		// Not a configuration error: the database may come back.
-		return "", fmt.Errorf("herald/relay: cannot tell the dialect of driver %s.%s while the database does not answer (set Config.Dialect to envelope.Postgres or envelope.SQLite to create the relay without it): %w", pkg, t.Name(), err)
+		return "", fmt.Errorf("herald/relay: cannot tell the dialect of driver %s.%s while the database does not answer (set Config.Dialect to envelope.Postgres, envelope.SQLite or envelope.MySQL to create the relay without it): %w", pkg, t.Name(), err)
 	}
-	return "", cfgErr("Dialect", "cannot tell the dialect of driver %s.%s; set Config.Dialect to envelope.Postgres or envelope.SQLite", pkg, t.Name())
+	return "", cfgErr("Dialect", "cannot tell the dialect of driver %s.%s; set Config.Dialect to envelope.Postgres, envelope.SQLite or envelope.MySQL", pkg, t.Name())
 }

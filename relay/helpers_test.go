@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -45,9 +46,12 @@ func openSQLite(t testing.TB) (*sql.DB, string) {
 func newEnv(t testing.TB, d envelope.Dialect) *env {
 	t.Helper()
 	e := &env{name: string(d), d: d, table: envelope.DefaultTable}
-	if d == envelope.Postgres {
+	switch d {
+	case envelope.Postgres:
 		e.db, e.dsn = testkit.Postgres(t)
-	} else {
+	case envelope.MySQL:
+		e.db, e.dsn = testkit.MySQL(t)
+	default:
 		e.db, e.dsn = openSQLite(t)
 	}
 	ctx := context.Background()
@@ -62,10 +66,11 @@ func newEnv(t testing.TB, d envelope.Dialect) *env {
 	return e
 }
 
-// eachDialect runs fn as a parallel subtest on PostgreSQL and on SQLite.
+// eachDialect runs fn as a parallel subtest on PostgreSQL and on SQLite,
+// and on MySQL/MariaDB too with HERALD_RELAY_MYSQL=1 (.ci/run sets it).
 func eachDialect(t *testing.T, fn func(t *testing.T, e *env)) {
 	t.Helper()
-	for _, d := range []envelope.Dialect{envelope.Postgres, envelope.SQLite} {
+	for _, d := range testDialects() {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()
 			fn(t, newEnv(t, d))
@@ -245,6 +250,11 @@ func describe(es []*envelope.Event) string {
 
 func openDB(driver, dsn string) (*sql.DB, error) { return sql.Open(driver, dsn) }
 
+// driverOf is the database/sql driver the tests open a dialect's DSN with.
+func driverOf(d envelope.Dialect) string {
+	return map[envelope.Dialect]string{envelope.Postgres: "pgx", envelope.SQLite: "sqlite3", envelope.MySQL: "mysql"}[d]
+}
+
 // batchFunc is a BatchDelivery made of a function.
 type batchFunc struct {
 	fn func(es []*envelope.Event) []error
@@ -255,3 +265,12 @@ func (b *batchFunc) Deliver(ctx context.Context, e *envelope.Event) error {
 }
 func (b *batchFunc) DeliverBatch(_ context.Context, es []*envelope.Event) []error { return b.fn(es) }
 func (b *batchFunc) Close() error                                                 { return nil }
+
+// testDialects are the dialects eachDialect runs on.
+func testDialects() []envelope.Dialect {
+	ds := []envelope.Dialect{envelope.Postgres, envelope.SQLite}
+	if os.Getenv("HERALD_RELAY_MYSQL") == "1" {
+		ds = append(ds, envelope.MySQL)
+	}
+	return ds
+}

@@ -20,14 +20,37 @@ func fillKeyed(t *testing.T, e *env, n, keys int) {
 	}
 	var q string
 	var args []any
-	if e.d == envelope.Postgres {
+	switch {
+	case e.d == envelope.MySQL:
+		if keys > 0 {
+			key = "CONCAT('k', g % " + itoa(keys) + ")"
+		}
+		q = `INSERT INTO herald_outbox (id, topic, payload, ordering_key, created_at)
+			SELECT uuid(), 'backlog', '{}', ` + key + `, UTC_TIMESTAMP(6) FROM (
+				WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < ` + itoa(n) + `) SELECT g FROM s) AS s`
+	case e.d == envelope.Postgres:
 		q = `INSERT INTO herald_outbox (id, topic, payload, ordering_key)
 			SELECT gen_random_uuid(), 'backlog', '{}', ` + key + ` FROM generate_series(1, ` + itoa(n) + `) g`
-	} else {
+	default:
 		q = `WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < ` + itoa(n) + `)
 			INSERT INTO herald_outbox (id, topic, payload, ordering_key, created_at)
 			SELECT lower(hex(randomblob(16))), 'backlog', '{}', ` + key + `, ? FROM s`
 		args = append(args, e.d.TimeArg(time.Now()))
+	}
+	if e.d == envelope.MySQL {
+		// One session whose recursion limit (MariaDB's, 1000 here) allows n.
+		conn, err := e.db.Conn(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := conn.ExecContext(context.Background(), "SET SESSION max_recursive_iterations = "+itoa(n+1)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.ExecContext(context.Background(), q, args...); err != nil {
+			t.Fatal(err)
+		}
+		return
 	}
 	if _, err := e.db.Exec(q, args...); err != nil {
 		t.Fatal(err)

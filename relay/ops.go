@@ -90,7 +90,11 @@ func (r *Relay) RetryDeadLettered(ctx context.Context, f Filter) (int64, error) 
 				ids.WriteString(`"` + id.String() + `"`)
 			}
 			ids.WriteByte(']')
-			where = append(where, "AND e.id IN (SELECT value FROM json_each($"+strconv.Itoa(next)+"))")
+			if r.dialect == envelope.MySQL {
+				where = append(where, "AND e.id IN (SELECT value FROM JSON_TABLE($"+strconv.Itoa(next)+", '$[*]' COLUMNS (value CHAR(36) PATH '$')) AS ids)")
+			} else {
+				where = append(where, "AND e.id IN (SELECT value FROM json_each($"+strconv.Itoa(next)+"))")
+			}
 		}
 		args = append(args, ids.String())
 		next++
@@ -142,6 +146,9 @@ func (r *Relay) RetryDeadLettered(ctx context.Context, f Filter) (int64, error) 
 }
 
 func (r *Relay) retryBatch(ctx context.Context, q string, args []any, topics *wakeup.Topics) (int64, error) {
+	if r.dialect == envelope.MySQL {
+		return r.retryBatchMySQL(ctx, q, args, topics)
+	}
 	rows, err := r.query(ctx, q, args...)
 	if err != nil {
 		return 0, fmt.Errorf("herald/relay: retry dead-lettered: %w%s", err, poolerHint(err))
@@ -184,7 +191,7 @@ func (r *Relay) cleanup(ctx context.Context, q string, olderThan time.Duration, 
 		return 0, envelope.Validationf("olderThan", "negative (%s)", olderThan)
 	}
 	var args []any
-	if r.dialect == envelope.Postgres {
+	if r.dialect == envelope.Postgres || r.dialect == envelope.MySQL {
 		args = []any{r.nowArg(), olderThan.Microseconds(), r.cfg.CleanupBatchSize}
 	} else {
 		args = []any{r.dialect.TimeArg(r.sqliteNow().Add(-olderThan)), r.cfg.CleanupBatchSize}

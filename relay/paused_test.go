@@ -17,6 +17,9 @@ import (
 // that fails at every poll.
 func TestNewWantsThePausedTable(t *testing.T) {
 	eachDialect(t, func(t *testing.T, e *env) {
+		if e.d == envelope.MySQL {
+			t.Skip("MySQL's first version has the table of paused topics")
+		}
 		if err := envelope.MigrateTo(context.Background(), e.db, e.d, "", 4); err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"strings"
 	"time"
+
+	"github.com/heraldgo/herald/envelope"
 )
 
 // Plans of the relay's statements on PostgreSQL through pgx.
@@ -123,14 +125,23 @@ func (r *Relay) args(args []any) []any {
 }
 
 func (r *Relay) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	if r.dialect == envelope.MySQL {
+		q, args = mysqlArgs(q, args)
+	}
 	return r.db.QueryContext(ctx, q, r.args(args)...)
 }
 
 func (r *Relay) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	if r.dialect == envelope.MySQL {
+		q, args = mysqlArgs(q, args)
+	}
 	return r.db.ExecContext(ctx, q, r.args(args)...)
 }
 
 func (r *Relay) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	if r.dialect == envelope.MySQL {
+		q, args = mysqlArgs(q, args)
+	}
 	return r.db.QueryRowContext(ctx, q, r.args(args)...)
 }
 

@@ -76,7 +76,7 @@ func TestWarnsOfConnectionChurn(t *testing.T) {
 	t.Parallel()
 	eachDialect(t, func(t *testing.T, e *env) {
 		churn := func(t *testing.T, idle int) (*logRecords, *Relay) {
-			db, err := openDB(map[envelope.Dialect]string{envelope.Postgres: "pgx", envelope.SQLite: "sqlite3"}[e.d], e.dsn)
+			db, err := openDB(driverOf(e.d), e.dsn)
 			if err != nil {
 				t.Fatal(err)
 			}

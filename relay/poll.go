@@ -96,6 +96,9 @@ func (r *Relay) statementTimeout() time.Duration { return max(r.cfg.Lease, minSt
 const walkEvery = 8
 
 func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
+	if r.dialect == envelope.MySQL {
+		return r.leaseMySQL(ctx)
+	}
 	ctx, cancel := withTimeout(ctx, r.statementTimeout(), "lease query")
 	defer cancel()
 	var args []any
@@ -526,6 +529,9 @@ func (r *Relay) renewBatch(ctx context.Context, n int, seqs string) {
 // renew extends the lease of the events in seqs by one Lease from the
 // database's now and returns the sequences this relay still held.
 func (r *Relay) renew(ctx context.Context, seqs string) (map[int64]bool, error) {
+	if r.dialect == envelope.MySQL {
+		return r.renewMySQL(ctx, seqs)
+	}
 	c, cancel := withTimeout(ctx, r.statementTimeout(), "lease renewal")
 	defer cancel()
 	var args []any
@@ -572,6 +578,9 @@ func (r *Relay) releaseEvents(ctx context.Context, es []*envelope.Event) {
 // instead, when set); on SQLite the clock of this machine, which is the
 // database's, as text.
 func (r *Relay) nowArg() any {
+	if r.dialect == envelope.MySQL {
+		return r.mysqlNowArg()
+	}
 	if r.dialect == envelope.Postgres {
 		if r.dbClock != nil {
 			return r.dbClock()
@@ -820,6 +829,9 @@ func retryMark(ctx context.Context, mark func() error) error {
 }
 
 func (r *Relay) markFailed(ctx context.Context, failures []failure) (map[int64]envelope.NullTime, error) {
+	if r.dialect == envelope.MySQL {
+		return r.markFailedMySQL(ctx, failures)
+	}
 	doc, err := json.Marshal(failures)
 	if err != nil {
 		return nil, fmt.Errorf("herald/relay: mark failed: %w", err)

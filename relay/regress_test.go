@@ -30,6 +30,9 @@ func (e *env) exec(t testing.TB, q string, args ...any) {
 	if e.d == envelope.SQLite {
 		q = strings.NewReplacer("$1", "?1", "$2", "?2").Replace(q)
 	}
+	if e.d == envelope.MySQL {
+		q, args = mysqlArgs(q, args)
+	}
 	if _, err := e.db.Exec(strings.ReplaceAll(q, "{table}", e.tableName()), args...); err != nil {
 		t.Fatalf("%s: %v", q, err)
 	}
@@ -495,6 +498,9 @@ func (e *env) rawRow(t testing.TB, seq int64) rawRow {
 	q := `SELECT CAST(attempts AS INTEGER), coalesce(last_error, ''), dead_lettered_at IS NOT NULL, published_at IS NOT NULL FROM ` + e.tableName() + ` WHERE sequence = $1`
 	if e.d == envelope.SQLite {
 		q = strings.ReplaceAll(q, "$1", "?")
+	}
+	if e.d == envelope.MySQL {
+		q = strings.NewReplacer("$1", "?", "CAST(attempts AS INTEGER)", "attempts").Replace(q)
 	}
 	var r rawRow
 	if err := e.db.QueryRow(q, seq).Scan(&r.attempts, &r.lastError, &r.dead, &r.published); err != nil {

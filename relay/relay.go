@@ -16,6 +16,7 @@ import (
 
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/wakeup"
 )
 
 // Relay leases outbox events, delivers them and marks them, at least once
@@ -28,6 +29,7 @@ type Relay struct {
 	batch   delivery.BatchDelivery // d as a BatchDelivery, or nil
 	cfg     Config
 	dialect envelope.Dialect
+	my      mysqlStatements // MySQL's statements beside sql (sql_mysql.go)
 	table   envelope.Table
 	filter  filter
 	sql     statements
@@ -139,6 +141,11 @@ func New(db *sql.DB, d delivery.Delivery, cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
+	if dc, ok := cfg.Wakeup.(wakeup.DialectChecker); ok {
+		if err := dc.CheckDialect(dialect); err != nil {
+			return nil, err
+		}
+	}
 	var extra string
 	for _, c := range cfg.ExtraColumns {
 		if dialect == envelope.SQLite {
@@ -147,13 +154,17 @@ func New(db *sql.DB, d delivery.Delivery, cfg Config) (*Relay, error) {
 			// so a missing column is an error, not the column's name.
 			extra += ", `" + c + "`"
 		} else {
-			extra += ", " + envelope.QuoteIdent(c)
+			extra += ", " + dialect.QuoteIdent(c)
 		}
 	}
 	b := sqlBuilder{d: dialect, t: t, columns: leaseColumns + extra, allColumns: envelope.EventColumns + extra, async: cfg.AsyncCommit}
 	st, fargs := b.build(f)
+	var my mysqlStatements
+	if dialect == envelope.MySQL {
+		st, my, fargs = b.buildMySQL(f)
+	}
 	r := &Relay{
-		db: db, d: d, cfg: cfg, dialect: dialect, table: t, filter: f, sql: st, fargs: fargs,
+		db: db, d: d, cfg: cfg, dialect: dialect, table: t, filter: f, sql: st, my: my, fargs: fargs,
 		extra: cfg.ExtraColumns, log: cfg.Logger, now: time.Now, jitter: mrand.Float64,
 		poke: make(chan struct{}, 1), stopped: make(chan struct{}),
 		maxPollNoWakeup: cfg.MaxPollInterval,

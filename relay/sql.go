@@ -503,8 +503,11 @@ func (b sqlBuilder) pick(pg, lite string) string {
 // numbered) and where an extra condition.
 func (b sqlBuilder) render(tmpl, filter, where string) string {
 	now := "$1"
-	if b.d == envelope.Postgres {
+	switch b.d {
+	case envelope.Postgres:
 		now = "coalesce($1::timestamptz, now())"
+	case envelope.MySQL:
+		now = mysqlNow
 	}
 	async := ""
 	if b.async && b.d == envelope.Postgres {

@@ -38,6 +38,14 @@ type TxSignaler interface {
 	SignalTx(ctx context.Context, q envelope.Querier, topics []string) error
 }
 
+// DialectChecker is implemented by a Wakeup that works only with some
+// databases (wakeup/pgnotify: PostgreSQL's NOTIFY). relay.New calls
+// CheckDialect with the dialect of its database and refuses the Wakeup
+// when it returns an error (an envelope.ErrConfiguration).
+type DialectChecker interface {
+	CheckDialect(d envelope.Dialect) error
+}
+
 // ErrClosed is returned by Signal and Listen after Close.
 var ErrClosed = errors.New("herald/wakeup: closed")
 

@@ -199,7 +199,7 @@ type dbFlags struct {
 }
 
 func (f *dbFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.dsn, "dsn", "", "the database: a PostgreSQL URL (postgres://…) or key=value string, or a SQLite file path or file: URI")
+	fs.StringVar(&f.dsn, "dsn", "", "the database: a PostgreSQL URL (postgres://…) or key=value string, mysql:// and a go-sql-driver/mysql DSN (mysql://root@tcp(127.0.0.1:3306)/test), or a SQLite file path or file: URI")
 	fs.StringVar(&f.table, "table", "", "outbox table, schema.table on PostgreSQL (default herald_outbox)")
 }
 
@@ -212,10 +212,14 @@ func (f *dbFlags) dialect() (envelope.Dialect, error) {
 }
 
 // dialectOf: postgres:// and postgresql:// URLs and key=value strings
-// (host=… dbname=…) are PostgreSQL; anything else is a SQLite path or
-// file: URI.
+// (host=… dbname=…) are PostgreSQL; mysql://<go-sql-driver/mysql DSN>
+// (mysql://user:pass@tcp(host:3306)/db) is MySQL or MariaDB; anything else
+// is a SQLite path or file: URI.
 func dialectOf(dsn string) envelope.Dialect {
 	l := strings.ToLower(dsn)
+	if strings.HasPrefix(l, "mysql://") {
+		return envelope.MySQL
+	}
 	if strings.HasPrefix(l, "postgres://") || strings.HasPrefix(l, "postgresql://") {
 		return envelope.Postgres
 	}

@@ -50,7 +50,7 @@ func runMigrate(ctx context.Context, args []string, out, errOut io.Writer) error
 			d = dialectOf(db.dsn)
 		}
 		if d == "" {
-			return usagef("migrate print: give --dialect postgres|sqlite (or a --dsn to tell it from)")
+			return usagef("migrate print: give --dialect postgres|sqlite|mysql (or a --dsn to tell it from)")
 		}
 		if err := d.Validate(); err != nil {
 			return usagef("--dialect: %v", err)
@@ -96,6 +96,6 @@ func migrateFlags(errOut io.Writer, name string, db *dbFlags, version *int, down
 	db.register(fs)
 	fs.IntVar(version, "version", 0, "up/down: the version to migrate to (up: default the latest; down: default one below the current); print: only this version")
 	fs.BoolVar(down, "down", false, "print: the down script of --version (default the latest)")
-	fs.StringVar(dialect, "dialect", "", `print: "postgres" or "sqlite" (default: told from --dsn)`)
+	fs.StringVar(dialect, "dialect", "", `print: "postgres", "sqlite" or "mysql" (default: told from --dsn)`)
 	return fs
 }

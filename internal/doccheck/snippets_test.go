@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"strings"
 
+	_ "github.com/go-sql-driver/mysql" // "mysql"
 	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
 	"go.opentelemetry.io/otel/metric"
@@ -175,4 +176,21 @@ func wakeupAMQP(db *gorm.DB, sqlDB *sql.DB, d delivery.Delivery) {
 }
 
 // Referenced, so the linters do not report the fragments unused.
-var _ = []any{otelMetrics, readmeWakeups, wakeupPgnotify, wakeupRedis, wakeupKafka, wakeupAMQP, operations, deliveryFunc, deliveryRouter, observerFuncs, readmeDeliveries, readmeTopicFunc, envelopeDoc, gormcaptureDoc, Loan{}.ChangeCapture}
+var _ = []any{otelMetrics, readmeWakeups, wakeupPgnotify, wakeupRedis, wakeupKafka, wakeupAMQP, operations, deliveryFunc, deliveryRouter, observerFuncs, readmeDeliveries, readmeTopicFunc, envelopeDoc, gormcaptureDoc, Loan{}.ChangeCapture, readmeMySQL}
+
+// README.md, "MySQL and MariaDB".
+func readmeMySQL(ctx context.Context, d delivery.Delivery, check func(error)) {
+	db, err := sql.Open("mysql", "app@tcp(127.0.0.1:3306)/shop?parseTime=true")
+	check(err)
+	check(envelope.Migrate(ctx, db, envelope.MySQL, "")) // herald_outbox, its key-lock rows, its paused topics
+	w, err := envelope.NewWriter(envelope.MySQL, "")
+	check(err)
+	tx, err := db.BeginTx(ctx, nil)
+	check(err)
+	// ... the service's own writes in tx ...
+	_, err = w.Write(ctx, tx, []envelope.Message{{Topic: "shop.order.placed", OrderingKey: "order:42", Payload: map[string]any{"id": 42}}})
+	check(err)
+	check(tx.Commit())
+	r, err := relay.New(db, d, relay.Config{Wakeup: wakeup.NewInProcess()}) // the dialect told from the driver
+	_, _ = r, err
+}

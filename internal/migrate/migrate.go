@@ -10,6 +10,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib" // "pgx"
 	_ "modernc.org/sqlite"             // "sqlite", pure Go
 
@@ -23,11 +24,11 @@ func Print(out io.Writer, d envelope.Dialect, table string, version int, down bo
 	if err := d.Validate(); err != nil {
 		return err
 	}
-	from, to := 1, envelope.LatestVersion
+	from, to := 1, envelope.LatestVersionFor(d)
 	if version != 0 || down {
 		from = version
 		if from == 0 {
-			from = envelope.LatestVersion
+			from = envelope.LatestVersionFor(d)
 		}
 		to = from
 	}
@@ -45,14 +46,25 @@ func Print(out io.Writer, d envelope.Dialect, table string, version int, down bo
 }
 
 // Open opens dsn with the driver of d: pgx for PostgreSQL, the pure-Go
-// modernc.org/sqlite for SQLite.
+// modernc.org/sqlite for SQLite, go-sql-driver/mysql for MySQL (dsn
+// "mysql://" followed by that driver's DSN; parseTime is set).
 func Open(d envelope.Dialect, dsn string) (*sql.DB, error) {
 	if err := d.Validate(); err != nil {
 		return nil, err
 	}
 	driver := "pgx"
-	if d == envelope.SQLite {
+	switch d {
+	case envelope.SQLite:
 		driver = "sqlite"
+	case envelope.MySQL:
+		driver = "mysql"
+		dsn = strings.TrimPrefix(dsn, "mysql://")
+		cfg, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			return nil, err
+		}
+		cfg.ParseTime = true
+		dsn = cfg.FormatDSN()
 	}
 	return sql.Open(driver, dsn)
 }
@@ -61,7 +73,7 @@ func Open(d envelope.Dialect, dsn string) (*sql.DB, error) {
 // "<table> at version N".
 func To(ctx context.Context, out io.Writer, db *sql.DB, d envelope.Dialect, table string, version int) error {
 	if version == 0 {
-		version = envelope.LatestVersion
+		version = envelope.LatestVersionFor(d)
 	}
 	if err := envelope.MigrateTo(ctx, db, d, table, version); err != nil {
 		return err
@@ -76,7 +88,7 @@ func Status(ctx context.Context, out io.Writer, db *sql.DB, d envelope.Dialect, 
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "version %d (latest %d)\n", v, envelope.LatestVersion)
+	fmt.Fprintf(out, "version %d (latest %d)\n", v, envelope.LatestVersionFor(d))
 	return nil
 }
 

@@ -286,6 +286,19 @@ func (w *Wakeup) AfterCommit() wakeup.Wakeup { return afterCommit{w} }
 
 type afterCommit struct{ w *Wakeup }
 
+func (a afterCommit) CheckDialect(d envelope.Dialect) error { return a.w.CheckDialect(d) }
+
+// CheckDialect refuses MySQL (wakeup.DialectChecker): MySQL and MariaDB
+// have no NOTIFY, so their writers' transactions cannot signal through
+// PostgreSQL; use wakeup.NewInProcess, wakeup/redispubsub,
+// wakeup/kafkasignal or wakeup/amqpfanout there.
+func (w *Wakeup) CheckDialect(d envelope.Dialect) error {
+	if d == envelope.MySQL {
+		return envelope.Configurationf("Wakeup", "pgnotify is PostgreSQL's LISTEN/NOTIFY and the database is MySQL, which has no NOTIFY: use wakeup.NewInProcess, redispubsub, kafkasignal or amqpfanout")
+	}
+	return nil
+}
+
 func (a afterCommit) Signal(ctx context.Context, topics []string) error {
 	return a.w.Signal(ctx, topics)
 }

@@ -618,3 +618,25 @@ func TestAfterCommit(t *testing.T) {
 	testkit.Eventually(t, 10*time.Second, func() bool { return rec.Nils() > 0 }, "second listener not subscribed")
 	wakeuptest.RollbackSendsNothing(t, env, rec)
 }
+
+// pgnotify on a MySQL database is a configuration error at relay.New:
+// MySQL has no NOTIFY.
+func TestMySQLRelayRefusesPgnotify(t *testing.T) {
+	t.Parallel()
+	w, err := pgnotify.New(pgnotify.Config{ConnString: testkit.PostgresDSN()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	db, _ := testkit.MySQL(t)
+	for _, wk := range []wakeup.Wakeup{w, w.AfterCommit()} {
+		_, err = relay.New(db, delivery.Func(func(context.Context, *envelope.Event) error { return nil }),
+			relay.Config{Dialect: envelope.MySQL, Wakeup: wk})
+		if !errors.Is(err, envelope.ErrConfiguration) || !strings.Contains(err.Error(), "NOTIFY") {
+			t.Fatalf("relay on MySQL with pgnotify: %v, want ErrConfiguration", err)
+		}
+	}
+	if err := w.CheckDialect(envelope.Postgres); err != nil {
+		t.Fatal(err)
+	}
+}
