@@ -14,6 +14,7 @@ import (
 	"gorm.io/gorm/schema"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/pgform"
 	"github.com/heraldgo/herald/wakeup"
 )
 
@@ -433,6 +434,12 @@ func (p *Plugin) compile(sch *schema.Schema, opts envelope.Options) (*envelope.S
 				info.Scales = map[string]int{}
 			}
 			info.Scales[f.DBName] = scale
+		}
+		if f.DBName != "" && pgform.Handles(string(f.DataType)) {
+			if info.Types == nil {
+				info.Types = map[string]string{}
+			}
+			info.Types[f.DBName] = string(f.DataType)
 		}
 	}
 	if p.isOutbox(sch.Table) {

@@ -349,10 +349,12 @@ func (c *columnTypes) get(col string) string {
 }
 
 // fusable reports whether spec's events may be rendered by a fused
-// insert: no Go callback needs the stored row.
+// statement: no Go callback needs the stored row, and no column's form
+// comes from its declared type (Spec.Typed).
 func fusable(spec *envelope.Spec) bool {
 	o := spec.Options
-	return o.Extend == nil && o.ExtendMany == nil && o.TopicFunc == nil && o.OrderingKeyFunc == nil
+	return o.Extend == nil && o.ExtendMany == nil && o.TopicFunc == nil && o.OrderingKeyFunc == nil &&
+		!spec.Typed() // a typed column's form is pgform's, in Go
 }
 
 // probeColumnTypes learns the types of the table's columns cols, when
