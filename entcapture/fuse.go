@@ -308,6 +308,9 @@ func (f *fusion) run(next ent.Mutator) (ent.Value, error) {
 		err = f.err
 	}
 	if err != nil {
+		if f.done { // the fused statement inserts the event: an outbox not migrated shows here
+			err = f.writer.Unmigrated(err)
+		}
 		return v, err
 	}
 	if !f.done {

@@ -71,7 +71,7 @@ func (p *Plugin) insertSingle(db *gorm.DB, spec *envelope.Spec, values clause.Va
 			st.Vars = args
 			rows, err := st.ConnPool.QueryContext(ctx, sqlText, args...)
 			if err != nil {
-				return err
+				return p.writer.Unmigrated(err) // the statement inserts the event too
 			}
 			// The event was built from the row in SQL: only what the
 			// instance gets back is read.
