@@ -49,10 +49,10 @@
 // UpdateColumn(s), with any Where; Delete by key or conditions; soft deletes
 // (gorm.DeletedAt: an "updated" event with changed ["deleted_at"]);
 // Unscoped().Delete; Select(clause.Associations).Delete; the rows the
-// database itself deletes or nulls through ON DELETE CASCADE / SET NULL
+// database itself deletes or nulls through ON DELETE CASCADE / SET NULL / SET DEFAULT
 // constraints declared in the models' constraint tags (read, locked, before
 // the delete, recursively), and the rows whose foreign key it rewrites
-// through ON UPDATE CASCADE / SET NULL when an update changes the columns
+// through ON UPDATE CASCADE / SET NULL / SET DEFAULT when an update changes the columns
 // they reference (read, locked, before the update and again by key after
 // it; an "updated" event with changed = the foreign-key columns, only for
 // rows whose key did change); upserts with clause.OnConflict (a conflicting
@@ -163,7 +163,7 @@
 //   - Database cascades are known only from the constraint tags of models
 //     the plugin knows (Config.Models, Capture, captured models already
 //     seen); constraints added by hand-written migrations are not followed.
-//     ON DELETE / ON UPDATE SET DEFAULT is not followed. An ON UPDATE
+//     ON DELETE / ON UPDATE SET DEFAULT is followed like SET NULL. An ON UPDATE
 //     CASCADE into a primary-key column of a captured model (a join table
 //     keyed by its foreign keys) is envelope.ErrUnsupported: the rewritten
 //     rows cannot be read again by their keys; the update is undone.
