@@ -446,10 +446,10 @@ func (s *Spec) appendRow(dst []byte, name string, row map[string]any, absent boo
 		dst = jsonform.AppendString(dst, col)
 		dst = append(dst, ':')
 		var err error
-		if scale, ok := s.Model.Scales[col]; ok {
-			dst, err = jsonform.AppendScaled(dst, col, v, scale)
-		} else if typ := s.Model.Types[col]; typ != "" && pgform.Handles(typ) {
+		if typ := s.Model.Types[col]; typ != "" && pgform.Handles(typ) { // before Scales: numeric(10,2)[] is an array
 			dst, err = pgform.Append(dst, col, typ, v)
+		} else if scale, ok := s.Model.Scales[col]; ok {
+			dst, err = jsonform.AppendScaled(dst, col, v, scale)
 		} else {
 			dst, err = jsonform.Append(dst, col, v, jsonform.Field)
 		}
