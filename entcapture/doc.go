@@ -53,6 +53,11 @@
 //     create leaves unset, or on PostgreSQL a time finer than its column
 //     keeps (microseconds; timestamptz(3), declared by SchemaType, keeps
 //     milliseconds — mixin.Time's fields carry time.Now's nanoseconds).
+//     A field whose SchemaType declares, for the client's dialect, an
+//     array, a range, json/jsonb or a geometric type (field.Other("tags",
+//     pq.StringArray{}) as text[]) is in that type's JSON form (jsonform's
+//     package doc lists them); entcapturegen writes those types into
+//     Schema.Types, and such a schema's creates are not fused.
 //     Such rows are read back by id, one SELECT for a whole CreateBulk, or
 //     rendered from the fused statement's RETURNING (below). On PostgreSQL
 //     through Driver (without a caller transaction, or in client.Tx of a

@@ -243,10 +243,12 @@ var localIsUTC = sync.OnceValue(func() bool {
 })
 
 // fusable reports whether spec's events may be written by a fused
-// insert: no Go callback needs the written row.
+// insert: no Go callback needs the written row, and no column's form
+// comes from its declared type (Spec.Typed).
 func fusable(spec *envelope.Spec) bool {
 	o := spec.Options
-	return o.Extend == nil && o.ExtendMany == nil && o.TopicFunc == nil && o.OrderingKeyFunc == nil
+	return o.Extend == nil && o.ExtendMany == nil && o.TopicFunc == nil && o.OrderingKeyFunc == nil &&
+		!spec.Typed() // a typed column's form is pgform's, in Go
 }
 
 // isInt reports whether v is a plain Go integer, whose JSON form is its
@@ -306,6 +308,9 @@ func (f *fusion) run(next ent.Mutator) (ent.Value, error) {
 		err = f.err
 	}
 	if err != nil {
+		if f.done { // the fused statement inserts the event: an outbox not migrated shows here
+			err = f.writer.Unmigrated(err)
+		}
 		return v, err
 	}
 	if !f.done {

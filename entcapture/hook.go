@@ -86,7 +86,17 @@ func compileSpec(s *Schema, opts envelope.Options, namespace string, w *envelope
 		PrimaryKey:       s.KeyColumns(),
 		Sensitive:        s.Sensitive,
 		DefaultNamespace: namespace,
+		Types:            s.Types[entDialect(w.Dialect())],
 	}, opts)
+}
+
+// entDialect is ent's name of the writer's dialect, which Schema.Types
+// is keyed by.
+func entDialect(d envelope.Dialect) string {
+	if d == envelope.SQLite {
+		return dialect.SQLite
+	}
+	return string(d) // "postgres", "mysql": ent's names too
 }
 
 func unqualified(t string) string {

@@ -45,6 +45,11 @@ type Schema struct {
 	// keeps fewer than 6 fractional-second digits (timestamptz(3)) to
 	// that number; a create's time finer than its column is read back.
 	Precision map[string]int
+	// Types maps an ent dialect name ("postgres", "sqlite3", "mysql") to
+	// the columns whose SchemaType declares a type with a JSON form of its
+	// own (an array, a range, json/jsonb, a geometric type) and that type:
+	// their events carry the type's form (see envelope.ModelInfo.Types).
+	Types map[string]map[string]string
 	// Cascades are the foreign keys of captured tables that reference
 	// this one with ON DELETE CASCADE or SET NULL: the rows a delete makes
 	// the database delete or update.

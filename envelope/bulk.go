@@ -65,14 +65,15 @@ func (w *Writer) WriteCapturedArrays(ctx context.Context, q Querier, ms []Messag
 		res, err := w.writeArrays(ctx, tx, rows, locks, now)
 		if err != nil {
 			_ = tx.Rollback()
-			return nil, err
+			return nil, w.Unmigrated(err)
 		}
 		if err := tx.Commit(); err != nil {
 			return nil, fmt.Errorf("herald/envelope: commit: %w", err)
 		}
 		return res, nil
 	}
-	return w.writeArrays(ctx, q, rows, locks, now)
+	res, err := w.writeArrays(ctx, q, rows, locks, now)
+	return res, w.Unmigrated(err)
 }
 
 // arrayRows bounds the events of one array INSERT; a variable so that a

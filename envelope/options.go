@@ -7,6 +7,7 @@ import (
 	"sort"
 	"unicode/utf8"
 
+	"github.com/heraldgo/herald/internal/pgform"
 	"github.com/heraldgo/herald/jsonform"
 )
 
@@ -103,6 +104,13 @@ type ModelInfo struct {
 	// whatever the database held (SQLite keeps 12.5); see
 	// jsonform.AppendScaled.
 	Scales map[string]int
+	// Types gives the declared database type of columns whose JSON form
+	// comes from it rather than from the Go value ("text[]", "jsonb",
+	// "tstzrange", "point"): arrays become lists, ranges objects, json
+	// text is embedded, geometric types GeoJSON (the table in jsonform's
+	// package doc). Columns of other types may be listed; they are
+	// rendered from the Go value as if absent.
+	Types map[string]string
 }
 
 // Spec is a model's capture declaration compiled against its schema: what
@@ -114,6 +122,7 @@ type Spec struct {
 	Label     string // the envelope's "model": library.Loan
 
 	columns []string // payload columns, in table order
+	typed   bool     // a payload column has a type of pgform's
 	topic   *Template
 	key     *Template
 	ops     map[Operation]bool
@@ -166,6 +175,11 @@ func Compile(m ModelInfo, o Options) (*Spec, error) {
 			}
 		}
 	}
+	for _, c := range s.columns {
+		if pgform.Handles(m.Types[c]) {
+			s.typed = true
+		}
+	}
 	s.topic, _ = ParseTemplate("Options.Topic", orDefault(o.Topic, DefaultTopic))
 	s.key, _ = ParseTemplate("Options.OrderingKey", orDefault(o.OrderingKey, DefaultOrderingKey))
 	s.ops = map[Operation]bool{}
@@ -193,6 +207,12 @@ func (s *Spec) RowKeyed() bool {
 	o := s.Options
 	return !o.Unordered && o.OrderingKeyFunc == nil && (o.OrderingKey == "" || o.OrderingKey == DefaultOrderingKey)
 }
+
+// Typed reports whether a payload column's JSON form comes from its
+// declared type (ModelInfo.Types: an array, range, json or geometric
+// column). A capture path that renders events in SQL leaves such a
+// model's events to the Go path, so that every path prints one form.
+func (s *Spec) Typed() bool { return s.typed }
 
 // Captures reports whether the spec captures op.
 func (s *Spec) Captures(op Operation) bool { return s.ops[op] }
@@ -426,7 +446,9 @@ func (s *Spec) appendRow(dst []byte, name string, row map[string]any, absent boo
 		dst = jsonform.AppendString(dst, col)
 		dst = append(dst, ':')
 		var err error
-		if scale, ok := s.Model.Scales[col]; ok {
+		if typ := s.Model.Types[col]; typ != "" && pgform.Handles(typ) { // before Scales: numeric(10,2)[] is an array
+			dst, err = pgform.Append(dst, col, typ, v)
+		} else if scale, ok := s.Model.Scales[col]; ok {
 			dst, err = jsonform.AppendScaled(dst, col, v, scale)
 		} else {
 			dst, err = jsonform.Append(dst, col, v, jsonform.Field)

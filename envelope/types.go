@@ -102,13 +102,27 @@ func (m PayloadMode) String() string {
 
 // Message is an event a caller enqueues.
 type Message struct {
-	Topic          string            // required, at most 255 characters
-	Payload        any               // encoded with jsonform in strict mode
-	IdempotencyKey string            // "" = none; at most one event per key
-	OrderingKey    string            // "" = unordered; events of one key are delivered in order
-	Headers        map[string]string // names must be non-empty
-	Extra          map[string]any    // values for the service's own extra outbox columns
-	DeliverAt      time.Time         // zero = now; otherwise not before it (years 1 to 9999)
+	Topic string // required, at most 255 characters
+	// Payload is encoded with jsonform in strict mode: as encoding/json
+	// would, except where it has no one answer — []byte is base64
+	// (standard, padded), time.Duration is seconds (1500ms is 1.5), a map
+	// whose keys have no string form (map[int]T) is a list of [key, value]
+	// pairs sorted by the key's JSON, decimals are strings keeping their
+	// scale ("12.50"), and NaN, ±Inf and values without a JSON form
+	// (channels, functions, complex numbers) are ErrValidation errors
+	// naming their path. A json.RawMessage or json.Marshaler is embedded.
+	Payload        any
+	IdempotencyKey string // "" = none; at most one event per key
+	OrderingKey    string // "" = unordered; events of one key are delivered in order
+	// Headers go with the event to its transport; names must be non-empty.
+	// Values are strings, not any JSON value: every transport carries
+	// header values as text (Kafka record headers, NATS and HTTP headers,
+	// Redis stream fields; only AMQP's header table is typed), so a typed
+	// value would be flattened to text on the way anyway. Put structured
+	// data in the payload.
+	Headers   map[string]string
+	Extra     map[string]any // values for the service's own extra outbox columns
+	DeliverAt time.Time      // zero = now; otherwise not before it (years 1 to 9999)
 
 	// rowKeyed: a captured change's event whose ordering key is its row's
 	// own and whose row the write locks (Spec.RowKeyed); set only by

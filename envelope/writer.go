@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -179,14 +180,45 @@ func (w *Writer) write(ctx context.Context, q Querier, ms []Message) (*WriteResu
 		res, err := w.run(ctx, tx, rows, locks, now)
 		if err != nil {
 			_ = tx.Rollback()
-			return nil, err
+			return nil, w.Unmigrated(err)
 		}
 		if err := tx.Commit(); err != nil {
 			return nil, fmt.Errorf("herald/envelope: commit: %w", err)
 		}
 		return res, nil
 	}
-	return w.run(ctx, q, rows, locks, now)
+	res, err := w.run(ctx, q, rows, locks, now)
+	return res, w.Unmigrated(err)
+}
+
+// Unmigrated returns err as an ErrConfiguration naming envelope.Migrate
+// when it is the database's answer that the outbox table does not exist
+// (PostgreSQL's undefined_table, 42P01, about it; SQLite's "no such
+// table"): a write or Enqueue before the outbox was migrated. Any other
+// error, and nil, is returned as it is. Capture paths that insert events
+// in a statement of their own pass its error through it.
+func (w *Writer) Unmigrated(err error) error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return err
+	}
+	msg := err.Error()
+	name := w.t.Name
+	if i := strings.LastIndexByte(name, '.'); i >= 0 {
+		name = name[i+1:]
+	}
+	var st interface{ SQLState() string }
+	missing := (errors.As(err, &st) && st.SQLState() == "42P01") || strings.Contains(msg, "SQLSTATE 42P01") ||
+		strings.Contains(msg, "no such table")
+	if !missing || !strings.Contains(msg, name) {
+		return err
+	}
+	return &Error{Kind: ErrConfiguration, Where: "outbox table " + w.t.Name,
+		Msg: fmt.Sprintf("does not exist: create it before the first write with envelope.Migrate(ctx, db, %q, %q) (or the statements of envelope.DDL)", string(w.d), w.t.Name),
+		Err: err}
 }
 
 // prepare validates m into r; ch are the write's context headers

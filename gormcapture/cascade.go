@@ -15,7 +15,7 @@ import (
 	"github.com/heraldgo/herald/envelope"
 )
 
-// The database's own ON DELETE CASCADE / SET NULL changes rows without any
+// The database's own ON DELETE CASCADE / SET NULL / SET DEFAULT changes rows without any
 // callback. The plugin knows those constraints from the constraint tags of
 // the models it was told about (Config.Models, Capture, and captured
 // models it has seen), and before a DELETE reads, locked, the rows the
@@ -28,7 +28,11 @@ import (
 type cascadeEdge struct {
 	child   *schema.Schema
 	fk, ref []string
+	// setNull: the database rewrites the child's key rather than
+	// deleting or cascading it: SET NULL, or SET DEFAULT (followed alike:
+	// the rows are read again after the write, whatever value it set).
 	setNull bool
+	action  string // "CASCADE", "SET NULL", "SET DEFAULT"
 }
 
 // cascadesFor returns the ON DELETE edges from rows of sch, written in
@@ -103,10 +107,10 @@ func (p *Plugin) buildCascades(db *gorm.DB) map[cascadeKey][]*cascadeEdge {
 				action = c.OnUpdate
 			}
 			action = strings.ToUpper(strings.Join(strings.Fields(action), " "))
-			if action != "CASCADE" && action != "SET NULL" {
+			if action != "CASCADE" && action != "SET NULL" && action != "SET DEFAULT" {
 				continue
 			}
-			e := &cascadeEdge{child: c.Schema, setNull: action == "SET NULL"}
+			e := &cascadeEdge{child: c.Schema, setNull: action != "CASCADE", action: action}
 			for _, f := range c.ForeignKeys {
 				e.fk = append(e.fk, f.DBName)
 			}
@@ -291,7 +295,7 @@ next:
 	return out
 }
 
-// The database's own ON UPDATE CASCADE / SET NULL rewrites the foreign
+// The database's own ON UPDATE CASCADE / SET NULL / SET DEFAULT rewrites the foreign
 // keys of child rows when an UPDATE changes the parent columns they
 // reference. Before such an UPDATE the plugin reads, locked, the child
 // rows referencing the rows it is about to update (level by level, one
@@ -395,7 +399,7 @@ func (p *Plugin) readUpdateCascade(ctx context.Context, db *gorm.DB, q gorm.Conn
 			if spec != nil && (len(pk) == 0 || intersects(pk, e.fk)) {
 				return nil, &envelope.Error{Kind: envelope.ErrUnsupported, Where: child.Name,
 					Msg: fmt.Sprintf("an ON UPDATE %s into primary-key columns (%s) cannot be captured: the rewritten rows cannot be read again by their keys",
-						map[bool]string{false: "CASCADE", true: "SET NULL"}[e.setNull], strings.Join(e.fk, ","))}
+						e.action, strings.Join(e.fk, ","))}
 			}
 			if spec != nil {
 				out = append(out, updateCascade{e, spec, rows})

@@ -38,9 +38,11 @@
 // generates too), each from its first write. Declarations are checked when
 // the plugin is installed (and by Capture): an unknown column in Fields or
 // Exclude, an unknown template name, or a model whose table is the outbox
-// is an envelope.ErrConfiguration naming the model and the option. A
-// model without a primary key is checked at its first write, so that
-// db.SetupJoinTable may make it a join model first (see below).
+// is an envelope.ErrConfiguration naming the model and the option. So is
+// a captured model without a key (Capture after db.Use, db.Use for one
+// captured before it or declaring ChangeCapture in Config.Models): give a
+// many-to-many join model without primary-key tags to db.SetupJoinTable
+// first (see below).
 //
 // # What is captured
 //
@@ -49,10 +51,10 @@
 // UpdateColumn(s), with any Where; Delete by key or conditions; soft deletes
 // (gorm.DeletedAt: an "updated" event with changed ["deleted_at"]);
 // Unscoped().Delete; Select(clause.Associations).Delete; the rows the
-// database itself deletes or nulls through ON DELETE CASCADE / SET NULL
+// database itself deletes or nulls through ON DELETE CASCADE / SET NULL / SET DEFAULT
 // constraints declared in the models' constraint tags (read, locked, before
 // the delete, recursively), and the rows whose foreign key it rewrites
-// through ON UPDATE CASCADE / SET NULL when an update changes the columns
+// through ON UPDATE CASCADE / SET NULL / SET DEFAULT when an update changes the columns
 // they reference (read, locked, before the update and again by key after
 // it; an "updated" event with changed = the foreign-key columns, only for
 // rows whose key did change); upserts with clause.OnConflict (a conflicting
@@ -163,7 +165,7 @@
 //   - Database cascades are known only from the constraint tags of models
 //     the plugin knows (Config.Models, Capture, captured models already
 //     seen); constraints added by hand-written migrations are not followed.
-//     ON DELETE / ON UPDATE SET DEFAULT is not followed. An ON UPDATE
+//     ON DELETE / ON UPDATE SET DEFAULT is followed like SET NULL. An ON UPDATE
 //     CASCADE into a primary-key column of a captured model (a join table
 //     keyed by its foreign keys) is envelope.ErrUnsupported: the rewritten
 //     rows cannot be read again by their keys; the update is undone.
@@ -174,10 +176,15 @@
 //     and one that names a captured model's table and no model follows
 //     that model's (the one it is captured as).
 //   - A model without a primary key (and not a join model as above) cannot
-//     key its events: declaring it (ChangeCapture, Capture) is an
-//     envelope.ErrConfiguration at its first write, and CaptureAll leaves it
-//     uncaptured, logging a warning once. Give a join model to
-//     db.SetupJoinTable before its first write.
+//     key its events: declaring it (Capture, ChangeCapture listed in
+//     Config.Models) is an envelope.ErrConfiguration from Capture or
+//     db.Use (a ChangeCapture model no declaration names, at its first
+//     write), and CaptureAll leaves it uncaptured, logging a warning once.
+//     Give a join model to db.SetupJoinTable before Capture and db.Use.
+//   - Column values are in jsonform's forms; a column whose type: tag (or
+//     data type) declares an array, a range, json/jsonb or a geometric
+//     type is in that type's form (jsonform's package doc lists them), and
+//     such a model's events are written from Go, not by a fused statement.
 //   - Savepoints are tracked from the SQL that creates, rolls back to and
 //     releases them (db.SavePoint, db.RollbackTo, nested Transaction, or
 //     db.Exec of SAVEPOINT / ROLLBACK [TRANSACTION] TO / RELEASE), names

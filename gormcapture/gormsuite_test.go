@@ -375,13 +375,18 @@ type (
 	SuiteKeyless struct {
 		A, B string
 	}
+	SuiteKeylessCaptured struct {
+		A, B string
+	}
 )
+
+func (SuiteKeylessCaptured) ChangeCapture() envelope.Options { return envelope.Options{} }
 
 // A join model without primaryKey tags, given to db.SetupJoinTable, is
 // captured keyed by its foreign-key columns (Capture rejected it, and
 // CaptureAll failed its writes). GORM's TestOverrideJoinTable,
-// TestScanToEmbedded. A model without any key is an ErrConfiguration at
-// its first write when declared, and left uncaptured by CaptureAll
+// TestScanToEmbedded. A model without any key is an ErrConfiguration from
+// Capture or db.Use when declared, and left uncaptured by CaptureAll
 // (TestCreateWithNoGORMPrimaryKey, TestBelongsToDefaultValue).
 func TestJoinModelWithoutPrimaryKey(t *testing.T) {
 	t.Parallel()
@@ -391,12 +396,18 @@ func TestJoinModelWithoutPrimaryKey(t *testing.T) {
 				var e *env
 				if how == "CaptureAll" {
 					e = captureAllEnv(t, d, envelope.BeforeAndAfter, nil)
+					// SetupJoinTable after db.Use, as GORM's docs do it.
+					must(t, e.db.SetupJoinTable(&SuitePerson{}, "Addresses", &SuitePersonAddress{}))
 				} else {
 					e = newEnv(t, d, nil, gormcapture.Config{})
+					// Capture refuses a model without a key: SetupJoinTable first.
+					err := e.plugin.Capture(&SuiteKeyless{}, envelope.Options{})
+					if !errors.Is(err, envelope.ErrConfiguration) {
+						t.Fatalf("Capture of a keyless model: %v, want ErrConfiguration", err)
+					}
+					must(t, e.db.SetupJoinTable(&SuitePerson{}, "Addresses", &SuitePersonAddress{}))
 					must(t, e.plugin.Capture(&SuitePersonAddress{}, envelope.Options{Payload: envelope.BeforeAndAfter}))
 				}
-				// SetupJoinTable after db.Use and after Capture, as GORM's docs do it.
-				must(t, e.db.SetupJoinTable(&SuitePerson{}, "Addresses", &SuitePersonAddress{}))
 				must(t, e.db.AutoMigrate(&SuitePerson{}, &SuiteAddress{}))
 				p := SuitePerson{Name: "p", Addresses: []SuiteAddress{{Name: "a1"}, {Name: "a2"}}}
 				must(t, e.db.Create(&p).Error)
@@ -444,16 +455,22 @@ func TestJoinModelWithoutPrimaryKey(t *testing.T) {
 			if n := e.count(t); n != 0 {
 				t.Errorf("%d events for a model without a key", n)
 			}
+			// Declared: refused at Capture (issue 23), never at its writes.
 			e2 := newEnv(t, d, nil, gormcapture.Config{}, &SuiteKeyless{})
-			must(t, e2.plugin.Capture(&SuiteKeyless{}, envelope.Options{}))
-			err := e2.db.Create(&SuiteKeyless{A: "a", B: "b"}).Error
+			err := e2.plugin.Capture(&SuiteKeyless{}, envelope.Options{})
 			if !errors.Is(err, envelope.ErrConfiguration) || !strings.Contains(err.Error(), "SuiteKeyless") {
-				t.Errorf("declared keyless model: %v, want ErrConfiguration naming it", err)
+				t.Errorf("Capture of a keyless model: %v, want ErrConfiguration naming it", err)
 			}
-			var n int64
-			must(t, e2.db.Model(&SuiteKeyless{}).Count(&n).Error)
-			if n != 0 {
-				t.Errorf("%d rows written", n)
+			// Captured before db.Use, or declaring Captured and listed: refused at db.Use.
+			db, _ := openDB(t, d, nil)
+			for _, m := range []any{&SuiteKeyless{}, &SuiteKeylessCaptured{}} {
+				p := gormcapture.New(gormcapture.Config{Models: []any{m}})
+				if _, ok := m.(*SuiteKeyless); ok {
+					must(t, p.Capture(m, envelope.Options{}))
+				}
+				if err := db.Use(p); !errors.Is(err, envelope.ErrConfiguration) || !strings.Contains(err.Error(), "SuiteKeyless") {
+					t.Errorf("db.Use with keyless %T: %v, want ErrConfiguration naming it", m, err)
+				}
 			}
 		})
 	})

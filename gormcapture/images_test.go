@@ -9,7 +9,6 @@ import (
 	"reflect"
 	"slices"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
@@ -125,8 +124,10 @@ func TestCreateEventHoldsStoredRow(t *testing.T) {
 		}
 		must(t, db.Create(stored("first")).Error) // learns the column types
 		stmts := log.record(func() { must(t, db.Create(stored("fused")).Error) })
-		if d == envelope.Postgres && !slices.Equal(kinds(stmts), []string{"WITH"}) {
-			t.Errorf("second single-row create: %q, want one fused statement", kinds(stmts))
+		// Doc is jsonb: its form is pgform's, in Go (Spec.Typed), so Stored's
+		// creates are not fused (issue 23).
+		if d == envelope.Postgres && !slices.Equal(kinds(stmts), []string{"INSERT storeds", "INSERT herald_outbox"}) {
+			t.Errorf("second single-row create: %q, want the Go path's two statements", kinds(stmts))
 		}
 		must(t, db.Create(&[]*Stored{stored("batch1"), stored("batch2")}).Error)
 		single := Odd{Name: "single"}
@@ -180,8 +181,9 @@ func TestCreateEventHoldsStoredRow(t *testing.T) {
 			if a["fee"] != wantFee || a["at"] != wantAt || a["price"] != "2.00" && d == envelope.Postgres || a["level"] != nil {
 				t.Errorf("%s: fee %v at %v price %v level %v; want %s, %s, 2.00, nil", k, a["fee"], a["at"], a["price"], a["level"], wantFee, wantAt)
 			}
-			if doc, ok := a["doc"].(string); !ok || !strings.Contains(doc, `"a": 1`) && d == envelope.Postgres {
-				t.Errorf("%s: doc %#v, want the jsonb's text", k, a["doc"])
+			// The database default's JSON, embedded (not a string of it).
+			if doc, ok := a["doc"].(map[string]any); !ok || doc["a"] != 1.0 || doc["b"] != 2.0 {
+				t.Errorf("%s: doc %#v, want the stored JSON object", k, a["doc"])
 			}
 		}
 		for _, k := range []string{"Odd 1", "Odd 3"} {

@@ -665,3 +665,41 @@ func TestDatabaseUpdateCascadeIntoKey(t *testing.T) {
 		}
 	})
 }
+
+type (
+	// Aisle's bins fall back to the "none" aisle when it goes or changes
+	// its code.
+	Aisle struct {
+		Code string `gorm:"primaryKey"`
+		Bins []Bin  `gorm:"foreignKey:AisleCode;references:Code;constraint:OnUpdate:SET DEFAULT,OnDelete:SET DEFAULT"`
+	}
+	Bin struct {
+		ID        int64
+		AisleCode string `gorm:"not null;default:'none'"`
+	}
+)
+
+// The database's own ON DELETE / ON UPDATE SET DEFAULT is followed like
+// SET NULL: the rows it rewrites are captured as updated, changed = the
+// foreign key, after = the default (issue 23; it was not followed).
+func TestDatabaseCascadeSetDefault(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		e := newEnv(t, d, nil, gormcapture.Config{}, &Aisle{}, &Bin{})
+		must(t, e.plugin.Capture(&Bin{}, envelope.Options{Payload: envelope.BeforeAndAfter}))
+		must(t, e.db.Create(&[]Aisle{{Code: "none"}, {Code: "a", Bins: []Bin{{}, {}}}, {Code: "b", Bins: []Bin{{}}}}).Error)
+		must(t, e.db.Exec(`DELETE FROM herald_outbox`).Error)
+
+		must(t, e.db.Model(&Aisle{}).Where("code = ?", "a").Update("code", "a2").Error)
+		must(t, e.db.Delete(&Aisle{Code: "b"}).Error)
+		evs := e.events(t)
+		wantLines(t, evs, "bin.updated 1 [aisle_code]", "bin.updated 2 [aisle_code]", "bin.updated 3 [aisle_code]")
+		for _, ev := range evs {
+			a, _ := ev.Payload["after"].(map[string]any)
+			b, _ := ev.Payload["before"].(map[string]any)
+			if a["aisle_code"] != "none" || (b["aisle_code"] != "a" && b["aisle_code"] != "b") {
+				t.Errorf("%s: before %v after %v, want a or b, then none", ev.Topic, b, a)
+			}
+		}
+	})
+}

@@ -14,6 +14,7 @@ import (
 	"gorm.io/gorm/schema"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/pgform"
 	"github.com/heraldgo/herald/wakeup"
 )
 
@@ -77,6 +78,7 @@ type Plugin struct {
 	dialect  envelope.Dialect
 	writer   *envelope.Writer
 	namer    schema.Namer
+	db       *gorm.DB                          // the first db.Use's: its schema cache sees db.SetupJoinTable
 	explicit map[reflect.Type]envelope.Options // from Capture
 	known    []any                             // Config.Models and Capture models
 	inits    map[any]bool                      // callback managers already set up
@@ -84,7 +86,6 @@ type Plugin struct {
 	models   sync.Map // reflect.Type -> *model
 	cascades sync.Map // table name -> []*cascadeEdge
 	pools    sync.Map // *sql.DB -> *pool
-	parsed   sync.Map // schema cache for models parsed outside a statement
 	stmts    sync.Map // stmtKey -> *sql.Stmt (SQLite)
 	keyless  sync.Map // reflect.Type -> true: warned that CaptureAll skips it
 	nstmts   atomic.Int64
@@ -142,6 +143,9 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 		return envelope.Configurationf("gormcapture", "plugin already installed on a %s database, now on %s: use one plugin per dialect", p.dialect, d)
 	}
 	p.namer = db.NamingStrategy
+	if p.db == nil {
+		p.db = db
+	}
 	known := slices.Clone(p.known)
 	p.mu.Unlock()
 
@@ -274,18 +278,22 @@ func (p *Plugin) Capture(model any, opts envelope.Options) error {
 		return err
 	}
 	p.mu.Lock()
-	namer := p.namer
+	namer, db := p.namer, p.db
 	p.mu.Unlock()
+	var sch *schema.Schema
 	if namer != nil {
-		sch, err := schema.Parse(model, &p.parsed, namer)
-		if err != nil {
+		// Parsed in the db's schema cache, where db.SetupJoinTable (called
+		// before Capture) has made a join model without primary-key tags
+		// keyed by its foreign keys. A model with no key at all is refused
+		// here: every write of it would fail.
+		stmt := &gorm.Statement{DB: db}
+		if err := stmt.Parse(model); err != nil {
 			return envelope.Configurationf(t.Name(), "cannot parse model: %v", err)
 		}
-		// A model without a primary key is checked at its first write: this
-		// parse cannot see db.SetupJoinTable make it a keyed join model.
-		if _, err := p.compile(sch, opts); err != nil && len(keyColumns(sch)) > 0 {
+		if _, err := p.compile(stmt.Schema, opts); err != nil {
 			return err
 		}
+		sch = stmt.Schema
 	}
 	p.mu.Lock()
 	p.explicit[t] = opts
@@ -293,10 +301,8 @@ func (p *Plugin) Capture(model any, opts envelope.Options) error {
 	p.mu.Unlock()
 	p.models.Delete(t)
 	p.cascades.Clear()
-	if namer != nil {
-		if sch, err := schema.Parse(model, &p.parsed, namer); err == nil && len(keyColumns(sch)) > 0 {
-			p.tables.LoadOrStore(sch.Table, sch)
-		}
+	if sch != nil {
+		p.tables.LoadOrStore(sch.Table, sch)
 	}
 	return nil
 }
@@ -323,7 +329,16 @@ func (p *Plugin) register(db *gorm.DB, model any) error {
 		return envelope.Configurationf(t.Name(), "cannot parse model: %v", err)
 	}
 	if len(keyColumns(stmt.Schema)) == 0 {
-		return nil // checked at its first write, after any db.SetupJoinTable
+		p.mu.Lock()
+		_, explicit := p.explicit[t]
+		p.mu.Unlock()
+		if _, ok := reflect.New(t).Interface().(Captured); ok || explicit {
+			// Captured, and no key to key its events by: refused now
+			// rather than at every write.
+			_, err := p.compile(stmt.Schema, envelope.Options{})
+			return err
+		}
+		return nil // not captured: its constraint tags alone matter
 	}
 	m := p.modelFor(stmt.Schema)
 	return m.err
@@ -418,7 +433,7 @@ func (p *Plugin) compile(sch *schema.Schema, opts envelope.Options) (*envelope.S
 	key := keyColumns(sch)
 	if len(key) == 0 {
 		return nil, envelope.Configurationf(sch.Name, "table %s has no primary key to key its events by: tag one with gorm:\"primaryKey\" "+
-			"(a many-to-many join model without one is keyed by its foreign-key columns once given to db.SetupJoinTable)", sch.Table)
+			"(a many-to-many join model without one is keyed by its foreign-key columns once given to db.SetupJoinTable: call it before db.Use and Capture)", sch.Table)
 	}
 	info := envelope.ModelInfo{
 		Name:             sch.Name,
@@ -436,6 +451,12 @@ func (p *Plugin) compile(sch *schema.Schema, opts envelope.Options) (*envelope.S
 				info.Scales = map[string]int{}
 			}
 			info.Scales[f.DBName] = scale
+		}
+		if f.DBName != "" && pgform.Handles(string(f.DataType)) {
+			if info.Types == nil {
+				info.Types = map[string]string{}
+			}
+			info.Types[f.DBName] = string(f.DataType)
 		}
 	}
 	if p.isOutbox(sch.Table) {

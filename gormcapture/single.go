@@ -71,7 +71,7 @@ func (p *Plugin) insertSingle(db *gorm.DB, spec *envelope.Spec, values clause.Va
 			st.Vars = args
 			rows, err := st.ConnPool.QueryContext(ctx, sqlText, args...)
 			if err != nil {
-				return err
+				return p.writer.Unmigrated(err) // the statement inserts the event too
 			}
 			// The event was built from the row in SQL: only what the
 			// instance gets back is read.
@@ -349,10 +349,12 @@ func (c *columnTypes) get(col string) string {
 }
 
 // fusable reports whether spec's events may be rendered by a fused
-// insert: no Go callback needs the stored row.
+// statement: no Go callback needs the stored row, and no column's form
+// comes from its declared type (Spec.Typed).
 func fusable(spec *envelope.Spec) bool {
 	o := spec.Options
-	return o.Extend == nil && o.ExtendMany == nil && o.TopicFunc == nil && o.OrderingKeyFunc == nil
+	return o.Extend == nil && o.ExtendMany == nil && o.TopicFunc == nil && o.OrderingKeyFunc == nil &&
+		!spec.Typed() // a typed column's form is pgform's, in Go
 }
 
 // probeColumnTypes learns the types of the table's columns cols, when

@@ -67,4 +67,38 @@
 // Guarantee: every value either has exactly one JSON form or is rejected
 // with an error naming its path and type; nothing is ever stringified by
 // guesswork.
+//
+// # Forms by declared column type
+//
+// A captured column whose declared database type has a text syntax of the
+// database's own is rendered from that type, not from the Go value (GORM:
+// the field's type: tag or data type; ent: the field's SchemaType for the
+// dialect; the capture packages pass it as envelope.ModelInfo.Types):
+//
+//	declared type                         JSON form
+//	arrays (text[], bigint[], int[][], …)  lists, nested per dimension, each
+//	                                       element in its type's form, NULL
+//	                                       elements null; [1:2]= bounds
+//	                                       dropped; box[]'s ';' honoured
+//	int4range, int8range, numrange,       {"lower","upper","lower_inc",
+//	tsrange, tstzrange, daterange          "upper_inc","is_empty"}; an
+//	                                       unbounded side null, not inclusive
+//	int4multirange … datemultirange       lists of ranges
+//	json, jsonb                           the JSON itself, embedded, also
+//	                                       from a string or []byte field
+//	                                       (text that is not JSON, which
+//	                                       SQLite allows, stays a string)
+//	point                                 {"type":"Point","coordinates":[x,y]}
+//	lseg, open path                       GeoJSON LineString
+//	polygon, closed path                  GeoJSON Polygon, its ring closed
+//	box                                   {"high":[x,y],"low":[x,y]}
+//	circle                                {"center":[x,y],"radius":r}
+//	line (Ax + By + C = 0)                {"a":A,"b":B,"c":C}
+//
+// Array elements and range bounds: integers are numbers; float4 and
+// float8 numbers (NaN and ±Inf the strings above); numeric strings as
+// stored ("12.50"); booleans true and false; timestamptz RFC 3339 with its
+// offset, timestamp RFC 3339 in UTC; bytea base64; json embedded; any
+// other type (text, uuid, date, inet, enums) its text as a string. Every
+// other declared type is rendered from the Go value as listed above.
 package jsonform

@@ -111,7 +111,11 @@
 // to MaxPollInterval) and delivers once the database answers; an
 // unreachable database is never an envelope.ErrConfiguration error, a
 // missing table always is (from New, or from Run when the database first
-// answers after New).
+// answers after New). So is a connection the database refuses, which
+// waiting will not change: a DSN that does not parse, a database that does
+// not exist (SQLSTATE 3D000), a wrong password (28P01), a login refused
+// (28000: no such role, no pg_hba.conf entry), a SQLite file that cannot
+// be opened.
 //
 // Connections: on a pgx pool in pgx's default mode (the statement cache)
 // the relay runs its own statements in pgx's cache-describe mode, so that

@@ -202,6 +202,9 @@ func (r *Relay) checkTable(ctx context.Context) error {
 	if err != nil && !isMissing(err) {
 		// The statement failed for another reason: is the database up?
 		if perr := r.db.PingContext(ctx); perr != nil {
+			if rerr := refusal(perr); rerr != nil {
+				return rerr
+			}
 			return fmt.Errorf("%w: %w%s", errUnreachable, perr, poolerHint(perr))
 		}
 		err = r.checkColumns(ctx) // it is now; ask again
@@ -414,7 +417,7 @@ func (r *Relay) loop(soft, hard context.Context, ru *run) {
 			err = r.checkTable(cctx)
 			cancel()
 			if errors.Is(err, envelope.ErrConfiguration) {
-				r.log.ErrorContext(hard, "herald/relay: stopping: the outbox table is missing", slog.String("relay", r.cfg.Name), slog.Any("error", err))
+				r.log.ErrorContext(hard, "herald/relay: stopping: the database refuses the relay's connection or lacks the outbox table", slog.String("relay", r.cfg.Name), slog.Any("error", err))
 				ru.err = err
 				return
 			}

@@ -2,6 +2,8 @@ package relay
 
 import (
 	"errors"
+
+	"github.com/heraldgo/herald/envelope"
 	"regexp"
 	"strings"
 )
@@ -32,6 +34,39 @@ func isMissing(err error) bool {
 	}
 	msg := err.Error()
 	return strings.Contains(msg, "no such table") || strings.Contains(msg, "no such column")
+}
+
+// refusal returns an envelope.ErrConfiguration error when err, a failed
+// connection, is an answer that waiting will not change: the DSN does not
+// parse (pgx's "cannot parse", lib/pq's sslmode and key=value errors), the
+// database does not exist (SQLSTATE 3D000), the password is wrong
+// (28P01) or the login is refused (28000: no such role, no pg_hba.conf
+// entry), or SQLite cannot open its file. Any other failure — a refused
+// or timed-out TCP connection, a server starting up or shutting down — is
+// the database being down, and nil is returned.
+func refusal(err error) error {
+	var what string
+	switch sqlState(err) {
+	case "3D000":
+		what = "the database does not exist"
+	case "28P01":
+		what = "the password is wrong"
+	case "28000":
+		what = "the server refuses the login (no such role, or no pg_hba.conf entry for it)"
+	}
+	msg := err.Error()
+	switch {
+	case what != "":
+	case strings.Contains(msg, "cannot parse `"), strings.Contains(msg, "pq: unsupported sslmode"),
+		strings.Contains(msg, `missing "=" after`), strings.Contains(msg, "unknown port"), strings.Contains(msg, "invalid port"):
+		what = "the data source name does not parse"
+	case strings.Contains(msg, "unable to open database file"):
+		what = "SQLite cannot open the database file"
+	default:
+		return nil
+	}
+	return &envelope.Error{Kind: envelope.ErrConfiguration, Where: "relay database",
+		Msg: what + ": fix the DSN or the server's accounts; the relay does not retry a refusal", Err: err}
 }
 
 // isClosedDB reports whether err is database/sql's error for a closed

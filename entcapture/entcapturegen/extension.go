@@ -39,6 +39,7 @@ import (
 
 	"github.com/heraldgo/herald/entcapture"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/pgform"
 )
 
 // GlueFile is the file Extension writes beside the generated code.
@@ -748,8 +749,17 @@ func glueType(pf func(string, ...any), n *gen.Type) {
 	v := "herald" + n.Name
 	var sensitive, nullable, dbDefaults []string
 	precision := map[string]int{}
+	types := map[string]map[string]string{} // dialect → column → declared type
 	fields := map[string]string{}
 	for _, f := range n.Fields {
+		for d, typ := range f.Column().SchemaType {
+			if pgform.Handles(typ) {
+				if types[d] == nil {
+					types[d] = map[string]string{}
+				}
+				types[d][f.StorageKey()] = typ
+			}
+		}
 		fields[f.Name] = f.StorageKey()
 		if f.Sensitive() {
 			sensitive = append(sensitive, f.StorageKey())
@@ -802,6 +812,17 @@ func glueType(pf func(string, ...any), n *gen.Type) {
 			pf("%q: %d, ", c, precision[c])
 		}
 		pf("},\n")
+	}
+	if len(types) > 0 {
+		pf("\tTypes: map[string]map[string]string{\n")
+		for _, d := range slices.Sorted(maps.Keys(types)) {
+			pf("\t\t%q: {", d)
+			for _, c := range slices.Sorted(maps.Keys(types[d])) {
+				pf("%q: %q, ", c, types[d][c])
+			}
+			pf("},\n")
+		}
+		pf("\t},\n")
 	}
 	pf("\tFields: map[string]string{")
 	for _, k := range names {

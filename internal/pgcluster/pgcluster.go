@@ -9,12 +9,14 @@ import (
 	"database/sql"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -146,6 +148,38 @@ func (p *Cluster) CreateDatabase(t testing.TB, name string) {
 		t.Fatalf("testkit: create database %s: %v", name, err)
 	}
 }
+
+// RequirePassword gives the postgres role password and makes TCP logins
+// authenticate with SCRAM (pg_hba.conf: host … scram-sha-256; the unix
+// socket stays trust), then reloads the server. DSN's logins then fail
+// with SQLSTATE 28P01; PasswordDSN's succeed.
+func (p *Cluster) RequirePassword(password string) error {
+	db, err := sql.Open("pgx", p.DSN("", "postgres"))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := db.ExecContext(ctx, "SET password_encryption = 'scram-sha-256'; ALTER ROLE postgres PASSWORD "+quoteLiteral(password)); err != nil {
+		return err
+	}
+	hba := "local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\n"
+	if err := os.WriteFile(filepath.Join(p.data, "pg_hba.conf"), []byte(hba), 0o600); err != nil {
+		return err
+	}
+	if _, err := db.ExecContext(ctx, "SELECT pg_reload_conf()"); err != nil {
+		return err
+	}
+	return nil
+}
+
+// PasswordDSN is DSN with the postgres role's password.
+func (p *Cluster) PasswordDSN(db, password string) string {
+	return fmt.Sprintf("postgres://postgres:%s@%s/%s?sslmode=disable&connect_timeout=5", url.QueryEscape(password), p.Addr(), db)
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 func (p *Cluster) run(tool string, args ...string) error {
 	path := filepath.Join(p.bin, tool)
