@@ -113,7 +113,10 @@ type Inbox struct {
 }
 
 func cfgErr(where, format string, args ...any) error {
-	return envelope.Configurationf("inbox.Config."+where, format, args...)
+	if !strings.Contains(where, ".") {
+		where = "inbox.Config." + where
+	}
+	return envelope.Configurationf(where, format, args...)
 }
 
 // New returns an Inbox on db for cfg's consumer. It checks cfg and that
