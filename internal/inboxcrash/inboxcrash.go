@@ -136,11 +136,22 @@ func Run(t *testing.T, p Parent) {
 			kills, starts := 0, 0
 			for {
 				starts++
-				cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+p.ChildTest+"$", "-test.count=1", "-test.v")
+				// A child that hangs gets SIGQUIT after 3 minutes: its
+				// goroutines' stacks end up in the failure's output.
+				childCtx, childCancel := context.WithTimeout(ctx, time.Duration(envInt("HERALD_CRASH_CHILD_TIMEOUT_S", 180))*time.Second)
+				cmd := exec.CommandContext(childCtx, os.Args[0], "-test.run=^"+p.ChildTest+"$", "-test.count=1", "-test.v")
+				cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
 				cmd.Env = append(os.Environ(), envDSN+"="+dsn, envMode+"="+mode.Name, envTarget+"="+target,
 					EnvEvents+"="+strconv.Itoa(n), EnvKillEvery+"="+strconv.Itoa(every))
 				cmd.Env = append(cmd.Env, p.Env...)
+				began := time.Now()
 				out, err := cmd.CombinedOutput()
+				childCancel()
+				if os.Getenv("HERALD_CRASH_TRACE") != "" {
+					var rec int
+					_ = db.QueryRowContext(ctx, `SELECT count(*) FROM herald_inbox`).Scan(&rec)
+					t.Logf("process %d: %s, %v, %d recorded", starts, time.Since(began).Round(time.Millisecond), err, rec)
+				}
 				var ee *exec.ExitError
 				if errors.As(err, &ee) {
 					if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
@@ -149,7 +160,10 @@ func Run(t *testing.T, p Parent) {
 					}
 				}
 				if err != nil {
-					t.Fatalf("consumer process %d: %v\n%s", starts, err, out)
+					var published, failed int
+					var lastErr string
+					_ = db.QueryRowContext(ctx, `SELECT count(published_at), count(*) FILTER (WHERE attempts > 0), coalesce(max(last_error), '') FROM herald_outbox`).Scan(&published, &failed, &lastErr)
+					t.Fatalf("consumer process %d (%d of %d events published, %d failed at least once: %s): %v\n%s", starts, published, n, failed, lastErr, err, out)
 				}
 				break
 			}
@@ -243,7 +257,13 @@ func (c *Child) die(point string) {
 // when this process's count runs out. An adapter's handler calls it; the
 // adapter acks after it returns.
 func (c *Child) Process(ctx context.Context, m inbox.Message) (inbox.Outcome, error) {
-	c.left--
+	// Only new ids count toward this process's death: a transport that
+	// redelivers many already-processed messages after each restart (a
+	// Kafka poll whose offsets were not committed) would otherwise kill
+	// every process before it reached a new one.
+	if seen, err := c.Inbox.Seen(ctx, []string{m.ID}); err == nil && !seen[m.ID] {
+		c.left--
+	}
 	c.die("before")
 	var out inbox.Outcome
 	var err error
