@@ -300,6 +300,16 @@ func SetResult(ctx context.Context, s string) {
 	}
 }
 
+// Keep sets the result kept with a processed id (outside a handler's
+// transaction; SetResult does it inside one). An id not recorded is left
+// alone.
+func (in *Inbox) Keep(ctx context.Context, id, result string) error {
+	if _, err := in.db.ExecContext(ctx, in.setResultSQL, result, in.cfg.Consumer, id); err != nil {
+		return fmt.Errorf("herald/inbox: keep the result of %s: %w", id, err)
+	}
+	return nil
+}
+
 // Record is what the inbox keeps of a processed message.
 type Record struct {
 	ProcessedAt time.Time

@@ -85,6 +85,9 @@ type Parent struct {
 	Target func(t *testing.T, mode Mode) string
 	// Env adds variables to the child's environment (a broker address).
 	Env []string
+	// Relay adjusts the relay's configuration (a receiver that is down
+	// between kills needs more attempts).
+	Relay func(*relay.Config)
 }
 
 // Run runs every mode and reports the figures with t.Logf.
@@ -124,7 +127,11 @@ func Run(t *testing.T, p Parent) {
 					t.Fatal(err)
 				}
 			}
-			r, err := relay.New(db, p.Delivery(t, target), relay.Config{Dialect: envelope.Postgres, Name: "crash-relay", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			rc := relay.Config{Dialect: envelope.Postgres, Name: "crash-relay", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+			if p.Relay != nil {
+				p.Relay(&rc)
+			}
+			r, err := relay.New(db, p.Delivery(t, target), rc)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -246,10 +253,21 @@ func ChildFromEnv(t *testing.T) *Child {
 	return c
 }
 
-func (c *Child) die(point string) {
+// Die kills the process when point is the mode's and its count ran out.
+func (c *Child) Die(point string) {
 	if c.Mode.Point == point && c.left <= 0 {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // the signal is on its way
+	}
+}
+
+// Tick counts a message toward this process's death. Only new ids count:
+// a transport that redelivers many already-processed messages after each
+// restart (a Kafka poll whose offsets were not committed) would otherwise
+// kill every process before it reached a new one.
+func (c *Child) Tick(ctx context.Context, id string) {
+	if seen, err := c.Inbox.Seen(ctx, []string{id}); err == nil && !seen[id] {
+		c.left--
 	}
 }
 
@@ -257,14 +275,8 @@ func (c *Child) die(point string) {
 // when this process's count runs out. An adapter's handler calls it; the
 // adapter acks after it returns.
 func (c *Child) Process(ctx context.Context, m inbox.Message) (inbox.Outcome, error) {
-	// Only new ids count toward this process's death: a transport that
-	// redelivers many already-processed messages after each restart (a
-	// Kafka poll whose offsets were not committed) would otherwise kill
-	// every process before it reached a new one.
-	if seen, err := c.Inbox.Seen(ctx, []string{m.ID}); err == nil && !seen[m.ID] {
-		c.left--
-	}
-	c.die("before")
+	c.Tick(ctx, m.ID)
+	c.Die("before")
 	var out inbox.Outcome
 	var err error
 	if c.Mode.Tx {
@@ -272,12 +284,12 @@ func (c *Child) Process(ctx context.Context, m inbox.Message) (inbox.Outcome, er
 			if _, err := tx.ExecContext(ctx, `INSERT INTO effects (id) VALUES ($1)`, m.ID); err != nil {
 				return err
 			}
-			c.die("inside")
+			c.Die("inside")
 			return nil
 		})
 	} else {
 		out, err = c.Inbox.HandleOnce(ctx, m, func(ctx context.Context) error {
-			c.die("inside") // the id is committed, the effect not yet done
+			c.Die("inside") // the id is committed, the effect not yet done
 			// Not cancelled with ctx (the child's end cancels it): an
 			// error must mean the effect did not happen, since HandleOnce
 			// then releases the id for a redelivery.
@@ -286,7 +298,7 @@ func (c *Child) Process(ctx context.Context, m inbox.Message) (inbox.Outcome, er
 		})
 	}
 	if err == nil {
-		c.die("after")
+		c.Die("after")
 	}
 	return out, err
 }
