@@ -18,12 +18,12 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 type dbCase struct {
 	name string
 	d    envelope.Dialect
-	open func(t *testing.T) *sql.DB
+	open func(t testing.TB) *sql.DB
 }
 
 var dbCases = []dbCase{
-	{"postgres", envelope.Postgres, func(t *testing.T) *sql.DB { db, _ := testkit.Postgres(t); return db }},
-	{"sqlite", envelope.SQLite, func(t *testing.T) *sql.DB {
+	{"postgres", envelope.Postgres, func(t testing.TB) *sql.DB { db, _ := testkit.Postgres(t); return db }},
+	{"sqlite", envelope.SQLite, func(t testing.TB) *sql.DB {
 		db, err := sql.Open("sqlite", testkit.ModerncDSN(testkit.SQLitePath(t)))
 		if err != nil {
 			t.Fatal(err)
@@ -95,4 +95,17 @@ func deadline(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// openBench opens a migrated database with the effects table.
+func openBench(b *testing.B, c dbCase) *sql.DB {
+	db := c.open(b)
+	ctx := context.Background()
+	if err := inbox.Migrate(ctx, db, c.d, ""); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE effects (id TEXT NOT NULL)`); err != nil {
+		b.Fatal(err)
+	}
+	return db
 }
