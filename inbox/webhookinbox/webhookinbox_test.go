@@ -168,7 +168,8 @@ func TestConcurrentRepeats(t *testing.T) {
 // started again on the same port.
 func TestCrash(t *testing.T) {
 	inboxcrash.Run(t, inboxcrash.Parent{
-		ChildTest: "TestCrashChild",
+		ChildTest:  "TestCrashChild",
+		Concurrent: true, // the relay's requests run at once: a kill ends them all
 		Target: func(t *testing.T, _ inboxcrash.Mode) string {
 			l, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
