@@ -6,8 +6,8 @@
 // then counts each id's effects: exactly one in transactional mode, at
 // most one in non-transactional mode (HandleOnce).
 //
-// HERALD_CRASH_EVENTS (default 300) sets the events per mode,
-// HERALD_CRASH_KILL_EVERY (default 60) the mean number of messages a
+// HERALD_CRASH_EVENTS (default 120, what `go test ./...` and CI run) sets the events per mode,
+// HERALD_CRASH_KILL_EVERY (default 30) the mean number of messages a
 // consumer process handles before it dies.
 package inboxcrash
 
@@ -100,7 +100,7 @@ func Run(t *testing.T, p Parent) {
 	if testing.Short() {
 		t.Skip("crash test: needs PostgreSQL and the transport; skipped with -short")
 	}
-	n, every := envInt(EnvEvents, 300), envInt(EnvKillEvery, 60)
+	n, every := envInt(EnvEvents, 120), envInt(EnvKillEvery, 30)
 	for _, mode := range Modes {
 		t.Run(mode.Name, func(t *testing.T) {
 			db, dsn := testkit.Postgres(t)
@@ -238,13 +238,13 @@ func ChildFromEnv(t *testing.T) *Child {
 	if dsn == "" {
 		t.Skip("a crash test's consumer process; run by the crash test")
 	}
-	c := &Child{Target: os.Getenv(envTarget), n: envInt(EnvEvents, 300)}
+	c := &Child{Target: os.Getenv(envTarget), n: envInt(EnvEvents, 120)}
 	for _, m := range Modes {
 		if m.Name == os.Getenv(envMode) {
 			c.Mode = m
 		}
 	}
-	every := envInt(EnvKillEvery, 60)
+	every := envInt(EnvKillEvery, 30)
 	c.left = 1 + rand.IntN(2*every)
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
