@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -324,7 +325,7 @@ func (in *Inbox) Lookup(ctx context.Context, id string) (Record, bool, error) {
 	var at envelope.NullTime
 	var res sql.NullString
 	err := in.db.QueryRowContext(ctx, in.lookupSQL, in.cfg.Consumer, id).Scan(&at, &res)
-	if err == sql.ErrNoRows {
+	if errors.Is(err, sql.ErrNoRows) {
 		return r, false, nil
 	}
 	if err != nil {

@@ -88,6 +88,9 @@ func effects(t *testing.T, db *sql.DB) map[string]int {
 		}
 		out[id] = n
 	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
 	return out
 }
 

@@ -179,20 +179,7 @@ func Run(t *testing.T, p Parent) {
 				}
 				break
 			}
-			counts := map[string]int{}
-			rows, err := db.QueryContext(ctx, `SELECT id, count(*) FROM effects GROUP BY id`)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for rows.Next() {
-				var id string
-				var c int
-				if err := rows.Scan(&id, &c); err != nil {
-					t.Fatal(err)
-				}
-				counts[id] = c
-			}
-			rows.Close()
+			counts := effectCounts(ctx, t, db)
 			var recorded int
 			if err := db.QueryRowContext(ctx, `SELECT count(*) FROM herald_inbox WHERE consumer = $1`, Consumer).Scan(&recorded); err != nil {
 				t.Fatal(err)
@@ -326,4 +313,26 @@ func (c *Child) WaitDone(ctx context.Context) {
 		case <-tick.C:
 		}
 	}
+}
+
+// effectCounts is the number of effects of each id.
+func effectCounts(ctx context.Context, t *testing.T, db *sql.DB) map[string]int {
+	counts := map[string]int{}
+	rows, err := db.QueryContext(ctx, `SELECT id, count(*) FROM effects GROUP BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var c int
+		if err := rows.Scan(&id, &c); err != nil {
+			t.Fatal(err)
+		}
+		counts[id] = c
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return counts
 }
