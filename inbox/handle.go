@@ -212,7 +212,7 @@ func (in *Inbox) HandleOnce(ctx context.Context, m Message, fn func(ctx context.
 	}
 	if err := fn(ctx); err != nil {
 		if _, rerr := in.db.ExecContext(context.WithoutCancel(ctx), in.releaseSQL, in.cfg.Consumer, m.ID); rerr != nil {
-			return out, fmt.Errorf("%w (and releasing its id failed, so a redelivery is a Duplicate: %v)", err, rerr)
+			return out, fmt.Errorf("%w (and releasing its id failed, so a redelivery is a Duplicate: %w)", err, rerr)
 		}
 		return out, err
 	}

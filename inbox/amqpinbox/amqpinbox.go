@@ -115,7 +115,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		case d, ok := <-ds:
 			if !ok {
 				if ctx.Err() != nil {
-					return nil
+					return nil //nolint:nilerr // the channel closed because Run's ctx ended: a stop, not a failure
 				}
 				return fmt.Errorf("herald/amqpinbox: the channel of %s closed", c.cfg.Queue)
 			}

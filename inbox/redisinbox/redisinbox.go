@@ -169,7 +169,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil
+				return nil //nolint:nilerr // the read failed because Run's ctx ended: a stop, not a failure
 			}
 			return fmt.Errorf("herald/redisinbox: read %s: %w", c.cfg.Stream, err)
 		}

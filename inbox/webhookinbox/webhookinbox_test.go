@@ -71,7 +71,7 @@ func TestVerifiesAndDeduplicates(t *testing.T) {
 	c, err := webhookinbox.New(in, webhookinbox.Config{Verifier: webhook.Verifier{Secret: secret},
 		Next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if _, err := webhookinbox.Tx(r.Context()).ExecContext(r.Context(), `INSERT INTO effects (id) VALUES ($1)`, r.Header.Get("herald-event-id")); err != nil {
-				http.Error(w, err.Error(), 500)
+				http.Error(w, err.Error(), http.StatusInternalServerError)
 				return
 			}
 			if r.Header.Get("herald-event-id") == "flaky" && fail {
@@ -129,7 +129,7 @@ func TestConcurrentRepeats(t *testing.T) {
 					_, err = tx.ExecContext(r.Context(), `INSERT INTO effects (id) VALUES ($1)`, "x")
 				}
 				if err != nil {
-					http.Error(w, err.Error(), 500)
+					http.Error(w, err.Error(), http.StatusInternalServerError)
 				}
 			})})
 		if err != nil {
@@ -220,7 +220,7 @@ func TestCrashChild(t *testing.T) {
 				_, err = c.DB.ExecContext(context.WithoutCancel(r.Context()), `INSERT INTO effects (id) VALUES ($1)`, id)
 			}
 			if err != nil {
-				http.Error(w, err.Error(), 500)
+				http.Error(w, err.Error(), http.StatusInternalServerError)
 			}
 		})})
 	if err != nil {

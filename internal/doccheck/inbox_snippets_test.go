@@ -63,3 +63,5 @@ func readmeInboxWebhook(in *inbox.Inbox, secret string) (http.Handler, error) {
 	})
 	return h, err
 }
+
+var _ = []any{readmeInboxGORM, readmeInboxTTL, readmeInboxWebhook}

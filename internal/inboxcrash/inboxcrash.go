@@ -16,7 +16,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -132,7 +131,7 @@ func Run(t *testing.T, p Parent) {
 					t.Fatal(err)
 				}
 			}
-			rc := relay.Config{Dialect: envelope.Postgres, Name: "crash-relay", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+			rc := relay.Config{Dialect: envelope.Postgres, Name: "crash-relay", Logger: slog.New(slog.DiscardHandler)}
 			if p.Relay != nil {
 				p.Relay(&rc)
 			}
