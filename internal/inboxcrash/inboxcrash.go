@@ -152,6 +152,7 @@ func Run(t *testing.T, p Parent) {
 				childCtx, childCancel := context.WithTimeout(ctx, time.Duration(envInt("HERALD_CRASH_CHILD_TIMEOUT_S", 180))*time.Second)
 				cmd := exec.CommandContext(childCtx, os.Args[0], "-test.run=^"+p.ChildTest+"$", "-test.count=1", "-test.v")
 				cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
+				dieWithParent(cmd)
 				cmd.Env = append(os.Environ(), envDSN+"="+dsn, envMode+"="+mode.Name, envTarget+"="+target,
 					EnvEvents+"="+strconv.Itoa(n), EnvKillEvery+"="+strconv.Itoa(every))
 				cmd.Env = append(cmd.Env, p.Env...)
