@@ -243,24 +243,27 @@ func MigrationSQL(d Dialect, table string, version int, down bool) (string, erro
 		return "", Configurationf("version", "%d: herald's %s outbox versions are 1 to %d", version, d, LatestVersionFor(d))
 	}
 	t, _ := ParseTable(d, table)
-	m := ms[version-1]
+	return migrationScript(d, t, "outbox", ms[version-1], down), nil
+}
+
+func migrationScript(d Dialect, t Table, what string, m Migration, down bool) string {
 	var stmts []string
 	if down {
 		stmts = append(stmts, m.Down...)
-		stmts = append(stmts, deleteVersionSQL(t, version))
+		stmts = append(stmts, deleteVersionSQL(t, m.Version))
 	} else {
 		stmts = append(stmts, createMigrationTableSQL(d, t))
 		stmts = append(stmts, m.Up...)
-		stmts = append(stmts, recordVersionSQL(d, t, version))
+		stmts = append(stmts, recordVersionSQL(d, t, m.Version))
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "-- herald outbox %s, version %d: %s\n", t.Name, version, m.Name)
+	fmt.Fprintf(&b, "-- herald %s %s, version %d: %s\n", what, t.Name, m.Version, m.Name)
 	if down {
-		fmt.Fprintf(&b, "-- down: back to version %d\n", version-1)
+		fmt.Fprintf(&b, "-- down: back to version %d\n", m.Version-1)
 	}
 	b.WriteString(strings.Join(stmts, ";\n\n"))
 	b.WriteString(";\n")
-	return b.String(), nil
+	return b.String()
 }
 
 // migrationTable is MigrationTable in the outbox table's schema, and the
@@ -342,6 +345,48 @@ func MigrateTo(ctx context.Context, db *sql.DB, d Dialect, table string, version
 		return Configurationf("version", "%d: herald's %s outbox versions are 0 (no table) to %d", version, d, LatestVersionFor(d))
 	}
 	ms, _ := Migrations(d, table)
+	return migrateTable(ctx, db, d, t, ms, version, unrecordedVersion)
+}
+
+// MigrateTable brings a herald table other than the outbox (the inbox
+// package's) to version through ms, its own versions oldest first, with
+// the outbox's machinery: one transaction under the migration lock, each
+// version recorded in MigrationTable under t's name. A table that exists
+// with no record counts as version 1 (its version 1 must be IF NOT
+// EXISTS statements). Packages of herald call it; a service calls their
+// Migrate.
+func MigrateTable(ctx context.Context, db *sql.DB, d Dialect, t Table, ms []Migration, version int) error {
+	if version < 0 || version > len(ms) {
+		return Configurationf("version", "%d: %s's versions are 0 (no table) to %d", version, t.Name, len(ms))
+	}
+	return migrateTable(ctx, db, d, t, ms, version, existsAsVersion1)
+}
+
+// TableVersion is Version for a table MigrateTable migrates.
+func TableVersion(ctx context.Context, db *sql.DB, d Dialect, t Table) (int, error) {
+	return tableVersion(ctx, db, d, t, existsAsVersion1)
+}
+
+// TableMigrationSQL is MigrationSQL for a table MigrateTable migrates;
+// what names the kind of table in the script's first line ("inbox").
+func TableMigrationSQL(d Dialect, t Table, what string, ms []Migration, version int, down bool) (string, error) {
+	if version < 1 || version > len(ms) {
+		return "", Configurationf("version", "%d: herald's %s versions are 1 to %d", version, what, len(ms))
+	}
+	return migrationScript(d, t, what, ms[version-1], down), nil
+}
+
+func existsAsVersion1(ctx context.Context, conn *sql.Conn, d Dialect, t Table) (int, error) {
+	exists, err := tableExists(ctx, conn, d, t.Quoted, t.Name)
+	if err != nil || !exists {
+		return 0, err
+	}
+	return 1, nil
+}
+
+type unrecordedFunc func(ctx context.Context, conn *sql.Conn, d Dialect, t Table) (int, error)
+
+func migrateTable(ctx context.Context, db *sql.DB, d Dialect, t Table, ms []Migration, version int, unrecorded unrecordedFunc) error {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("herald/envelope: migrate %s: %w", t.Name, err)
@@ -354,7 +399,7 @@ func MigrateTo(ctx context.Context, db *sql.DB, d Dialect, table string, version
 		if _, err := conn.ExecContext(ctx, createMigrationTableSQL(d, t)); err != nil {
 			return err
 		}
-		have, err := appliedVersion(ctx, conn, d, t)
+		have, err := appliedVersion(ctx, conn, d, t, unrecorded)
 		if err != nil {
 			return err
 		}
@@ -387,6 +432,10 @@ func Version(ctx context.Context, db *sql.DB, d Dialect, table string) (int, err
 	if err != nil {
 		return 0, err
 	}
+	return tableVersion(ctx, db, d, t, unrecordedVersion)
+}
+
+func tableVersion(ctx context.Context, db *sql.DB, d Dialect, t Table, unrecorded unrecordedFunc) (int, error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("herald/envelope: version of %s: %w", t.Name, err)
@@ -404,7 +453,7 @@ func Version(ctx context.Context, db *sql.DB, d Dialect, table string) (int, err
 		}
 	}
 	if err == nil && v < 0 {
-		v, err = unrecordedVersion(ctx, conn, d, t)
+		v, err = unrecorded(ctx, conn, d, t)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("herald/envelope: version of %s: %w", t.Name, err)
@@ -468,7 +517,7 @@ func inMigrationTx(ctx context.Context, conn *sql.Conn, d Dialect, f func() erro
 // deleted and the version is 0, so Migrate creates the table again: what
 // it held is gone whatever Migrate does, and an outbox every write fails
 // on helps no one.
-func appliedVersion(ctx context.Context, conn *sql.Conn, d Dialect, t Table) (int, error) {
+func appliedVersion(ctx context.Context, conn *sql.Conn, d Dialect, t Table, unrecorded unrecordedFunc) (int, error) {
 	v, err := recordedVersion(ctx, conn, d, t)
 	if err != nil {
 		return v, err
@@ -487,7 +536,7 @@ func appliedVersion(ctx context.Context, conn *sql.Conn, d Dialect, t Table) (in
 	if v >= 0 {
 		return v, nil
 	}
-	if v, err = unrecordedVersion(ctx, conn, d, t); err != nil {
+	if v, err = unrecorded(ctx, conn, d, t); err != nil {
 		return 0, err
 	}
 	for i := 1; i <= v; i++ {

@@ -28,6 +28,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/inbox"
 	"github.com/heraldgo/herald/internal/migrate"
 	"github.com/heraldgo/herald/internal/promparse"
 	"github.com/heraldgo/herald/internal/testkit"
@@ -165,6 +166,19 @@ func testMigrateAndBacklog(t *testing.T, dsn string) {
 		t.Fatalf("migrate down: %q", got)
 	}
 	mustRun(t, env, "migrate", "up")
+	// --inbox: the inbox table's own versions.
+	if got := mustRun(t, env, "migrate", "up", "--inbox"); got != fmt.Sprintf("herald_inbox at version %d\n", inbox.LatestVersion) {
+		t.Fatalf("migrate up --inbox: %q", got)
+	}
+	if got := mustRun(t, env, "migrate", "down", "--inbox"); got != "herald_inbox at version 1\n" {
+		t.Fatalf("migrate down --inbox: %q", got)
+	}
+	if got, want := mustRun(t, env, "migrate", "status", "--inbox"), fmt.Sprintf("version 1 (latest %d)\n", inbox.LatestVersion); got != want {
+		t.Fatalf("migrate status --inbox: %q, want %q", got, want)
+	}
+	if got := mustRun(t, env, "migrate", "print", "--inbox", "--version", "2"); !strings.Contains(got, "herald_inbox_keys") {
+		t.Fatalf("migrate print --inbox --version 2:\n%s", got)
+	}
 }
 
 func TestMigrateAndBacklogSQLite(t *testing.T) {

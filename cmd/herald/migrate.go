@@ -1,16 +1,20 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"database/sql"
 	"flag"
+	"fmt"
 	"io"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/inbox"
 	"github.com/heraldgo/herald/internal/migrate"
 )
 
 func init() {
-	commands["migrate"] = command{summary: "create or change the outbox table: up, down, status, print", run: runMigrate}
+	commands["migrate"] = command{summary: "create or change the outbox table (or with --inbox the inbox table): up, down, status, print", run: runMigrate}
 }
 
 func runMigrate(ctx context.Context, args []string, out, errOut io.Writer) error {
@@ -22,7 +26,7 @@ func runMigrate(ctx context.Context, args []string, out, errOut io.Writer) error
 	switch action {
 	case "up", "down", "status", "print":
 	case "-h", "-help", "--help", "help":
-		fs := migrateFlags(errOut, "migrate "+sub, new(dbFlags), new(int), new(bool), new(string))
+		fs := migrateFlags(errOut, "migrate "+sub, new(dbFlags), new(int), new(bool), new(string), new(bool))
 		fs.Usage()
 		return nil
 	default:
@@ -33,16 +37,21 @@ func runMigrate(ctx context.Context, args []string, out, errOut io.Writer) error
 		version int
 		down    bool
 		dialect string
+		inboxT  bool
 	)
-	fs := migrateFlags(errOut, "migrate "+action, &db, &version, &down, &dialect)
+	fs := migrateFlags(errOut, "migrate "+action, &db, &version, &down, &dialect, &inboxT)
 	if err := parse(fs, args[1:]); err != nil {
 		return err
 	}
 	if err := noArgs(fs); err != nil {
 		return err
 	}
-	if version < 0 || version > envelope.LatestVersion {
-		return usagef("--version %d: versions are 1..%d", version, envelope.LatestVersion)
+	latest := envelope.LatestVersion
+	if inboxT {
+		latest = inbox.LatestVersion
+	}
+	if version < 0 || version > latest {
+		return usagef("--version %d: versions are 1..%d", version, latest)
 	}
 	if action == "print" {
 		d := envelope.Dialect(dialect)
@@ -54,6 +63,9 @@ func runMigrate(ctx context.Context, args []string, out, errOut io.Writer) error
 		}
 		if err := d.Validate(); err != nil {
 			return usagef("--dialect: %v", err)
+		}
+		if inboxT {
+			return printInbox(out, d, db.table, version, down)
 		}
 		return migrate.Print(out, d, db.table, version, down)
 	}
@@ -71,6 +83,9 @@ func runMigrate(ctx context.Context, args []string, out, errOut io.Writer) error
 	defer sqlDB.Close()
 	ctx, cancel := context.WithTimeout(ctx, ctxTimeout)
 	defer cancel()
+	if inboxT {
+		return migrateInbox(ctx, out, sqlDB, d, db.table, action, version)
+	}
 	switch action {
 	case "status":
 		return migrate.Status(ctx, out, sqlDB, d, db.table)
@@ -91,11 +106,60 @@ func runMigrate(ctx context.Context, args []string, out, errOut io.Writer) error
 	}
 }
 
-func migrateFlags(errOut io.Writer, name string, db *dbFlags, version *int, down *bool, dialect *string) *flag.FlagSet {
+// printInbox is migrate print --inbox.
+func printInbox(out io.Writer, d envelope.Dialect, table string, version int, down bool) error {
+	from, to := 1, inbox.LatestVersion
+	if version != 0 || down {
+		from = cmp.Or(version, inbox.LatestVersion)
+		to = from
+	}
+	for v := from; v <= to; v++ {
+		s, err := inbox.MigrationSQL(d, table, v, down)
+		if err != nil {
+			return err
+		}
+		if v > from {
+			fmt.Fprintln(out)
+		}
+		fmt.Fprint(out, s)
+	}
+	return nil
+}
+
+// migrateInbox is migrate up|down|status --inbox.
+func migrateInbox(ctx context.Context, out io.Writer, sqlDB *sql.DB, d envelope.Dialect, table, action string, version int) error {
+	name := cmp.Or(table, inbox.DefaultTable)
+	cur, err := inbox.Version(ctx, sqlDB, d, table)
+	if err != nil {
+		return err
+	}
+	switch action {
+	case "status":
+		fmt.Fprintf(out, "version %d (latest %d)\n", cur, inbox.LatestVersion)
+		return nil
+	case "down":
+		if version == 0 {
+			if cur <= 1 {
+				return usagef("migrate down --inbox: the table is at version %d; nothing below it (drop the table to remove it)", cur)
+			}
+			version = cur - 1
+		}
+	default:
+		version = cmp.Or(version, inbox.LatestVersion)
+	}
+	if err := inbox.MigrateTo(ctx, sqlDB, d, table, version); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "%s at version %d\n", name, version)
+	return nil
+}
+
+func migrateFlags(errOut io.Writer, name string, db *dbFlags, version *int, down *bool, dialect *string, inboxT *bool) *flag.FlagSet {
 	fs := flagSet(name, errOut)
 	db.register(fs)
 	fs.IntVar(version, "version", 0, "up/down: the version to migrate to (up: default the latest; down: default one below the current); print: only this version")
 	fs.BoolVar(down, "down", false, "print: the down script of --version (default the latest)")
 	fs.StringVar(dialect, "dialect", "", `print: "postgres", "sqlite" or "mysql" (default: told from --dsn)`)
+	fs.BoolVar(inboxT, "inbox", false, "the inbox table (herald_inbox; --table names another) instead of the outbox table")
 	return fs
 }

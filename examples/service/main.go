@@ -26,6 +26,13 @@
 // commits still wake it at once through NOTIFY. The relay logs "relay
 // started" once it runs, in every mode but api.
 //
+// With -read-model the service also consumes its own shop.order events
+// from Kafka into the table customer_totals (orders and items per
+// customer) through an inbox, so each event counts once however often
+// Kafka delivers it:
+//
+//	go run ./examples/service -kafka-fake -read-model -webhook-url http://127.0.0.1:9000/hooks -webhook-allow-private
+//
 // SIGTERM (or Ctrl-C) shuts it down gracefully: the HTTP server stops
 // accepting requests and finishes the ones in flight, then the relay
 // stops after delivering and marking the batch in hand.
@@ -89,6 +96,9 @@ type Config struct {
 	// AllowPrivateWebhook lets the webhook reach loopback and private
 	// addresses (a receiver on the same host or in the cluster).
 	AllowPrivateWebhook bool
+	// ReadModel consumes the service's own shop.order events from Kafka
+	// into the customer_totals table, each event once (the inbox).
+	ReadModel bool
 }
 
 func main() {
@@ -103,6 +113,7 @@ func main() {
 	flag.StringVar(&cfg.WebhookURL, "webhook-url", "", "URL receiving the billing.* events")
 	flag.StringVar(&cfg.WebhookSecret, "webhook-secret", os.Getenv("WEBHOOK_SECRET"), "secret signing the webhook requests (herald-signature: sha256=…)")
 	flag.BoolVar(&cfg.AllowPrivateWebhook, "webhook-allow-private", false, "let the webhook reach loopback and private addresses")
+	flag.BoolVar(&cfg.ReadModel, "read-model", false, "consume the shop.order events from Kafka into customer_totals, each once (modes all and relay)")
 	flag.Parse()
 	cfg.KafkaBrokers = strings.Split(brokers, ",")
 
@@ -181,6 +192,18 @@ func Run(ctx context.Context, cfg Config, listening func(addr string)) error {
 		}
 		slog.Info("relay started", "relay", name, "mode", cfg.Mode, "kafka", strings.Join(cfg.KafkaBrokers, ","))
 	}
+	var readModelDone <-chan error
+	readCtx, stopReadModel := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopReadModel()
+	if cfg.ReadModel && cfg.Mode != "api" {
+		topic := cfg.KafkaTopic
+		if topic == "" {
+			topic = "shop.order"
+		}
+		if readModelDone, err = startReadModel(readCtx, sqlDB, cfg.KafkaBrokers, topic); err != nil {
+			return err
+		}
+	}
 
 	var srv *http.Server
 	serveErr := make(chan error, 1)
@@ -225,6 +248,10 @@ func Run(ctx context.Context, cfg Config, listening func(addr string)) error {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		errs = append(errs, r.Stop(sctx))
 		cancel()
+	}
+	if readModelDone != nil {
+		stopReadModel() // commits the offsets of what it handled
+		errs = append(errs, <-readModelDone)
 	}
 	slog.Info("stopped")
 	return errors.Join(errs...)
