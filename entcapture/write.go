@@ -437,7 +437,8 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 	if err := s.edgesAfter(ews, owners); err != nil {
 		return v, err
 	}
-	if err := s.childrenAfter(cws, owners); err != nil {
+	children, err := s.childChanges(cws, owners)
+	if err != nil {
 		return v, err
 	}
 	if req != nil && !req.done && owners == nil {
@@ -446,6 +447,7 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 	if !w.spec.Captures(envelope.Updated) || (len(changed) == 0 && (req == nil || !req.done)) {
 		// An update that sets no column (edges only, or nothing at all):
 		// ent sent no UPDATE, and the row did not change.
+		addAll(s, children)
 		return v, nil
 	}
 	var after []map[string]any
@@ -453,6 +455,7 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 	case req != nil && req.done:
 		after = req.rows
 	case len(owners) == 0:
+		addAll(s, children)
 		return v, nil
 	case len(w.sch.Key) > 0 && rows:
 		// A composite key: read the rows again by their keys.
@@ -493,8 +496,23 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 		}
 		cs = append(cs, c)
 	}
+	returned := req != nil && req.done
+	afterByKey := map[string]map[string]any{}
+	if returned {
+		for _, a := range after {
+			afterByKey[envelope.KeyText(w.sch.keyOf(a))] = a
+		}
+	}
+	children = selfChildren(w.sch, children, afterByKey, cs, returned)
 	s.add(w.spec, cs...)
+	addAll(s, children)
 	return v, nil
+}
+
+func addAll(s *scope, bs []batch) {
+	for _, b := range bs {
+		s.add(b.spec, b.changes...)
+	}
 }
 
 // delete: on a client opened on Driver and when no row is reached by a
