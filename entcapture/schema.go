@@ -292,3 +292,25 @@ func IsNull(v any) bool {
 	}
 	return false
 }
+
+// ScannedValue is what the column of a field with a ValueScanner
+// (field.ValueScanner, BinaryValueScanner, TextValueScanner) holds: the
+// scanner's Value of v — as text for a string field, whose column stores
+// the bytes as text — rather than the Go value. v itself when the
+// scanner is not installed (ent/runtime not imported) or fails.
+// Generated glue calls it.
+func ScannedValue[T any](vs interface {
+	Value(T) (driver.Value, error)
+}, v T, text bool) any {
+	if vs == nil {
+		return v
+	}
+	dv, err := vs.Value(v)
+	if err != nil {
+		return v
+	}
+	if b, ok := dv.([]byte); ok && text {
+		return string(b)
+	}
+	return dv
+}
