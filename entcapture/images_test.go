@@ -11,6 +11,7 @@ import (
 	"time"
 
 	entsql "entgo.io/ent/dialect/sql"
+	"entgo.io/ent/schema/field"
 
 	"github.com/heraldgo/herald/entcapture"
 	"github.com/heraldgo/herald/envelope"
@@ -461,4 +462,17 @@ func TestCreateImageAsStored(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestScannedValueOfNil: an unset optional ValueScanner field of a
+// pointer type (a nil *url.URL, whose MarshalBinary panics) is NULL, as
+// its column holds it; the harness's ExValueScan panicked without this.
+func TestScannedValueOfNil(t *testing.T) {
+	if got := entcapture.ScannedValue(field.BinaryValueScanner[*url.URL]{}, (*url.URL)(nil), true); got != nil {
+		t.Errorf("ScannedValue(nil *url.URL) = %#v, want nil", got)
+	}
+	u, _ := url.Parse("https://a.example")
+	if got := entcapture.ScannedValue(field.BinaryValueScanner[*url.URL]{}, u, true); got != "https://a.example" {
+		t.Errorf("ScannedValue(%v) = %#v", u, got)
+	}
 }

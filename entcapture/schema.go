@@ -4,6 +4,7 @@ import (
 	"context"
 	stdsql "database/sql"
 	"database/sql/driver"
+	"reflect"
 	"strings"
 
 	"entgo.io/ent"
@@ -301,10 +302,18 @@ func IsNull(v any) bool {
 // Generated glue calls it.
 func ScannedValue[T any](vs interface {
 	Value(T) (driver.Value, error)
-}, v T, text bool) any {
+}, v T, text bool) (out any) {
 	if vs == nil {
 		return v
 	}
+	if rv := reflect.ValueOf(v); !rv.IsValid() || (rv.Kind() == reflect.Pointer || rv.Kind() == reflect.Interface) && rv.IsNil() {
+		return nil // an unset optional field of a pointer type: NULL (url.URL's MarshalBinary panics on nil)
+	}
+	defer func() {
+		if recover() != nil {
+			out = v
+		}
+	}()
 	dv, err := vs.Value(v)
 	if err != nil {
 		return v
