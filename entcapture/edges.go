@@ -238,6 +238,20 @@ func (s *scope) childrenBefore(cws []*childWrite, owners []any) error {
 }
 
 func (s *scope) childrenAfter(cws []*childWrite, owners []any) error {
+	bs, err := s.childChanges(cws, owners)
+	if err != nil {
+		return err
+	}
+	for _, b := range bs {
+		s.add(b.spec, b.changes...)
+	}
+	return nil
+}
+
+// childChanges reads the child rows again after the write and returns
+// the updates of those whose foreign key changed, by the child's spec.
+func (s *scope) childChanges(cws []*childWrite, owners []any) ([]batch, error) {
+	var out []batch
 	at := now()
 	for _, cw := range cws {
 		// The rows read before too: a clear moves them out of the
@@ -248,7 +262,7 @@ func (s *scope) childrenAfter(cws []*childWrite, owners []any) error {
 		}
 		after, err := s.childRows(cw, owners, also, false)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		c := cw.e.Child
 		var cs []envelope.Change
@@ -264,7 +278,68 @@ func (s *scope) childrenAfter(cws []*childWrite, owners []any) error {
 			}
 			cs = append(cs, ch)
 		}
-		s.add(cw.spec, cs...)
+		out = append(out, batch{spec: cw.spec, changes: cs})
 	}
-	return nil
+	return out, nil
+}
+
+// selfChildren orders a self-referencing edge's updates after the
+// update of their own rows. ent runs a row's own UPDATE first and then
+// the edge's UPDATE of the foreign key of rows of the same table (a
+// bidirectional one-to-one's other row, a tree's children), so a row
+// both UPDATEs wrote gets the edge's event after its own, its before
+// image the row the UPDATE's RETURNING left (rows, by key text) — or
+// none when that row already holds the foreign key the edge wrote.
+// Without RETURNING the UPDATE's after image is read after both
+// statements, and in Keys mode the events hold no row: the edge's change
+// folds into the UPDATE's (its column added to changed, in cs). sch is the updated schema; returned are the child
+// batches left to add.
+func selfChildren(sch *Schema, bs []batch, rows map[string]map[string]any, cs []envelope.Change, returned bool) []batch {
+	byKey := map[string]int{}
+	for i, c := range cs {
+		byKey[envelope.KeyText(c.PK)] = i
+	}
+	for bi := range bs {
+		kept := bs[bi].changes[:0]
+		for _, ch := range bs[bi].changes {
+			i, ok := byKey[envelope.KeyText(ch.PK)]
+			if ch.Table != sch.Table || !ok {
+				kept = append(kept, ch)
+				continue
+			}
+			col := ch.Changed[0]
+			r, ok := rows[envelope.KeyText(ch.PK)]
+			if _, has := r[col]; !returned || !ok || !has || ch.After == nil {
+				// No RETURNING, or not of that column (Keys mode): one
+				// event of the row, naming both UPDATEs' columns.
+				c := &cs[i]
+				if !slices.Contains(c.Changed, col) {
+					c.Changed = withColumn(sch, c.Changed, col)
+				}
+				continue
+			}
+			if v := r[col]; envelope.KeyText(v) == envelope.KeyText(ch.After[col]) && (v == nil) == (ch.After[col] == nil) {
+				continue // the UPDATE already wrote it
+			}
+			ch.Before = r
+			kept = append(kept, ch)
+		}
+		bs[bi].changes = kept
+	}
+	return bs
+}
+
+// withColumn adds col to changed, in table order.
+func withColumn(sch *Schema, changed []string, col string) []string {
+	set := map[string]bool{col: true}
+	for _, c := range changed {
+		set[c] = true
+	}
+	out := make([]string, 0, len(set))
+	for _, c := range sch.Columns {
+		if set[c] {
+			out = append(out, c)
+		}
+	}
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	stdsql "database/sql"
 	"database/sql/driver"
+	"reflect"
 	"strings"
 
 	"entgo.io/ent"
@@ -296,4 +297,34 @@ func IsNull(v any) bool {
 		return err == nil && dv == nil
 	}
 	return false
+}
+
+// ScannedValue is what the column of a field with a ValueScanner
+// (field.ValueScanner, BinaryValueScanner, TextValueScanner) holds: the
+// scanner's Value of v — as text for a string field, whose column stores
+// the bytes as text — rather than the Go value. v itself when the
+// scanner is not installed (ent/runtime not imported) or fails.
+// Generated glue calls it.
+func ScannedValue[T any](vs interface {
+	Value(T) (driver.Value, error)
+}, v T, text bool) (out any) {
+	if vs == nil {
+		return v
+	}
+	if rv := reflect.ValueOf(v); !rv.IsValid() || (rv.Kind() == reflect.Pointer || rv.Kind() == reflect.Interface) && rv.IsNil() {
+		return nil // an unset optional field of a pointer type: NULL (url.URL's MarshalBinary panics on nil)
+	}
+	defer func() {
+		if recover() != nil {
+			out = v
+		}
+	}()
+	dv, err := vs.Value(v)
+	if err != nil {
+		return v
+	}
+	if b, ok := dv.([]byte); ok && text {
+		return string(b)
+	}
+	return dv
 }

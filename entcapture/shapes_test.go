@@ -584,3 +584,40 @@ func TestMultiSchema(t *testing.T) {
 		})
 	}
 }
+
+// TestSelfReferenceUpdatedTwice: ent runs a row's own UPDATE, then the
+// UPDATE of a self-referencing edge's foreign key on the same table; a
+// row both write gets one event chain from the row before to the row
+// after — the edge's event after its own, or none when the own UPDATE
+// already wrote that foreign key (NEW-B of integration/entsuite, the
+// rest of issue 18's defect 6).
+func TestSelfReferenceUpdatedTwice(t *testing.T) {
+	t.Parallel()
+	eachShape(t, func(t *testing.T, s *shapes) {
+		ctx := context.Background()
+		tree := func() (n1, n2, n3 *ent.Node) {
+			n0 := s.c.Node.Create().SetName("n0").SaveX(ctx)
+			n1 = s.c.Node.Create().SetName("n1").SetParent(n0).SaveX(ctx)
+			n2 = s.c.Node.Create().SetName("n2").SetParent(n1).SaveX(ctx)
+			n3 = s.c.Node.Create().SetName("n3").SetParent(n2).SaveX(ctx)
+			return n1, n2, n3
+		}
+		n1, n2, _ := tree()
+		got := s.check(t, "Update(n1, n2).ClearParent().ClearChildren()", func() error {
+			return s.c.Node.Update().Where(node.IDIn(n1.ID, n2.ID)).ClearParent().ClearChildren().Exec(ctx)
+		})
+		if want := "node.updated id=2, node.updated id=3, node.updated id=4"; got != want {
+			t.Errorf("got %s, want %s", got, want)
+		}
+		n1, n2, _ = tree()
+		s.plain().check(t, "the same in Tx of a plain client", func() error {
+			tx, err := ent.NewClient(ent.Driver(entsql.OpenDB(entDialect(s.dialect), s.env.db))).Tx(ctx)
+			must(t, err)
+			if err := tx.Node.Update().Where(node.IDIn(n1.ID, n2.ID)).ClearParent().ClearChildren().Exec(ctx); err != nil {
+				_ = tx.Rollback()
+				return err
+			}
+			return tx.Commit()
+		})
+	})
+}

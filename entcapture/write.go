@@ -69,6 +69,7 @@ func (w *write) create(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 	it := &created{w: w}
 	s.creates = append(s.creates, it)
 	w.g.HeraldBeforeInsert(func(conflict []sql.ConflictOption) {
+		it.fields = insertedFields(w)
 		if len(conflict) > 0 && s.upsertErr == nil {
 			s.upsertErr = s.beforeUpsert(conflict)
 		}
@@ -109,8 +110,40 @@ func (w *write) create(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 
 // created is one create of a scope.
 type created struct {
-	w *write
-	v ent.Value // what ent returned
+	w      *write
+	v      ent.Value      // what ent returned
+	fields map[string]any // the fields the mutation held at the INSERT, by column
+}
+
+// insertedFields renders the fields a create's mutation holds right
+// before its INSERT (after every hook that runs before the write), by
+// column: the values the row gets. The entity the create returns may
+// hold others — a hook after the write can change it (ent's
+// encryptfield example opens the sealed field it stored) — so they
+// replace the entity's. Edge fields are left to the entity (ent sets
+// them from the edge).
+func insertedFields(w *write) map[string]any {
+	n, ok := w.g.(newer)
+	if !ok {
+		return nil
+	}
+	row, ok := w.g.HeraldRow(n.HeraldNew())
+	if !ok {
+		return nil
+	}
+	edge := map[string]bool{}
+	for _, c := range w.sch.EdgeColumns {
+		edge[c] = true
+	}
+	out := map[string]any{}
+	for f, c := range w.sch.Fields {
+		if _, set := w.g.Field(f); set && !edge[c] {
+			if v, ok := row[c]; ok {
+				out[c] = v
+			}
+		}
+	}
+	return out
 }
 
 // BulkConflict is called by the generated CreateBulk right before its
@@ -140,6 +173,9 @@ func (s *scope) finishCreates() error {
 		row, ok := w.g.HeraldRow(it.v)
 		if !ok {
 			return envelope.Configurationf(w.sch.Name, "create returned %T, not the schema's entity: regenerate the code with entcapturegen.Extension()", it.v)
+		}
+		for c, v := range it.fields {
+			row[c] = v
 		}
 		unsetNullable(w.g, w.sch, row)
 		rows[i] = row
@@ -437,7 +473,8 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 	if err := s.edgesAfter(ews, owners); err != nil {
 		return v, err
 	}
-	if err := s.childrenAfter(cws, owners); err != nil {
+	children, err := s.childChanges(cws, owners)
+	if err != nil {
 		return v, err
 	}
 	if req != nil && !req.done && owners == nil {
@@ -446,6 +483,7 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 	if !w.spec.Captures(envelope.Updated) || (len(changed) == 0 && (req == nil || !req.done)) {
 		// An update that sets no column (edges only, or nothing at all):
 		// ent sent no UPDATE, and the row did not change.
+		addAll(s, children)
 		return v, nil
 	}
 	var after []map[string]any
@@ -453,6 +491,7 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 	case req != nil && req.done:
 		after = req.rows
 	case len(owners) == 0:
+		addAll(s, children)
 		return v, nil
 	case len(w.sch.Key) > 0 && rows:
 		// A composite key: read the rows again by their keys.
@@ -493,8 +532,23 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 		}
 		cs = append(cs, c)
 	}
+	returned := req != nil && req.done
+	afterByKey := map[string]map[string]any{}
+	if returned {
+		for _, a := range after {
+			afterByKey[envelope.KeyText(w.sch.keyOf(a))] = a
+		}
+	}
+	children = selfChildren(w.sch, children, afterByKey, cs, returned)
 	s.add(w.spec, cs...)
+	addAll(s, children)
 	return v, nil
+}
+
+func addAll(s *scope, bs []batch) {
+	for _, b := range bs {
+		s.add(b.spec, b.changes...)
+	}
 }
 
 // delete: on a client opened on Driver and when no row is reached by a

@@ -947,6 +947,13 @@ func (m *%[1]s) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldMo
 		pf("\t\tcase %q:\n\t\t\trow[c] = e.ID\n", n.ID.StorageKey())
 	}
 	for _, f := range n.Fields {
+		if f.HasValueScanner() {
+			// The column holds what the field's ValueScanner makes of the
+			// value (its Value), not the Go value: the event holds it too.
+			// (ent v0.14.5 generates no Nillable field with a ValueScanner.)
+			pf("\t\tcase %q:\n\t\t\trow[c] = entcapture.ScannedValue(%s.ValueScanner.%s, e.%[3]s, %v)\n", f.StorageKey(), pkg, f.StructField(), f.Type != nil && f.Type.Type == field.TypeString)
+			continue
+		}
 		if f.NillableValue() {
 			pf("\t\tcase %q:\n\t\t\tif e.%[2]s != nil {\n\t\t\t\trow[c] = *e.%[2]s\n\t\t\t} else {\n\t\t\t\trow[c] = nil\n\t\t\t}\n", f.StorageKey(), f.StructField())
 		} else {

@@ -32,6 +32,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/heraldgo/herald/integration/entsuite/oracle/glueparse"
 )
 
 // examples are the upstream examples that run without a server. Left out:
@@ -198,7 +200,6 @@ func writeTables(dir string) error {
 
 var (
 	clientRE = regexp.MustCompile(`(?m)^\tc\.(\w+) = New(\w+)Client\(c\.config\)$`)
-	joinRE   = regexp.MustCompile(`(?m)^var heraldJoin\w+Schema = &entcapture\.Schema\{\n\tName:\s+"([^"]+)",\n\tTable:\s+"([^"]+)",`)
 	tableRE  = regexp.MustCompile(`(?m)^\tTable = "([^"]+)"$`)
 )
 
@@ -236,9 +237,9 @@ func modelsOf(entDir string) (map[string]string, error) {
 	}
 	// The join tables of plain many-to-many edges entcapture captures:
 	// their events' model is named as the table.
-	for _, m := range joinRE.FindAllSubmatch(glue, -1) {
-		if _, dup := models[string(m[1])]; !dup {
-			models[string(m[1])] = string(m[2])
+	for name, table := range glueparse.JoinTables(glue) {
+		if _, dup := models[name]; !dup {
+			models[name] = table
 		}
 	}
 	return models, nil
@@ -248,13 +249,7 @@ func modelsOf(entDir string) (map[string]string, error) {
 // because of a capture defect not fixed yet (issue 18), by example; an
 // example listed is reported, not failed. Remove an entry when its fix
 // lands.
-var knownFindings = map[string]string{
-	// The schema's own hook encrypts the name before the write and
-	// decrypts the entity it returns; the capture hook (a mixin hook,
-	// outside it) renders the create event from that entity: the outbox
-	// gets the plaintext, the row holds the ciphertext.
-	"encryptfield": "a create event holds the entity a later hook returns, not the row as stored: the plaintext of an encrypted column reaches the outbox (issue 18, new: NEW-F of integration/entsuite/known.txt)",
-}
+var knownFindings = map[string]string{}
 
 var statsRE = regexp.MustCompile(`herald-oracle-stats (\d+) (\d+) (\d+) (\d+)`)
 

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"regexp"
 	"strings"
 	"sync"
 
@@ -15,6 +14,7 @@ import (
 
 	"github.com/heraldgo/herald/entcapture"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/integration/entsuite/oracle/glueparse"
 )
 
 // The glue below is what the entsuite harness patches into the generated
@@ -175,18 +175,6 @@ func Finish() {
 	}
 }
 
-// joinRE finds, in entcapture's generated glue (entcapture.go), the
-// captured join tables of plain many-to-many edges.
-var joinRE = regexp.MustCompile(`(?m)^var heraldJoin\w+Schema = &entcapture\.Schema\{\n\tName:\s+"([^"]+)",\n\tTable:\s+"([^"]+)",`)
-
 // JoinTables returns the captured join tables of glue (the generated
-// entcapture.go), model -> table: their events' model is named as the
-// table, and the oracle reads them like the schemas' tables (keyed by
-// their composite primary key of the two foreign keys).
-func JoinTables(glue []byte) map[string]string {
-	out := map[string]string{}
-	for _, m := range joinRE.FindAllSubmatch(glue, -1) {
-		out[string(m[1])] = string(m[2])
-	}
-	return out
-}
+// entcapture.go), model -> table (glueparse.JoinTables).
+func JoinTables(glue []byte) map[string]string { return glueparse.JoinTables(glue) }

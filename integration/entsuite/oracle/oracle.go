@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -162,7 +163,20 @@ type conn struct {
 }
 
 type txState struct {
-	before *snapshot // nil until the first write
+	before  *snapshot // nil until the first write
+	written written   // SQLite: the rows the transaction's statements wrote
+}
+
+// written is, by table, the keys of the rows statements wrote (SQLite:
+// each UPDATE's WHERE and upsert's conflict target, read just before
+// the statement runs), with the same values or not.
+type written map[string]map[string]bool
+
+func (w written) add(tb, key string) {
+	if w[tb] == nil {
+		w[tb] = map[string]bool{}
+	}
+	w[tb][key] = true
 }
 
 func (c *conn) querier() (driver.QueryerContext, error) {
@@ -175,22 +189,51 @@ func (c *conn) querier() (driver.QueryerContext, error) {
 
 // beforeWrite is called before a statement runs; it returns the check to
 // run after it (outside a transaction).
-func (c *conn) beforeWrite(ctx context.Context, query string) func(ok bool) {
-	if !isWrite(query) || strings.Contains(query, c.o.tables.Outbox) && !c.o.touchesCaptured(query) {
+func (c *conn) beforeWrite(ctx context.Context, query string, args []driver.NamedValue) func(ok bool) {
+	if !isWrite(query) {
+		return func(bool) {}
+	}
+	trace(query, args)
+	if strings.Contains(query, c.o.tables.Outbox) && !c.o.touchesCaptured(query) {
 		return func(bool) {}
 	}
 	if c.tx != nil {
 		if c.tx.before == nil {
 			c.tx.before = c.o.snap(ctx, c, -1)
 		}
+		if c.o.d == SQLite {
+			c.o.matched(ctx, c, query, args, c.tx.written)
+		}
 		return func(bool) {}
 	}
 	before := c.o.snap(ctx, c, -1)
+	w := written{}
+	if c.o.d == SQLite {
+		c.o.matched(ctx, c, query, args, w)
+	}
 	return func(ok bool) {
 		if ok {
-			c.o.check(before, c.o.snap(ctx, c, before.seq))
+			c.o.check(before, c.o.snap(ctx, c, before.seq), w)
 		}
 	}
+}
+
+// tracing: HERALD_ORACLE_TRACE=1 prints every write statement the oracle
+// sees (to stderr), to tell what the ORM really sent.
+var tracing = os.Getenv("HERALD_ORACLE_TRACE") == "1"
+
+func trace(query string, args []driver.NamedValue) {
+	if !tracing {
+		return
+	}
+	vs := make([]string, len(args))
+	for i, a := range args {
+		vs[i] = fmt.Sprintf("%v", a.Value)
+		if b, ok := a.Value.([]byte); ok {
+			vs[i] = fmt.Sprintf("%q", b)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "herald-oracle-trace: %s %v\n", query, vs)
 }
 
 func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
@@ -198,7 +241,7 @@ func (c *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 	if !ok {
 		return nil, driver.ErrSkip
 	}
-	after := c.beforeWrite(ctx, query)
+	after := c.beforeWrite(ctx, query, args)
 	r, err := ex.ExecContext(ctx, query, args)
 	after(err == nil)
 	return r, err
@@ -212,7 +255,7 @@ func (c *conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 	if isWrite(query) && c.tx == nil {
 		// A write with RETURNING outside a transaction: its rows are read
 		// to the end before the check.
-		after := c.beforeWrite(ctx, query)
+		after := c.beforeWrite(ctx, query, args)
 		rows, err := qx.QueryContext(ctx, query, args)
 		if err != nil {
 			after(false)
@@ -222,7 +265,7 @@ func (c *conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 		after(err == nil)
 		return buf, err
 	}
-	c.beforeWrite(ctx, query)
+	c.beforeWrite(ctx, query, args)
 	return qx.QueryContext(ctx, query, args)
 }
 
@@ -263,7 +306,7 @@ func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, e
 	if err != nil {
 		return nil, err
 	}
-	c.tx = &txState{}
+	c.tx = &txState{written: written{}}
 	return &tx_{c: c, Tx: tx, ctx: ctx}, nil
 }
 
@@ -310,7 +353,7 @@ func (t *tx_) Commit() error {
 	err := t.Tx.Commit()
 	t.c.tx = nil
 	if err == nil && after != nil {
-		t.c.o.check(st.before, after)
+		t.c.o.check(st.before, after, st.written)
 	}
 	return err
 }
@@ -327,7 +370,7 @@ type stmt struct {
 }
 
 func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
-	after := s.c.beforeWrite(ctx, s.query)
+	after := s.c.beforeWrite(ctx, s.query, args)
 	var (
 		r   driver.Result
 		err error
@@ -342,7 +385,7 @@ func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (drive
 }
 
 func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
-	after := s.c.beforeWrite(ctx, s.query)
+	after := s.c.beforeWrite(ctx, s.query, args)
 	var (
 		rows driver.Rows
 		err  error
@@ -429,6 +472,7 @@ func (o *Oracle) touchesCaptured(q string) bool {
 // sequence.
 type snapshot struct {
 	rows   map[string]map[string]map[string]any // table -> key -> column -> value
+	xmin   map[string]map[string]string         // PostgreSQL: table -> key -> the row version's xmin
 	seq    int64
 	events []rawEvent // after: the events written since the snapshot before
 	err    error
@@ -559,7 +603,7 @@ func (o *Oracle) pkSQLite(ctx context.Context, q driver.QueryerContext, tb strin
 // snapPostgres reads every captured table (as JSON) and the outbox's last
 // sequence in one statement.
 func (o *Oracle) snapPostgres(ctx context.Context, q driver.QueryerContext) *snapshot {
-	s := &snapshot{rows: map[string]map[string]map[string]any{}}
+	s := &snapshot{rows: map[string]map[string]map[string]any{}, xmin: map[string]map[string]string{}}
 	ts := o.tableList()
 	var sb strings.Builder
 	sb.WriteString(`SELECT c.relname, (SELECT json_agg(a.attname ORDER BY array_position(i.indkey, a.attnum)) FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) WHERE i.indrelid = c.oid AND i.indisprimary) FROM pg_class c WHERE c.relkind = 'r' AND c.relnamespace = current_schema()::regnamespace AND c.relname IN (`)
@@ -598,7 +642,9 @@ func (o *Oracle) snapPostgres(ctx context.Context, q driver.QueryerContext) *sna
 			continue
 		}
 		present = append(present, tb)
-		sb.WriteString("(SELECT COALESCE(json_agg(t), '[]') FROM " + quote(tb) + " t), ")
+		// xmin: the transaction that wrote the row's version, so that a
+		// row written with the values it held is told from an untouched one.
+		sb.WriteString("(SELECT COALESCE(json_agg(json_build_array(t.xmin::text, t)), '[]') FROM " + quote(tb) + " t), ")
 	}
 	if _, ok := pks[o.tables.Outbox]; ok {
 		sb.WriteString("(SELECT COALESCE(MAX(sequence), 0) FROM " + quote(o.tables.Outbox) + ")")
@@ -612,18 +658,28 @@ func (o *Oracle) snapPostgres(ctx context.Context, q driver.QueryerContext) *sna
 	}
 	r := b.rows[0]
 	for i, tb := range present {
-		var list []map[string]any
-		d := json.NewDecoder(strings.NewReader(asString(r[i])))
-		d.UseNumber()
-		if err := d.Decode(&list); err != nil {
+		var list [][2]json.RawMessage // [xmin, row]
+		if err := json.Unmarshal([]byte(asString(r[i])), &list); err != nil {
 			s.err = err
 			return s
 		}
 		m := map[string]map[string]any{}
-		for _, row := range list {
-			m[rowKey(row, pks[tb])] = row
+		xm := map[string]string{}
+		for _, x := range list {
+			var xmin string
+			var row map[string]any
+			if err := json.Unmarshal(x[0], &xmin); err != nil {
+				s.err = err
+				return s
+			}
+			if err := decode(string(x[1]), &row); err != nil {
+				s.err = err
+				return s
+			}
+			k := rowKey(row, pks[tb])
+			m[k], xm[k] = row, xmin
 		}
-		s.rows[tb] = m
+		s.rows[tb], s.xmin[tb] = m, xm
 	}
 	s.seq = asInt(r[len(present)])
 	return s

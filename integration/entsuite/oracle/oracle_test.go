@@ -3,10 +3,12 @@ package oracle
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/mattn/go-sqlite3"
@@ -46,10 +48,12 @@ func open(t *testing.T, mode Mode) (*sql.DB, *Oracle, func() []Finding) {
 	}
 }
 
+var emitted atomic.Int64
+
 func emit(t *testing.T, tx *sql.Tx, payload string) {
 	t.Helper()
 	if _, err := tx.Exec(`INSERT INTO herald_outbox (id, topic, payload, created_at) VALUES (?, 'users', ?, '2026-01-01T00:00:00Z')`,
-		fmt.Sprintf("0190d2a0-0000-7000-8000-%012d", len(payload)), payload); err != nil {
+		fmt.Sprintf("0190d2a0-0000-7000-8000-%012d", emitted.Add(1)), payload); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -105,10 +109,25 @@ func TestOracle(t *testing.T) {
 			exec(t, tx, `UPDATE users SET born = '2026-01-02 03:04:05.123+00:00' WHERE id = 1`)
 			emit(t, tx, `{"model":"User","operation":"updated","pk":1,"changed":["born"],"before":{"id":1,"name":"a","active":true,"born":null,"region":"eu"},"after":{"id":1,"name":"a","active":true,"born":"2026-01-02T03:04:05.123456Z","region":"eu"}}`)
 		}, "image users[1]"},
-		{"an update that changed nothing", func(tx *sql.Tx) {
+		{"an update that wrote the values the row held, with its event", func(tx *sql.Tx) {
 			exec(t, tx, `UPDATE users SET name = name WHERE id = 1`)
 			emit(t, tx, `{"model":"User","operation":"updated","pk":1,"changed":[],"before":{"id":1,"name":"a","active":true,"born":"2026-01-02T03:04:05.123Z","region":"eu"},"after":{"id":1,"name":"a","active":true,"born":"2026-01-02T03:04:05.123Z","region":"eu"}}`)
+		}, ""},
+		{"an update that wrote the values the row held, without an event", func(tx *sql.Tx) {
+			exec(t, tx, `UPDATE users SET active = ? WHERE name = ? AND id IN (?, ?)`, true, "a", 1, 2)
+		}, "missed users[1]"},
+		{"an update event for a row no statement wrote", func(tx *sql.Tx) {
+			exec(t, tx, `UPDATE users SET name = 'x' WHERE id = 99`)
+			emit(t, tx, `{"model":"User","operation":"updated","pk":1,"changed":[],"before":{"id":1,"name":"a","active":true,"born":"2026-01-02T03:04:05.123Z","region":"eu"},"after":{"id":1,"name":"a","active":true,"born":"2026-01-02T03:04:05.123Z","region":"eu"}}`)
 		}, "spurious users[1]"},
+		{"an upsert that wrote the values the row held, with its event", func(tx *sql.Tx) {
+			exec(t, tx, "INSERT INTO `users` (`id`, `name`) VALUES (?, ?), (?, ?) ON CONFLICT (`id`) DO UPDATE SET `name` = `excluded`.`name` RETURNING `id`", 9, "z", 1, "a")
+			emit(t, tx, `{"model":"User","operation":"inserted","pk":9,"before":null,"after":{"id":9,"name":"z","active":false,"born":null,"region":"eu"}}`)
+			emit(t, tx, `{"model":"User","operation":"updated","pk":1,"changed":["name"],"before":{"id":1,"name":"a","active":true,"born":"2026-01-02T03:04:05.123Z","region":"eu"},"after":{"id":1,"name":"a","active":true,"born":"2026-01-02T03:04:05.123Z","region":"eu"}}`)
+		}, ""},
+		{"an upsert that did nothing", func(tx *sql.Tx) {
+			exec(t, tx, "INSERT INTO `users` (`id`, `name`) VALUES (?, ?) ON CONFLICT (`id`) DO NOTHING", 1, "a")
+		}, ""},
 		{"changed lacks a column", func(tx *sql.Tx) {
 			exec(t, tx, `UPDATE users SET name = 'a2', active = 0 WHERE id = 1`)
 			emit(t, tx, `{"model":"User","operation":"updated","pk":1,"changed":["name"],"before":{"id":1,"name":"a","active":true,"born":"2026-01-02T03:04:05.123Z","region":"eu"},"after":{"id":1,"name":"a2","active":false,"born":"2026-01-02T03:04:05.123Z","region":"eu"}}`)
@@ -160,8 +179,56 @@ func TestOracle(t *testing.T) {
 	if got := kinds(findings()); got != "" {
 		t.Errorf("rollback: findings %q", got)
 	}
-	if s := o.Stats(); s.Checks != int64(len(cases))+1 || s.Events != 12 {
-		t.Errorf("stats %+v, want %d checks and 12 events", s, len(cases)+1)
+	// …and an autocommit UPDATE that writes a row with its values, too.
+	if _, err := db.Exec(`UPDATE users SET name = name WHERE id = ?`, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := kinds(findings()); got != "missed users[1]" {
+		t.Errorf("autocommit update with the same values: findings %q, want missed users[1]", got)
+	}
+	if s := o.Stats(); s.Checks != int64(len(cases))+2 || s.Events != 15 {
+		t.Errorf("stats %+v, want %d checks and 15 events", s, len(cases)+2)
+	}
+}
+
+// TestMatchSelects: the rows an UPDATE or upsert writes, read with its
+// own arguments (SQLite).
+func TestMatchSelects(t *testing.T) {
+	o := New(SQLite, Tables{Models: map[string]string{"User": "users"}}, nil)
+	args := func(vs ...any) []driver.NamedValue {
+		out := make([]driver.NamedValue, len(vs))
+		for i, v := range vs {
+			out[i] = driver.NamedValue{Ordinal: i + 1, Value: v}
+		}
+		return out
+	}
+	for _, c := range []struct {
+		q    string
+		args []driver.NamedValue
+		want string
+	}{
+		{"UPDATE `users` SET `name` = ?, `age` = COALESCE(`users`.`age`, 0) + ? WHERE `id` = ? RETURNING `id`, `name`", args("a", 1, 7),
+			"users: SELECT * FROM `users` WHERE `id` = ?  [7]"},
+		{"UPDATE `users` SET `parent` = NULL WHERE `parent` IN (?, ?) AND `name` = 'x?'", args(1, 2), "users: SELECT * FROM `users` WHERE `parent` IN (?, ?) AND `name` = 'x?' [1 2]"},
+		{"UPDATE `users` SET `a` = ?", args(1), "users: SELECT * FROM `users` []"},
+		{"UPDATE `pets` SET `a` = ? WHERE `id` = ?", args(1, 2), ""}, // not captured
+		{"INSERT INTO `users` (`id`, `name`) VALUES (?, ?), (?, ?) ON CONFLICT (`id`) DO UPDATE SET `name` = `excluded`.`name` RETURNING `id`", args(1, "a", 2, "b"),
+			"users: SELECT * FROM `users` WHERE \"id\" = ? [1]; users: SELECT * FROM `users` WHERE \"id\" = ? [2]"},
+		{"INSERT INTO `users` (`id`, `name`) VALUES (?, ?) ON CONFLICT (`id`) DO NOTHING", args(1, "a"), ""},
+		{"INSERT INTO `users` (`id`, `name`) VALUES (?, ?) ON CONFLICT (`id`) DO UPDATE SET `name` = ? WHERE `users`.`name` <> ?", args(1, "a", "b", "c"), ""},
+		{"INSERT INTO `users` (`id`, `name`) VALUES (?, ?)", args(1, "a"), ""},
+	} {
+		var got []string
+		for _, m := range o.matchSelects(c.q, c.args) {
+			var vs []string
+			for _, a := range m.args {
+				vs = append(vs, fmt.Sprint(a.Value))
+			}
+			got = append(got, fmt.Sprintf("%s: %s [%s]", m.table, m.query, strings.Join(vs, " ")))
+		}
+		if g := strings.Join(got, "; "); g != c.want {
+			t.Errorf("%s:\n got  %s\n want %s", c.q, g, c.want)
+		}
 	}
 }
 

@@ -13,7 +13,9 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/account"
+	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/link"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/member"
+	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/secret"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/visit"
 )
 
@@ -76,7 +78,9 @@ func checkColumn(t, c string) error {
 	initCheck.Do(func() {
 		columnCheck = sql.NewColumnCheck(map[string]func(string) bool{
 			account.Table: account.ValidColumn,
+			link.Table:    link.ValidColumn,
 			member.Table:  member.ValidColumn,
+			secret.Table:  secret.ValidColumn,
 			visit.Table:   visit.ValidColumn,
 		})
 	})

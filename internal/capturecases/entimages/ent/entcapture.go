@@ -12,7 +12,9 @@ import (
 
 	"github.com/heraldgo/herald/entcapture"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/account"
+	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/link"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/member"
+	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/secret"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/visit"
 )
 
@@ -229,6 +231,157 @@ var _ entcapture.Glue = (*AccountMutation)(nil)
 // HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
 func (m *AccountMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
 
+// heraldLinkSchema describes Link to entcapture.
+var heraldLinkSchema = &entcapture.Schema{
+	Name:     "Link",
+	Table:    link.Table,
+	Columns:  []string{"id", "url", "code", "note"},
+	PK:       "id",
+	Nullable: []string{"note"},
+	Fields:   map[string]string{"code": "code", "note": "note", "url": "url"},
+}
+
+// HeraldSchema implements entcapture.Glue.
+func (m *LinkMutation) HeraldSchema() *entcapture.Schema { return heraldLinkSchema }
+
+// HeraldDriver implements entcapture.Glue.
+func (m *LinkMutation) HeraldDriver() dialect.Driver {
+	if d, ok := heraldTxDriver(m.driver); ok {
+		return d.drv
+	}
+	return m.driver
+}
+
+// HeraldTx implements entcapture.Glue.
+func (m *LinkMutation) HeraldTx() dialect.Tx {
+	if d, ok := heraldTxDriver(m.driver); ok {
+		return d.tx
+	}
+	return nil
+}
+
+// HeraldOnCommit implements entcapture.Glue.
+func (m *LinkMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
+
+// HeraldBeforeDelete implements entcapture.Glue.
+func (m *LinkMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
+
+// HeraldBeforeInsert implements entcapture.Glue.
+func (m *LinkMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
+
+// HeraldPredicates implements entcapture.Glue.
+func (m *LinkMutation) HeraldPredicates() []func(*sql.Selector) {
+	ps := make([]func(*sql.Selector), len(m.predicates))
+	for i, p := range m.predicates {
+		ps[i] = p
+	}
+	return ps
+}
+
+// HeraldRow implements entcapture.Glue.
+func (m *LinkMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
+	e, ok := v.(*Link)
+	if !ok || e == nil {
+		return nil, false
+	}
+	return heraldLinkRow(e, heraldLinkSchema.Columns, nil), true
+}
+
+// HeraldScan implements entcapture.Glue.
+func (m *LinkMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
+	var out []map[string]any
+	for rows.Next() {
+		dst, row, err := m.HeraldScanner(cols)
+		if err != nil {
+			return nil, err
+		}
+		if err := rows.Scan(dst...); err != nil {
+			return nil, err
+		}
+		r, err := row()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// row of cols, and the row once scanned (NULL as nil).
+func (m *LinkMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
+	e := &Link{}
+	vals, err := e.scanValues(cols)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst := entcapture.NullAware(vals)
+	return dst, func() (map[string]any, error) {
+		if err := e.assignValues(cols, vals); err != nil {
+			return nil, err
+		}
+		return heraldLinkRow(e, cols, dst), nil
+	}, nil
+}
+
+// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// (Modify, AppendX), as its sqlSave last saw them.
+func (m *LinkMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
+
+// HeraldID implements entcapture.Glue.
+func (m *LinkMutation) HeraldID() (any, bool) {
+	if m.id == nil {
+		return nil, false
+	}
+	return *m.id, true
+}
+
+// HeraldNew implements entcapture.Glue: the entity a create of the
+// mutation's fields returns, as its createSpec builds it, without edges
+// (and without the id the database generates).
+func (m *LinkMutation) HeraldNew() ent.Value {
+	e := &Link{}
+	if v, ok := m.ID(); ok {
+		e.ID = v
+	}
+	if v, ok := m.URL(); ok {
+		e.URL = v
+	}
+	if v, ok := m.Code(); ok {
+		e.Code = v
+	}
+	if v, ok := m.Note(); ok {
+		e.Note = v
+	}
+	return e
+}
+
+func heraldLinkRow(e *Link, cols []string, vals []any) map[string]any {
+	row := make(map[string]any, len(cols))
+	for i, c := range cols {
+		if vals != nil && entcapture.IsNull(vals[i]) {
+			row[c] = nil
+			continue
+		}
+		switch c {
+		case "id":
+			row[c] = e.ID
+		case "url":
+			row[c] = entcapture.ScannedValue(link.ValueScanner.URL, e.URL, true)
+		case "code":
+			row[c] = entcapture.ScannedValue(link.ValueScanner.Code, e.Code, true)
+		case "note":
+			row[c] = entcapture.ScannedValue(link.ValueScanner.Note, e.Note, true)
+		}
+	}
+	return row
+}
+
+var _ entcapture.Glue = (*LinkMutation)(nil)
+
+// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
+func (m *LinkMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
+
 // heraldMemberSchema describes Member to entcapture.
 var heraldMemberSchema = &entcapture.Schema{
 	Name:       "Member",
@@ -414,6 +567,146 @@ var _ entcapture.Glue = (*MemberMutation)(nil)
 // HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
 func (m *MemberMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
 
+// heraldSecretSchema describes Secret to entcapture.
+var heraldSecretSchema = &entcapture.Schema{
+	Name:    "Secret",
+	Table:   secret.Table,
+	Columns: []string{"id", "name"},
+	PK:      "id",
+	Fields:  map[string]string{"name": "name"},
+}
+
+// HeraldSchema implements entcapture.Glue.
+func (m *SecretMutation) HeraldSchema() *entcapture.Schema { return heraldSecretSchema }
+
+// HeraldDriver implements entcapture.Glue.
+func (m *SecretMutation) HeraldDriver() dialect.Driver {
+	if d, ok := heraldTxDriver(m.driver); ok {
+		return d.drv
+	}
+	return m.driver
+}
+
+// HeraldTx implements entcapture.Glue.
+func (m *SecretMutation) HeraldTx() dialect.Tx {
+	if d, ok := heraldTxDriver(m.driver); ok {
+		return d.tx
+	}
+	return nil
+}
+
+// HeraldOnCommit implements entcapture.Glue.
+func (m *SecretMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
+
+// HeraldBeforeDelete implements entcapture.Glue.
+func (m *SecretMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
+
+// HeraldBeforeInsert implements entcapture.Glue.
+func (m *SecretMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
+
+// HeraldPredicates implements entcapture.Glue.
+func (m *SecretMutation) HeraldPredicates() []func(*sql.Selector) {
+	ps := make([]func(*sql.Selector), len(m.predicates))
+	for i, p := range m.predicates {
+		ps[i] = p
+	}
+	return ps
+}
+
+// HeraldRow implements entcapture.Glue.
+func (m *SecretMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
+	e, ok := v.(*Secret)
+	if !ok || e == nil {
+		return nil, false
+	}
+	return heraldSecretRow(e, heraldSecretSchema.Columns, nil), true
+}
+
+// HeraldScan implements entcapture.Glue.
+func (m *SecretMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
+	var out []map[string]any
+	for rows.Next() {
+		dst, row, err := m.HeraldScanner(cols)
+		if err != nil {
+			return nil, err
+		}
+		if err := rows.Scan(dst...); err != nil {
+			return nil, err
+		}
+		r, err := row()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// row of cols, and the row once scanned (NULL as nil).
+func (m *SecretMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
+	e := &Secret{}
+	vals, err := e.scanValues(cols)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst := entcapture.NullAware(vals)
+	return dst, func() (map[string]any, error) {
+		if err := e.assignValues(cols, vals); err != nil {
+			return nil, err
+		}
+		return heraldSecretRow(e, cols, dst), nil
+	}, nil
+}
+
+// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// (Modify, AppendX), as its sqlSave last saw them.
+func (m *SecretMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
+
+// HeraldID implements entcapture.Glue.
+func (m *SecretMutation) HeraldID() (any, bool) {
+	if m.id == nil {
+		return nil, false
+	}
+	return *m.id, true
+}
+
+// HeraldNew implements entcapture.Glue: the entity a create of the
+// mutation's fields returns, as its createSpec builds it, without edges
+// (and without the id the database generates).
+func (m *SecretMutation) HeraldNew() ent.Value {
+	e := &Secret{}
+	if v, ok := m.ID(); ok {
+		e.ID = v
+	}
+	if v, ok := m.Name(); ok {
+		e.Name = v
+	}
+	return e
+}
+
+func heraldSecretRow(e *Secret, cols []string, vals []any) map[string]any {
+	row := make(map[string]any, len(cols))
+	for i, c := range cols {
+		if vals != nil && entcapture.IsNull(vals[i]) {
+			row[c] = nil
+			continue
+		}
+		switch c {
+		case "id":
+			row[c] = e.ID
+		case "name":
+			row[c] = e.Name
+		}
+	}
+	return row
+}
+
+var _ entcapture.Glue = (*SecretMutation)(nil)
+
+// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
+func (m *SecretMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
+
 // heraldVisitSchema describes Visit to entcapture.
 var heraldVisitSchema = &entcapture.Schema{
 	Name:       "Visit",
@@ -572,17 +865,21 @@ var _ entcapture.Glue = (*VisitMutation)(nil)
 func (m *VisitMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
 
 func init() {
-	entcapture.Register(heraldAccountSchema, heraldMemberSchema, heraldVisitSchema)
+	entcapture.Register(heraldAccountSchema, heraldLinkSchema, heraldMemberSchema, heraldSecretSchema, heraldVisitSchema)
 	heraldAccountSchema.Scan = (*AccountMutation)(nil).HeraldScan
 	heraldAccountSchema.Hooks = func() []ent.Hook { return account.Hooks[:] }
 	heraldAccountSchema.ChildEdges = append(heraldAccountSchema.ChildEdges, entcapture.ChildEdge{Name: "members", Child: heraldMemberSchema, Column: "account_id"})
 	heraldAccountSchema.Cascades = append(heraldAccountSchema.Cascades, entcapture.Cascade{Child: heraldMemberSchema, Column: "account_id", SetNull: true})
+	heraldLinkSchema.Scan = (*LinkMutation)(nil).HeraldScan
+	heraldLinkSchema.Hooks = func() []ent.Hook { return link.Hooks[:] }
 	heraldMemberSchema.Scan = (*MemberMutation)(nil).HeraldScan
 	heraldMemberSchema.Hooks = func() []ent.Hook { return member.Hooks[:] }
 	if heraldMemberSchema.EdgeColumns == nil {
 		heraldMemberSchema.EdgeColumns = map[string]string{}
 	}
 	heraldMemberSchema.EdgeColumns["account"] = "account_id"
+	heraldSecretSchema.Scan = (*SecretMutation)(nil).HeraldScan
+	heraldSecretSchema.Hooks = func() []ent.Hook { return secret.Hooks[:] }
 	heraldVisitSchema.Scan = (*VisitMutation)(nil).HeraldScan
 	heraldVisitSchema.Hooks = func() []ent.Hook { return visit.Hooks[:] }
 }

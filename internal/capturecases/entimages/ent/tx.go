@@ -16,8 +16,12 @@ type Tx struct {
 	config
 	// Account is the client for interacting with the Account builders.
 	Account *AccountClient
+	// Link is the client for interacting with the Link builders.
+	Link *LinkClient
 	// Member is the client for interacting with the Member builders.
 	Member *MemberClient
+	// Secret is the client for interacting with the Secret builders.
+	Secret *SecretClient
 	// Visit is the client for interacting with the Visit builders.
 	Visit *VisitClient
 
@@ -152,7 +156,9 @@ func (tx *Tx) Client() *Client {
 
 func (tx *Tx) init() {
 	tx.Account = NewAccountClient(tx.config)
+	tx.Link = NewLinkClient(tx.config)
 	tx.Member = NewMemberClient(tx.config)
+	tx.Secret = NewSecretClient(tx.config)
 	tx.Visit = NewVisitClient(tx.config)
 }
 

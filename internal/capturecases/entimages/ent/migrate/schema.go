@@ -20,6 +20,19 @@ var (
 		Columns:    AccountsColumns,
 		PrimaryKey: []*schema.Column{AccountsColumns[0]},
 	}
+	// LinksColumns holds the columns for the "links" table.
+	LinksColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "url", Type: field.TypeString},
+		{Name: "code", Type: field.TypeString},
+		{Name: "note", Type: field.TypeString, Nullable: true},
+	}
+	// LinksTable holds the schema information for the "links" table.
+	LinksTable = &schema.Table{
+		Name:       "links",
+		Columns:    LinksColumns,
+		PrimaryKey: []*schema.Column{LinksColumns[0]},
+	}
 	// MembersColumns holds the columns for the "members" table.
 	MembersColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -55,6 +68,17 @@ var (
 			},
 		},
 	}
+	// SecretsColumns holds the columns for the "secrets" table.
+	SecretsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "name", Type: field.TypeString},
+	}
+	// SecretsTable holds the schema information for the "secrets" table.
+	SecretsTable = &schema.Table{
+		Name:       "secrets",
+		Columns:    SecretsColumns,
+		PrimaryKey: []*schema.Column{SecretsColumns[0]},
+	}
 	// VisitsColumns holds the columns for the "visits" table.
 	VisitsColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -72,7 +96,9 @@ var (
 	// Tables holds all the tables in the schema.
 	Tables = []*schema.Table{
 		AccountsTable,
+		LinksTable,
 		MembersTable,
+		SecretsTable,
 		VisitsTable,
 	}
 )
@@ -81,9 +107,15 @@ func init() {
 	AccountsTable.Annotation = &entsql.Annotation{
 		Table: "accounts",
 	}
+	LinksTable.Annotation = &entsql.Annotation{
+		Table: "links",
+	}
 	MembersTable.ForeignKeys[0].RefTable = AccountsTable
 	MembersTable.Annotation = &entsql.Annotation{
 		Table: "members",
+	}
+	SecretsTable.Annotation = &entsql.Annotation{
+		Table: "secrets",
 	}
 	VisitsTable.Annotation = &entsql.Annotation{
 		Table: "visits",

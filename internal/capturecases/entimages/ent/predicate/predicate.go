@@ -9,8 +9,25 @@ import (
 // Account is the predicate function for account builders.
 type Account func(*sql.Selector)
 
+// Link is the predicate function for link builders.
+type Link func(*sql.Selector)
+
+// LinkOrErr calls the predicate only if the error is not nit.
+func LinkOrErr(p Link, err error) Link {
+	return func(s *sql.Selector) {
+		if err != nil {
+			s.AddError(err)
+			return
+		}
+		p(s)
+	}
+}
+
 // Member is the predicate function for member builders.
 type Member func(*sql.Selector)
+
+// Secret is the predicate function for secret builders.
+type Secret func(*sql.Selector)
 
 // Visit is the predicate function for visit builders.
 type Visit func(*sql.Selector)

@@ -3,13 +3,18 @@
 package runtime
 
 import (
+	"net/url"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/account"
+	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/link"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/member"
+	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/secret"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/visit"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/schema"
+
+	"entgo.io/ent/schema/field"
 )
 
 // The init function reads all schema descriptors with runtime code
@@ -25,6 +30,20 @@ func init() {
 	accountDescID := accountFields[0].Descriptor()
 	// account.DefaultID holds the default value on creation for the id field.
 	account.DefaultID = accountDescID.Default.(func() uuid.UUID)
+	linkMixin := schema.Link{}.Mixin()
+	linkMixinHooks0 := linkMixin[0].Hooks()
+	link.Hooks[0] = linkMixinHooks0[0]
+	linkFields := schema.Link{}.Fields()
+	_ = linkFields
+	// linkDescURL is the schema descriptor for url field.
+	linkDescURL := linkFields[0].Descriptor()
+	link.ValueScanner.URL = linkDescURL.ValueScanner.(field.TypeValueScanner[*url.URL])
+	// linkDescCode is the schema descriptor for code field.
+	linkDescCode := linkFields[1].Descriptor()
+	link.ValueScanner.Code = linkDescCode.ValueScanner.(field.TypeValueScanner[string])
+	// linkDescNote is the schema descriptor for note field.
+	linkDescNote := linkFields[2].Descriptor()
+	link.ValueScanner.Note = linkDescNote.ValueScanner.(field.TypeValueScanner[string])
 	memberMixin := schema.Member{}.Mixin()
 	memberMixinHooks1 := memberMixin[1].Hooks()
 	memberHooks := schema.Member{}.Hooks()
@@ -44,6 +63,11 @@ func init() {
 	member.DefaultUpdateTime = memberDescUpdateTime.Default.(func() time.Time)
 	// member.UpdateDefaultUpdateTime holds the default value on update for the update_time field.
 	member.UpdateDefaultUpdateTime = memberDescUpdateTime.UpdateDefault.(func() time.Time)
+	secretMixin := schema.Secret{}.Mixin()
+	secretMixinHooks0 := secretMixin[0].Hooks()
+	secretHooks := schema.Secret{}.Hooks()
+	secret.Hooks[0] = secretMixinHooks0[0]
+	secret.Hooks[1] = secretHooks[0]
 	visitMixin := schema.Visit{}.Mixin()
 	visitMixinHooks1 := visitMixin[1].Hooks()
 	visit.Hooks[0] = visitMixinHooks1[0]
