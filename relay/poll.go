@@ -709,13 +709,12 @@ func lastError(err error) string {
 // events, one for the failures. It runs even while the relay stops.
 // Deliveries cancelled by a forced stop are released (their lease
 // cleared), not counted as failures.
-//
-// With carry (fuseMark), the delivered events' mark is left in r.carried
-// for the next lease's transaction (pending.go).
 func (r *Relay) mark(runCtx context.Context, batch []*envelope.Event, errs []error) (pollResult, error) {
 	return r.markCarry(runCtx, batch, errs, false)
 }
 
+// markCarry is mark; with carry (fuseMark) the delivered events' mark is
+// left in r.carried for the next lease's transaction (pending.go).
 func (r *Relay) markCarry(runCtx context.Context, batch []*envelope.Event, errs []error, carry bool) (pollResult, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), markTimeout)
 	defer cancel()
