@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"log/slog"
+	"time"
 
 	"github.com/heraldgo/herald/envelope"
 )
@@ -54,7 +55,8 @@ import (
 // carriedMark is a batch's mark carried into the next lease's transaction.
 type carriedMark struct {
 	delivered []*envelope.Event
-	seqs      string // r.seqArg(delivered)
+	seqs      string    // r.seqArg(delivered)
+	at        time.Time // when the batch was delivered (relay's clock), for Delivered.Delay
 }
 
 // fuseMark reports whether the mark of batch — delivered with errs — is
@@ -104,7 +106,22 @@ func (r *Relay) markCarriedIn(ctx context.Context, tx *sql.Tx, c *carriedMark) e
 func (r *Relay) markCarried(runCtx context.Context, c *carriedMark) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), markTimeout)
 	defer cancel()
-	return r.markDelivered(ctx, c.delivered, c.seqs)
+	err := r.markDelivered(ctx, c.delivered, c.seqs)
+	r.observeDelivered(ctx, c.delivered, c.at)
+	return err
+}
+
+// observeDelivered tells the Observer of events delivered at now (relay's
+// clock), after their mark was written (or failed).
+func (r *Relay) observeDelivered(ctx context.Context, delivered []*envelope.Event, now time.Time) {
+	if r.cfg.Observer == nil {
+		return
+	}
+	for _, e := range delivered {
+		r.observe(ctx, "Delivered", func() {
+			r.cfg.Observer.Delivered(ctx, Delivered{Relay: r.cfg.Name, Event: e, Delay: now.Sub(e.CreatedAt)})
+		})
+	}
 }
 
 // flushCarried writes the mark still carried, if any, on its own.

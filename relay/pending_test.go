@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,7 +21,8 @@ func TestCarriedMarkCommitsWithTheNextLease(t *testing.T) {
 	e := newEnv(t, envelope.Postgres)
 	fillKeyed(t, e, 20, 0)
 	rec := &recorder{}
-	r := e.newRelay(t, rec, Config{BatchSize: 10})
+	var observed atomic.Int64
+	r := e.newRelay(t, rec, Config{BatchSize: 10, Observer: ObserverFuncs{OnDelivered: func(context.Context, Delivered) { observed.Add(1) }}})
 	ctx := context.Background()
 	for i, want := range []int{0, 10, 20} {
 		if _, err := r.pollCarry(ctx, true); err != nil {
@@ -28,6 +30,10 @@ func TestCarriedMarkCommitsWithTheNextLease(t *testing.T) {
 		}
 		if n := e.count(t, "published_at IS NOT NULL"); n != want {
 			t.Fatalf("after poll %d: %d events published, want %d (the mark of the batch before)", i+1, n, want)
+		}
+		// The Observer is told after the marks are written.
+		if n := observed.Load(); n != int64(want) {
+			t.Fatalf("after poll %d: the Observer was told of %d deliveries, want %d (those marked)", i+1, n, want)
 		}
 	}
 	if rec.count() != 20 || r.carried != nil {

@@ -218,6 +218,9 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 		return nil, nil, stmtErr(ctx, "lease query", err)
 	}
 	committed = true
+	if carried != nil {
+		r.observeDelivered(ctx, carried.delivered, carried.at)
+	}
 	var lowest int64
 	for i, l := range got {
 		if i == 0 || l.e.Sequence < lowest {
@@ -766,16 +769,13 @@ func (r *Relay) markCarry(runCtx context.Context, batch []*envelope.Event, errs 
 	var errOut []error
 	if len(delivered) > 0 {
 		if carry {
-			r.carried = &carriedMark{delivered: delivered, seqs: r.seqArg(delivered)}
-		} else if err := r.markDelivered(ctx, delivered, r.seqArg(delivered)); err != nil {
-			errOut = append(errOut, err)
-		}
-		if r.cfg.Observer != nil {
-			for _, e := range delivered {
-				r.observe(ctx, "Delivered", func() {
-					r.cfg.Observer.Delivered(ctx, Delivered{Relay: r.cfg.Name, Event: e, Delay: now.Sub(e.CreatedAt)})
-				})
+			// Observed once the carried mark is written (observeCarried).
+			r.carried = &carriedMark{delivered: delivered, seqs: r.seqArg(delivered), at: now}
+		} else {
+			if err := r.markDelivered(ctx, delivered, r.seqArg(delivered)); err != nil {
+				errOut = append(errOut, err)
 			}
+			r.observeDelivered(ctx, delivered, now)
 		}
 	}
 	if len(failures) > 0 {
