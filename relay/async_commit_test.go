@@ -67,7 +67,7 @@ func TestAsyncCommitTurnsOffSynchronousCommitForMarksOnly(t *testing.T) {
 		r := e.newRelay(t, &recorder{}, Config{Name: "probe", AsyncCommit: async, Lease: time.Minute})
 		ev := e.enqueue(t, msg("t", "", 1), msg("t", "", 2), msg("t", "", 3))
 		seqs := r.seqArg(ev)
-		lease := settingIn(t, e, r.sql.lease, append([]any{r.cfg.Lease.Microseconds(), r.cfg.Name, nil, r.cfg.BatchSize}, r.fargs...)...)
+		lease := settingIn(t, e, r.sql.lease, append(append([]any{r.cfg.Lease.Microseconds(), r.cfg.Name, nil, r.cfg.BatchSize}, r.fargs...), int64(0))...) // 0: no lease floor
 		renew := settingIn(t, e, r.sql.renew, r.cfg.Lease.Microseconds(), seqs, r.cfg.Name, nil)
 		markPublished := settingIn(t, e, r.sql.markPublished, nil, r.seqArg(ev[:1]), r.cfg.Name)
 		deleted := settingIn(t, e, r.sql.deletePublished, r.seqArg(ev[1:2]), r.cfg.Name)

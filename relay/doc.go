@@ -69,6 +69,11 @@
 //     Config.AsyncCommit (PostgreSQL) the marks and releases commit with
 //     synchronous_commit off, set inside each statement; the leases still
 //     wait for the WAL flush, which also writes the marks before them.
+//     Otherwise, on PostgreSQL, when a batch was delivered whole and the
+//     loop polls again at once (a full batch, or keyed events), its mark
+//     runs as the first statement of the next lease's transaction: one
+//     commit per batch in a drain (pending.go argues at-least-once and
+//     per-key order); a failed lease or a stop writes it on its own.
 //
 // A row the relay cannot decode — headers that are not an object of
 // strings, a payload that is not JSON, a time or id that does not parse,

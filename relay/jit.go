@@ -51,16 +51,24 @@ func detectJIT(ctx context.Context, db *sql.DB) (bool, error) {
 type leaseTx struct{ tx *sql.Tx }
 
 // beginLease opens the lease's transaction when the relay found JIT
-// possible.
-func (r *Relay) beginLease(ctx context.Context) (leaseTx, error) {
-	if !r.noJIT.Load() {
+// possible or carries a mark (pending.go), and runs the carried mark in
+// it: the mark also sets jit off, in place of SET LOCAL.
+func (r *Relay) beginLease(ctx context.Context) (leaseTx, error) { return r.beginLeaseWith(ctx, nil) }
+
+func (r *Relay) beginLeaseWith(ctx context.Context, carried *carriedMark) (leaseTx, error) {
+	if !r.noJIT.Load() && carried == nil {
 		return leaseTx{}, nil
 	}
 	tx, err := r.db.BeginTx(ctx, nil)
 	if err != nil {
 		return leaseTx{}, err
 	}
-	if _, err := tx.ExecContext(ctx, jitOffSQL); err != nil {
+	if carried != nil {
+		err = r.markCarriedIn(ctx, tx, carried)
+	} else {
+		_, err = tx.ExecContext(ctx, jitOffSQL)
+	}
+	if err != nil {
 		_ = tx.Rollback()
 		return leaseTx{}, err
 	}

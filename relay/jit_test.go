@@ -17,7 +17,7 @@ func explainJIT(t *testing.T, r *Relay, q interface {
 }) bool {
 	t.Helper()
 	rows, err := q.QueryContext(context.Background(), "EXPLAIN (ANALYZE, FORMAT JSON) "+r.sql.lease,
-		r.args([]any{r.cfg.Lease.Microseconds(), r.cfg.Name, nil, r.cfg.BatchSize})...)
+		r.args([]any{r.cfg.Lease.Microseconds(), r.cfg.Name, nil, r.cfg.BatchSize, int64(0)})...) // 0: no lease floor
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,6 +83,17 @@ func TestLeaseImmuneToJIT(t *testing.T) {
 	ltx.rollback()
 	if compiled {
 		t.Fatal("the lease in the relay's lease transaction was JIT-compiled")
+	}
+	// A carried mark (pending.go) stands in for SET LOCAL: its statement
+	// sets jit off for the lease after it.
+	ltx, err = r.beginLeaseWith(context.Background(), &carriedMark{seqs: "{}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	compiled = explainJIT(t, r, ltx.tx)
+	ltx.rollback()
+	if compiled {
+		t.Fatal("the lease after a carried mark in its transaction was JIT-compiled")
 	}
 	batch, _, err := r.lease(context.Background())
 	if err != nil {

@@ -174,7 +174,7 @@ func TestLeaseOfUnorderedEventsStaysUnderJITCost(t *testing.T) {
 		}
 		return p[0].Plan.Total
 	}
-	plain := cost(r.sql.lease, append([]any{r.cfg.Lease.Microseconds(), r.cfg.Name, nil, r.cfg.BatchSize}, r.fargs...)...)
+	plain := cost(r.sql.lease, append(append([]any{r.cfg.Lease.Microseconds(), r.cfg.Name, nil, r.cfg.BatchSize}, r.fargs...), int64(0))...) // 0: no lease floor
 	walk := cost(r.sql.leaseWalk, append([]any{r.cfg.Lease.Microseconds(), r.cfg.Name, nil, r.cfg.BatchSize, r.cfg.BatchSize}, r.fargs...)...)
 	t.Logf("estimated cost at 50,000 unordered events: lease %.0f, lease with the key walk %.0f", plain, walk)
 	if plain >= 100000/4 || plain*4 > walk {

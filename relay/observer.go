@@ -41,7 +41,7 @@ type PollObserver interface {
 type Poll struct {
 	Relay    string        // the relay's Name
 	Leased   int           // events the lease took (0: nothing was due)
-	Lease    time.Duration // the lease statement, with its transaction where it has one
+	Lease    time.Duration // the lease statement, with its transaction where it has one (and the last batch's mark carried into it)
 	Deliver  time.Duration // delivering the batch (0 for an empty lease)
 	Duration time.Duration // the whole poll: lease, hold, delivery and marks
 	Err      error         // the lease's or the marks' error, if any

@@ -3,7 +3,6 @@ package relay
 import (
 	"cmp"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,7 +54,11 @@ func stmtErr(ctx context.Context, what string, err error) error {
 // poll is one poll: lease a batch, deliver it, mark it. ctx is the run's
 // forced-stop context: it cancels the lease query and the deliveries, never
 // the marks.
-func (r *Relay) poll(ctx context.Context) (res pollResult, err error) {
+func (r *Relay) poll(ctx context.Context) (res pollResult, err error) { return r.pollCarry(ctx, false) }
+
+// pollCarry is poll; with carry (the poll loop's) the mark of a batch
+// delivered whole may be carried into the next lease (fuseMark).
+func (r *Relay) pollCarry(ctx context.Context, carry bool) (res pollResult, err error) {
 	t0 := r.now()
 	var p Poll
 	if po, ok := r.cfg.Observer.(PollObserver); ok {
@@ -81,7 +84,7 @@ func (r *Relay) poll(ctx context.Context) (res pollResult, err error) {
 	t1 := r.now()
 	r.deliver(ctx, batch, errs, since)
 	p.Deliver = r.now().Sub(t1)
-	res, err = r.mark(ctx, batch, errs)
+	res, err = r.markCarry(ctx, batch, errs, r.fuseMark(ctx, carry, batch, errs))
 	res.leased = len(batch)
 	return res, err
 }
@@ -94,6 +97,33 @@ func (r *Relay) statementTimeout() time.Duration { return max(r.cfg.Lease, minSt
 // walkEvery bounds how many short leases of unordered events may pass
 // without a key walk.
 const walkEvery = 8
+
+// floorEvery: every floorEvery-th lease after full ones scans its
+// candidates from the start of the table (see leaseFloor).
+const floorEvery = 16
+
+// leaseFloor sets where the next lease's candidate scans start
+// (PostgreSQL; {floor} in the candidate sources). After a full lease
+// without the key walk, at that lease's lowest sequence: in a drain,
+// what lies below it was published (or is leased) and, with nothing to
+// vacuum the table, its dead entries in the pending indexes were read
+// again by every candidate scan — about 1,400 index pages per lease half
+// way through a drain of 1,000,000 events, which made the drain fall to
+// half its speed. What can appear below the floor — a retry falling due,
+// a lease run out, an event committed after later sequences, a key's
+// next event once its head is published — is found by the scans from the
+// start: after any short lease (a lease after which the loop waits), and
+// every floorEvery-th lease whatever they hold, so nothing below the
+// floor waits more than floorEvery leases (TestLeaseFloorReachesBelow).
+// The floor narrows the candidate sources only; every predicate is
+// checked as before.
+func (r *Relay) leaseFloor(full bool, lowest int64) {
+	if !full || r.floorLeases.Add(1)%floorEvery == 0 {
+		r.floor.Store(0)
+		return
+	}
+	r.floor.Store(lowest)
+}
 
 func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 	if r.dialect == envelope.MySQL {
@@ -123,7 +153,23 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 		args = append(args, walk)
 	}
 	args = append(args, r.fargs...)
-	ltx, err := r.beginLease(ctx)
+	floored := query == r.sql.lease || query == r.sql.leaseRuns // no key walk
+	if floored && r.dialect == envelope.Postgres {
+		args = append(args, r.floor.Load()) // see leaseFloor
+	}
+	// A mark carried from the last batch runs first in the lease's
+	// transaction; when that transaction does not commit, on its own.
+	carried := r.carried
+	r.carried = nil
+	committed := false
+	if carried != nil {
+		defer func() {
+			if !committed {
+				_ = r.markCarried(ctx, carried)
+			}
+		}()
+	}
+	ltx, err := r.beginLeaseWith(ctx, carried)
 	if err != nil {
 		return nil, nil, stmtErr(ctx, "lease query", err)
 	}
@@ -174,6 +220,17 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 	if err := ltx.commit(); err != nil {
 		return nil, nil, stmtErr(ctx, "lease query", err)
 	}
+	committed = true
+	if carried != nil {
+		r.observeDelivered(ctx, carried.delivered, carried.at)
+	}
+	var lowest int64
+	for i, l := range got {
+		if i == 0 || l.e.Sequence < lowest {
+			lowest = l.e.Sequence
+		}
+	}
+	r.leaseFloor(floored && len(got) == r.cfg.BatchSize, lowest)
 	// Whether the next lease walks keys (see leaseBatchPostgres). A full
 	// batch needs no walk. A short one may have missed heads beyond the
 	// first BatchSize pending events: walk when it held keyed events or
@@ -222,7 +279,12 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 		case repeat:
 			r.noRuns = false
 		}
-		r.runs.Store(keyed && !r.noRuns)
+		// A full plain lease leaves no room for followers: with many
+		// ready keys a runs lease right after it takes heads alone, at
+		// twice the cost (with 1,000 keys and BatchSize 1000 the relay
+		// alternated a plain lease with a runs lease that had no room).
+		fullPlain := !runs && len(got) == r.cfg.BatchSize
+		r.runs.Store(keyed && !r.noRuns && !fullPlain)
 	}
 	slices.SortFunc(got, func(a, b leased) int { return cmp.Compare(a.e.Sequence, b.e.Sequence) })
 	// Of each key, keep the run's positions 1, 2, 3… without a gap: an
@@ -660,6 +722,12 @@ func lastError(err error) string {
 // Deliveries cancelled by a forced stop are released (their lease
 // cleared), not counted as failures.
 func (r *Relay) mark(runCtx context.Context, batch []*envelope.Event, errs []error) (pollResult, error) {
+	return r.markCarry(runCtx, batch, errs, false)
+}
+
+// markCarry is mark; with carry (fuseMark) the delivered events' mark is
+// left in r.carried for the next lease's transaction (pending.go).
+func (r *Relay) markCarry(runCtx context.Context, batch []*envelope.Event, errs []error, carry bool) (pollResult, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), markTimeout)
 	defer cancel()
 	now := r.now()
@@ -709,30 +777,14 @@ func (r *Relay) mark(runCtx context.Context, batch []*envelope.Event, errs []err
 	}
 	var errOut []error
 	if len(delivered) > 0 {
-		var marked sql.Result
-		err := retryMark(ctx, func() (err error) {
-			if r.cfg.DeleteOnPublish {
-				marked, err = r.exec(ctx, r.sql.deletePublished, r.seqArg(delivered), r.cfg.Name)
-			} else {
-				marked, err = r.exec(ctx, r.sql.markPublished, r.nowArg(), r.seqArg(delivered), r.cfg.Name)
+		if carry {
+			// Observed once the carried mark is written (observeCarried).
+			r.carried = &carriedMark{delivered: delivered, seqs: r.seqArg(delivered), at: now}
+		} else {
+			if err := r.markDelivered(ctx, delivered, r.seqArg(delivered)); err != nil {
+				errOut = append(errOut, err)
 			}
-			return err
-		})
-		if err != nil {
-			err = stmtErr(ctx, "mark published", err)
-			r.log.ErrorContext(ctx, "herald/relay: could not mark delivered events published; they will be delivered again when their lease expires",
-				slog.String("relay", r.cfg.Name), slog.Int("events", len(delivered)), slog.Any("error", err))
-			errOut = append(errOut, err)
-		} else if n, err := marked.RowsAffected(); err == nil && n < int64(len(delivered)) {
-			r.log.WarnContext(ctx, "herald/relay: some delivered events were no longer leased by this relay (lease expired and taken over); their new holder will deliver them again",
-				slog.String("relay", r.cfg.Name), slog.Int("delivered", len(delivered)), slog.Int64("marked", n))
-		}
-		if r.cfg.Observer != nil {
-			for _, e := range delivered {
-				r.observe(ctx, "Delivered", func() {
-					r.cfg.Observer.Delivered(ctx, Delivered{Relay: r.cfg.Name, Event: e, Delay: now.Sub(e.CreatedAt)})
-				})
-			}
+			r.observeDelivered(ctx, delivered, now)
 		}
 	}
 	if len(failures) > 0 {

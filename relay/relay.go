@@ -67,6 +67,12 @@ type Relay struct {
 	// backlog (both the poll loop's own).
 	lastKeys map[string]struct{}
 	noRuns   bool
+	// carried is a delivered batch's mark carried into the next lease's
+	// transaction (pending.go); the poll loop's own.
+	carried *carriedMark
+	// floor is where the next lease's candidate scans start, floorLeases
+	// counts the full leases that set it (see leaseFloor).
+	floor, floorLeases atomic.Int64
 	// shortLeases counts short leases of unordered events only (see lease).
 	shortLeases atomic.Int64
 	cleanups    atomic.Int64 // scheduled cleanup passes finished, for tests
@@ -404,6 +410,7 @@ func (r *Relay) loop(soft, hard context.Context, ru *run) {
 	timer.Stop()
 	defer timer.Stop()
 	waitingClosed := false
+	defer r.flushCarried(hard) // a mark carried into a lease that will not run
 	for soft.Err() == nil {
 		start := r.now()
 		if !due.IsZero() && !start.Before(due) {
@@ -424,7 +431,7 @@ func (r *Relay) loop(soft, hard context.Context, ru *run) {
 		}
 		if err == nil {
 			r.polls.Add(1)
-			res, err = r.poll(hard)
+			res, err = r.pollCarry(hard, true)
 			r.watchPool(hard)
 		}
 		if err != nil {

@@ -75,3 +75,43 @@ func TestRetriesDoNotHoldBackOthers(t *testing.T) {
 		}
 	})
 }
+
+// TestSecondRelayLeasesPastALeaseInFlight: while one relay's lease is in
+// flight — its rows locked, its lease_until not yet committed — a second
+// relay leases the events behind it. The candidate sources took BatchSize
+// events each: exactly the rows the first lease was locking, all skipped
+// as locked, and the second relay leased nothing and waited its poll
+// interval.
+func TestSecondRelayLeasesPastALeaseInFlight(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envelope.Postgres)
+	for _, keys := range []int{0, 100} {
+		if _, err := e.db.Exec("DELETE FROM herald_outbox"); err != nil {
+			t.Fatal(err)
+		}
+		fillKeyed(t, e, 300, keys)
+		tx, err := e.db.Begin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The first relay's lease, not yet committed.
+		if _, err := tx.Exec(`UPDATE herald_outbox SET lease_until = now() + interval '1 minute', leased_by = 'a'
+			WHERE sequence IN (SELECT sequence FROM herald_outbox ORDER BY sequence LIMIT 50)`); err != nil {
+			t.Fatal(err)
+		}
+		b := e.newRelay(t, &recorder{}, Config{Name: "b", BatchSize: 50})
+		second, _, err := b.lease(context.Background())
+		_ = tx.Rollback()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(second) != 50 {
+			t.Fatalf("%d keys: with 50 events under a lease in flight, the second relay leased %d; want 50", keys, len(second))
+		}
+		for _, ev := range second {
+			if ev.LeasedBy != "b" {
+				t.Fatalf("%d keys: event %d leased by %q", keys, ev.Sequence, ev.LeasedBy)
+			}
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -114,8 +115,8 @@ const leaseHeadsPostgres = `{walkcte}SELECT e.sequence{headcols} FROM {table} e
             {pendingsrc}
             UNION ALL
             (SELECT c.sequence FROM {table} c WHERE c.published_at IS NULL AND c.ordering_key IS NULL
-               {available}
-             ORDER BY c.sequence LIMIT $4){walksource}))
+               {available}{floor}
+             ORDER BY c.sequence LIMIT {candidates}){walksource}))
       AND e.published_at IS NULL AND e.dead_lettered_at IS NULL
       AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= coalesce($3::timestamptz, now()))
       AND (e.lease_until IS NULL OR e.lease_until < coalesce($3::timestamptz, now()))
@@ -139,13 +140,13 @@ const leaseHeadsPostgres = `{walkcte}SELECT e.sequence{headcols} FROM {table} e
 // and 1000 such tests made a lease take seconds.
 const (
 	pendingSourcePostgres = `(SELECT c.sequence FROM {table} c WHERE c.published_at IS NULL AND c.dead_lettered_at IS NULL
-               {available}
-             ORDER BY c.sequence LIMIT $4)`
+               {available}{floor}
+             ORDER BY c.sequence LIMIT {candidates})`
 	pendingSourceRunsPostgres = `(SELECT d.sequence FROM (
                 SELECT c.sequence, c.ordering_key, row_number() OVER (PARTITION BY c.ordering_key ORDER BY c.sequence) AS rn
                 FROM (SELECT c.sequence, c.ordering_key FROM {table} c WHERE c.published_at IS NULL AND c.dead_lettered_at IS NULL
-                        {available}
-                      ORDER BY c.sequence LIMIT $4) c) d
+                        {available}{floor}
+                      ORDER BY c.sequence LIMIT {candidates}) c) d
              WHERE d.ordering_key IS NULL OR d.rn = 1)`
 )
 
@@ -233,6 +234,26 @@ const (
                AND (c.next_attempt_at IS NULL OR c.next_attempt_at <= coalesce($3::timestamptz, now()))`
 	availableSQLite = `AND (c.lease_until IS NULL OR c.lease_until < $3)
                   AND (c.next_attempt_at IS NULL OR c.next_attempt_at <= $3)`
+)
+
+// candidatesPostgres is how many events each candidate source of the
+// lease takes: twice BatchSize. A lease's row locks are taken before it
+// commits and its lease_until is seen by others only after: while one
+// relay's lease is in flight, a second relay's candidate scans still see
+// the rows it is locking as available, and with BatchSize candidates
+// those were all of them — skipped as locked, and the second relay leased
+// nothing and waited its poll interval
+// (TestSecondRelayLeasesPastALeaseInFlight). The outer scan stops at
+// BatchSize rows that qualify: the second half costs only index entries.
+//
+// floorPostgres starts the candidate scans at the relay's lease floor
+// (Relay.leaseFloor), bound as the statement's last argument ($n is
+// numbered after the topic filter's); 0 scans from the start. The forms
+// with the key walk, run only after a short lease, have none.
+const (
+	candidatesPostgres = `2 * $4::bigint`
+	floorPostgres      = `
+               AND c.sequence >= $%d::bigint`
 )
 
 // walkPostgres is the key walk's CTE and candidate source, spliced into
@@ -478,6 +499,7 @@ type statements struct {
 	lease, leaseWalk                                               string // without and with the key walk
 	leaseRuns, leaseRunsWalk                                       string // the same, leasing runs of a key (PostgreSQL; on SQLite = lease, leaseWalk)
 	markPublished, deletePublished, markFailed                     string
+	fusedMark, fusedDelete                                         string // the marks carried into a lease's transaction (pending.go; PostgreSQL)
 	renew, release                                                 string
 	backlog, backlogByTopic, cleanupPublished, cleanupDeadLettered string
 	retry, checkTable                                              string
@@ -577,7 +599,7 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 	// four (five with the key walk), the PostgreSQL cleanups three, the
 	// SQLite ones two, the backlog one; the filter's arguments are appended
 	// to theirs.
-	f5, fargs, _ := b.filterCondition(f, 5)
+	f5, fargs, n5 := b.filterCondition(f, 5)
 	f6, _, _ := b.filterCondition(f, 6)
 	cleanupFrom := 3
 	if b.d == envelope.Postgres {
@@ -593,15 +615,18 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 	paused := " AND NOT EXISTS (SELECT 1 FROM " + b.t.PausedTable() + " z WHERE z.topic = e.topic)"
 	f5, f6 = f5+paused, f6+paused
 	lease := b.pick(leaseBatchPostgres, leaseBatchSQLite)
-	avail := strings.NewReplacer("{available}", b.pick(availablePostgres, availableSQLite))
+	avail := strings.NewReplacer("{available}", b.pick(availablePostgres, availableSQLite), "{candidates}", candidatesPostgres)
+	floor, noFloor := strings.NewReplacer("{floor}", fmt.Sprintf(floorPostgres, n5)), strings.NewReplacer("{floor}", "")
 	cte, src := b.pick(walkCTEPostgres, walkCTESQLite), b.pick(walkSourcePostgres, walkSourceSQLite)
-	st.lease = b.render(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", "", "{pendingsrc}", pendingSourcePostgres).Replace(lease)), f5, "")
-	st.leaseWalk = b.render(avail.Replace(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", "", "{pendingsrc}", pendingSourcePostgres).Replace(lease)), f6, "")
+	st.lease = b.render(floor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", "", "{pendingsrc}", pendingSourcePostgres).Replace(lease))), f5, "")
+	st.leaseWalk = b.render(noFloor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", "", "{pendingsrc}", pendingSourcePostgres).Replace(lease))), f6, "")
 	st.leaseRuns, st.leaseRunsWalk = st.lease, st.leaseWalk
 	if b.d == envelope.Postgres {
 		runs := leaseRunsPostgres
-		st.leaseRuns = b.render(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourceRunsPostgres).Replace(runs)), f5, "")
-		st.leaseRunsWalk = b.render(avail.Replace(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourceRunsPostgres).Replace(runs)), f6, "")
+		st.leaseRuns = b.render(floor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourceRunsPostgres).Replace(runs))), f5, "")
+		st.leaseRunsWalk = b.render(noFloor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourceRunsPostgres).Replace(runs))), f6, "")
+		st.fusedMark = b.render(fmt.Sprintf(fusedMarkSQL, markPublishedPostgres), "", "")
+		st.fusedDelete = b.render(fmt.Sprintf(fusedMarkSQL, deletePublishedPostgres), "", "")
 	}
 	st.markPublished = b.render(b.pick(markPublishedPostgres, markPublishedSQLite), "", "")
 	st.deletePublished = b.render(b.pick(deletePublishedPostgres, deletePublishedSQLite), "", "")

@@ -1,0 +1,321 @@
+// Command relayprof drains a backlog with one relay on PostgreSQL and
+// shows where its polls go: every statement the relay's connections run
+// is timed (a pgx tracer on the relay's *sql.DB — the relay sees pgx's
+// own driver, so it plans its statements as in production), grouped by
+// what it is (BEGIN, SET LOCAL jit, lease, mark, the mark carried into a
+// lease, COMMIT, …), and printed as a Markdown table beside the drain's
+// wall time. With -explain f it also runs the relay's last lease
+// statement under EXPLAIN (ANALYZE, BUFFERS) — in a transaction with jit
+// off that it rolls back — once a fraction f of the backlog is delivered.
+//
+//	go run ./integration/cmd/relayprof -n 100000
+//	go run ./integration/cmd/relayprof -n 1000000 -explain 0.5
+//	go run ./integration/cmd/relayprof -n 100000 -batch 1000 -keys 1000
+//
+// HERALD_POSTGRES_DSN (default postgres://postgres@127.0.0.1:5432/test)
+// points it at a server; it works in a schema of its own, dropped at the
+// end.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"log"
+	"log/slog"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/heraldgo/herald/delivery"
+	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/integration/relaybench"
+	"github.com/heraldgo/herald/relay"
+)
+
+func main() {
+	var (
+		dsn     = flag.String("dsn", envOr("HERALD_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL DSN")
+		n       = flag.Int("n", 100000, "events in the backlog")
+		batch   = flag.Int("batch", relay.DefaultBatchSize, "the relay's BatchSize")
+		keys    = flag.Int("keys", 0, "spread the events over this many ordering keys (0: unordered)")
+		explain = flag.Float64("explain", 0, "when this fraction of the backlog is delivered, EXPLAIN (ANALYZE, BUFFERS) the relay's last lease (0: never)")
+		async   = flag.Bool("async-commit", false, "the relay's AsyncCommit")
+	)
+	flag.Parse()
+	ctx := context.Background()
+	schema := "relayprof_" + randomHex(4)
+	admin, err := sql.Open("pgx", *dsn)
+	check(err)
+	defer admin.Close()
+	_, err = admin.ExecContext(ctx, `CREATE SCHEMA `+schema)
+	check(err)
+	defer func() { _, _ = admin.ExecContext(context.Background(), `DROP SCHEMA `+schema+` CASCADE`) }()
+	base := withParam(*dsn, "search_path", schema)
+
+	setup, err := sql.Open("pgx", base)
+	check(err)
+	defer setup.Close()
+	check(relaybench.Reset(ctx, setup, "herald_outbox"))
+	check(relaybench.Fill(ctx, setup, "herald_outbox", *n, *keys))
+	_, err = setup.ExecContext(ctx, `CHECKPOINT`)
+	check(err)
+
+	cc, err := pgx.ParseConfig(base)
+	check(err)
+	tr := &tracer{stats: map[string]*stat{}}
+	cc.Tracer = tr
+	db := stdlib.OpenDB(*cc)
+	defer db.Close()
+
+	var delivered atomic.Int64
+	done := make(chan struct{})
+	explainAt := int64(*explain * float64(*n))
+	var plan string
+	var explainWG sync.WaitGroup
+	obs := relay.ObserverFuncs{OnDelivered: func(context.Context, relay.Delivered) {
+		d := delivered.Add(1)
+		if explainAt > 0 && d == explainAt {
+			explainWG.Go(func() { plan = explainLease(ctx, setup, tr) })
+		}
+		if d == int64(*n) {
+			close(done)
+		}
+	}}
+	r, err := relay.New(db, delivery.Func(func(context.Context, *envelope.Event) error { return nil }), relay.Config{
+		Dialect: envelope.Postgres, BatchSize: *batch, AsyncCommit: *async, Observer: obs, Logger: slog.New(slog.DiscardHandler),
+	})
+	check(err)
+	tr.reset()
+	start := time.Now()
+	check(r.Start(ctx))
+	<-done
+	check(r.Stop(ctx)) // writes a mark still carried
+	wall := time.Since(start)
+	explainWG.Wait()
+
+	var version string
+	_ = admin.QueryRowContext(ctx, `SELECT current_setting('server_version')`).Scan(&version)
+	load, _ := os.ReadFile("/proc/loadavg")
+	fmt.Printf("# relayprof %s\n\n", time.Now().UTC().Format(time.RFC3339))
+	fmt.Printf("PostgreSQL %s; load average %s; %d events (%s), BatchSize %d, one relay, a no-op delivery\n\n",
+		version, strings.Join(strings.Fields(string(load))[:3], " "), *n, ordered(*keys), *batch)
+	fmt.Printf("drain: %s, %.0f events/s; %d polls of %.1f ms\n\n", wall.Round(time.Millisecond), float64(*n)/wall.Seconds(),
+		tr.polls(), float64(wall.Microseconds())/1000/float64(max(tr.polls(), 1)))
+	fmt.Println("| statement | count | per poll | total ms | mean µs | share of the drain |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|")
+	var sum time.Duration
+	for _, k := range tr.kinds() {
+		s := tr.stats[k]
+		sum += s.total
+		fmt.Printf("| %s | %d | %.2f | %.0f | %.0f | %.1f%% |\n", k, s.count, float64(s.count)/float64(max(tr.polls(), 1)),
+			float64(s.total.Microseconds())/1000, float64(s.total.Microseconds())/float64(s.count), 100*s.total.Seconds()/wall.Seconds())
+	}
+	fmt.Printf("| outside statements (delivery, Go) | | | %.0f | | %.1f%% |\n", float64((wall-sum).Microseconds())/1000, 100*(wall-sum).Seconds()/wall.Seconds())
+	if plan != "" {
+		fmt.Printf("\nEXPLAIN (ANALYZE, BUFFERS) of the relay's lease with %d of %d events delivered:\n\n```\n%s```\n", explainAt, *n, plan)
+	}
+}
+
+// stat is the time spent in one kind of statement.
+type stat struct {
+	count int
+	total time.Duration
+}
+
+// tracer times every statement of the relay's connections (pgx.QueryTracer).
+type tracer struct {
+	mu        sync.Mutex
+	stats     map[string]*stat
+	lastLease string
+	leaseArgs []any
+}
+
+type startKey struct{}
+
+type started struct {
+	at   time.Time
+	kind string
+}
+
+func (t *tracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	k := kind(d.SQL)
+	if strings.HasPrefix(k, "lease") {
+		var args []any
+		for _, a := range d.Args {
+			if _, ok := a.(pgx.QueryExecMode); !ok {
+				args = append(args, a)
+			}
+		}
+		t.mu.Lock()
+		t.lastLease, t.leaseArgs = d.SQL, args
+		t.mu.Unlock()
+	}
+	return context.WithValue(ctx, startKey{}, started{time.Now(), k})
+}
+
+func (t *tracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	s, ok := ctx.Value(startKey{}).(started)
+	if !ok {
+		return
+	}
+	took := time.Since(s.at)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	st := t.stats[s.kind]
+	if st == nil {
+		st = &stat{}
+		t.stats[s.kind] = st
+	}
+	st.count++
+	st.total += took
+}
+
+func (t *tracer) reset() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.stats = map[string]*stat{}
+}
+
+// polls is the number of leases run.
+func (t *tracer) polls() int {
+	n := 0
+	for k, s := range t.stats {
+		if strings.HasPrefix(k, "lease") {
+			n += s.count
+		}
+	}
+	return n
+}
+
+func (t *tracer) kinds() []string {
+	var ks []string
+	for k := range t.stats {
+		ks = append(ks, k)
+	}
+	slices.SortFunc(ks, func(a, b string) int { return int(t.stats[b].total - t.stats[a].total) })
+	return ks
+}
+
+// kind names a statement of the relay by its text.
+func kind(q string) string {
+	l := strings.ToLower(strings.TrimSpace(q))
+	switch {
+	case l == "begin" || strings.HasPrefix(l, "begin "):
+		return "BEGIN"
+	case l == "commit":
+		return "COMMIT"
+	case l == "rollback":
+		return "ROLLBACK"
+	case strings.HasPrefix(l, "set local jit"):
+		return "SET LOCAL jit = off"
+	case strings.Contains(l, "herald_marked"):
+		return "mark, carried into the lease's transaction"
+	case strings.Contains(l, "set published_at"):
+		return "mark"
+	case strings.HasPrefix(l, "delete") && strings.Contains(l, "leased_by"):
+		return "mark (delete)"
+	case strings.Contains(l, "set attempts"):
+		return "mark failed"
+	case strings.Contains(l, "set lease_until = coalesce($4"):
+		return "renewal"
+	case strings.Contains(l, "set lease_until = null"):
+		return "release"
+	case strings.Contains(l, "returning") && strings.Contains(l, "leased_by = $2"), strings.Contains(l, "with heads as"):
+		switch {
+		case strings.Contains(l, "with heads as") && strings.Contains(l, "recursive walk"):
+			return "lease (runs, key walk)"
+		case strings.Contains(l, "with heads as"):
+			return "lease (runs)"
+		case strings.Contains(l, "recursive walk"):
+			return "lease (key walk)"
+		}
+		return "lease"
+	}
+	return "other: " + cut(strings.Join(strings.Fields(q), " "), 40)
+}
+
+// explainLease runs the relay's last lease statement under EXPLAIN
+// (ANALYZE, BUFFERS) in a transaction with jit off, rolled back.
+func explainLease(ctx context.Context, db *sql.DB, t *tracer) string {
+	t.mu.Lock()
+	q, args := t.lastLease, t.leaseArgs
+	t.mu.Unlock()
+	if q == "" {
+		return "no lease seen yet\n"
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err.Error() + "\n"
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, `SET LOCAL jit = off`); err != nil {
+		return err.Error() + "\n"
+	}
+	rows, err := tx.QueryContext(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+q, args...)
+	if err != nil {
+		return err.Error() + "\n"
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			return err.Error() + "\n"
+		}
+		b.WriteString(line + "\n")
+	}
+	return b.String()
+}
+
+func ordered(keys int) string {
+	if keys == 0 {
+		return "unordered"
+	}
+	return fmt.Sprintf("%d ordering keys", keys)
+}
+
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func withParam(dsn, k, v string) string {
+	u, err := url.Parse(dsn)
+	check(err)
+	q := u.Query()
+	q.Set(k, v)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func check(err error) {
+	if err != nil {
+		log.Fatal(err)
+	}
+}

@@ -1,0 +1,223 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/testkit"
+)
+
+// TestCarriedMarkCommitsWithTheNextLease: the poll loop's mark of a full
+// batch delivered whole is written in the next lease's transaction — the
+// events stay leased, unpublished, until that lease commits, and are then
+// published whether or not the lease found anything.
+func TestCarriedMarkCommitsWithTheNextLease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envelope.Postgres)
+	fillKeyed(t, e, 20, 0)
+	rec := &recorder{}
+	var observed atomic.Int64
+	r := e.newRelay(t, rec, Config{BatchSize: 10, Observer: ObserverFuncs{OnDelivered: func(context.Context, Delivered) { observed.Add(1) }}})
+	ctx := context.Background()
+	for i, want := range []int{0, 10, 20} {
+		if _, err := r.pollCarry(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+		if n := e.count(t, "published_at IS NOT NULL"); n != want {
+			t.Fatalf("after poll %d: %d events published, want %d (the mark of the batch before)", i+1, n, want)
+		}
+		// The Observer is told after the marks are written.
+		if n := observed.Load(); n != int64(want) {
+			t.Fatalf("after poll %d: the Observer was told of %d deliveries, want %d (those marked)", i+1, n, want)
+		}
+	}
+	if rec.count() != 20 || r.carried != nil {
+		t.Fatalf("%d events delivered, mark still carried: %v", rec.count(), r.carried != nil)
+	}
+}
+
+// TestCarriedMarkWrittenWhenTheLeaseFails: when the lease a mark was
+// carried into fails, the mark is written on its own before the poll
+// returns: the delivered events do not wait for their lease to run out
+// and are not delivered again.
+func TestCarriedMarkWrittenWhenTheLeaseFails(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envelope.Postgres)
+	fillKeyed(t, e, 20, 0)
+	rec := &recorder{}
+	r := e.newRelay(t, rec, Config{BatchSize: 10})
+	ctx := context.Background()
+	if _, err := r.pollCarry(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	// The lease reads the table of paused topics: without it, it fails;
+	// the mark does not read it.
+	if _, err := e.db.Exec(`ALTER TABLE herald_outbox_paused RENAME TO herald_outbox_paused_away`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.pollCarry(ctx, true); err == nil {
+		t.Fatal("the lease succeeded without the table of paused topics")
+	}
+	if n := e.count(t, "published_at IS NOT NULL"); n != 10 {
+		t.Fatalf("after the failed lease %d events published, want the 10 delivered", n)
+	}
+	if r.carried != nil {
+		t.Fatal("the mark is still carried after the lease failed")
+	}
+	if _, err := e.db.Exec(`ALTER TABLE herald_outbox_paused_away RENAME TO herald_outbox_paused`); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := r.pollCarry(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := e.count(t, "published_at IS NOT NULL"); n != 20 || rec.count() != 20 {
+		t.Fatalf("%d events published, %d deliveries; want 20 and 20", n, rec.count())
+	}
+}
+
+// TestMarkNotCarried: a mark is written at once with AsyncCommit, when an
+// event of the batch failed, and when the batch was short of unordered
+// events (the loop waits before its next poll).
+func TestMarkNotCarried(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	t.Run("AsyncCommit", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, envelope.Postgres)
+		fillKeyed(t, e, 20, 0)
+		r := e.newRelay(t, &recorder{}, Config{BatchSize: 10, AsyncCommit: true})
+		if _, err := r.pollCarry(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+		if n := e.count(t, "published_at IS NOT NULL"); n != 10 || r.carried != nil {
+			t.Fatalf("%d events published, mark carried: %v; want 10, not carried", n, r.carried != nil)
+		}
+	})
+	t.Run("failure", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, envelope.Postgres)
+		fillKeyed(t, e, 20, 0)
+		var once sync.Once
+		r := e.newRelay(t, &batchFunc{fn: func(es []*envelope.Event) []error {
+			errs := make([]error, len(es))
+			once.Do(func() { errs[0] = errors.New("refused") })
+			return errs
+		}}, Config{BatchSize: 10})
+		if _, err := r.pollCarry(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+		if n, f := e.count(t, "published_at IS NOT NULL"), e.count(t, "attempts = 1"); n != 9 || f != 1 || r.carried != nil {
+			t.Fatalf("%d events published, %d failures recorded, mark carried: %v; want 9, 1, not carried", n, f, r.carried != nil)
+		}
+	})
+	t.Run("short", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, envelope.Postgres)
+		fillKeyed(t, e, 5, 0)
+		r := e.newRelay(t, &recorder{}, Config{BatchSize: 10})
+		if _, err := r.pollCarry(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+		if n := e.count(t, "published_at IS NOT NULL"); n != 5 || r.carried != nil {
+			t.Fatalf("%d events published, mark carried: %v; want 5, not carried", n, r.carried != nil)
+		}
+	})
+}
+
+// TestStopWritesTheCarriedMark: a relay stopped while it carries a mark
+// writes it before Stop returns: every event delivered is published.
+func TestStopWritesTheCarriedMark(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envelope.Postgres)
+	fillKeyed(t, e, 200, 0)
+	reached, release := make(chan struct{}), make(chan struct{})
+	var n int
+	var mu sync.Mutex
+	r := e.newRelay(t, &batchFunc{fn: func(es []*envelope.Event) []error {
+		mu.Lock()
+		n += len(es)
+		if n == 30 {
+			close(reached)
+			<-release
+		}
+		mu.Unlock()
+		return make([]error, len(es))
+	}}, Config{BatchSize: 10})
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	<-reached
+	stopped := make(chan error, 1)
+	go func() { stopped <- r.Stop(context.Background()) }()
+	testkit.Eventually(t, 10*time.Second, func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.run == nil || r.run.soft.Err() != nil
+	}, "the relay did not begin to stop")
+	close(release)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	delivered := n
+	mu.Unlock()
+	if got := e.count(t, "published_at IS NOT NULL"); got != delivered || delivered != 30 {
+		t.Fatalf("after Stop: %d events published, %d delivered; want 30 and 30", got, delivered)
+	}
+}
+
+// TestLeaseFloorReachesBelow: after full leases the candidate scans start
+// at the last lease's lowest sequence, yet an event that becomes leasable
+// below that floor is leased within floorEvery leases.
+func TestLeaseFloorReachesBelow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envelope.Postgres)
+	fillKeyed(t, e, 400, 0)
+	r := e.newRelay(t, &recorder{}, Config{BatchSize: 10})
+	ctx := context.Background()
+	var first int64
+	for i := range 3 {
+		batch, _, err := r.lease(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = batch[0].Sequence
+		}
+		if _, err := r.mark(ctx, batch, make([]error, len(batch))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r.floor.Load() <= first {
+		t.Fatalf("after three full leases the floor is %d, not above the first event %d", r.floor.Load(), first)
+	}
+	// The first event becomes pending again, below the floor.
+	if _, err := e.db.Exec(`UPDATE herald_outbox SET published_at = NULL, leased_by = NULL, lease_until = NULL WHERE sequence = $1`, first); err != nil {
+		t.Fatal(err)
+	}
+	for i := range floorEvery {
+		batch, _, err := r.lease(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range batch {
+			if ev.Sequence == first {
+				if i == 0 {
+					t.Fatal("the lease right after the floor was set reached below it: no floor")
+				}
+				return
+			}
+		}
+		if _, err := r.mark(ctx, batch, make([]error, len(batch))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Fatalf("event %d below the floor was not leased in %d leases", first, floorEvery)
+}
