@@ -62,3 +62,83 @@ func CallTx(ctx context.Context, d TxDelivery, tx *sql.Tx, es []*envelope.Event)
 	}
 	return errs
 }
+
+// AsTx returns d as a TxDelivery when it is one: a TxDelivery, or a
+// Routing whose every route (and fallback) is a TxDelivery (InTx). A
+// Routing with a route of another kind is not: its routes deliver outside
+// the relay's transaction, at least once, so give the TxDelivery routes a
+// relay of their own (relay.Config.Topics) to keep them exactly once.
+// The relay calls it on its delivery; wrappers (otelherald.Delivery) call
+// it on the delivery they wrap.
+func AsTx(d Delivery) (TxDelivery, bool) {
+	switch t := d.(type) {
+	case TxDelivery:
+		return t, true
+	case *Routing:
+		if t.InTx() {
+			return txRouting{t}, true
+		}
+	}
+	return nil, false
+}
+
+// InTx reports whether every route of r, and its fallback, is a
+// TxDelivery (AsTx of one): then AsTx(r) delivers each route's share in
+// the relay's transaction.
+func (r *Routing) InTx() bool {
+	if len(r.targets) == 0 {
+		return false
+	}
+	for _, d := range r.targets {
+		if _, ok := AsTx(d); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// txRouting is a Routing of TxDelivery routes as a TxDelivery.
+type txRouting struct{ *Routing }
+
+var _ BatchDelivery = txRouting{}
+
+// DeliverTx splits es by route and hands each route its share in tx, one
+// route after the other (a transaction runs one statement at a time), in
+// the order of their first event; an event no route accepts fails
+// Permanent.
+func (r txRouting) DeliverTx(ctx context.Context, tx *sql.Tx, es []*envelope.Event) []error {
+	errs := make([]error, len(es))
+	failed := false
+	var order []int
+	by := map[int][]int{}
+	for i, e := range es {
+		t := r.route(e.Topic)
+		if t < 0 {
+			errs[i] = unrouted(e)
+			failed = true
+			continue
+		}
+		if _, ok := by[t]; !ok {
+			order = append(order, t)
+		}
+		by[t] = append(by[t], i)
+	}
+	for _, t := range order {
+		idx := by[t]
+		td, _ := AsTx(r.targets[t])
+		sub := make([]*envelope.Event, len(idx))
+		for j, i := range idx {
+			sub[j] = es[i]
+		}
+		for j, err := range CallTx(ctx, td, tx, sub) {
+			if err != nil {
+				errs[idx[j]] = err
+				failed = true
+			}
+		}
+	}
+	if !failed {
+		return nil
+	}
+	return errs
+}

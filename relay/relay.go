@@ -167,7 +167,7 @@ func New(db *sql.DB, d delivery.Delivery, cfg Config) (*Relay, error) {
 	if bd, ok := d.(delivery.BatchDelivery); ok {
 		r.batch = bd
 	}
-	if td, ok := d.(delivery.TxDelivery); ok {
+	if td, ok := delivery.AsTx(d); ok {
 		r.txd = td
 	}
 	switch err := r.checkTable(ctx); {

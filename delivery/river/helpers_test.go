@@ -1,10 +1,15 @@
 package river_test
 
 import (
+	"context"
+	"database/sql"
 	"encoding/json"
 	"testing"
 
 	"github.com/google/uuid"
+
+	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/testkit"
 )
 
 func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
@@ -16,4 +21,14 @@ func mustV7(t testing.TB) uuid.UUID {
 		t.Fatal(err)
 	}
 	return id
+}
+
+// deliverytestDB is a migrated outbox in a schema of the test's own.
+func deliverytestDB(t *testing.T) (*sql.DB, string) {
+	t.Helper()
+	db, dsn := testkit.Postgres(t)
+	if err := envelope.Migrate(context.Background(), db, envelope.Postgres, ""); err != nil {
+		t.Fatal(err)
+	}
+	return db, dsn
 }
