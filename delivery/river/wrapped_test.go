@@ -30,7 +30,9 @@ func TestTracedExactlyOnceThroughRelay(t *testing.T) {
 		build  func(rd delivery.Delivery, tc otelherald.TraceConfig) delivery.Delivery
 		inMark bool
 	}{
-		{"traced", func(rd delivery.Delivery, c otelherald.TraceConfig) delivery.Delivery { return otelherald.Delivery(rd, c) }, true},
+		{"traced", func(rd delivery.Delivery, c otelherald.TraceConfig) delivery.Delivery {
+			return otelherald.Delivery(rd, c)
+		}, true},
 		{"router of traced", func(rd delivery.Delivery, c otelherald.TraceConfig) delivery.Delivery {
 			r, err := delivery.Router(map[string]delivery.Delivery{"a.*": otelherald.Delivery(rd, c), "b.*": otelherald.Delivery(rd, c)}, nil)
 			if err != nil {

@@ -49,7 +49,7 @@ func deliveryRiver(sqlDB *sql.DB) {
 
 func deliveryWatermill(sqlDB *sql.DB, amqpCfg amqp.Config) {
 	pub, err := amqp.NewPublisher(amqpCfg, watermill.NopLogger{}) // watermill-amqp
-	d, err := watermilld.New(watermilld.Config{Publisher: pub}) // this package
+	d, err := watermilld.New(watermilld.Config{Publisher: pub})   // this package
 	r, err := relay.New(sqlDB, d, relay.Config{})
 	_, _ = r, err
 }
