@@ -28,7 +28,7 @@
 // message twice (receivers de-duplicate on the UUID).
 //
 //	pub, err := amqp.NewPublisher(amqpCfg, watermill.NopLogger{}) // watermill-amqp
-//	d, err := watermilld.New(watermilld.Config{Publisher: pub}) // this package
+//	d, err := watermilld.New(watermilld.Config{Publisher: pub})   // this package
 //	r, err := relay.New(sqlDB, d, relay.Config{})
 //
 // The delivery owns the publisher: Close closes it.
