@@ -11,9 +11,14 @@
 // default delivery.ByAggregate — the event's topic less its operation, so
 // a captured row's events share one topic.
 //
-// The Delivery is a delivery.BatchDelivery: a relay's batch is one Publish
-// call per topic, its messages in batch order, and an event counts as
-// delivered when its Publish returned nil. What that promises is the
+// The Delivery is a delivery.BatchDelivery: a relay's batch is published
+// one Publish call per message, in batch order, so what was published
+// before the batch's context ended counts even when the whole batch would
+// not fit in the relay's DeliveryTimeout (watermill-amqp with
+// ConfirmDelivery waits for each message's confirmation in turn);
+// Config.PublishBatch makes it one call per topic instead, for publishers
+// that send many messages in one request. An event counts as delivered
+// when its Publish returned nil. What that promises is the
 // publisher's: configure it to return only once the broker has the
 // message (watermill-amqp's Publish.ConfirmDelivery, a synchronous Kafka
 // producer). Order is the publisher's too: a relay hands over a key's

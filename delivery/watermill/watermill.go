@@ -26,16 +26,28 @@ type Config struct {
 	// of one ordering key. Not together with Topic. An event it maps to ""
 	// fails at once, dead-lettered (ErrDelivery, ErrPermanent).
 	TopicFunc func(e *envelope.Event) string
+
+	// PublishBatch makes a batch one Publish call per topic, all its
+	// messages at once, for publishers that send them in one request: a
+	// failed or late call then fails every event of it. false (the
+	// default): one Publish call per message, in batch order, so the
+	// messages published before the batch's context ended count as
+	// delivered — what keeps a publisher that confirms each message in
+	// turn (watermill-amqp's ConfirmDelivery) making progress when a whole
+	// batch would outlast the relay's DeliveryTimeout.
+	PublishBatch bool
 }
 
 // Delivery publishes each event as a Watermill message: the event id as
 // the message UUID, the payload as stored as the payload, and
-// delivery.Headers(e) as the metadata. It is a delivery.BatchDelivery: a
-// batch is one Publish call per topic, its messages in batch order.
+// delivery.Headers(e) as the metadata. It is a delivery.BatchDelivery:
+// a batch is published message by message in batch order, or one Publish
+// call per topic (Config.PublishBatch).
 type Delivery struct {
 	pub       message.Publisher
 	topic     string
 	topicFunc func(*envelope.Event) string
+	batch     bool
 }
 
 var _ delivery.BatchDelivery = (*Delivery)(nil)
@@ -52,7 +64,7 @@ func New(cfg Config) (*Delivery, error) {
 	case cfg.Topic != "" && cfg.TopicFunc != nil:
 		return nil, cfgErr("TopicFunc", "set together with Topic; give one of them")
 	}
-	d := &Delivery{pub: cfg.Publisher, topic: cfg.Topic, topicFunc: cfg.TopicFunc}
+	d := &Delivery{pub: cfg.Publisher, topic: cfg.Topic, topicFunc: cfg.TopicFunc, batch: cfg.PublishBatch}
 	if d.topicFunc == nil {
 		d.topicFunc = delivery.ByAggregate
 	}
@@ -81,13 +93,14 @@ func (d *Delivery) Deliver(ctx context.Context, e *envelope.Event) error {
 	return nil
 }
 
-// DeliverBatch publishes es with one Publish call per topic and returns
-// one error per event, or nil when every Publish returned nil. A failed
-// Publish fails each of its events (a publisher reports no message's
-// own outcome). A Publish still running when ctx ends fails its events
-// with ctx's error; it goes on in the background (the messages are then
-// published again when the relay retries: receivers de-duplicate on the
-// message UUID).
+// DeliverBatch publishes es — one Publish call per message, in batch
+// order, or with Config.PublishBatch one per topic — and returns one
+// error per event, or nil when every Publish returned nil. A failed
+// Publish fails each of its events (a publisher reports no message's own
+// outcome). A Publish still running when ctx ends fails its events with
+// ctx's error, and so do the messages not yet handed over; it goes on in
+// the background (its messages may then arrive twice, once more when the
+// relay retries: receivers de-duplicate on the message UUID).
 func (d *Delivery) DeliverBatch(ctx context.Context, es []*envelope.Event) []error {
 	errs := make([]error, len(es))
 	failed := false
@@ -115,19 +128,18 @@ func (d *Delivery) DeliverBatch(ctx context.Context, es []*envelope.Event) []err
 	}
 	for _, topic := range order {
 		g := groups[topic]
-		var err error
-		if err = ctx.Err(); err == nil {
-			done := make(chan error, 1)
-			go func() { done <- d.pub.Publish(topic, g.msgs...) }()
-			select {
-			case err = <-done:
-			case <-ctx.Done():
-				err = context.Cause(ctx)
+		if d.batch {
+			if err := d.publish(ctx, topic, g.msgs); err != nil {
+				failed = true
+				for _, i := range g.idx {
+					errs[i] = fmt.Errorf("herald/watermill: publish event %s to %q: %w", es[i].ID, topic, err)
+				}
 			}
+			continue
 		}
-		if err != nil {
-			failed = true
-			for _, i := range g.idx {
+		for j, i := range g.idx {
+			if err := d.publish(ctx, topic, g.msgs[j:j+1]); err != nil {
+				failed = true
 				errs[i] = fmt.Errorf("herald/watermill: publish event %s to %q: %w", es[i].ID, topic, err)
 			}
 		}
@@ -136,6 +148,22 @@ func (d *Delivery) DeliverBatch(ctx context.Context, es []*envelope.Event) []err
 		return nil
 	}
 	return errs
+}
+
+// publish calls Publish, returning at ctx's end if it has not returned
+// by then (it goes on in the background: Publish takes no context).
+func (d *Delivery) publish(ctx context.Context, topic string, msgs []*message.Message) error {
+	if err := ctx.Err(); err != nil {
+		return context.Cause(ctx)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.pub.Publish(topic, msgs...) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
 
 // Close closes the publisher.

@@ -298,3 +298,66 @@ func TestErrors(t *testing.T) {
 		}
 	}
 }
+
+// gatedPublisher returns at once for its first n messages and then blocks
+// until release is closed; it counts its calls.
+type gatedPublisher struct {
+	n       int
+	mu      sync.Mutex
+	calls   int
+	sent    int
+	release chan struct{}
+}
+
+func (p *gatedPublisher) Publish(_ string, msgs ...*message.Message) error {
+	p.mu.Lock()
+	p.calls++
+	blocked := p.sent+len(msgs) > p.n
+	if !blocked {
+		p.sent += len(msgs)
+	}
+	p.mu.Unlock()
+	if blocked {
+		<-p.release
+		return errors.New("released")
+	}
+	return nil
+}
+
+func (p *gatedPublisher) Close() error { return nil }
+
+// By default a batch is published message by message: the messages a
+// publisher took before the batch's context ended count as delivered, the
+// rest fail with the context's error. With PublishBatch one call carries
+// a topic's messages, all or nothing.
+func TestPublishEachOrBatch(t *testing.T) {
+	t.Parallel()
+	es := make([]*envelope.Event, 4)
+	for i := range es {
+		es[i] = &envelope.Event{ID: uuid.Must(uuid.NewV7()), Topic: "t", OrderingKey: fmt.Sprint(i)}
+	}
+	each := &gatedPublisher{n: 2, release: make(chan struct{})}
+	defer close(each.release)
+	d, err := watermill.New(watermill.Config{Publisher: each})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	errs := d.DeliverBatch(ctx, es)
+	if len(errs) != 4 || errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], context.DeadlineExceeded) || !errors.Is(errs[3], context.DeadlineExceeded) {
+		t.Fatalf("errors %v: want the first two delivered, the rest failed with the context", errs)
+	}
+	whole := &gatedPublisher{n: 100, release: make(chan struct{})}
+	defer close(whole.release)
+	d, err = watermill.New(watermill.Config{Publisher: whole, PublishBatch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := d.DeliverBatch(context.Background(), es); errs != nil {
+		t.Fatal(errs)
+	}
+	if whole.calls != 1 {
+		t.Fatalf("%d Publish calls for one topic's batch with PublishBatch; want 1", whole.calls)
+	}
+}
