@@ -71,6 +71,9 @@ func sinkRows(t testing.TB, e *env) map[string]bool {
 		}
 		out[id] = true
 	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
 	return out
 }
 

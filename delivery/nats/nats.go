@@ -204,7 +204,7 @@ func (d *Delivery) DeliverBatch(ctx context.Context, es []*envelope.Event) []err
 	for i, e := range es {
 		m := d.Msg(e)
 		if err := validSubject(m.Subject); err != nil {
-			errs[i] = delivery.Permanent(fmt.Errorf("herald/nats: event %s (topic %q): subject %q: %v: %w", e.ID, e.Topic, m.Subject, err, delivery.ErrDelivery))
+			errs[i] = delivery.Permanent(fmt.Errorf("herald/nats: event %s (topic %q): subject %q: %w: %w", e.ID, e.Topic, m.Subject, err, delivery.ErrDelivery))
 			failed = true
 			continue
 		}
