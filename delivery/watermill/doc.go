@@ -18,7 +18,9 @@
 // ConfirmDelivery waits for each message's confirmation in turn);
 // Config.PublishBatch makes it one call per topic instead, for publishers
 // that send many messages in one request. An event counts as delivered
-// when its Publish returned nil. What that promises is the
+// when its Publish returned nil. Give watermill-amqp a channel pool
+// (Publish.ChannelPoolSize): without one each Publish opens and closes an
+// AMQP channel. What that promises is the
 // publisher's: configure it to return only once the broker has the
 // message (watermill-amqp's Publish.ConfirmDelivery, a synchronous Kafka
 // producer). Order is the publisher's too: a relay hands over a key's

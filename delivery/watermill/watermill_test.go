@@ -91,6 +91,7 @@ func publisher(t testing.TB, amqpURL string) message.Publisher {
 	t.Helper()
 	cfg := wmamqp.NewNonDurableQueueConfig(amqpURL)
 	cfg.Publish.ConfirmDelivery = true
+	cfg.Publish.ChannelPoolSize = 4 // reuse channels: without a pool each Publish opens and closes one
 	cfg.Connection.Reconnect = &wmamqp.ReconnectConfig{BackoffInitialInterval: 50 * time.Millisecond, BackoffMultiplier: 2, BackoffMaxInterval: time.Second}
 	p, err := wmamqp.NewPublisher(cfg, wm.NopLogger{})
 	if err != nil {
