@@ -2,6 +2,7 @@ package otelherald
 
 import (
 	"context"
+	"database/sql"
 	"maps"
 
 	"go.opentelemetry.io/otel"
@@ -68,7 +69,10 @@ type TraceConfig struct {
 //
 // d is given a copy of each event with its own headers; the relay's event
 // is not changed. When d is a delivery.BatchDelivery, so is the result:
-// one span per event of a batch, one DeliverBatch call.
+// one span per event of a batch, one DeliverBatch call. When d is a
+// delivery.TxDelivery (delivery.AsTx: a River delivery, a Router of them),
+// so is the result: its writes stay in the relay's mark transaction,
+// exactly once.
 func Delivery(d delivery.Delivery, cfg TraceConfig) delivery.Delivery {
 	if cfg.TracerProvider == nil {
 		cfg.TracerProvider = otel.GetTracerProvider()
@@ -77,6 +81,9 @@ func Delivery(d delivery.Delivery, cfg TraceConfig) delivery.Delivery {
 		cfg.System = "herald"
 	}
 	t := &tracing{d: d, cfg: cfg, tracer: cfg.TracerProvider.Tracer(ScopeName)}
+	if td, ok := delivery.AsTx(d); ok {
+		return &txTracing{tracing: t, td: td}
+	}
 	if b, ok := d.(delivery.BatchDelivery); ok {
 		return &batchTracing{tracing: t, b: b}
 	}
@@ -171,6 +178,29 @@ func (t *batchTracing) DeliverBatch(ctx context.Context, es []*envelope.Event) [
 		_, spans[i], cs[i] = t.start(ctx, e)
 	}
 	errs := delivery.CallBatch(ctx, t.b, cs)
+	for i, s := range spans {
+		end(s, errs[i])
+	}
+	return errs
+}
+
+// txTracing traces a TxDelivery and stays one.
+type txTracing struct {
+	*tracing
+	td delivery.TxDelivery
+}
+
+var _ delivery.TxDelivery = (*txTracing)(nil)
+
+// DeliverTx delivers es in one call of the wrapped DeliverTx, each event
+// in its span.
+func (t *txTracing) DeliverTx(ctx context.Context, tx *sql.Tx, es []*envelope.Event) []error {
+	spans := make([]trace.Span, len(es))
+	cs := make([]*envelope.Event, len(es))
+	for i, e := range es {
+		_, spans[i], cs[i] = t.start(ctx, e)
+	}
+	errs := delivery.CallTx(ctx, t.td, tx, cs)
 	for i, s := range spans {
 		end(s, errs[i])
 	}

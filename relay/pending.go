@@ -64,7 +64,9 @@ type carriedMark struct {
 // carry is false where the caller is not the poll loop (which will poll
 // again at once only when the batch was full or held keyed events).
 func (r *Relay) fuseMark(ctx context.Context, carry bool, batch []*envelope.Event, errs []error) bool {
-	if !carry || r.dialect != envelope.Postgres || r.cfg.AsyncCommit || ctx.Err() != nil || len(batch) == 0 {
+	// Never for a TxDelivery: its writes commit with a mark in a
+	// transaction of its own (relay/txmark.go).
+	if !carry || r.txd != nil || r.dialect != envelope.Postgres || r.cfg.AsyncCommit || ctx.Err() != nil || len(batch) == 0 {
 		return false
 	}
 	keyed := false

@@ -82,6 +82,12 @@ func (r *Relay) pollCarry(ctx context.Context, carry bool) (res pollResult, err 
 		return pollResult{leased: len(batch)}, err
 	}
 	t1 := r.now()
+	if r.txd != nil { // relay/txmark.go: the delivery's writes commit with the mark
+		res, err = r.deliverTx(ctx, batch, errs, since)
+		p.Deliver = r.now().Sub(t1)
+		res.leased = len(batch)
+		return res, err
+	}
 	r.deliver(ctx, batch, errs, since)
 	p.Deliver = r.now().Sub(t1)
 	res, err = r.markCarry(ctx, batch, errs, r.fuseMark(ctx, carry, batch, errs))

@@ -27,6 +27,7 @@ type Relay struct {
 	db      *sql.DB
 	d       delivery.Delivery
 	batch   delivery.BatchDelivery // d as a BatchDelivery, or nil
+	txd     delivery.TxDelivery    // d as a TxDelivery, or nil (relay/txmark.go)
 	cfg     Config
 	dialect envelope.Dialect
 	my      mysqlStatements // MySQL's statements beside sql (sql_mysql.go)
@@ -182,6 +183,9 @@ func New(db *sql.DB, d delivery.Delivery, cfg Config) (*Relay, error) {
 	close(r.stopped)
 	if bd, ok := d.(delivery.BatchDelivery); ok {
 		r.batch = bd
+	}
+	if td, ok := delivery.AsTx(d); ok {
+		r.txd = td
 	}
 	switch err := r.checkTable(ctx); {
 	case err == nil:

@@ -5,16 +5,19 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/heraldgo/herald/delivery/amqp"
 	"github.com/heraldgo/herald/delivery/kafka"
+	"github.com/heraldgo/herald/delivery/nats"
 	"github.com/heraldgo/herald/delivery/redisstream"
 	"github.com/heraldgo/herald/delivery/webhook"
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/wakeup/amqpfanout"
 	"github.com/heraldgo/herald/wakeup/kafkasignal"
+	"github.com/heraldgo/herald/wakeup/natssignal"
 	"github.com/heraldgo/herald/wakeup/pgnotify"
 	"github.com/heraldgo/herald/wakeup/redispubsub"
 )
@@ -27,6 +30,7 @@ func TestConstructionConvention(t *testing.T) {
 	t.Parallel()
 	for name, fn := range map[string]any{
 		"delivery/kafka": kafka.New, "delivery/redisstream": redisstream.New, "delivery/amqp": amqp.New, "delivery/webhook": webhook.New,
+		"delivery/nats": nats.New, "wakeup/natssignal": natssignal.New,
 		"wakeup/pgnotify": pgnotify.New, "wakeup/redispubsub": redispubsub.New, "wakeup/kafkasignal": kafkasignal.New, "wakeup/amqpfanout": amqpfanout.New,
 	} {
 		ft := reflect.TypeOf(fn)
@@ -43,8 +47,14 @@ func TestConstructionConvention(t *testing.T) {
 			t.Errorf("%s.Config has no ClientOptions", name)
 		}
 	}
-	if amqp.DefaultDialTimeout != amqpfanout.DefaultDialTimeout {
-		t.Errorf("amqp.DefaultDialTimeout %s, amqpfanout.DefaultDialTimeout %s: want one default", amqp.DefaultDialTimeout, amqpfanout.DefaultDialTimeout)
+	for name, v := range map[string]time.Duration{
+		"amqpfanout.DefaultDialTimeout": amqpfanout.DefaultDialTimeout,
+		"nats.DefaultDialTimeout":       nats.DefaultDialTimeout,
+		"natssignal.DefaultDialTimeout": natssignal.DefaultDialTimeout,
+	} {
+		if v != amqp.DefaultDialTimeout {
+			t.Errorf("%s %s, amqp.DefaultDialTimeout %s: want one default", name, v, amqp.DefaultDialTimeout)
+		}
 	}
 }
 
@@ -63,6 +73,7 @@ func TestWakeupConfigErrors(t *testing.T) {
 		},
 		"kafkasignal.Config.Brokers": func() error { _, err := kafkasignal.New(kafkasignal.Config{}); return err },
 		"amqpfanout.Config.URL":      func() error { _, err := amqpfanout.New(amqpfanout.Config{}); return err },
+		"natssignal.Config.URL":      func() error { _, err := natssignal.New(natssignal.Config{}); return err },
 	} {
 		if err := newFn(); !errors.Is(err, envelope.ErrConfiguration) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%v: want ErrConfiguration naming %s", err, want)

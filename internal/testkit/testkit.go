@@ -31,6 +31,7 @@ const (
 	EnvRedis    = "HERALD_REDIS_URL"
 	EnvAMQP     = "HERALD_AMQP_URL"
 	EnvKafka    = "HERALD_KAFKA_BROKERS"
+	EnvNATS     = "HERALD_NATS_URL"
 )
 
 // Defaults, the servers' local addresses on the project's machines.
@@ -38,6 +39,7 @@ const (
 	DefaultPostgresDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 	DefaultRedisURL    = "redis://127.0.0.1:6379/0"
 	DefaultAMQPURL     = "amqp://guest:guest@127.0.0.1:5672/"
+	DefaultNATSURL     = "nats://127.0.0.1:4222"
 )
 
 // Main runs the tests and then fails the binary if goroutines leaked.
@@ -175,6 +177,16 @@ func AMQPURL(t testing.TB) string {
 	needServer(t, "RabbitMQ")
 	u := env(EnvAMQP, DefaultAMQPURL)
 	reachable(t, "RabbitMQ", u, "5672", EnvAMQP, "rabbitmq-server -detached")
+	return u
+}
+
+// NATSURL returns HERALD_NATS_URL after checking the server answers (a
+// nats-server with JetStream, -js).
+func NATSURL(t testing.TB) string {
+	t.Helper()
+	needServer(t, "NATS")
+	u := env(EnvNATS, DefaultNATSURL)
+	reachable(t, "NATS", u, "4222", EnvNATS, "nats-server -a 127.0.0.1 -p 4222 -js")
 	return u
 }
 

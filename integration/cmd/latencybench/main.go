@@ -7,6 +7,7 @@
 //
 //	go run ./integration/cmd/latencybench                          # every wakeup and polling, 500 events/s, 20 s each
 //	go run ./integration/cmd/latencybench -wakeups pgnotify -rate 500 -duration 30s
+//	go run ./integration/cmd/latencybench -wakeups nats,redis -duration 15s   # the NATS wakeup beside Redis's
 //	go run ./integration/cmd/latencybench -wakeups pgnotify -trace # where the time goes: wake, lease, deliver
 //
 // Wakeups: pgnotify (NOTIFY in the events' transaction), pgnotify-after
@@ -54,6 +55,7 @@ import (
 	"github.com/heraldgo/herald/wakeup"
 	"github.com/heraldgo/herald/wakeup/amqpfanout"
 	"github.com/heraldgo/herald/wakeup/kafkasignal"
+	"github.com/heraldgo/herald/wakeup/natssignal"
 	"github.com/heraldgo/herald/wakeup/pgnotify"
 	"github.com/heraldgo/herald/wakeup/redispubsub"
 )
@@ -83,7 +85,7 @@ type flags struct {
 func main() {
 	var f flags
 	flag.StringVar(&f.role, "role", "writer", "writer (runs everything) or relay (the child process)")
-	flag.StringVar(&f.wakeups, "wakeups", "rawnotify,pgnotify,pgnotify-after,redis,amqp,kafka,poll,poll10ms", "comma-separated wakeups to measure")
+	flag.StringVar(&f.wakeups, "wakeups", "rawnotify,pgnotify,pgnotify-after,redis,amqp,kafka,poll,poll10ms", "comma-separated wakeups to measure (also: nats)")
 	flag.IntVar(&f.rate, "rate", 500, "events committed per second")
 	flag.DurationVar(&f.duration, "duration", 20*time.Second, "measured time per wakeup")
 	flag.DurationVar(&f.warmup, "warmup", 2*time.Second, "unmeasured time first")
@@ -127,6 +129,8 @@ func newWakeup(kind, dsn, kafka, channel string) (wakeup.Wakeup, error) {
 		return amqpfanout.New(amqpfanout.Config{URL: env("HERALD_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), Exchange: channel, Logger: quiet})
 	case "kafka":
 		return kafkasignal.New(kafkasignal.Config{Brokers: strings.Split(kafka, ","), Topic: channel, Logger: quiet})
+	case "nats":
+		return natssignal.New(natssignal.Config{URL: env("HERALD_NATS_URL", "nats://127.0.0.1:4222"), Subject: strings.ReplaceAll(channel, ":", "."), Logger: quiet})
 	case "poll", "poll10ms", "rawnotify":
 		return nil, nil
 	}

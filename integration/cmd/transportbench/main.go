@@ -8,6 +8,7 @@
 //
 //	go run ./integration/cmd/transportbench                        # defaults
 //	go run ./integration/cmd/transportbench -events 20000 -rounds 7 -batch 100,1000
+//	go run ./integration/cmd/transportbench -targets noop,nats,river,redis   # NATS JetStream, River jobs
 //
 // HERALD_POSTGRES_DSN and HERALD_REDIS_URL point it at servers
 // (defaults: the machine's); it works in a schema of its own, dropped at
@@ -53,7 +54,8 @@ func main() {
 		rounds     = flag.Int("rounds", 5, "pairs of drains (no-op, transport) per target and batch size")
 		batches    = flag.String("batch", "100,1000", "relay batch sizes")
 		keyCount   = flag.Int("keys", 0, "spread events over this many ordering keys (0 = unordered)")
-		targets    = flag.String("targets", "noop,kafka,redis", "what the relay delivers to")
+		targets    = flag.String("targets", "noop,kafka,redis", "what the relay delivers to: noop, kafka, redis, nats (JetStream), river (jobs in the outbox's database)")
+		natsURL    = flag.String("nats", envOr("HERALD_NATS_URL", "nats://127.0.0.1:4222"), "NATS URL (a server with JetStream)")
 		partitions = flag.Int("partitions", 6, "partitions of the kfake topic")
 	)
 	flag.Parse()
@@ -86,9 +88,19 @@ func main() {
 
 	deliveries := map[string]delivery.Delivery{"noop": relaybench.NoopBatch{}, "kafka": kd, "redis": rd}
 	names := strings.Split(*targets, ",")
+	// After each drain into it, a target's destination is emptied.
+	reset := map[string]func(){"redis": func() { check(rdb.Del(ctx, stream).Err()) }}
+	if slices.Contains(names, "nats") {
+		nd, purge, closeNATS := natsTarget(ctx, *natsURL, "transportbench-"+randomHex(4))
+		defer closeNATS()
+		deliveries["nats"], reset["nats"] = nd, purge
+	}
+	if slices.Contains(names, "river") {
+		deliveries["river"], reset["river"] = riverTarget(ctx, db)
+	}
 	for _, n := range names {
 		if deliveries[n] == nil {
-			log.Fatalf("unknown target %q (have noop, kafka, redis)", n)
+			log.Fatalf("unknown target %q (have noop, kafka, redis, nats, river)", n)
 		}
 	}
 
@@ -115,8 +127,8 @@ func main() {
 				}
 				r0 := drain(b, relaybench.NoopBatch{})
 				r := drain(b, deliveries[n])
-				if n == "redis" {
-					check(rdb.Del(ctx, stream).Err())
+				if f := reset[n]; f != nil {
+					f()
 				}
 				rates[n] = append(rates[n], r)
 				base[n] = append(base[n], r0)
