@@ -2,9 +2,11 @@ package entcapture_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"reflect"
 	"sort"
 	"strings"
@@ -583,4 +585,61 @@ func TestMultiSchema(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestBytesGoTypeWithoutText: a field.Bytes(…).GoType(net.IP{}) holding
+// bytes that are no IP (the default net.IP("127.0.0.1") is nine bytes of
+// text) has no IP form; its column holds the bytes, so the events carry
+// them as any bytes column's are (base64), where the capture failed the
+// write before (ent's suite's Types test). A valid IP keeps its text.
+func TestBytesGoTypeWithoutText(t *testing.T) {
+	t.Parallel()
+	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		s := shapesEnv(t, d, envelope.After)
+		ctx := context.Background()
+		var got []string
+		addrs := func() {
+			t.Helper()
+			for _, ev := range s.events(t) {
+				var p struct {
+					Operation     string
+					Before, After map[string]any
+				}
+				must(t, json.Unmarshal(ev.Payload, &p))
+				img := p.After
+				if p.Operation == "deleted" {
+					img = p.Before
+				}
+				got = append(got, fmt.Sprintf("%s %v", p.Operation, img["addr"]))
+			}
+			_, err := s.env.db.Exec(`DELETE FROM herald_outbox`)
+			must(t, err)
+		}
+		dv, err := s.c.Device.Create().Save(ctx)
+		must(t, err)
+		addrs()
+		_, err = s.c.Device.CreateBulk(s.c.Device.Create().SetAddr(net.IP{192, 0, 2, 1}), s.c.Device.Create().SetAddr(net.IP("bad"))).Save(ctx)
+		must(t, err)
+		addrs()
+		must(t, s.c.Device.UpdateOne(dv).SetAddr(net.IP("10.0.0.1")).Exec(ctx))
+		addrs()
+		tx, err := s.c.Tx(ctx)
+		must(t, err)
+		must(t, tx.Device.UpdateOneID(dv.ID).SetAddr(net.IP("10.0.0.2")).Exec(ctx))
+		must(t, tx.Commit())
+		addrs()
+		must(t, s.c.Device.DeleteOne(dv).Exec(ctx))
+		addrs()
+		want := []string{
+			"inserted " + b64("127.0.0.1"),
+			"inserted 192.0.2.1", "inserted " + b64("bad"),
+			"updated " + b64("10.0.0.1"),
+			"updated " + b64("10.0.0.2"),
+			"deleted " + b64("10.0.0.2"),
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("events' addr:\n got %q\nwant %q", got, want)
+		}
+	})
 }
