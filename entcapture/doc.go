@@ -117,24 +117,35 @@
 //     envelope.ErrConfiguration and delete nothing).
 //   - Upserts (OnConflict…): a conflicting row is an update (its changed
 //     columns those the conflict action sets), a new one an insert, a row
-//     skipped by DoNothing or Ignore nothing — with the ids the database
-//     holds, even where ent's bulk upsert returns shifted ids under DO
-//     NOTHING. On PostgreSQL through Driver the INSERT itself says which:
-//     the wrapper adds to its RETURNING the event columns, "(xmax = 0)"
+//     skipped by DoNothing, Ignore or an UpdateWhere nothing — with the
+//     ids the database holds, even where ent's bulk upsert returns shifted
+//     ids under DO NOTHING. Through Driver the INSERT itself says which,
+//     row by row, also for an upsert without conflict columns
+//     (OnConflict().DoNothing(), on SQLite also Ignore() and a DO UPDATE)
+//     and one whose update has a WHERE (sql.UpdateWhere): the wrapper adds
+//     to its RETURNING the event columns and, on PostgreSQL, "(xmax = 0)"
 //     (true for an inserted row) and, in BeforeAndAfter mode, the
 //     conflicting row as the statement locked it (the conflict action's
 //     WHERE keeps it in a transaction-local setting, herald.before, that
 //     the row's RETURNING reads), so nothing is read before or after it,
 //     and an upsert that waited on another transaction's insert of its
-//     key is an update of the row that transaction committed. Elsewhere
-//     (SQLite, or a caller transaction on a client not opened on Driver)
-//     the rows the new ones conflict with are read locked before the
-//     INSERT (on SQLite under the write lock, so no writer comes between),
-//     and read again after it by conflict key and by id (an action may
-//     set a conflict column). A conflict clause
-//     herald cannot classify (no conflict columns, ON CONSTRAINT, a partial
-//     index, an update with a WHERE) fails with envelope.ErrUnsupported
-//     naming the schema, and writes nothing.
+//     key is an update of the row that transaction committed; on SQLite,
+//     which has no xmax, the row's rowid: a row is inserted when its
+//     rowid is beyond the table's largest read under the write lock
+//     before the statement, or is an explicit integer id no row had (no
+//     other writer can come between: SQLite has one), and in
+//     BeforeAndAfter mode the rows the conflict columns find are read
+//     under that lock as the before images. In a caller transaction on a
+//     client not opened on Driver the rows the new ones conflict with are
+//     read locked before the INSERT and read again after it by conflict
+//     key and by id (an action may set a conflict column). A conflict
+//     clause herald cannot classify fails with envelope.ErrUnsupported
+//     naming the schema, and writes nothing: ON CONSTRAINT or a partial
+//     index target; on SQLite, an update of the primary key, or in
+//     BeforeAndAfter mode a DO UPDATE that changes columns but names no
+//     conflict columns (the rows it replaces are unknown before it); in a
+//     caller transaction of a client not opened on Driver, an upsert
+//     without conflict columns or with UpdateWhere.
 //   - Edge schemas (edge.To(…).Through(…)), with an id or a composite id
 //     (field.ID("user_id", "group_id"), keyed by both columns): their rows
 //     written through their own client are captured like any schema's; the
@@ -168,9 +179,11 @@
 // type has no null (an optional, non-Nillable UUID edge field).
 //
 // Each bulk write costs the same number of statements whatever its number
-// of rows: at most one snapshot statement (two for an upsert, none for an
-// upsert on PostgreSQL through Driver), the write, one multi-row event
-// INSERT.
+// of rows: at most one snapshot statement (two for an upsert in a caller
+// transaction of a client not opened on Driver; through Driver none on
+// PostgreSQL, and on SQLite one read of the largest rowid plus, in
+// BeforeAndAfter mode, one of the conflicting rows), the write, one
+// multi-row event INSERT.
 //
 // # Transactions
 //
