@@ -146,6 +146,19 @@
 //     conflict columns (the rows it replaces are unknown before it); in a
 //     caller transaction of a client not opened on Driver, an upsert
 //     without conflict columns or with UpdateWhere.
+//     Concurrent upserts of one new key in client.Tx of a client NOT
+//     opened on Driver (PostgreSQL): the rows the upsert conflicts with
+//     are read before its INSERT, at READ COMMITTED in a snapshot of their
+//     own; a row another transaction inserted and has not committed yet is
+//     invisible to it, the INSERT then waits for that transaction and
+//     updates its row, and the event says inserted, without the replaced
+//     row. The capture cannot see that INSERT's outcome without the
+//     wrapper. Open the client on Driver (the INSERT classifies its own
+//     rows), or run such transactions at REPEATABLE READ or SERIALIZABLE:
+//     PostgreSQL then fails the upsert with a serialization failure
+//     ("could not serialize access due to concurrent update") instead of
+//     updating a row its snapshot cannot see, and a retry captures it
+//     right.
 //   - Edge schemas (edge.To(…).Through(…)), with an id or a composite id
 //     (field.ID("user_id", "group_id"), keyed by both columns): their rows
 //     written through their own client are captured like any schema's; the
@@ -166,7 +179,10 @@
 //     qualify each table with the client's SchemaConfig (ent's
 //     sql/schemaconfig feature, which entsql.Annotation{Schema: …} fills
 //     by default and ent.AlternateSchema at run time), or without that
-//     feature with the annotation's schema.
+//     feature with the annotation's schema — on PostgreSQL. On SQLite ent
+//     writes no schema into its statements (a table of a database
+//     ATTACHed under any name is found by its own name), and neither does
+//     the capture.
 //   - Edge setters on the side without the foreign key (user.AddPets,
 //     ClearPets, a bidirectional one-to-one's other row) update rows of
 //     another captured table past every hook: the rows they can touch are
@@ -177,6 +193,13 @@
 //
 // Images say null where the column is NULL, also for a field whose Go
 // type has no null (an optional, non-Nillable UUID edge field).
+//
+// The capture's reads and pins by keys — a bulk write pinned to the rows
+// read before it, the rows a cascade reaches, join rows, the children of
+// an edge setter, the rows an upsert conflicts with — bind their keys,
+// single or composite, as ONE JSON parameter (json_each on SQLite,
+// jsonb_populate_recordset on PostgreSQL), so they work at any number of
+// rows (beyond SQLite's 32766 and PostgreSQL's 65535 bind parameters).
 //
 // Each bulk write costs the same number of statements whatever its number
 // of rows: at most one snapshot statement (two for an upsert in a caller

@@ -221,24 +221,18 @@ func (s *scope) rowsByTarget(w *write, u *upsert, lock bool, ids []any) (map[str
 		qc[i] = sel.C(c)
 	}
 	sel.Select(qc...)
-	var ps []*sql.Predicate
+	rowType := quotedTable(s.d, s.g, w.sch)
+	tuples := make([][]any, 0, len(s.creates))
 	for _, it := range s.creates {
 		vs, err := targetValues(it.w, u.target)
 		if err != nil {
 			return nil, err
 		}
-		if len(u.target) == 1 {
-			ps = append(ps, sql.EQ(sel.C(u.target[0]), vs[0]))
-			continue
-		}
-		and := make([]*sql.Predicate, len(vs))
-		for i, c := range u.target {
-			and[i] = sql.EQ(sel.C(c), vs[i])
-		}
-		ps = append(ps, sql.And(and...))
+		tuples = append(tuples, vs)
 	}
+	ps := []*sql.Predicate{inSetP(s.d, rowType, sel, u.target, tuples)}
 	if len(ids) > 0 {
-		ps = append(ps, sql.In(sel.C(w.sch.PK), ids...))
+		ps = append(ps, inSetP(s.d, rowType, sel, []string{w.sch.PK}, tuplesOf(ids)))
 	}
 	sel.Where(sql.Or(ps...))
 	if lock && s.d == envelope.Postgres {
@@ -634,7 +628,7 @@ func (s *scope) beforeUpsertSQLite(w *write, u *upsert) error {
 	if err := s.writeLock(w.sch); err != nil {
 		return err
 	}
-	table := quotedTable(s.g, w.sch)
+	table := quotedTable(s.d, s.g, w.sch)
 	if err := s.queryInts(&u.ret.maxRowid, nil, "SELECT COALESCE(MAX(rowid), 0) FROM "+table); err != nil {
 		return fmt.Errorf("herald/entcapture: %s: read the largest rowid: %w", w.sch.Name, err)
 	}
@@ -650,7 +644,7 @@ func (s *scope) beforeUpsertSQLite(w *write, u *upsert) error {
 		var had []int64
 		sel := sql.Dialect(dialect.SQLite).Select().From(from(s.g, w.sch))
 		sel.Select(sel.C(w.sch.PK))
-		keysIn(s.d, w.sch.Table, w.sch.PK, ids)(sel)
+		keysIn(s.d, quotedTable(s.d, s.g, w.sch), w.sch.PK, ids)(sel)
 		q, args := sel.Query()
 		if err := s.queryInts(nil, &had, q, args...); err != nil {
 			return fmt.Errorf("herald/entcapture: %s: read the upsert's ids: %w", w.sch.Name, err)
