@@ -33,8 +33,9 @@
 //     write fails with envelope.ErrConfiguration and writes nothing. Its
 //     Config names the outbox table, the default namespace, the Wakeup and
 //     per-schema Options (a key that is no captured schema's Go name, or a
-//     second Config, fails the first captured write or Enqueue with
-//     envelope.ErrConfiguration naming it). client.Debug() keeps it (the
+//     second Config, is found by Driver itself: CaptureDriver.Err returns
+//     the envelope.ErrConfiguration naming it, and every statement on the
+//     driver, the migration first, and every Enqueue fail with it). client.Debug() keeps it (the
 //     hook finds it under ent's dialect.DebugDriver). enttest.Open, like
 //     ent.Open, adds a driver of its own after its options, which replaces
 //     an ent.Driver option: in tests use
