@@ -202,7 +202,7 @@ func (s *scope) cascadeRows(c Cascade, spec *envelope.Spec, parent *Schema, ids 
 	for i, col := range cols {
 		qc[i] = sel.C(col)
 	}
-	sel.Select(qc...).Where(sql.In(sel.C(c.Column), ids...))
+	sel.Select(qc...).Where(inSetP(s.d, quotedTable(s.d, s.g, child), sel, []string{c.Column}, tuplesOf(ids)))
 	if s.d == envelope.Postgres {
 		sel.ForUpdate()
 	}

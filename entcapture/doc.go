@@ -33,8 +33,9 @@
 //     write fails with envelope.ErrConfiguration and writes nothing. Its
 //     Config names the outbox table, the default namespace, the Wakeup and
 //     per-schema Options (a key that is no captured schema's Go name, or a
-//     second Config, fails the first captured write or Enqueue with
-//     envelope.ErrConfiguration naming it). client.Debug() keeps it (the
+//     second Config, is found by Driver itself: CaptureDriver.Err returns
+//     the envelope.ErrConfiguration naming it, and every statement on the
+//     driver, the migration first, and every Enqueue fail with it). client.Debug() keeps it (the
 //     hook finds it under ent's dialect.DebugDriver). enttest.Open, like
 //     ent.Open, adds a driver of its own after its options, which replaces
 //     an ent.Driver option: in tests use
@@ -122,24 +123,48 @@
 //     envelope.ErrConfiguration and delete nothing).
 //   - Upserts (OnConflict…): a conflicting row is an update (its changed
 //     columns those the conflict action sets), a new one an insert, a row
-//     skipped by DoNothing or Ignore nothing — with the ids the database
-//     holds, even where ent's bulk upsert returns shifted ids under DO
-//     NOTHING. On PostgreSQL through Driver the INSERT itself says which:
-//     the wrapper adds to its RETURNING the event columns, "(xmax = 0)"
+//     skipped by DoNothing, Ignore or an UpdateWhere nothing — with the
+//     ids the database holds, even where ent's bulk upsert returns shifted
+//     ids under DO NOTHING. Through Driver the INSERT itself says which,
+//     row by row, also for an upsert without conflict columns
+//     (OnConflict().DoNothing(), on SQLite also Ignore() and a DO UPDATE)
+//     and one whose update has a WHERE (sql.UpdateWhere): the wrapper adds
+//     to its RETURNING the event columns and, on PostgreSQL, "(xmax = 0)"
 //     (true for an inserted row) and, in BeforeAndAfter mode, the
 //     conflicting row as the statement locked it (the conflict action's
 //     WHERE keeps it in a transaction-local setting, herald.before, that
 //     the row's RETURNING reads), so nothing is read before or after it,
 //     and an upsert that waited on another transaction's insert of its
-//     key is an update of the row that transaction committed. Elsewhere
-//     (SQLite, or a caller transaction on a client not opened on Driver)
-//     the rows the new ones conflict with are read locked before the
-//     INSERT (on SQLite under the write lock, so no writer comes between),
-//     and read again after it by conflict key and by id (an action may
-//     set a conflict column). A conflict clause
-//     herald cannot classify (no conflict columns, ON CONSTRAINT, a partial
-//     index, an update with a WHERE) fails with envelope.ErrUnsupported
-//     naming the schema, and writes nothing.
+//     key is an update of the row that transaction committed; on SQLite,
+//     which has no xmax, the row's rowid: a row is inserted when its
+//     rowid is beyond the table's largest read under the write lock
+//     before the statement, or is an explicit integer id no row had (no
+//     other writer can come between: SQLite has one), and in
+//     BeforeAndAfter mode the rows the conflict columns find are read
+//     under that lock as the before images. In a caller transaction on a
+//     client not opened on Driver the rows the new ones conflict with are
+//     read locked before the INSERT and read again after it by conflict
+//     key and by id (an action may set a conflict column). A conflict
+//     clause herald cannot classify fails with envelope.ErrUnsupported
+//     naming the schema, and writes nothing: ON CONSTRAINT or a partial
+//     index target; on SQLite, an update of the primary key, or in
+//     BeforeAndAfter mode a DO UPDATE that changes columns but names no
+//     conflict columns (the rows it replaces are unknown before it); in a
+//     caller transaction of a client not opened on Driver, an upsert
+//     without conflict columns or with UpdateWhere.
+//     Concurrent upserts of one new key in client.Tx of a client NOT
+//     opened on Driver (PostgreSQL): the rows the upsert conflicts with
+//     are read before its INSERT, at READ COMMITTED in a snapshot of their
+//     own; a row another transaction inserted and has not committed yet is
+//     invisible to it, the INSERT then waits for that transaction and
+//     updates its row, and the event says inserted, without the replaced
+//     row. The capture cannot see that INSERT's outcome without the
+//     wrapper. Open the client on Driver (the INSERT classifies its own
+//     rows), or run such transactions at REPEATABLE READ or SERIALIZABLE:
+//     PostgreSQL then fails the upsert with a serialization failure
+//     ("could not serialize access due to concurrent update") instead of
+//     updating a row its snapshot cannot see, and a retry captures it
+//     right.
 //   - Edge schemas (edge.To(…).Through(…)), with an id or a composite id
 //     (field.ID("user_id", "group_id"), keyed by both columns): their rows
 //     written through their own client are captured like any schema's; the
@@ -160,7 +185,10 @@
 //     qualify each table with the client's SchemaConfig (ent's
 //     sql/schemaconfig feature, which entsql.Annotation{Schema: …} fills
 //     by default and ent.AlternateSchema at run time), or without that
-//     feature with the annotation's schema.
+//     feature with the annotation's schema — on PostgreSQL. On SQLite ent
+//     writes no schema into its statements (a table of a database
+//     ATTACHed under any name is found by its own name), and neither does
+//     the capture.
 //   - Edge setters on the side without the foreign key (user.AddPets,
 //     ClearPets, a bidirectional one-to-one's other row) update rows of
 //     another captured table past every hook: the rows they can touch are
@@ -172,10 +200,19 @@
 // Images say null where the column is NULL, also for a field whose Go
 // type has no null (an optional, non-Nillable UUID edge field).
 //
+// The capture's reads and pins by keys — a bulk write pinned to the rows
+// read before it, the rows a cascade reaches, join rows, the children of
+// an edge setter, the rows an upsert conflicts with — bind their keys,
+// single or composite, as ONE JSON parameter (json_each on SQLite,
+// jsonb_populate_recordset on PostgreSQL), so they work at any number of
+// rows (beyond SQLite's 32766 and PostgreSQL's 65535 bind parameters).
+//
 // Each bulk write costs the same number of statements whatever its number
-// of rows: at most one snapshot statement (two for an upsert, none for an
-// upsert on PostgreSQL through Driver), the write, one multi-row event
-// INSERT.
+// of rows: at most one snapshot statement (two for an upsert in a caller
+// transaction of a client not opened on Driver; through Driver none on
+// PostgreSQL, and on SQLite one read of the largest rowid plus, in
+// BeforeAndAfter mode, one of the conflicting rows), the write, one
+// multi-row event INSERT.
 //
 // # Transactions
 //

@@ -49,6 +49,7 @@ type CaptureDriver struct {
 	arrays  bool  // PostgreSQL through pgx: binds Go slices as arrays
 	stmts   stmts // SQLite: the capture's INSERTs, prepared (prepared.go)
 	err     error
+	cfgErr  error // a bad Config, found by Driver: every statement fails with it
 }
 
 // Driver wraps an ent driver so that a captured write made without a
@@ -65,8 +66,10 @@ type CaptureDriver struct {
 //
 // cfg (at most one) sets the outbox table, the default namespace, the
 // wakeup and per-schema Options. Two Configs, or an Options key that is
-// no captured schema's name, fail the first captured write or Enqueue on
-// the driver with envelope.ErrConfiguration naming it. Without the wrapper a captured write outside client.Tx fails
+// no captured schema's name, are found by Driver itself: Err returns
+// the envelope.ErrConfiguration naming it, and every statement on the
+// driver (the migration first, reads too) and every Enqueue fails with
+// it, so a bad Config cannot go unnoticed. Without the wrapper a captured write outside client.Tx fails
 // with envelope.ErrConfiguration; inside client.Tx capture works either
 // way, but only the wrapper knows cfg.
 func Driver(drv dialect.Driver, cfg ...Config) *CaptureDriver {
@@ -75,10 +78,17 @@ func Driver(drv dialect.Driver, cfg ...Config) *CaptureDriver {
 		d.cfg = cfg[0]
 	}
 	if len(cfg) > 1 {
-		d.err = envelope.Configurationf("entcapture.Driver", "at most one Config, got %d (merge them into one)", len(cfg))
+		d.cfgErr = envelope.Configurationf("entcapture.Driver", "at most one Config, got %d (merge them into one)", len(cfg))
+	} else {
+		d.cfgErr = checkOptions(d.cfg.Options)
 	}
 	return d
 }
+
+// Err returns the envelope.ErrConfiguration of a bad Config given to
+// Driver (two Configs; an Options key that is no captured schema's
+// name), or nil. Every statement on the driver fails with it.
+func (d *CaptureDriver) Err() error { return d.cfgErr }
 
 // captureOf finds the CaptureDriver under drv: drv itself, or under the
 // drivers that wrap it (client.Debug()'s dialect.DebugDriver, or any
@@ -155,10 +165,7 @@ func checkOptions(opts map[string]envelope.Options) error {
 // Config (two of them, or Options naming no captured schema).
 func (d *CaptureDriver) init() error {
 	d.once.Do(func() {
-		if d.err != nil {
-			return
-		}
-		if d.err = checkOptions(d.cfg.Options); d.err != nil {
+		if d.err = d.cfgErr; d.err != nil {
 			return
 		}
 		d.dialect, d.err = dialectOf(d.Dialect())
@@ -219,6 +226,9 @@ func (d *CaptureDriver) route(ctx context.Context) dialect.ExecQuerier {
 // when there is one (and, for a fused create's INSERT, with its event:
 // see fuse.go).
 func (d *CaptureDriver) Exec(ctx context.Context, query string, args, v any) error {
+	if d.cfgErr != nil {
+		return d.cfgErr
+	}
 	query, args, err := d.rewrite(ctx, query, args, true)
 	if err != nil {
 		return err
@@ -236,6 +246,9 @@ func (d *CaptureDriver) Exec(ctx context.Context, query string, args, v any) err
 // Query implements dialect.Driver, in the context's capture transaction
 // when there is one (and, for a fused create's INSERT, with its event).
 func (d *CaptureDriver) Query(ctx context.Context, query string, args, v any) error {
+	if d.cfgErr != nil {
+		return d.cfgErr
+	}
 	query, args, err := d.rewrite(ctx, query, args, false)
 	if err != nil {
 		return err
@@ -256,6 +269,9 @@ func (d *CaptureDriver) Query(ctx context.Context, query string, args, v any) er
 // statements entcapture sees (client.Tx: a captured create in it is
 // written with its event by one statement).
 func (d *CaptureDriver) Tx(ctx context.Context) (dialect.Tx, error) {
+	if d.cfgErr != nil {
+		return nil, d.cfgErr
+	}
 	if t := d.hookTxOf(ctx); t != nil {
 		return captureTx{nopTx{t.tx}, d}, nil
 	}
@@ -269,6 +285,9 @@ func (d *CaptureDriver) Tx(ctx context.Context) (dialect.Tx, error) {
 // BeginTx starts a transaction with options, when the wrapped driver can
 // (ent's client.BeginTx uses it).
 func (d *CaptureDriver) BeginTx(ctx context.Context, opts *stdsql.TxOptions) (dialect.Tx, error) {
+	if d.cfgErr != nil {
+		return nil, d.cfgErr
+	}
 	if t := d.hookTxOf(ctx); t != nil {
 		return captureTx{nopTx{t.tx}, d}, nil
 	}
@@ -291,6 +310,9 @@ type stdExecQuerier interface {
 }
 
 func (d *CaptureDriver) std(ctx context.Context) (stdExecQuerier, error) {
+	if d.cfgErr != nil {
+		return nil, d.cfgErr
+	}
 	if err := d.other(ctx); err != nil {
 		return nil, err
 	}

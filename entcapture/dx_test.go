@@ -270,37 +270,55 @@ func TestSoftDeleteMixinOrder(t *testing.T) {
 }
 
 // TestConfigChecks (issue 18): a Config whose Options name no captured
-// schema (a misspelling), or two Configs, fail the first captured write on
-// the driver with ErrConfiguration naming the name, and write nothing (a
-// misspelled name used to be ignored silently).
+// schema (a misspelling), or two Configs, are found by Driver itself:
+// Err returns ErrConfiguration naming the name, and every statement on
+// the driver — the migration first, a read, a captured write, Enqueue —
+// fails with it and writes nothing (a misspelled name used to be ignored
+// silently, and the migration and reads ran).
 func TestConfigChecks(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := openDB(t, envelope.SQLite)
-	for _, c := range []struct {
-		name string
-		cfgs []entcapture.Config
-		want string
-	}{
-		{"misspelled schema", []entcapture.Config{{Options: map[string]envelope.Options{"Reader": {}, "Laon": {Payload: envelope.Keys}}}}, `no captured schema named "Laon"`},
-		{"two configs", []entcapture.Config{{}, {Table: "x"}}, "at most one Config, got 2"},
-	} {
-		client := ent.NewClient(ent.Driver(entcapture.Driver(entsql.OpenDB(entDialect(envelope.SQLite), db), c.cfgs...)))
-		createSchema(t, func(ctx context.Context) error { return client.Schema.Create(ctx) })
-		_, err := client.Reader.Create().SetID(1).SetName("a").SetEmail("a@x").Save(ctx)
-		if !errors.Is(err, envelope.ErrConfiguration) || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: err = %v, want ErrConfiguration containing %q", c.name, err, c.want)
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		db := openDB(t, d)
+		raw := entsql.OpenDB(entDialect(d), db)
+		good := ent.NewClient(ent.Driver(raw))
+		createSchema(t, func(ctx context.Context) error { return good.Schema.Create(ctx) })
+		for _, c := range []struct {
+			name string
+			cfgs []entcapture.Config
+			want string
+		}{
+			{"misspelled schema", []entcapture.Config{{Options: map[string]envelope.Options{"Reader": {}, "Laon": {Payload: envelope.Keys}}}}, `no captured schema named "Laon"`},
+			{"two configs", []entcapture.Config{{}, {Table: "x"}}, "at most one Config, got 2"},
+		} {
+			drv := entcapture.Driver(raw, c.cfgs...)
+			check := func(what string, err error) {
+				t.Helper()
+				if !errors.Is(err, envelope.ErrConfiguration) || !strings.Contains(err.Error(), c.want) {
+					t.Errorf("%s: %s: err = %v, want ErrConfiguration containing %q", c.name, what, err, c.want)
+				}
+			}
+			check("Err", drv.Err())
+			client := ent.NewClient(ent.Driver(drv))
+			check("Schema.Create", client.Schema.Create(ctx))
+			_, err := client.Reader.Query().All(ctx)
+			check("Query", err)
+			_, err = client.Reader.Create().SetID(1).SetName("a").SetEmail("a@x").Save(ctx)
+			check("Create", err)
+			_, err = client.Tx(ctx)
+			check("Tx", err)
+			_, err = entcapture.Enqueue(ctx, client, envelope.Message{Topic: "t", Payload: 1})
+			check("Enqueue", err)
 		}
-		_, err = entcapture.Enqueue(ctx, client, envelope.Message{Topic: "t", Payload: 1})
-		if !errors.Is(err, envelope.ErrConfiguration) {
-			t.Errorf("%s: Enqueue: err = %v, want ErrConfiguration", c.name, err)
+		if err := entcapture.Driver(raw, entcapture.Config{Options: map[string]envelope.Options{"Reader": {}, "user_tags": {}}}).Err(); err != nil {
+			t.Errorf("good Config: Err() = %v", err)
 		}
-	}
-	var n int
-	must(t, db.QueryRow(`SELECT COUNT(*) FROM readers`).Scan(&n))
-	if n != 0 {
-		t.Fatalf("%d readers written under a bad Config", n)
-	}
+		var n int
+		must(t, db.QueryRow(`SELECT COUNT(*) FROM readers`).Scan(&n))
+		if n != 0 {
+			t.Fatalf("%d readers written under a bad Config", n)
+		}
+	})
 }
 
 // TestEnttest (issue 18): enttest.Open replaces an ent.Driver option with

@@ -71,11 +71,13 @@ func (s *scope) joinRows(ew *edgeWrite, owners []any, lock bool) (map[string]map
 	for i, c := range cols {
 		qc[i] = sel.C(c)
 	}
+	rowType := quotedTable(s.d, s.g, t)
 	side := func(own, other string) *sql.Predicate {
+		in := inSetP(s.d, rowType, sel, []string{own}, tuplesOf(owners))
 		if ew.cleared {
-			return sql.In(sel.C(own), owners...)
+			return in
 		}
-		return sql.And(sql.In(sel.C(own), owners...), sql.In(sel.C(other), ew.others...))
+		return sql.And(in, inSetP(s.d, rowType, sel, []string{other}, tuplesOf(ew.others)))
 	}
 	where := side(ew.e.Own, ew.e.Other)
 	if ew.e.Bidi {
@@ -201,9 +203,10 @@ func (s *scope) childRows(cw *childWrite, owners, also []any, lock bool) (map[st
 	for i, col := range cols {
 		qc[i] = sel.C(col)
 	}
-	ps := []*sql.Predicate{sql.In(sel.C(c.PK), slices.Concat(cw.ids, also)...)}
+	rowType := quotedTable(s.d, s.g, c)
+	ps := []*sql.Predicate{inSetP(s.d, rowType, sel, []string{c.PK}, tuplesOf(slices.Concat(cw.ids, also)))}
 	if cw.cleared && len(owners) > 0 {
-		ps = append(ps, sql.In(sel.C(cw.e.Column), owners...))
+		ps = append(ps, inSetP(s.d, rowType, sel, []string{cw.e.Column}, tuplesOf(owners)))
 	}
 	sel.Select(qc...).Where(sql.Or(ps...))
 	if lock && s.d == envelope.Postgres {

@@ -381,16 +381,23 @@ func TestAtomicity(t *testing.T) {
 var _ = dialect.Postgres
 
 // TestUnclassifiableUpsert: an upsert whose conflict clause names no
-// columns cannot be classified (inserted or updated?): it fails with
-// ErrUnsupported naming the schema and what to do, and writes nothing.
+// columns, in a transaction of a client not opened on Driver, cannot be
+// classified (inserted or updated?): the capture does not see its
+// statement. It fails with ErrUnsupported naming the schema and what to
+// do, and writes nothing. (Through Driver it is classified by its own
+// statement: TestUpsertClassifiedByTheDatabase.)
 func TestUnclassifiableUpsert(t *testing.T) {
 	t.Parallel()
 	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
 		e := newEnv(t, d, entcapture.Config{})
-		err := e.client.Tag.Create().SetID("a").SetLabel("A").OnConflict(entsql.DoNothing()).Exec(context.Background())
-		if !errors.Is(err, envelope.ErrUnsupported) || !strings.Contains(err.Error(), "Tag") || !strings.Contains(err.Error(), "OnConflictColumns") {
+		ctx := context.Background()
+		tx, err := e.plain.Tx(ctx)
+		must(t, err)
+		err = tx.Tag.Create().SetID("a").SetLabel("A").OnConflict(entsql.DoNothing()).Exec(ctx)
+		if !errors.Is(err, envelope.ErrUnsupported) || !strings.Contains(err.Error(), "Tag") || !strings.Contains(err.Error(), "OnConflictColumns") || !strings.Contains(err.Error(), "entcapture.Driver") {
 			t.Fatalf("err = %v", err)
 		}
+		must(t, tx.Commit())
 		if n := e.count(t, "tags"); n != 0 {
 			t.Fatalf("%d tags written", n)
 		}

@@ -495,7 +495,7 @@ func (s *scope) writeLock(sch *Schema) error {
 		return nil
 	}
 	col := envelope.QuoteIdent(sch.KeyColumns()[0])
-	if _, err := s.g.ExecContext(s.ctx, "UPDATE "+quotedTable(s.g, sch)+" SET "+col+"="+col+" WHERE 0"); err != nil {
+	if _, err := s.g.ExecContext(s.ctx, "UPDATE "+quotedTable(s.d, s.g, sch)+" SET "+col+"="+col+" WHERE 0"); err != nil {
 		return fmt.Errorf("herald/entcapture: take the write lock: %w", err)
 	}
 	s.locked = true
@@ -553,7 +553,7 @@ func (s *scope) selectRows(w *write, cols []string, id any, byID bool, ids []any
 	}
 	sel.Select(qc...)
 	if ids != nil {
-		keysIn(s.d, w.sch.Table, w.sch.PK, ids)(sel)
+		keysIn(s.d, quotedTable(s.d, s.g, w.sch), w.sch.PK, ids)(sel)
 		for _, p := range extra {
 			p(sel)
 		}
@@ -587,7 +587,7 @@ func (s *scope) selectPinned(w *write, cols []string, rows []map[string]any) ([]
 		qc[i] = sel.C(c)
 	}
 	sel.Select(qc...)
-	w.sch.pin(s.d, rows)(sel)
+	w.sch.pin(s.d, quotedTable(s.d, s.g, w.sch), rows)(sel)
 	out, err := s.query(sel, cols, w.g.HeraldScan)
 	if err != nil {
 		return nil, fmt.Errorf("herald/entcapture: %s: read rows: %w", w.sch.Name, err)

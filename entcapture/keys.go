@@ -3,62 +3,154 @@ package entcapture
 import (
 	"database/sql/driver"
 	"encoding/json"
+	"strconv"
+	"strings"
 
 	"entgo.io/ent/dialect/sql"
 
 	"github.com/heraldgo/herald/envelope"
 )
 
-// keysIn returns the predicate "pk is one of ids" with one bind parameter
-// whatever the number of ids (a bulk write pinned to the rows read before
-// it may hold more ids than a statement may bind parameters: 65535 on
-// PostgreSQL, 32766 on SQLite): the ids travel as one JSON array,
+// inSet returns the predicate "cols hold one of tuples" (one value per
+// column in each tuple) with ONE bind parameter whatever the number of
+// tuples: a snapshot read or a pinned write by keys may name more rows
+// than a statement may bind parameters (65535 on PostgreSQL, 32766 on
+// SQLite). The tuples travel as one JSON array:
 //
-//	PostgreSQL: "t"."pk" IN (SELECT "r"."pk" FROM jsonb_populate_recordset(NULL::"t", $1::jsonb) AS "r")
-//	SQLite:     "t"."pk" IN (SELECT value FROM json_each(?))
+//	PostgreSQL: ("t"."a", "t"."b") IN (SELECT "r"."a", "r"."b" FROM jsonb_populate_recordset(NULL::"t", $1::jsonb) AS "r")
+//	SQLite:     (`t`.`a`, `t`.`b`) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?))
 //
-// (on PostgreSQL the table's own row type gives each id its column's
-// type, so the key's index is used). Ids without a JSON form the database
-// reads back as the same value (bytes) are bound one per id, as before.
-func keysIn(d envelope.Dialect, table, pk string, ids []any) func(*sql.Selector) {
-	if len(ids) == 0 {
-		return sql.FieldIn(pk, ids...)
+// and for one column "t"."a" IN (… "r"."a" …) / `t`.`a` IN (SELECT value
+// FROM json_each(?)). On PostgreSQL rowType is the table whose columns
+// cols are, quoted and qualified as its statements name it: its row type
+// gives each value its column's type, so the column's index is used.
+// Tuples holding a value whose JSON the database would not read back as
+// the same value (bytes, NULL, times, floats) are bound one parameter per
+// value, as ent binds them.
+func inSet(d envelope.Dialect, rowType string, cols []string, tuples [][]any) func(*sql.Selector) {
+	return func(s *sql.Selector) { s.Where(inSetP(d, rowType, s, cols, tuples)) }
+}
+
+// inSetP is inSet's predicate, with the columns qualified by s.
+func inSetP(d envelope.Dialect, rowType string, s *sql.Selector, cols []string, tuples [][]any) *sql.Predicate {
+	if len(tuples) == 0 {
+		return sql.False()
 	}
-	objs := make([]any, len(ids))
-	for i, id := range ids {
-		v := id
-		if vr, ok := id.(driver.Valuer); ok {
-			var err error
-			if v, err = vr.Value(); err != nil {
-				return sql.FieldIn(pk, ids...)
+	qc := make([]string, len(cols))
+	for i, c := range cols {
+		qc[i] = s.C(c)
+	}
+	arg, ok := setJSON(d, cols, tuples)
+	if !ok {
+		if len(cols) == 1 {
+			vs := make([]any, len(tuples))
+			for i, t := range tuples {
+				vs[i] = t[0]
 			}
+			return sql.In(qc[0], vs...)
 		}
-		switch v.(type) {
-		case []byte, nil:
-			return sql.FieldIn(pk, ids...)
+		ors := make([]*sql.Predicate, len(tuples))
+		for i, t := range tuples {
+			ands := make([]*sql.Predicate, len(cols))
+			for j := range cols {
+				ands[j] = sql.EQ(qc[j], t[j])
+			}
+			ors[i] = sql.And(ands...)
 		}
+		return sql.Or(ors...)
+	}
+	lhs := qc[0]
+	if len(cols) > 1 {
+		lhs = "(" + strings.Join(qc, ", ") + ")"
+	}
+	return sql.P(func(b *sql.Builder) {
+		b.WriteString(lhs)
 		if d == envelope.Postgres {
-			v = map[string]any{pk: v}
-		}
-		objs[i] = v
-	}
-	arg, err := json.Marshal(objs)
-	if err != nil {
-		return sql.FieldIn(pk, ids...)
-	}
-	return func(s *sql.Selector) {
-		col := s.C(pk)
-		s.Where(sql.P(func(b *sql.Builder) {
-			b.WriteString(col)
-			if d == envelope.Postgres {
-				b.WriteString(` IN (SELECT "r".` + envelope.QuoteIdent(pk) + ` FROM jsonb_populate_recordset(NULL::` + envelope.QuoteIdent(table) + `, `)
-				b.Arg(string(arg))
-				b.WriteString(`::jsonb) AS "r")`)
-				return
+			r := make([]string, len(cols))
+			for i, c := range cols {
+				r[i] = `"r".` + envelope.QuoteIdent(c)
 			}
+			b.WriteString(` IN (SELECT ` + strings.Join(r, ", ") + ` FROM jsonb_populate_recordset(NULL::` + rowType + `, `)
+			b.Arg(arg)
+			b.WriteString(`::jsonb) AS "r")`)
+			return
+		}
+		if len(cols) == 1 {
 			b.WriteString(` IN (SELECT value FROM json_each(`)
-			b.Arg(string(arg))
-			b.WriteString(`))`)
-		}))
+		} else {
+			x := make([]string, len(cols))
+			for i := range cols {
+				x[i] = `json_extract(value, '$[` + strconv.Itoa(i) + `]')`
+			}
+			b.WriteString(` IN (SELECT ` + strings.Join(x, ", ") + ` FROM json_each(`)
+		}
+		b.Arg(arg)
+		b.WriteString(`))`)
+	})
+}
+
+// setJSON returns the tuples as inSet's JSON parameter: on PostgreSQL a
+// list of objects by column name, on SQLite a list of values (one
+// column) or of lists. ok is false when a value is not an integer or a
+// string once its Valuer ran (a uuid is its text).
+func setJSON(d envelope.Dialect, cols []string, tuples [][]any) (string, bool) {
+	out := make([]any, len(tuples))
+	for i, t := range tuples {
+		vs := make([]any, len(cols))
+		for j := range cols {
+			v, ok := jsonKey(t[j])
+			if !ok {
+				return "", false
+			}
+			vs[j] = v
+		}
+		switch {
+		case d == envelope.Postgres:
+			m := make(map[string]any, len(cols))
+			for j, c := range cols {
+				m[c] = vs[j]
+			}
+			out[i] = m
+		case len(cols) == 1:
+			out[i] = vs[0]
+		default:
+			out[i] = vs
+		}
 	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return "", false
+	}
+	return string(b), true
+}
+
+// jsonKey returns v as a value whose JSON the database reads back as v:
+// an integer or a string.
+func jsonKey(v any) (any, bool) {
+	if vr, ok := v.(driver.Valuer); ok {
+		var err error
+		if v, err = vr.Value(); err != nil {
+			return nil, false
+		}
+	}
+	switch x := v.(type) {
+	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, string:
+		return x, true
+	}
+	return nil, false
+}
+
+// tuplesOf returns each value as a tuple of one.
+func tuplesOf(vs []any) [][]any {
+	out := make([][]any, len(vs))
+	for i, v := range vs {
+		out[i] = []any{v}
+	}
+	return out
+}
+
+// keysIn returns the predicate "pk is one of ids", with one bind
+// parameter (inSet).
+func keysIn(d envelope.Dialect, rowType, pk string, ids []any) func(*sql.Selector) {
+	return inSet(d, rowType, []string{pk}, tuplesOf(ids))
 }

@@ -135,37 +135,34 @@ func from(g Glue, sch *Schema) *sql.SelectTable {
 	return t
 }
 
-// quotedTable is sch's table as an identifier of raw SQL.
-func quotedTable(g Glue, sch *Schema) string {
-	if d := db(g, sch); d != "" {
+// quotedTable is sch's table as an identifier of raw SQL, qualified as
+// ent's own statements qualify it: on SQLite never (ent writes no schema
+// there; an ATTACHed database's tables are found by name, and "schema"
+// names no database SQLite knows unless it was attached under that name).
+func quotedTable(dl envelope.Dialect, g Glue, sch *Schema) string {
+	if d := db(g, sch); d != "" && dl != envelope.SQLite {
 		return envelope.QuoteIdent(d) + "." + envelope.QuoteIdent(sch.Table)
 	}
 	return envelope.QuoteIdent(sch.Table)
 }
 
-// pin returns the predicate that narrows a write to rows (their keys):
-// one IN list for an id; for a composite key, one (a AND b) per row —
-// only composite-id edge schemas, written through their own client, get
-// there.
-func (s *Schema) pin(d envelope.Dialect, rows []map[string]any) func(*sql.Selector) {
+// pin returns the predicate that narrows a write to rows (their keys),
+// one bind parameter for all of them (inSet): the id, or each column of
+// a composite key (composite-id edge schemas). rowType is the table as
+// the statements name it.
+func (s *Schema) pin(d envelope.Dialect, rowType string, rows []map[string]any) func(*sql.Selector) {
 	if len(s.Key) == 0 {
-		return keysIn(d, s.Table, s.PK, pks(rows, s.PK))
+		return keysIn(d, rowType, s.PK, pks(rows, s.PK))
 	}
-	return func(sel *sql.Selector) {
-		ors := make([]*sql.Predicate, 0, len(rows))
-		for _, r := range rows {
-			ands := make([]*sql.Predicate, len(s.Key))
-			for i, c := range s.Key {
-				ands[i] = sql.EQ(sel.C(c), r[c])
-			}
-			ors = append(ors, sql.And(ands...))
+	tuples := make([][]any, len(rows))
+	for i, r := range rows {
+		t := make([]any, len(s.Key))
+		for j, c := range s.Key {
+			t[j] = r[c]
 		}
-		if len(ors) == 0 {
-			sel.Where(sql.False())
-			return
-		}
-		sel.Where(sql.Or(ors...))
+		tuples[i] = t
 	}
+	return inSet(d, rowType, s.Key, tuples)
 }
 
 // ThroughEdge is a many-to-many edge whose join table is a captured edge

@@ -115,6 +115,16 @@ func TestStatementCounts(t *testing.T) {
 				// (upsert.go): no snapshot before or after it.
 				return 2 + 2
 			}
+			if wrapper {
+				// SQLite: the largest rowid, read under the lock, then the
+				// INSERT classifies its rows and returns their images; the
+				// conflicting rows' before images are read before it.
+				n := int64(2 + lock + 3)
+				if mode == envelope.BeforeAndAfter {
+					n++
+				}
+				return n
+			}
 			return 2 + lock + 4 // SELECT conflicting rows, INSERT, SELECT rows, event INSERT
 		case "UpdateOne":
 			// UPDATE, ent's own SELECT of the entity, event INSERT.

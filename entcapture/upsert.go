@@ -28,9 +28,10 @@ type upsert struct {
 	target  []string // the conflict columns
 	update  []string // columns a conflicting row takes (changed), in table order
 	nothing bool     // DO NOTHING, or an update that changes nothing (Ignore)
+	where   bool     // the update has a WHERE (UpdateWhere): conflicting rows it skips
 	before  map[string]map[string]any
 	cols    []string         // read by both snapshots
-	ret     *upsertReturning // PostgreSQL through Driver: the statement's own RETURNING, and no snapshot
+	ret     *upsertReturning // through Driver: the statement's own RETURNING classifies the rows
 }
 
 // conflictOf renders the options on an INSERT of the schema's columns and
@@ -48,14 +49,16 @@ func conflictOf(w *write, d envelope.Dialect, cols []string, opts []sql.Conflict
 	}
 	rest := strings.TrimSpace(q[i+len(" ON CONFLICT"):])
 	u := &upsert{}
-	if !strings.HasPrefix(rest, "(") {
-		return nil, unsupported("herald needs the conflict columns to tell inserted rows from updated ones: name them with OnConflictColumns(...)")
+	switch {
+	case strings.HasPrefix(rest, "ON CONSTRAINT"):
+		return nil, unsupported("a conflict target ON CONSTRAINT is not supported; name the columns of the unique index with OnConflictColumns(...)")
+	case strings.HasPrefix(rest, "("):
+		j := strings.IndexByte(rest, ')')
+		for _, c := range strings.Split(rest[1:j], ",") {
+			u.target = append(u.target, unquote(strings.TrimSpace(c)))
+		}
+		rest = strings.TrimSpace(rest[j+1:])
 	}
-	j := strings.IndexByte(rest, ')')
-	for _, c := range strings.Split(rest[1:j], ",") {
-		u.target = append(u.target, unquote(strings.TrimSpace(c)))
-	}
-	rest = strings.TrimSpace(rest[j+1:])
 	switch {
 	case strings.HasPrefix(rest, "WHERE"):
 		return nil, unsupported("a conflict target with WHERE (a partial index) is not supported; name the columns of a full unique index")
@@ -64,7 +67,7 @@ func conflictOf(w *write, d envelope.Dialect, cols []string, opts []sql.Conflict
 	case strings.HasPrefix(rest, "DO UPDATE SET "):
 		set := rest[len("DO UPDATE SET "):]
 		if k := strings.Index(set, " WHERE "); k >= 0 {
-			return nil, unsupported("an update with a WHERE condition may skip conflicting rows herald cannot tell apart; drop UpdateWhere")
+			set, u.where = set[:k], true
 		}
 		changed := map[string]bool{}
 		for _, a := range splitTop(set) {
@@ -178,9 +181,22 @@ func (s *scope) beforeUpsert(opts []sql.ConflictOption) error {
 		}
 	}
 	if sg, ok := s.upsertReturns(w); ok {
-		u.ret = &upsertReturning{d: s.cd, table: w.sch.Table, cols: u.cols, before: w.spec.NeedsBefore(envelope.Updated), scanner: sg.HeraldScanner}
+		u.ret = &upsertReturning{d: s.cd, dialect: s.d, table: w.sch.Table, cols: u.cols, before: w.spec.NeedsBefore(envelope.Updated), scanner: sg.HeraldScanner}
+		if s.d == envelope.SQLite {
+			if err := s.beforeUpsertSQLite(w, u); err != nil {
+				return err
+			}
+		}
 		s.upsert = u
 		return nil
+	}
+	if len(u.target) == 0 || u.where {
+		what := "an upsert without conflict columns (OnConflict() with DoNothing or Ignore)"
+		if u.where {
+			what = "an upsert whose update has a WHERE (UpdateWhere)"
+		}
+		return &envelope.Error{Kind: envelope.ErrUnsupported, Where: w.sch.Name + " upsert",
+			Msg: what + " is classified by its own statement, which herald sees only through entcapture.Driver: open the client on it (in a transaction of a client without Driver, name the conflict columns with OnConflictColumns(...) and drop UpdateWhere)"}
 	}
 	if err := s.writeLock(w.sch); err != nil {
 		return err
@@ -205,24 +221,18 @@ func (s *scope) rowsByTarget(w *write, u *upsert, lock bool, ids []any) (map[str
 		qc[i] = sel.C(c)
 	}
 	sel.Select(qc...)
-	var ps []*sql.Predicate
+	rowType := quotedTable(s.d, s.g, w.sch)
+	tuples := make([][]any, 0, len(s.creates))
 	for _, it := range s.creates {
 		vs, err := targetValues(it.w, u.target)
 		if err != nil {
 			return nil, err
 		}
-		if len(u.target) == 1 {
-			ps = append(ps, sql.EQ(sel.C(u.target[0]), vs[0]))
-			continue
-		}
-		and := make([]*sql.Predicate, len(vs))
-		for i, c := range u.target {
-			and[i] = sql.EQ(sel.C(c), vs[i])
-		}
-		ps = append(ps, sql.And(and...))
+		tuples = append(tuples, vs)
 	}
+	ps := []*sql.Predicate{inSetP(s.d, rowType, sel, u.target, tuples)}
 	if len(ids) > 0 {
-		ps = append(ps, sql.In(sel.C(w.sch.PK), ids...))
+		ps = append(ps, inSetP(s.d, rowType, sel, []string{w.sch.PK}, tuplesOf(ids)))
 	}
 	sel.Where(sql.Or(ps...))
 	if lock && s.d == envelope.Postgres {
@@ -308,6 +318,12 @@ func (s *scope) upsertReturned(w *write, u *upsert) error {
 	}
 	at := now()
 	for _, r := range u.ret.rows {
+		if s.d == envelope.SQLite {
+			r.inserted = r.rowid > u.ret.maxRowid || u.ret.newIDs[r.rowid]
+			if !r.inserted && u.ret.before && !u.nothing {
+				r.before = u.before[idPrefix+envelope.KeyText(r.after[w.sch.PK])]
+			}
+		}
 		if r.inserted {
 			s.add(w.spec, envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Inserted,
 				PK: r.after[w.sch.PK], After: r.after, OccurredAt: at})
@@ -349,6 +365,14 @@ type upsertReturning struct {
 	cols    []string // of the after (and before) images
 	before  bool     // read the conflicting rows' before images
 	scanner func(cols []string) ([]any, func() (map[string]any, error), error)
+	dialect envelope.Dialect
+
+	// SQLite: the table's largest rowid before the statement, read under
+	// the write lock (a row the statement inserts gets a larger one), and
+	// the explicit integer ids of the creates no row had (an insert with
+	// an explicit id below it).
+	maxRowid int64
+	newIDs   map[int64]bool
 
 	done bool // the statement ran with the RETURNING
 	rows []upsertRow
@@ -356,6 +380,7 @@ type upsertReturning struct {
 
 type upsertRow struct {
 	inserted      bool
+	rowid         int64 // SQLite
 	before, after map[string]any
 }
 
@@ -365,7 +390,7 @@ type upsertKey struct{}
 // by its statement: PostgreSQL, through Driver, glue that scans one row at
 // a time.
 func (s *scope) upsertReturns(w *write) (scannerGlue, bool) {
-	if s.cd == nil || s.d != envelope.Postgres {
+	if s.cd == nil {
 		return nil, false
 	}
 	if _, off := withoutReturning.Load(s.cd); off {
@@ -414,10 +439,24 @@ func (r *upsertReturning) statement(query string, nothing bool) (q string, n int
 	n = len(strings.Split(own, ", "))
 	var b strings.Builder
 	b.Grow(len(query) + 64*len(r.cols))
-	b.WriteString(query[:i])
-	before := r.before && !nothing
+	head := query[:i]
+	before := r.before && !nothing && r.dialect == envelope.Postgres
 	if before {
-		b.WriteString(` WHERE set_config(` + beforeSetting + `, (`)
+		// An update's own WHERE (UpdateWhere) keeps its say: the before
+		// image is saved for the rows it lets through.
+		if k := strings.Index(head, " DO UPDATE SET "); k >= 0 {
+			if w := strings.LastIndex(head[k:], " WHERE "); w >= 0 {
+				head = head[:k+w] + " WHERE (" + head[k+w+len(" WHERE "):] + ") AND"
+			} else {
+				head += " WHERE"
+			}
+		} else {
+			head += " WHERE"
+		}
+	}
+	b.WriteString(head)
+	if before {
+		b.WriteString(` set_config(` + beforeSetting + `, (`)
 		for k := 0; k < len(r.cols); k += 50 { // jsonb_build_object takes at most 100 arguments
 			if k > 0 {
 				b.WriteString(` || `)
@@ -437,7 +476,11 @@ func (r *upsertReturning) statement(query string, nothing bool) (q string, n int
 	for _, c := range r.cols {
 		b.WriteString(`, ` + envelope.QuoteIdent(c))
 	}
-	b.WriteString(`, (xmax = 0)`)
+	if r.dialect == envelope.SQLite {
+		b.WriteString(`, rowid`)
+	} else {
+		b.WriteString(`, (xmax = 0)`)
+	}
 	if before {
 		for _, c := range r.cols {
 			b.WriteString(`, (jsonb_populate_record(NULL::` + table + `, NULLIF(current_setting(` + beforeSetting + `, true), '')::jsonb)).` + envelope.QuoteIdent(c))
@@ -472,7 +515,7 @@ func (d *CaptureDriver) queryUpsert(ctx context.Context, ex dialect.ExecQuerier,
 		_ = inner.Close()
 		return true, fmt.Errorf("herald/entcapture: %s: the driver returned rows of type %T, not *sql.Rows", r.table, inner.ColumnScanner)
 	}
-	rows.ColumnScanner = &upsertRows{Rows: std, n: n, r: r, before: r.before && !u.nothing}
+	rows.ColumnScanner = &upsertRows{Rows: std, n: n, r: r, before: r.before && !u.nothing && r.dialect == envelope.Postgres}
 	return true, nil
 }
 
@@ -511,8 +554,15 @@ func (x *upsertRows) Scan(dest ...any) error {
 	if err != nil {
 		return err
 	}
-	var inserted bool
-	all := append(append(slices.Clip(dest), adst...), &inserted)
+	var (
+		inserted bool
+		rowid    int64
+		flag     any = &inserted
+	)
+	if x.r.dialect == envelope.SQLite {
+		flag = &rowid
+	}
+	all := append(append(slices.Clip(dest), adst...), flag)
 	var brow func() (map[string]any, error)
 	if x.before {
 		var bdst []any
@@ -524,7 +574,7 @@ func (x *upsertRows) Scan(dest ...any) error {
 	if err := x.Rows.Scan(all...); err != nil {
 		return err
 	}
-	row := upsertRow{inserted: inserted}
+	row := upsertRow{inserted: inserted, rowid: rowid}
 	if row.after, err = arow(); err != nil {
 		return err
 	}
@@ -555,4 +605,87 @@ func (x *upsertRows) Close() error {
 		err = cerr
 	}
 	return err
+}
+
+// beforeUpsertSQLite prepares, under the write lock, what classifies the
+// rows an upsert's statement returns on SQLite, which has no xmax: the
+// table's largest rowid (a row the statement inserts gets a larger one,
+// unless the create gave its integer id), the creates' explicit integer
+// ids that no row had, and, for a DO UPDATE whose events keep before
+// images, the rows its conflict columns find (SQLite has one writer: the
+// rows cannot change between this read and the statement).
+func (s *scope) beforeUpsertSQLite(w *write, u *upsert) error {
+	unsupported := func(msg string) error {
+		return &envelope.Error{Kind: envelope.ErrUnsupported, Where: w.sch.Name + " upsert", Msg: msg}
+	}
+	if slices.Contains(u.update, w.sch.PK) {
+		return unsupported("on SQLite, an upsert whose update sets the primary key " + w.sch.PK + " cannot be classified; leave the key out of the update")
+	}
+	needBefore := u.ret.before && !u.nothing
+	if needBefore && len(u.target) == 0 {
+		return unsupported("on SQLite, an upsert that updates without conflict columns cannot give its events the rows it replaced (Payload BeforeAndAfter): name them with OnConflictColumns(...), or use DoNothing or Ignore")
+	}
+	if err := s.writeLock(w.sch); err != nil {
+		return err
+	}
+	table := quotedTable(s.d, s.g, w.sch)
+	if err := s.queryInts(&u.ret.maxRowid, nil, "SELECT COALESCE(MAX(rowid), 0) FROM "+table); err != nil {
+		return fmt.Errorf("herald/entcapture: %s: read the largest rowid: %w", w.sch.Name, err)
+	}
+	var ids []any
+	for _, it := range s.creates {
+		if id, ok := it.w.g.HeraldID(); ok {
+			if n, ok := asInt(id); ok {
+				ids = append(ids, n)
+			}
+		}
+	}
+	if len(ids) > 0 {
+		var had []int64
+		sel := sql.Dialect(dialect.SQLite).Select().From(from(s.g, w.sch))
+		sel.Select(sel.C(w.sch.PK))
+		keysIn(s.d, quotedTable(s.d, s.g, w.sch), w.sch.PK, ids)(sel)
+		q, args := sel.Query()
+		if err := s.queryInts(nil, &had, q, args...); err != nil {
+			return fmt.Errorf("herald/entcapture: %s: read the upsert's ids: %w", w.sch.Name, err)
+		}
+		u.ret.newIDs = make(map[int64]bool, len(ids))
+		for _, id := range ids {
+			u.ret.newIDs[id.(int64)] = true
+		}
+		for _, id := range had {
+			delete(u.ret.newIDs, id)
+		}
+	}
+	if needBefore {
+		rows, err := s.rowsByTarget(w, u, false, nil)
+		if err != nil {
+			return err
+		}
+		u.before = rows
+	}
+	return nil
+}
+
+// queryInts runs q, whose rows hold one integer: into one the first, into
+// all every one.
+func (s *scope) queryInts(one *int64, all *[]int64, q string, args ...any) error {
+	rows, err := s.g.QueryContext(s.ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var n int64
+		if err := rows.Scan(&n); err != nil {
+			return err
+		}
+		if one != nil {
+			*one = n
+		}
+		if all != nil {
+			*all = append(*all, n)
+		}
+	}
+	return rows.Err()
 }

@@ -2,6 +2,8 @@ package entcapture_test
 
 import (
 	"context"
+	stdsql "database/sql"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/heraldgo/herald/envelope"
 	cc "github.com/heraldgo/herald/internal/capturecases"
 	"github.com/heraldgo/herald/internal/capturecases/entcc/ent"
+	"github.com/heraldgo/herald/internal/capturecases/entcc/ent/reader"
 )
 
 // TestBulkUpsertDoNothingAutoIncrement: a CreateBulk with ON CONFLICT DO
@@ -136,4 +139,208 @@ func TestBulkUpsertDoNothingAutoIncrement(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestUpsertClassifiedByTheDatabase: through entcapture.Driver, an upsert
+// without conflict columns (OnConflict().DoNothing(), on SQLite also
+// Ignore()) and one whose update has a WHERE (sql.UpdateWhere) are
+// classified row by row by the INSERT's own RETURNING — PostgreSQL
+// "xmax = 0", SQLite a rowid beyond the table's largest (or an explicit
+// id no row had) — where they failed with ErrUnsupported before (ent's
+// suite's Upsert and edge-schema tests). Every row the statement
+// inserted or updated has one event whose images are the stored rows;
+// rows it skipped have none. Single creates and bulks, After and
+// BeforeAndAfter, with and without client.Tx. What stays refused fails
+// with ErrUnsupported.
+func TestUpsertClassifiedByTheDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	notDee := func() entsql.ConflictOption { return entsql.UpdateWhere(entsql.NEQ(reader.FieldName, "Dee")) }
+	type upsertCase struct {
+		name   string
+		sqlite bool // SQLite only (PostgreSQL refuses DO UPDATE without a target)
+		noRows bool // ent returns sql.ErrNoRows (a single create the upsert skipped)
+		run    func(c conn) error
+	}
+	cases := []upsertCase{
+		{name: "OnConflict().DoNothing, bulk, explicit ids below the largest", run: func(c conn) error {
+			return c.Reader.CreateBulk(
+				c.Reader.Create().SetID(5).SetName("Ann").SetEmail("a@x"),
+				c.Reader.Create().SetID(11).SetName("Bob").SetEmail("b@x"), // conflicts: skipped
+				c.Reader.Create().SetID(15).SetName("Cid").SetEmail("c@x"),
+			).OnConflict().DoNothing().Exec(ctx)
+		}},
+		{name: "OnConflict().DoNothing, bulk", run: func(c conn) error {
+			return c.Reader.CreateBulk(
+				c.Reader.Create().SetName("Ann").SetEmail("a@x"),
+				c.Reader.Create().SetName("Dan").SetEmail("d@x"), // conflicts: skipped
+			).OnConflict().DoNothing().Exec(ctx)
+		}},
+		{name: "OnConflict().DoNothing, single", run: func(c conn) error {
+			return c.Reader.Create().SetName("Eve").SetEmail("e@x").OnConflict().DoNothing().Exec(ctx)
+		}},
+		{name: "OnConflict().Ignore, bulk", sqlite: true, run: func(c conn) error {
+			return c.Reader.CreateBulk(
+				c.Reader.Create().SetName("Ann").SetEmail("a@x"),
+				c.Reader.Create().SetName("Bob").SetEmail("b@x"), // conflicts: set to itself
+			).OnConflict().Ignore().Exec(ctx)
+		}},
+		{name: "UpdateWhere, bulk", run: func(c conn) error {
+			return c.Reader.CreateBulk(
+				c.Reader.Create().SetName("Bob").SetEmail("b@x"), // updated
+				c.Reader.Create().SetName("Dan").SetEmail("d@x"), // Dee: skipped
+				c.Reader.Create().SetName("Cid").SetEmail("c@x"), // inserted
+			).OnConflict(entsql.ConflictColumns(reader.FieldEmail), notDee()).UpdateNewValues().Exec(ctx)
+		}},
+		{name: "UpdateWhere, single, updated", run: func(c conn) error {
+			return c.Reader.Create().SetName("Bob").SetEmail("b@x").
+				OnConflict(entsql.ConflictColumns(reader.FieldEmail), notDee()).UpdateNewValues().Exec(ctx)
+		}},
+		{name: "UpdateWhere, single, skipped", noRows: true, run: func(c conn) error {
+			return c.Reader.Create().SetName("Dan").SetEmail("d@x").
+				OnConflict(entsql.ConflictColumns(reader.FieldEmail), notDee()).UpdateNewValues().Exec(ctx)
+		}},
+		{name: "UpdateWhere, Update of a column", run: func(c conn) error {
+			return c.Reader.Create().SetName("Bob").SetEmail("b@x").
+				OnConflict(entsql.ConflictColumns(reader.FieldEmail), notDee()).Update(func(u *ent.ReaderUpsert) { u.SetName("Bob!") }).Exec(ctx)
+		}},
+	}
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		for _, mode := range []envelope.PayloadMode{envelope.After, envelope.BeforeAndAfter} {
+			t.Run(mode.String(), func(t *testing.T) {
+				e := newEnv(t, d, entcapture.Config{Options: map[string]envelope.Options{"Reader": {Payload: mode}}})
+				_, err := e.db.Exec(`CREATE UNIQUE INDEX readers_email ON readers (email)`)
+				must(t, err)
+				for _, uc := range cases {
+					if uc.sqlite && d != envelope.SQLite {
+						continue
+					}
+					for _, inTx := range []bool{false, true} {
+						name := uc.name
+						if inTx {
+							name += "/in Tx"
+						}
+						t.Run(name, func(t *testing.T) {
+							for _, q := range []string{`DELETE FROM readers`, `INSERT INTO readers (id, name, email) VALUES (10, 'Bee', 'b@x'), (20, 'Dee', 'd@x')`, `DELETE FROM herald_outbox`} {
+								_, err := e.db.Exec(q)
+								must(t, err)
+							}
+							if d == envelope.Postgres {
+								_, err := e.db.Exec(`SELECT setval(pg_get_serial_sequence('readers', 'id'), 20)`)
+								must(t, err)
+							}
+							before := readerRows(t, e)
+							c := clientConn(e.client)
+							var tx *ent.Tx
+							if inTx {
+								tx, err = e.client.Tx(ctx)
+								must(t, err)
+								c = txConn(tx)
+							}
+							err := uc.run(c)
+							if tx != nil {
+								if err != nil {
+									_ = tx.Rollback()
+								} else {
+									err = tx.Commit()
+								}
+							}
+							if uc.noRows {
+								if !errors.Is(err, stdsql.ErrNoRows) {
+									t.Fatalf("err %v, want sql.ErrNoRows (as ent without capture)", err)
+								}
+							} else {
+								must(t, err)
+							}
+							after := readerRows(t, e)
+							checkReaderEvents(t, e, mode, before, after)
+						})
+					}
+				}
+				t.Run("refused", func(t *testing.T) {
+					if d == envelope.SQLite && mode == envelope.BeforeAndAfter {
+						// An update without conflict columns: the rows it
+						// replaces are unknown before the statement.
+						err := e.client.Reader.Create().SetName("Bob").SetEmail("b@x").OnConflict(entsql.ResolveWithNewValues()).Exec(ctx)
+						if !errors.Is(err, envelope.ErrUnsupported) {
+							t.Errorf("DO UPDATE without conflict columns, SQLite, BeforeAndAfter: err %v, want ErrUnsupported", err)
+						}
+					}
+					if d == envelope.Postgres {
+						err := e.client.Reader.Create().SetName("Bob").SetEmail("b@x").OnConflict(entsql.ConflictConstraint("readers_email"), entsql.DoNothing()).Exec(ctx)
+						if !errors.Is(err, envelope.ErrUnsupported) {
+							t.Errorf("ON CONSTRAINT: err %v, want ErrUnsupported", err)
+						}
+					}
+					// A client without Driver, in client.Tx: the statement
+					// is not seen.
+					tx, err := e.plain.Tx(ctx)
+					must(t, err)
+					defer func() { _ = tx.Rollback() }()
+					err = tx.Reader.Create().SetName("Bob").SetEmail("b@x").OnConflict().DoNothing().Exec(ctx)
+					if !errors.Is(err, envelope.ErrUnsupported) {
+						t.Errorf("OnConflict().DoNothing in a plain client's Tx: err %v, want ErrUnsupported", err)
+					}
+				})
+			})
+		}
+	})
+}
+
+// readerRows reads the readers table: id -> row.
+func readerRows(t *testing.T, e *env) map[int64][2]string {
+	t.Helper()
+	rows, err := e.db.Query(`SELECT id, name, email FROM readers`)
+	must(t, err)
+	defer rows.Close()
+	out := map[int64][2]string{}
+	for rows.Next() {
+		var id int64
+		var n, m string
+		must(t, rows.Scan(&id, &n, &m))
+		out[id] = [2]string{n, m}
+	}
+	must(t, rows.Err())
+	return out
+}
+
+// checkReaderEvents holds the outbox to the rows: one event per row the
+// write inserted or updated (a row written with the values it held is
+// not told from an untouched one here: neither may have an event but
+// an Ignore's, which has none), its images the stored rows.
+func checkReaderEvents(t *testing.T, e *env, mode envelope.PayloadMode, before, after map[int64][2]string) {
+	t.Helper()
+	want := map[int64]string{}
+	for id, r := range after {
+		if b, ok := before[id]; !ok {
+			want[id] = "inserted"
+		} else if b != r {
+			want[id] = "updated"
+		}
+	}
+	got := map[int64]string{}
+	for _, ev := range e.events(t) {
+		p, err := cc.Decode(ev.Payload)
+		must(t, err)
+		id := int64(p["pk"].(float64))
+		op, _ := p["operation"].(string)
+		if _, dup := got[id]; dup {
+			t.Errorf("two events for reader %d", id)
+		}
+		got[id] = op
+		a, _ := p["after"].(map[string]any)
+		if a == nil || a["name"] != after[id][0] || a["id"] != float64(id) {
+			t.Errorf("%s %d: after %v, the row is %v", op, id, a, after[id])
+		}
+		b, _ := p["before"].(map[string]any)
+		switch {
+		case op == "updated" && mode == envelope.BeforeAndAfter && (b == nil || b["name"] != before[id][0]):
+			t.Errorf("updated %d: before %v, the row was %v", id, b, before[id])
+		case op == "inserted" && b != nil:
+			t.Errorf("inserted %d has a before image %v", id, b)
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("events %v, want %v (rows before %v, after %v)", got, want, before, after)
+	}
 }

@@ -442,7 +442,7 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 		}
 		ids = pks(before, w.sch.PK)
 		if !one {
-			w.g.WhereP(w.sch.pin(s.d, before))
+			w.g.WhereP(w.sch.pin(s.d, quotedTable(s.d, s.g, w.sch), before))
 		}
 	}
 	owners := ids
@@ -594,7 +594,7 @@ func (w *write) delete(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 		if before, err = s.selectRows(w, cols, nil, false, nil); err != nil {
 			return err
 		}
-		w.g.WhereP(w.sch.pin(s.d, before))
+		w.g.WhereP(w.sch.pin(s.d, quotedTable(s.d, s.g, w.sch), before))
 		return s.cascade(w.sch, before)
 	})
 	v, err := next.Mutate(ctx, w.g)

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net"
 	"reflect"
 	"slices"
 	"sort"
@@ -258,6 +259,44 @@ func TestImagesAreWhatTheRowHolds(t *testing.T) {
 					t.Errorf("event %d (%s) %s: blob %v, tags %#v; want %s and \"\" (what the row holds)", i, ev.Topic, which, img["blob"], img["tags"], stored)
 				}
 			}
+		}
+	})
+}
+
+// Gadget holds a net.IP in a bytes column.
+type Gadget struct {
+	ID   int64
+	Addr net.IP
+}
+
+// TestBytesGoTypeWithoutText: a net.IP field holding bytes that are no IP
+// (nine bytes of text) has no IP form; its column holds the bytes, so the
+// events carry them as any bytes (base64), where the capture failed the
+// write before. A valid IP keeps its text.
+func TestBytesGoTypeWithoutText(t *testing.T) {
+	t.Parallel()
+	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		e := newEnv(t, d, nil, gormcapture.Config{CaptureAll: &envelope.Options{Payload: envelope.BeforeAndAfter}}, &Gadget{})
+		g := Gadget{Addr: net.IP("127.0.0.1")}
+		must(t, e.db.Create(&g).Error)
+		must(t, e.db.Create(&[]Gadget{{Addr: net.IP{192, 0, 2, 1}}, {Addr: net.IP("bad")}}).Error)
+		must(t, e.db.Model(&g).Update("addr", net.IP("10.0.0.1")).Error)
+		must(t, e.db.Delete(&g).Error)
+		var got []string
+		for _, ev := range e.events(t) {
+			b, _ := ev.Payload["before"].(map[string]any)
+			a, _ := ev.Payload["after"].(map[string]any)
+			got = append(got, fmt.Sprintf("%s %v %v", ev.Payload["operation"], b["addr"], a["addr"]))
+		}
+		want := []string{
+			"inserted <nil> " + b64("127.0.0.1"),
+			"inserted <nil> 192.0.2.1", "inserted <nil> " + b64("bad"),
+			"updated " + b64("127.0.0.1") + " " + b64("10.0.0.1"),
+			"deleted " + b64("10.0.0.1") + " <nil>",
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("events' addr:\n got %q\nwant %q", got, want)
 		}
 	})
 }

@@ -5,7 +5,12 @@
 // database column values in [Field] mode; the two differ only for
 // non-finite numbers, which have no JSON number form (strict mode rejects
 // them, field mode writes the strings "NaN", "Infinity" and "-Infinity", the
-// spelling PostgreSQL uses for them).
+// spelling PostgreSQL uses for them), and for a column value whose own form
+// fails (its MarshalJSON or MarshalText returns an error, a net.IP is
+// neither 4 nor 16 bytes long): field mode then writes the form of what
+// database/sql stores for it (driver.DefaultParameterConverter's value, so
+// a net.IP of 9 bytes in a bytes column is base64 of its bytes), and
+// fails only when database/sql would refuse the value too.
 //
 // The forms, in the order they are tried:
 //

@@ -288,7 +288,9 @@ func netIPEncoder(_ state, dst []byte, v reflect.Value) ([]byte, *Error) {
 		dst = addr.Unmap().AppendTo(dst)
 		return append(dst, '"'), nil
 	}
-	return dst, newError(v.Type(), "invalid net.IP of "+strconv.Itoa(len(ip))+" bytes")
+	e := newError(v.Type(), "invalid net.IP of "+strconv.Itoa(len(ip))+" bytes")
+	e.ownForm = true
+	return dst, e
 }
 
 func ipNetText(_ state, dst []byte, v reflect.Value) ([]byte, *Error) {
@@ -513,9 +515,13 @@ func marshalerEncoder(t reflect.Type, viaAddr bool) encoderFunc {
 	return func(_ state, dst []byte, v reflect.Value) ([]byte, *Error) {
 		raw, err := receiver(v, viaAddr).(json.Marshaler).MarshalJSON()
 		if err != nil {
-			return dst, &Error{Type: typeName(t), Reason: "MarshalJSON failed: " + err.Error(), Err: err}
+			return dst, &Error{Type: typeName(t), Reason: "MarshalJSON failed: " + err.Error(), Err: err, ownForm: true}
 		}
-		return appendJSON(dst, raw, t, "MarshalJSON output")
+		out, e := appendJSON(dst, raw, t, "MarshalJSON output")
+		if e != nil {
+			e.ownForm = true
+		}
+		return out, e
 	}
 }
 
@@ -544,7 +550,7 @@ func textMarshalerEncoder(t reflect.Type, viaAddr bool) encoderFunc {
 	return func(_ state, dst []byte, v reflect.Value) ([]byte, *Error) {
 		text, err := receiver(v, viaAddr).(encoding.TextMarshaler).MarshalText()
 		if err != nil {
-			return dst, &Error{Type: typeName(t), Reason: "MarshalText failed: " + err.Error(), Err: err}
+			return dst, &Error{Type: typeName(t), Reason: "MarshalText failed: " + err.Error(), Err: err, ownForm: true}
 		}
 		return appendString(dst, text), nil
 	}

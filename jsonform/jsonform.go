@@ -2,6 +2,7 @@ package jsonform
 
 import (
 	"bytes"
+	"database/sql/driver"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -25,7 +26,11 @@ const (
 	// Field acts as Strict.
 	Strict Mode = iota
 	// Field is for captured database column values: a column may hold NaN
-	// or ±Inf, so they become the strings "NaN", "Infinity" and "-Infinity".
+	// or ±Inf, so they become the strings "NaN", "Infinity" and "-Infinity";
+	// a value whose own form fails (a failing MarshalJSON or MarshalText, a
+	// net.IP of 9 bytes) gets the form of what database/sql stores for it
+	// (driver.DefaultParameterConverter: bytes as base64, a string kind as
+	// the string), and is an error only when that has none either.
 	Field
 )
 
@@ -72,6 +77,10 @@ type Error struct {
 	// up through the containers; finish turns it into Path. Building the
 	// path only on the way out keeps the success path free of allocations.
 	segs []segment
+	// ownForm: the value's own form failed (its MarshalJSON or MarshalText,
+	// a net.IP of a bad length); in Field mode the root value then gets
+	// the form of what database/sql stores for it.
+	ownForm bool
 }
 
 // Error returns "herald/jsonform: <path>: <reason>". A path longer than
@@ -205,11 +214,46 @@ func MarshalPath(path string, v any, mode Mode) ([]byte, error) {
 func Append(dst []byte, path string, v any, mode Mode) ([]byte, error) {
 	n := len(dst)
 	out, err := appendAny(state{mode: mode}, dst, v)
+	if err != nil && mode == Field && err.ownForm && len(err.segs) == 0 {
+		if sv, ok := storedValue(v); ok {
+			if out, e := appendAny(state{mode: mode}, dst[:n], sv); e == nil {
+				return out, nil
+			}
+		}
+	}
 	if err != nil {
 		err.finish(path)
 		return dst[:n], err
 	}
 	return out, nil
+}
+
+// storedValue returns what database/sql hands the driver for a column value
+// whose own JSON form failed (a MarshalJSON or MarshalText that returns an
+// error, a net.IP of 9 bytes): driver.DefaultParameterConverter's value
+// ([]byte, string, int64, float64, bool or time.Time), when it is of
+// another type than v. ok is false when database/sql would refuse v too,
+// or would store v itself.
+func storedValue(v any) (any, bool) {
+	// database/sql follows pointers; a cycle of them must not recurse here.
+	rv := reflect.ValueOf(v)
+	for range MaxDepth {
+		if !rv.IsValid() || rv.Kind() != reflect.Pointer {
+			break
+		}
+		if _, ok := rv.Interface().(driver.Valuer); ok || rv.IsNil() {
+			break
+		}
+		rv = rv.Elem()
+	}
+	if !rv.IsValid() || rv.Kind() == reflect.Pointer {
+		return nil, false
+	}
+	sv, err := driver.DefaultParameterConverter.ConvertValue(rv.Interface())
+	if err != nil || sv == nil || reflect.TypeOf(sv) == rv.Type() {
+		return nil, false
+	}
+	return sv, true
 }
 
 // Valid reports whether raw is valid JSON (json.Valid).

@@ -38,26 +38,28 @@ type (
 	stringerID  [16]byte // String gives the canonical text
 	otherString [16]byte // String gives something else
 
-	marshaler     struct{}
-	badMarshaler  struct{}
-	failMarshaler struct{}
-	ptrMarshaler  struct{ N int }
-	rawJSON       []byte // like gorm.io/datatypes.JSON
-	textOnly      struct{}
-	jsonAndText   struct{}
-	failText      struct{}
-	valuerAndText struct{}
-	failValuer    struct{}
-	selfValuer    struct{}
-	keyText       struct{ id int }
-	collidingKey  struct{ id int }
-	utf8Marshaler struct{}
-	ptrText       struct{ s string }
-	ptrDecimal    struct{ c int64 }
-	customZero    struct{ n int }
-	cyclicNode    struct{ Next *cyclicNode }
-	stamp         time.Time // defined as time.Time: no methods
-	treeNode      struct {
+	marshaler      struct{}
+	badMarshaler   struct{}
+	failMarshaler  struct{}
+	ptrMarshaler   struct{ N int }
+	rawJSON        []byte // like gorm.io/datatypes.JSON
+	textOnly       struct{}
+	jsonAndText    struct{}
+	failText       struct{}
+	failTextString string
+	failJSONInt    int
+	valuerAndText  struct{}
+	failValuer     struct{}
+	selfValuer     struct{}
+	keyText        struct{ id int }
+	collidingKey   struct{ id int }
+	utf8Marshaler  struct{}
+	ptrText        struct{ s string }
+	ptrDecimal     struct{ c int64 }
+	customZero     struct{ n int }
+	cyclicNode     struct{ Next *cyclicNode }
+	stamp          time.Time // defined as time.Time: no methods
+	treeNode       struct {
 		Name string     `json:"name"`
 		Kids []treeNode `json:"kids,omitempty"`
 	}
@@ -83,16 +85,18 @@ func (j rawJSON) MarshalJSON() ([]byte, error) {
 	}
 	return j, nil
 }
-func (textOnly) MarshalText() ([]byte, error)      { return []byte("text <form>"), nil }
-func (jsonAndText) MarshalJSON() ([]byte, error)   { return []byte(`"from json"`), nil }
-func (jsonAndText) MarshalText() ([]byte, error)   { return []byte("from text"), nil }
-func (failText) MarshalText() ([]byte, error)      { return nil, errBoom }
-func (valuerAndText) Value() (driver.Value, error) { return int64(7), nil }
-func (valuerAndText) MarshalText() ([]byte, error) { return []byte("from text"), nil }
-func (failValuer) Value() (driver.Value, error)    { return nil, errBoom }
-func (selfValuer) Value() (driver.Value, error)    { return selfValuer{}, nil }
-func (k keyText) MarshalText() ([]byte, error)     { return []byte("k" + strconv.Itoa(k.id)), nil }
-func (collidingKey) MarshalText() ([]byte, error)  { return []byte("same"), nil }
+func (textOnly) MarshalText() ([]byte, error)       { return []byte("text <form>"), nil }
+func (jsonAndText) MarshalJSON() ([]byte, error)    { return []byte(`"from json"`), nil }
+func (jsonAndText) MarshalText() ([]byte, error)    { return []byte("from text"), nil }
+func (failText) MarshalText() ([]byte, error)       { return nil, errBoom }
+func (failTextString) MarshalText() ([]byte, error) { return nil, errBoom }
+func (failJSONInt) MarshalJSON() ([]byte, error)    { return nil, errBoom }
+func (valuerAndText) Value() (driver.Value, error)  { return int64(7), nil }
+func (valuerAndText) MarshalText() ([]byte, error)  { return []byte("from text"), nil }
+func (failValuer) Value() (driver.Value, error)     { return nil, errBoom }
+func (selfValuer) Value() (driver.Value, error)     { return selfValuer{}, nil }
+func (k keyText) MarshalText() ([]byte, error)      { return []byte("k" + strconv.Itoa(k.id)), nil }
+func (collidingKey) MarshalText() ([]byte, error)   { return []byte("same"), nil }
 func (utf8Marshaler) MarshalJSON() ([]byte, error) {
 	return []byte("[\"a\xffb\u2028\"]"), nil
 }
@@ -301,7 +305,15 @@ func rows() []row {
 		{name: "net.IP v6", in: net.ParseIP("2001:db8::1"), strict: is(`"2001:db8::1"`)},
 		{name: "net.IP nil", in: net.IP(nil), strict: is(`null`)},
 		{name: "net.IP empty", in: net.IP{}, strict: is(`""`)},
-		{name: "net.IP bad length", in: net.IP{1, 2, 3}, strict: fails("", "net.IP", "invalid net.IP")},
+		{name: "net.IP bad length", in: net.IP{1, 2, 3}, strict: fails("", "net.IP", "invalid net.IP"), field: ptr(is(`"AQID"`))},
+		// In field mode a column value whose own form fails gets the form
+		// of what database/sql stores; inside a list, or when database/sql
+		// refuses it too (a struct), it stays an error.
+		{name: "net.IP bad length, in a list", in: []any{net.IP{1, 2, 3}}, strict: fails("[0]", "net.IP", "invalid net.IP")},
+		{name: "net.IP bad length, by pointer", in: &net.IP{1, 2, 3}, strict: fails("", "net.IP", "invalid net.IP"), field: ptr(is(`"AQID"`))},
+		{name: "string kind, MarshalText fails", in: failTextString("as stored"), strict: fails("", "jsonform_test.failTextString", "MarshalText failed: boom"), field: ptr(is(`"as stored"`))},
+		{name: "struct, MarshalText fails", in: failText{}, strict: fails("", "jsonform_test.failText", "MarshalText failed: boom")},
+		{name: "int kind, MarshalJSON fails", in: failJSONInt(7), strict: fails("", "jsonform_test.failJSONInt", "MarshalJSON failed: boom"), field: ptr(is(`7`))},
 		{name: "*net.IPNet", in: &net.IPNet{IP: net.IP{192, 0, 2, 0}, Mask: net.CIDRMask(24, 32)}, strict: is(`"192.0.2.0/24"`)},
 		{name: "*net.IPNet invalid", in: &net.IPNet{}, strict: fails("", "net.IPNet", "invalid net.IPNet")},
 		{name: "netip.Addr", in: netip.MustParseAddr("2001:db8::1"), strict: is(`"2001:db8::1"`)},
@@ -324,7 +336,7 @@ func rows() []row {
 			strict: fails("payload.raw", "json.RawMessage", "not valid JSON")},
 		{name: "json.RawMessage in a struct", in: struct{ R json.RawMessage }{json.RawMessage(`[true]`)}, strict: is(`{"R":[true]}`)},
 		{name: "datatypes.JSON-like", in: rawJSON(`{ "k": "v" }`), strict: is(`{"k":"v"}`)},
-		{name: "datatypes.JSON-like invalid", in: rawJSON(`{`), strict: fails("", "jsonform_test.rawJSON", "MarshalJSON output is not valid JSON")},
+		{name: "datatypes.JSON-like invalid", in: rawJSON(`{`), strict: fails("", "jsonform_test.rawJSON", "MarshalJSON output is not valid JSON"), field: ptr(is(`"ew=="`))},
 		{name: "json.Number", in: json.Number("12.50"), strict: is(`12.50`)},
 		{name: "json.Number empty", in: json.Number(""), strict: is(`0`)},
 		{name: "json.Number invalid", in: json.Number("12,5"), strict: fails("", "json.Number", "not a JSON number")},

@@ -13,6 +13,7 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/book"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/device"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/doc"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/folder"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/friendship"
@@ -90,6 +91,7 @@ func checkColumn(t, c string) error {
 	initCheck.Do(func() {
 		columnCheck = sql.NewColumnCheck(map[string]func(string) bool{
 			book.Table:       book.ValidColumn,
+			device.Table:     device.ValidColumn,
 			doc.Table:        doc.ValidColumn,
 			folder.Table:     folder.ValidColumn,
 			friendship.Table: friendship.ValidColumn,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/heraldgo/herald/entcapture"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/book"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/device"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/doc"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/folder"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/friendship"
@@ -112,6 +113,8 @@ func heraldDB(c SchemaConfig, s *entcapture.Schema) (string, bool) {
 	switch s {
 	case heraldBookSchema:
 		return c.Book, true
+	case heraldDeviceSchema:
+		return c.Device, true
 	case heraldDocSchema:
 		return c.Doc, true
 	case heraldFolderSchema:
@@ -297,6 +300,148 @@ var _ entcapture.Glue = (*BookMutation)(nil)
 
 // HeraldDB implements entcapture.Glue.
 func (m *BookMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+	return heraldDB(m.schemaConfig, s)
+}
+
+// heraldDeviceSchema describes Device to entcapture.
+var heraldDeviceSchema = &entcapture.Schema{
+	Name:    "Device",
+	Table:   device.Table,
+	Columns: []string{"id", "addr"},
+	PK:      "id",
+	Fields:  map[string]string{"addr": "addr"},
+}
+
+// HeraldSchema implements entcapture.Glue.
+func (m *DeviceMutation) HeraldSchema() *entcapture.Schema { return heraldDeviceSchema }
+
+// HeraldDriver implements entcapture.Glue.
+func (m *DeviceMutation) HeraldDriver() dialect.Driver {
+	if d, ok := heraldTxDriver(m.driver); ok {
+		return d.drv
+	}
+	return m.driver
+}
+
+// HeraldTx implements entcapture.Glue.
+func (m *DeviceMutation) HeraldTx() dialect.Tx {
+	if d, ok := heraldTxDriver(m.driver); ok {
+		return d.tx
+	}
+	return nil
+}
+
+// HeraldOnCommit implements entcapture.Glue.
+func (m *DeviceMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
+
+// HeraldBeforeDelete implements entcapture.Glue.
+func (m *DeviceMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
+
+// HeraldBeforeInsert implements entcapture.Glue.
+func (m *DeviceMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
+
+// HeraldPredicates implements entcapture.Glue.
+func (m *DeviceMutation) HeraldPredicates() []func(*sql.Selector) {
+	ps := make([]func(*sql.Selector), len(m.predicates))
+	for i, p := range m.predicates {
+		ps[i] = p
+	}
+	return ps
+}
+
+// HeraldRow implements entcapture.Glue.
+func (m *DeviceMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
+	e, ok := v.(*Device)
+	if !ok || e == nil {
+		return nil, false
+	}
+	return heraldDeviceRow(e, heraldDeviceSchema.Columns, nil), true
+}
+
+// HeraldScan implements entcapture.Glue.
+func (m *DeviceMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
+	var out []map[string]any
+	for rows.Next() {
+		dst, row, err := m.HeraldScanner(cols)
+		if err != nil {
+			return nil, err
+		}
+		if err := rows.Scan(dst...); err != nil {
+			return nil, err
+		}
+		r, err := row()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// row of cols, and the row once scanned (NULL as nil).
+func (m *DeviceMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
+	e := &Device{}
+	vals, err := e.scanValues(cols)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst := entcapture.NullAware(vals)
+	return dst, func() (map[string]any, error) {
+		if err := e.assignValues(cols, vals); err != nil {
+			return nil, err
+		}
+		return heraldDeviceRow(e, cols, dst), nil
+	}, nil
+}
+
+// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// (Modify, AppendX), as its sqlSave last saw them.
+func (m *DeviceMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
+
+// HeraldID implements entcapture.Glue.
+func (m *DeviceMutation) HeraldID() (any, bool) {
+	if m.id == nil {
+		return nil, false
+	}
+	return *m.id, true
+}
+
+// HeraldNew implements entcapture.Glue: the entity a create of the
+// mutation's fields returns, as its createSpec builds it, without edges
+// (and without the id the database generates).
+func (m *DeviceMutation) HeraldNew() ent.Value {
+	e := &Device{}
+	if v, ok := m.ID(); ok {
+		e.ID = v
+	}
+	if v, ok := m.Addr(); ok {
+		e.Addr = v
+	}
+	return e
+}
+
+func heraldDeviceRow(e *Device, cols []string, vals []any) map[string]any {
+	row := make(map[string]any, len(cols))
+	for i, c := range cols {
+		if vals != nil && entcapture.IsNull(vals[i]) {
+			row[c] = nil
+			continue
+		}
+		switch c {
+		case "id":
+			row[c] = e.ID
+		case "addr":
+			row[c] = e.Addr
+		}
+	}
+	return row
+}
+
+var _ entcapture.Glue = (*DeviceMutation)(nil)
+
+// HeraldDB implements entcapture.Glue.
+func (m *DeviceMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
 	return heraldDB(m.schemaConfig, s)
 }
 
@@ -2812,13 +2957,15 @@ func heraldIDScanUser() (any, func() (any, error)) {
 }
 
 func init() {
-	entcapture.Register(heraldBookSchema, heraldDocSchema, heraldFolderSchema, heraldFriendshipSchema, heraldGroupSchema, heraldLabelSchema, heraldMembershipSchema, heraldMemoSchema, heraldMemoNoteSchema, heraldNodeSchema, heraldPersonSchema, heraldProjectSchema, heraldTagSchema, heraldTaskSchema, heraldUserSchema, heraldJoinMemoTagsSchema, heraldJoinUserFollowingSchema, heraldJoinUserPeersSchema, heraldJoinUserTagsSchema)
+	entcapture.Register(heraldBookSchema, heraldDeviceSchema, heraldDocSchema, heraldFolderSchema, heraldFriendshipSchema, heraldGroupSchema, heraldLabelSchema, heraldMembershipSchema, heraldMemoSchema, heraldMemoNoteSchema, heraldNodeSchema, heraldPersonSchema, heraldProjectSchema, heraldTagSchema, heraldTaskSchema, heraldUserSchema, heraldJoinMemoTagsSchema, heraldJoinUserFollowingSchema, heraldJoinUserPeersSchema, heraldJoinUserTagsSchema)
 	heraldBookSchema.Scan = (*BookMutation)(nil).HeraldScan
 	heraldBookSchema.Hooks = func() []ent.Hook { return book.Hooks[:] }
 	if heraldBookSchema.EdgeColumns == nil {
 		heraldBookSchema.EdgeColumns = map[string]string{}
 	}
 	heraldBookSchema.EdgeColumns["shelf"] = "shelf_id"
+	heraldDeviceSchema.Scan = (*DeviceMutation)(nil).HeraldScan
+	heraldDeviceSchema.Hooks = func() []ent.Hook { return device.Hooks[:] }
 	heraldDocSchema.Scan = (*DocMutation)(nil).HeraldScan
 	heraldDocSchema.Hooks = func() []ent.Hook { return doc.Hooks[:] }
 	if heraldDocSchema.EdgeColumns == nil {

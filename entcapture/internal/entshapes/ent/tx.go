@@ -16,6 +16,8 @@ type Tx struct {
 	config
 	// Book is the client for interacting with the Book builders.
 	Book *BookClient
+	// Device is the client for interacting with the Device builders.
+	Device *DeviceClient
 	// Doc is the client for interacting with the Doc builders.
 	Doc *DocClient
 	// Folder is the client for interacting with the Folder builders.
@@ -180,6 +182,7 @@ func (tx *Tx) Client() *Client {
 
 func (tx *Tx) init() {
 	tx.Book = NewBookClient(tx.config)
+	tx.Device = NewDeviceClient(tx.config)
 	tx.Doc = NewDocClient(tx.config)
 	tx.Folder = NewFolderClient(tx.config)
 	tx.Friendship = NewFriendshipClient(tx.config)

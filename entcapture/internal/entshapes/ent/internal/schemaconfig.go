@@ -8,6 +8,7 @@ import "context"
 // that can be passed at runtime.
 type SchemaConfig struct {
 	Book          string // Book table.
+	Device        string // Device table.
 	Doc           string // Doc table.
 	Folder        string // Folder table.
 	Friendship    string // Friendship table.

@@ -9,6 +9,9 @@ import (
 // Book is the predicate function for book builders.
 type Book func(*sql.Selector)
 
+// Device is the predicate function for device builders.
+type Device func(*sql.Selector)
+
 // Doc is the predicate function for doc builders.
 type Doc func(*sql.Selector)
 

@@ -3,7 +3,10 @@
 package runtime
 
 import (
+	"net"
+
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/book"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/device"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/doc"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/folder"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/friendship"
@@ -28,6 +31,15 @@ func init() {
 	bookMixin := schema.Book{}.Mixin()
 	bookMixinHooks0 := bookMixin[0].Hooks()
 	book.Hooks[0] = bookMixinHooks0[0]
+	deviceMixin := schema.Device{}.Mixin()
+	deviceMixinHooks0 := deviceMixin[0].Hooks()
+	device.Hooks[0] = deviceMixinHooks0[0]
+	deviceFields := schema.Device{}.Fields()
+	_ = deviceFields
+	// deviceDescAddr is the schema descriptor for addr field.
+	deviceDescAddr := deviceFields[0].Descriptor()
+	// device.DefaultAddr holds the default value on creation for the addr field.
+	device.DefaultAddr = net.IP(deviceDescAddr.Default.([]byte))
 	docMixin := schema.Doc{}.Mixin()
 	docMixinHooks0 := docMixin[0].Hooks()
 	doc.Hooks[0] = docMixinHooks0[0]
