@@ -5,7 +5,7 @@ go 1.26.0
 require (
 	entgo.io/ent v0.14.5
 	github.com/heraldgo/herald v0.0.0
-	github.com/lib/pq v1.10.9
+	github.com/lib/pq v1.12.3
 	github.com/mattn/go-sqlite3 v1.14.22
 )
 
