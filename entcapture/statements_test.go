@@ -119,7 +119,7 @@ func TestStatementCounts(t *testing.T) {
 				// SQLite: the largest rowid, read under the lock, then the
 				// INSERT classifies its rows and returns their images; the
 				// conflicting rows' before images are read before it.
-				n := int64(2 + lock + 3)
+				n := 2 + lock + 3
 				if mode == envelope.BeforeAndAfter {
 					n++
 				}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -141,22 +140,11 @@ func testMySQLCommitOrder(t *testing.T, db *sql.DB, w *envelope.Writer) {
 			finished = true // one last read below
 		default:
 		}
-		rows, err := db.QueryContext(ctx, "SELECT sequence FROM herald_outbox WHERE ordering_key = 'shared' ORDER BY sequence")
-		if err != nil {
-			t.Fatal(err)
-		}
 		var fresh []int64
-		for rows.Next() {
-			var s int64
-			if err := rows.Scan(&s); err != nil {
-				t.Fatal(err)
-			}
+		for _, s := range sharedKeySequences(ctx, t, db) {
 			if !seen[s] {
 				fresh = append(fresh, s)
 			}
-		}
-		if err := rows.Close(); err != nil {
-			t.Fatal(err)
 		}
 		for _, s := range fresh {
 			if s < high {
@@ -297,8 +285,30 @@ func TestMySQLPayloadBytes(t *testing.T) {
 	if got != raw {
 		t.Fatalf("payload stored as %s, want %s", got, raw)
 	}
-	_, err = db.Exec("INSERT INTO herald_outbox (id, topic, payload) VALUES (?, 't', '{not json')", fmt.Sprint("00000000-0000-7000-8000-000000000000"))
+	_, err = db.Exec("INSERT INTO herald_outbox (id, topic, payload) VALUES (?, 't', '{not json')", "00000000-0000-7000-8000-000000000000")
 	if err == nil {
 		t.Fatal("a payload that is not JSON was stored")
 	}
+}
+
+// sharedKeySequences reads the sequences of key 'shared', in order.
+func sharedKeySequences(ctx context.Context, t *testing.T, db *sql.DB) []int64 {
+	t.Helper()
+	rows, err := db.QueryContext(ctx, "SELECT sequence FROM herald_outbox WHERE ordering_key = 'shared' ORDER BY sequence")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var seqs []int64
+	for rows.Next() {
+		var s int64
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, s)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return seqs
 }

@@ -2,6 +2,7 @@ package envelope
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"hash/crc32"
 	"sort"
@@ -78,16 +79,7 @@ func (w *Writer) lockMySQL(ctx context.Context, q Querier, l keyLocks) error {
 		} else {
 			b.WriteString(" LOCK IN SHARE MODE")
 		}
-		rs, err := q.QueryContext(ctx, b.String(), args...)
-		if err != nil {
-			return fmt.Errorf("herald/envelope: lock the ordering keys' rows of %s: %w", w.t.Name, err)
-		}
-		n := 0
-		for rs.Next() {
-			n++
-		}
-		err = rs.Err()
-		_ = rs.Close()
+		n, err := countRows(ctx, q, b.String(), args...)
 		if err != nil {
 			return fmt.Errorf("herald/envelope: lock the ordering keys' rows of %s: %w", w.t.Name, err)
 		}
@@ -182,4 +174,21 @@ func (w *Writer) insertMySQL(ctx context.Context, q Querier, rows []row, batch [
 	}
 	b.WriteByte(')')
 	return w.returning(ctx, q, b.String(), ids, seq)
+}
+
+// countRows runs a query and counts the rows it returns (the key-lock
+// rows a SELECT … FOR UPDATE locked).
+func countRows(ctx context.Context, q interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, query string, args ...any) (int, error) {
+	rs, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	defer rs.Close()
+	n := 0
+	for rs.Next() {
+		n++
+	}
+	return n, rs.Err()
 }

@@ -20,15 +20,15 @@ func fillKeyed(t *testing.T, e *env, n, keys int) {
 	}
 	var q string
 	var args []any
-	switch {
-	case e.d == envelope.MySQL:
+	switch e.d {
+	case envelope.MySQL:
 		if keys > 0 {
 			key = "CONCAT('k', g % " + itoa(keys) + ")"
 		}
 		q = `INSERT INTO herald_outbox (id, topic, payload, ordering_key, created_at)
 			SELECT uuid(), 'backlog', '{}', ` + key + `, UTC_TIMESTAMP(6) FROM (
 				WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < ` + itoa(n) + `) SELECT g FROM s) AS s`
-	case e.d == envelope.Postgres:
+	case envelope.Postgres:
 		q = `INSERT INTO herald_outbox (id, topic, payload, ordering_key)
 			SELECT gen_random_uuid(), 'backlog', '{}', ` + key + ` FROM generate_series(1, ` + itoa(n) + `) g`
 	default:

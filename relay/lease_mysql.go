@@ -90,20 +90,8 @@ func (r *Relay) leaseMySQL(ctx context.Context) ([]*envelope.Event, []error, err
 		got = got[:0]
 		now := r.mysqlNowArg()
 		args := append([]any{now, r.cfg.BatchSize}, r.fargs...)
-		rows, err := r.txQuery(ctx, tx, r.my.candidates, args...)
+		seqs, err := r.mysqlCandidates(ctx, tx, args)
 		if err != nil {
-			return err
-		}
-		var seqs []any
-		for rows.Next() {
-			var s int64
-			if err := rows.Scan(&s); err != nil {
-				_ = rows.Close()
-				return err
-			}
-			seqs = append(seqs, s)
-		}
-		if err := rows.Close(); err != nil {
 			return err
 		}
 		if len(seqs) == 0 {
@@ -115,7 +103,7 @@ WHERE published_at IS NULL AND sequence IN ` + in
 		if _, err := tx.ExecContext(ctx, upd, append([]any{now, r.cfg.Lease.Microseconds(), r.cfg.Name}, seqs...)...); err != nil {
 			return err
 		}
-		rows, err = tx.QueryContext(ctx, `SELECT `+r.leaseColumns()+` FROM `+r.table.Quoted+` WHERE leased_by = ? AND sequence IN `+in, append([]any{r.cfg.Name}, seqs...)...)
+		rows, err := tx.QueryContext(ctx, `SELECT `+r.leaseColumns()+` FROM `+r.table.Quoted+` WHERE leased_by = ? AND sequence IN `+in, append([]any{r.cfg.Name}, seqs...)...)
 		if err != nil {
 			return err
 		}
@@ -231,35 +219,17 @@ func (r *Relay) retryBatchMySQL(ctx context.Context, q string, args []any, topic
 	var n int64
 	var names []string
 	err := r.inMySQLTx(ctx, func(tx *sql.Tx) error {
-		n, names = 0, names[:0]
-		rows, err := r.txQuery(ctx, tx, q, args...)
+		var seqs string
+		var err error
+		seqs, names, err = r.deadBatchMySQL(ctx, tx, q, args)
 		if err != nil {
 			return err
 		}
-		var b strings.Builder
-		b.WriteByte('[')
-		for rows.Next() {
-			var s int64
-			var topic string
-			if err := rows.Scan(&s, &topic); err != nil {
-				_ = rows.Close()
-				return err
-			}
-			if n > 0 {
-				b.WriteByte(',')
-			}
-			fmt.Fprint(&b, s)
-			n++
-			names = append(names, topic)
-		}
-		if err := rows.Close(); err != nil {
-			return err
-		}
-		b.WriteByte(']')
+		n = int64(len(names))
 		if n == 0 {
 			return nil
 		}
-		_, err = r.txExec(ctx, tx, r.my.revive, b.String())
+		_, err = r.txExec(ctx, tx, r.my.revive, seqs)
 		return err
 	})
 	if err != nil {
@@ -267,4 +237,50 @@ func (r *Relay) retryBatchMySQL(ctx context.Context, q string, args []any, topic
 	}
 	topics.Add(names...)
 	return n, nil
+}
+
+// mysqlCandidates runs the lease's candidate statement in tx and returns
+// the sequences it found.
+func (r *Relay) mysqlCandidates(ctx context.Context, tx *sql.Tx, args []any) ([]any, error) {
+	rows, err := r.txQuery(ctx, tx, r.my.candidates, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var seqs []any
+	for rows.Next() {
+		var s int64
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		seqs = append(seqs, s)
+	}
+	return seqs, rows.Err()
+}
+
+// deadBatchMySQL runs retryBatchMySQL's selection in tx: the sequences as
+// a JSON array, and each event's topic.
+func (r *Relay) deadBatchMySQL(ctx context.Context, tx *sql.Tx, q string, args []any) (string, []string, error) {
+	rows, err := r.txQuery(ctx, tx, q, args...)
+	if err != nil {
+		return "", nil, err
+	}
+	defer rows.Close()
+	var b strings.Builder
+	var names []string
+	b.WriteByte('[')
+	for rows.Next() {
+		var s int64
+		var topic string
+		if err := rows.Scan(&s, &topic); err != nil {
+			return "", nil, err
+		}
+		if len(names) > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprint(&b, s)
+		names = append(names, topic)
+	}
+	b.WriteByte(']')
+	return b.String(), names, rows.Err()
 }

@@ -116,9 +116,12 @@ func (r *Relay) RetryDeadLettered(ctx context.Context, f Filter) (int64, error) 
 			seqs.WriteString(strconv.FormatInt(s, 10))
 		}
 		seqs.WriteString(end)
-		if r.dialect == envelope.Postgres {
+		switch r.dialect {
+		case envelope.Postgres:
 			where = append(where, "AND e.sequence = ANY($"+strconv.Itoa(next)+"::bigint[])")
-		} else {
+		case envelope.MySQL:
+			where = append(where, "AND e.sequence IN (SELECT value FROM JSON_TABLE($"+strconv.Itoa(next)+", '$[*]' COLUMNS (value BIGINT PATH '$')) AS seqs)")
+		default:
 			where = append(where, "AND e.sequence IN (SELECT value FROM json_each($"+strconv.Itoa(next)+"))")
 		}
 		args = append(args, seqs.String())

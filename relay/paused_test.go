@@ -45,8 +45,11 @@ func TestBacklogByTopicListsPausedTopics(t *testing.T) {
 		e.enqueue(t, msg("a.x", "", 1), msg("a.x", "", 2), msg("a.y", "", 3))
 		for _, topic := range []string{"a.x", "b.idle"} {
 			stmt, args := `INSERT INTO herald_outbox_paused (topic, reason, paused_at) VALUES ($1, '', now())`, []any{topic}
-			if e.d == envelope.SQLite {
+			switch e.d {
+			case envelope.SQLite:
 				stmt, args = `INSERT INTO herald_outbox_paused (topic, reason, paused_at) VALUES (?1, '', ?2)`, []any{topic, e.d.TimeArg(time.Now())}
+			case envelope.MySQL:
+				stmt = `INSERT INTO herald_outbox_paused (topic, reason, paused_at) VALUES (?, '', UTC_TIMESTAMP(6))`
 			}
 			if _, err := e.db.ExecContext(ctx, stmt, args...); err != nil {
 				t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"io"
 	"log/slog"
 	"path/filepath"
 	"testing"
@@ -22,7 +21,7 @@ import (
 // seen after New (the server was down then) stops Run with it (issue 23).
 func TestConnectionRefusalsAreConfiguration(t *testing.T) {
 	t.Parallel()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	quiet := slog.New(slog.DiscardHandler)
 	ctx := context.Background()
 	pg := testkit.NewPrivatePostgres(t)
 	if err := pg.RequirePassword("right"); err != nil {

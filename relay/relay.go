@@ -185,6 +185,10 @@ func New(db *sql.DB, d delivery.Delivery, cfg Config) (*Relay, error) {
 		r.batch = bd
 	}
 	if td, ok := delivery.AsTx(d); ok {
+		if dialect == envelope.MySQL {
+			return nil, &envelope.Error{Kind: envelope.ErrUnsupported, Where: "relay.New",
+				Msg: "a delivery.TxDelivery (writes committed with the mark, as delivery/river's) is not supported on MySQL yet: use a plain Delivery (for River, river.NewAtLeastOnce)"}
+		}
 		r.txd = td
 	}
 	switch err := r.checkTable(ctx); {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -51,7 +52,11 @@ var _ delivery.TxDelivery = (*sinkTx)(nil)
 
 func sinkTable(t testing.TB, e *env) {
 	t.Helper()
-	if _, err := e.db.Exec(`CREATE TABLE sink (id TEXT PRIMARY KEY)`); err != nil {
+	ddl := `CREATE TABLE sink (id TEXT PRIMARY KEY)`
+	if e.d == envelope.MySQL {
+		ddl = `CREATE TABLE sink (id VARCHAR(64) PRIMARY KEY)`
+	}
+	if _, err := e.db.Exec(ddl); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -84,6 +89,10 @@ func sinkRows(t testing.TB, e *env) map[string]bool {
 // event's key wait.
 func TestTxDeliveryCommitsWithMark(t *testing.T) {
 	eachDialect(t, func(t *testing.T, e *env) {
+		if e.d == envelope.MySQL {
+			// Refused at New (TestTxDeliveryRefusedOnMySQL).
+			return
+		}
 		sinkTable(t, e)
 		d := &sinkTx{}
 		d.before = func(_ context.Context, _ *sql.Tx, es []*envelope.Event) []error {
@@ -155,4 +164,17 @@ func TestTxDeliveryRollsBackShortMark(t *testing.T) {
 	if !warned {
 		t.Fatal("no WARN for the short mark")
 	}
+}
+
+// A TxDelivery on MySQL is refused at New, not at a batch.
+func TestTxDeliveryRefusedOnMySQL(t *testing.T) {
+	eachDialect(t, func(t *testing.T, e *env) {
+		if e.d != envelope.MySQL {
+			return
+		}
+		_, err := New(e.db, &sinkTx{}, Config{})
+		if !errors.Is(err, envelope.ErrUnsupported) || !strings.Contains(err.Error(), "TxDelivery") {
+			t.Fatalf("New(TxDelivery) on MySQL = %v, want ErrUnsupported naming TxDelivery", err)
+		}
+	})
 }

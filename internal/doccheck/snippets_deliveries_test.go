@@ -22,6 +22,9 @@ import (
 	"github.com/heraldgo/herald/wakeup/natssignal"
 )
 
+// Referenced, so the linters do not report the fragments unused.
+var _ = []any{wakeupNATS, deliveryRiver, deliveryWatermill}
+
 func wakeupNATS(db *gorm.DB, sqlDB *sql.DB, d delivery.Delivery) {
 	w, err := natssignal.New(natssignal.Config{URL: "nats://127.0.0.1:4222"})
 	defer w.Close()

@@ -312,7 +312,7 @@ func appendScalar(dst []byte, base string, k kind, s string) ([]byte, error) {
 	case kJSON:
 		var b bytes.Buffer
 		if err := json.Compact(&b, []byte(s)); err != nil {
-			return jsonform.AppendString(dst, s), nil // SQLite keeps any text in a JSON column
+			return jsonform.AppendString(dst, s), nil //nolint:nilerr // SQLite keeps any text in a JSON column: not JSON, its form is the text
 		}
 		return jsonform.Append(dst, "", json.RawMessage(b.Bytes()), jsonform.Field)
 	case kTimestamptz:
@@ -671,7 +671,7 @@ func appendGeometry(dst []byte, k kind, s string) ([]byte, error) {
 		}
 		return nil
 	}
-	appendPoints := func(dst []byte, close bool) []byte {
+	appendPoints := func(dst []byte, closed bool) []byte {
 		dst = append(dst, '[')
 		for i := 0; i < len(nums); i += 2 {
 			if i > 0 {
@@ -679,7 +679,7 @@ func appendGeometry(dst []byte, k kind, s string) ([]byte, error) {
 			}
 			dst = appendPoint(dst, nums[i], nums[i+1])
 		}
-		if close && (len(nums) < 4 || nums[0] != nums[len(nums)-2] || nums[1] != nums[len(nums)-1]) {
+		if closed && (len(nums) < 4 || nums[0] != nums[len(nums)-2] || nums[1] != nums[len(nums)-1]) {
 			dst = append(dst, ',')
 			dst = appendPoint(dst, nums[0], nums[1])
 		}

@@ -87,12 +87,12 @@ func Parse(text string) (map[string]*Family, error) {
 			return nil, fmt.Errorf("line %d: sample %s before a TYPE line for its family", n, s.Name)
 		}
 		if fam.Type == "histogram" {
-			switch {
-			case s.Name == fam.Name+"_bucket":
+			switch s.Name {
+			case fam.Name + "_bucket":
 				if _, ok := s.Labels["le"]; !ok {
 					return nil, fmt.Errorf("line %d: a histogram bucket without le", n)
 				}
-			case s.Name == fam.Name+"_sum", s.Name == fam.Name+"_count":
+			case fam.Name + "_sum", fam.Name + "_count":
 			default:
 				return nil, fmt.Errorf("line %d: %s in histogram %s", n, s.Name, fam.Name)
 			}

@@ -191,10 +191,10 @@ func labels(attrs attribute.Set, le string) string {
 	for _, kv := range attrs.ToSlice() {
 		k := LabelName(string(kv.Key))
 		if old, ok := vals[k]; ok {
-			vals[k] = old + ";" + kv.Value.Emit()
+			vals[k] = old + ";" + kv.Value.String()
 			continue
 		}
-		vals[k] = kv.Value.Emit()
+		vals[k] = kv.Value.String()
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)

@@ -275,6 +275,9 @@ func explainLease(ctx context.Context, db *sql.DB, t *tracer) string {
 		}
 		b.WriteString(line + "\n")
 	}
+	if err := rows.Err(); err != nil {
+		return err.Error() + "\n"
+	}
 	return b.String()
 }
 
