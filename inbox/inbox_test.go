@@ -559,3 +559,14 @@ func TestCleanupDeletesExpiredInBatches(t *testing.T) {
 		}
 	})
 }
+
+// The inbox on a dialect it has no statements for is refused at once,
+// before any SQL runs.
+func TestUnsupportedDialect(t *testing.T) {
+	if _, err := inbox.New(context.Background(), &sql.DB{}, inbox.Config{Consumer: "c", Dialect: envelope.MySQL}); !errors.Is(err, envelope.ErrUnsupported) {
+		t.Fatalf("New on MySQL = %v, want ErrUnsupported", err)
+	}
+	if _, err := inbox.DDL(envelope.MySQL, ""); !errors.Is(err, envelope.ErrUnsupported) {
+		t.Fatalf("DDL(MySQL) = %v, want ErrUnsupported", err)
+	}
+}

@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"strings"
 
 	"github.com/heraldgo/herald/envelope"
@@ -87,6 +88,10 @@ type table struct {
 func parseTable(d envelope.Dialect, name string) (table, error) {
 	if err := d.Validate(); err != nil {
 		return table{}, err
+	}
+	if d != envelope.Postgres && d != envelope.SQLite {
+		return table{}, &envelope.Error{Kind: envelope.ErrUnsupported, Where: "inbox",
+			Msg: fmt.Sprintf("the inbox supports PostgreSQL and SQLite; not %s yet", d)}
 	}
 	if name == "" {
 		name = DefaultTable
