@@ -174,7 +174,17 @@ func atDefaults(t testing.TB, topics []string) *deliverytest.Receiver {
 
 // TestConformance runs the suite through watermill-amqp to RabbitMQ.
 func TestConformance(t *testing.T) {
-	deliverytest.Run(t, deliverytest.Suite{NewReceiver: newReceiver, AtDefaults: atDefaults})
+	s := deliverytest.Suite{NewReceiver: newReceiver, AtDefaults: atDefaults}
+	if raceDetector {
+		// watermill-amqp v3.0.2 races with itself when its connection
+		// drops: ConnectionWrapper.IsConnected (connection.go:114) reads
+		// the flag handleConnectionClose (connection.go:139) writes,
+		// unsynchronised. The race detector fails the test on that
+		// library's code, not herald's; run Outage and Stalled without
+		// -race: go test -run 'TestConformance/(Outage|Stalled)' ./delivery/watermill/
+		s.SkipOutages = "watermill-amqp v3.0.2 has a data race on reconnect (ConnectionWrapper.connected); run without -race"
+	}
+	deliverytest.Run(t, s)
 }
 
 // TestGoChannelThroughRelay: Watermill's in-memory Go channel pub/sub

@@ -84,6 +84,9 @@ type Suite struct {
 	// part, up to the first '.'), in the broker's order, and names each
 	// message's Destination.
 	AtDefaults func(t testing.TB, topics []string) *Receiver
+	// SkipOutages, when set, is why Outage and Stalled are skipped (a
+	// third-party client that cannot be run through them in this build).
+	SkipOutages string
 }
 
 // Run runs the conformance tests. Call it from a test that is not
@@ -96,6 +99,9 @@ func Run(t *testing.T, s Suite) {
 	t.Run("DownThenUp", func(t *testing.T) { t.Parallel(); downThenUp(t, s) })
 	t.Run("Outage", func(t *testing.T) {
 		t.Parallel()
+		if s.SkipOutages != "" {
+			t.Skip(s.SkipOutages)
+		}
 		rc := s.NewReceiver(t)
 		what := rc.Outage
 		if what == "" {
@@ -105,6 +111,9 @@ func Run(t *testing.T, s Suite) {
 	})
 	t.Run("Stalled", func(t *testing.T) {
 		t.Parallel()
+		if s.SkipOutages != "" {
+			t.Skip(s.SkipOutages)
+		}
 		rc := s.NewReceiver(t)
 		if rc.Stall == nil {
 			t.Skip("the transport's receiver cannot stall")
