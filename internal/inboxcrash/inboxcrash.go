@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -215,7 +216,7 @@ type Child struct {
 	Mode   Mode
 	Target string // what to consume
 	n      int
-	left   int // messages this process handles before it dies
+	left   atomic.Int64 // messages this process handles before it dies (a webhook receiver counts from concurrent requests)
 }
 
 // ChildFromEnv returns the child's setup, or skips t when it is not a
@@ -232,7 +233,7 @@ func ChildFromEnv(t *testing.T) *Child {
 		}
 	}
 	every := envInt(EnvKillEvery, 30)
-	c.left = 1 + rand.IntN(2*every)
+	c.left.Store(int64(1 + rand.IntN(2*every)))
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -247,7 +248,7 @@ func ChildFromEnv(t *testing.T) *Child {
 
 // Die kills the process when point is the mode's and its count ran out.
 func (c *Child) Die(point string) {
-	if c.Mode.Point == point && c.left <= 0 {
+	if c.Mode.Point == point && c.left.Load() <= 0 {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // the signal is on its way
 	}
@@ -259,7 +260,7 @@ func (c *Child) Die(point string) {
 // kill every process before it reached a new one.
 func (c *Child) Tick(ctx context.Context, id string) {
 	if seen, err := c.Inbox.Seen(ctx, []string{id}); err == nil && !seen[id] {
-		c.left--
+		c.left.Add(-1)
 	}
 }
 
