@@ -12,6 +12,7 @@ import (
 
 	"github.com/heraldgo/herald/admin"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/relay"
 )
 
@@ -268,12 +269,8 @@ func TestPauseHoldsTopicInOrder(t *testing.T) {
 			}
 			return len(b) == 2 && b[0].Topic == "shop.order" && b[0].Paused && b[0].Pending == 2 && b[1].Topic == "shop.refund" && !b[1].Paused && b[1].Pending == 1
 		}
-		deadline := time.Now().Add(30 * time.Second)
-		for !backlogIs() {
-			if time.Now().After(deadline) {
-				t.Fatalf("backlog %+v", b)
-			}
-			time.Sleep(2 * time.Millisecond)
+		if !testkit.WaitFor(30*time.Second, backlogIs) {
+			t.Fatalf("backlog %+v", b)
 		}
 		if ps, err := e.adm.Paused(ctx); err != nil || len(ps) != 1 || ps[0].Reason != "receiver down" || ps[0].PausedAt.IsZero() {
 			t.Fatalf("Paused: %+v, %v", ps, err)

@@ -559,61 +559,60 @@ func runTail(ctx context.Context, args []string, out, errOut io.Writer) error {
 	}))
 }
 
-func runPause(ctx context.Context, args []string, out, errOut io.Writer) error {
-	var (
-		db     dbFlags
-		reason string
-	)
-	fs := flagSet("pause TOPIC", errOut)
+// topicCommand parses the flags of pause/resume (extra adds its own) and
+// its one topic, and opens the table's admin.
+func topicCommand(name string, args []string, errOut io.Writer, extra func(*flag.FlagSet)) (topic string, a *admin.Admin, sqlDB *sql.DB, err error) {
+	var db dbFlags
+	fs := flagSet(name+" TOPIC", errOut)
 	db.register(fs)
-	fs.StringVar(&reason, "reason", "", "why, recorded with the pause")
+	if extra != nil {
+		extra(fs)
+	}
 	pos, err := parseMixed(fs, args)
 	if err != nil {
-		return err
+		return "", nil, nil, err
 	}
 	if len(pos) != 1 {
-		return usagef("pause: give one topic (an exact name)")
+		return "", nil, nil, usagef("%s: give one topic (an exact name)", name)
 	}
-	a, sqlDB, err := openAdmin(db, errOut)
+	a, sqlDB, err = openAdmin(db, errOut)
+	return pos[0], a, sqlDB, err
+}
+
+func runPause(ctx context.Context, args []string, out, errOut io.Writer) error {
+	var reason string
+	topic, a, sqlDB, err := topicCommand("pause", args, errOut, func(fs *flag.FlagSet) {
+		fs.StringVar(&reason, "reason", "", "why, recorded with the pause")
+	})
 	if err != nil {
 		return err
 	}
 	defer sqlDB.Close()
 	ctx, cancel := context.WithTimeout(ctx, ctxTimeout)
 	defer cancel()
-	if err := a.Pause(ctx, pos[0], reason); err != nil {
+	if err := a.Pause(ctx, topic, reason); err != nil {
 		return asUsage(err)
 	}
-	fmt.Fprintf(out, "paused %s: relays of %s lease none of its events from their next poll (herald resume %s)\n", clean(pos[0], 1000), a.Table(), clean(pos[0], 1000))
+	fmt.Fprintf(out, "paused %s: relays of %s lease none of its events from their next poll (herald resume %s)\n", clean(topic, 1000), a.Table(), clean(topic, 1000))
 	return nil
 }
 
 func runResume(ctx context.Context, args []string, out, errOut io.Writer) error {
-	var db dbFlags
-	fs := flagSet("resume TOPIC", errOut)
-	db.register(fs)
-	pos, err := parseMixed(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return usagef("resume: give one topic (an exact name)")
-	}
-	a, sqlDB, err := openAdmin(db, errOut)
+	topic, a, sqlDB, err := topicCommand("resume", args, errOut, nil)
 	if err != nil {
 		return err
 	}
 	defer sqlDB.Close()
 	ctx, cancel := context.WithTimeout(ctx, ctxTimeout)
 	defer cancel()
-	was, err := a.Resume(ctx, pos[0])
+	was, err := a.Resume(ctx, topic)
 	if err != nil {
 		return asUsage(err)
 	}
 	if !was {
-		fmt.Fprintf(out, "%s was not paused\n", clean(pos[0], 1000))
+		fmt.Fprintf(out, "%s was not paused\n", clean(topic, 1000))
 		return nil
 	}
-	fmt.Fprintf(out, "resumed %s\n", clean(pos[0], 1000))
+	fmt.Fprintf(out, "resumed %s\n", clean(topic, 1000))
 	return nil
 }
