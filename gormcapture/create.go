@@ -49,6 +49,12 @@ func (p *Plugin) create(orig func(*gorm.DB)) func(*gorm.DB) {
 			return
 		}
 		p.inOwnTx(db, func() {
+			if p.dialect == envelope.MySQL {
+				if err := p.insertMySQL(db, m.spec, lent, orig); err != nil {
+					fail(db, err)
+				}
+				return
+			}
 			if err := p.insert(db, m.spec, lent); err != nil {
 				fail(db, err)
 			}

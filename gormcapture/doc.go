@@ -222,6 +222,31 @@
 //     instead of failing with SQLITE_BUSY.
 //   - Create(slice of maps) without a pointer fails in plain GORM with a scan
 //     error; captured, it succeeds and fills in the generated keys.
-//   - PostgreSQL and SQLite only; any other dialector is
-//     envelope.ErrUnsupported at db.Use.
+//   - PostgreSQL, SQLite and MySQL/MariaDB (gorm.io/driver/mysql: MySQL
+//     8.0+ and MariaDB 10.6+, tested on MariaDB 10.11) only; any other
+//     dialector is envelope.ErrUnsupported at db.Use.
+//
+// # MySQL and MariaDB
+//
+// MySQL has no RETURNING (MariaDB's covers INSERT and DELETE only), so on
+// MySQL the plugin captures around GORM's own statement rather than inside
+// it, in the write's transaction: a create runs GORM's own INSERT (whose
+// LAST_INSERT_ID, or MariaDB RETURNING, fills the model exactly as without
+// the plugin) and reads the rows back by key FOR UPDATE; an UPDATE or
+// DELETE first reads the rows its WHERE selects FOR UPDATE in key order
+// (the before images and keys), runs, and an UPDATE's rows are read again
+// by key (the after images). An upsert (ON DUPLICATE KEY UPDATE, which
+// conflicts on any unique key of the table) first reads, FOR UPDATE, the
+// rows holding any of its unique values, taking InnoDB's gap locks on the
+// missing ones at REPEATABLE READ: a row found there is updated when its
+// values changed and skipped (no event: MySQL does not write it) when they
+// did not; any other row is inserted. The server's affected-rows count
+// (1, 2, 0 per row; 1 for an unchanged row under CLIENT_FOUND_ROWS) must
+// agree with what the locked reads saw, else the write fails with
+// envelope.ErrUnsupported rather than emit wrong events (at READ
+// COMMITTED, which takes no gap locks, a concurrent insert can cause
+// this). GORM's RowsAffected stays the server's (an UPDATE counts changed
+// rows only), while an event is written for every row the UPDATE matched,
+// as on PostgreSQL. An UPDATE that sets a key column to an expression is
+// envelope.ErrUnsupported on MySQL.
 package gormcapture

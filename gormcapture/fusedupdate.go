@@ -68,6 +68,9 @@ func (c *capturePool) fusedUpdate(ctx context.Context, q string, args []any) (n 
 	st := c.db.Statement
 	spec := c.spec
 	p := c.p
+	if p.dialect == envelope.MySQL {
+		return 0, false, nil // no RETURNING: runMySQL
+	}
 	if spec == nil || !spec.Captures(envelope.Updated) || !fusable(spec) ||
 		len(q) < 6 || !strings.EqualFold(q[:6], "UPDATE") || st.Schema == nil {
 		return 0, false, nil

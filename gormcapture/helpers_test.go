@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/driver/sqlite"
 	"gorm.io/gorm"
@@ -40,6 +41,10 @@ type dialectCase struct {
 
 var dialects = []dialectCase{{"postgres", envelope.Postgres}, {"sqlite", envelope.SQLite}}
 
+// mysqlDialects adds MariaDB/MySQL to dialects, for the tests that run
+// on it (TestConformance and the MySQL-specific ones).
+var mysqlDialects = append(dialects[:len(dialects):len(dialects)], dialectCase{"mysql", envelope.MySQL})
+
 // openDB opens a fresh database of the dialect with GORM (config cfg),
 // migrates the outbox table and the models, and returns it without the
 // plugin, plus an independent *sql.DB on the same database.
@@ -63,6 +68,10 @@ func openDB(t testing.TB, d envelope.Dialect, cfg *gorm.Config) (*gorm.DB, *sql.
 		var dsn string
 		other, dsn = testkit.Postgres(t)
 		db, err = gorm.Open(postgres.Open(dsn), cfg)
+	case envelope.MySQL:
+		var dsn string
+		other, dsn = testkit.MySQL(t)
+		db, err = gorm.Open(mysql.Open(dsn), cfg)
 	default:
 		dsn := testkit.MattnDSN(testkit.SQLitePath(t))
 		db, err = gorm.Open(sqlite.Open(dsn), cfg)

@@ -196,11 +196,10 @@ func dialectOf(db *gorm.DB) (envelope.Dialect, error) {
 		return envelope.Postgres, nil
 	case "sqlite", "sqlite3":
 		return envelope.SQLite, nil
+	case "mysql": // MySQL 8.0+ and MariaDB 10.6+ (gorm.io/driver/mysql)
+		return envelope.MySQL, nil
 	default:
-		if n == "mysql" {
-			return "", &envelope.Error{Kind: envelope.ErrUnsupported, Where: "gormcapture", Msg: "GORM capture on MySQL is not supported yet: write your events with envelope.NewWriter(envelope.MySQL, …).Write in the transaction of your writes (README, \"MySQL and MariaDB\")"}
-		}
-		return "", &envelope.Error{Kind: envelope.ErrUnsupported, Where: "gormcapture", Msg: fmt.Sprintf("dialect %q is not supported (want postgres or sqlite)", n)}
+		return "", &envelope.Error{Kind: envelope.ErrUnsupported, Where: "gormcapture", Msg: fmt.Sprintf("dialect %q is not supported (want postgres, sqlite or mysql)", n)}
 	}
 }
 

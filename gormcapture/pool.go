@@ -313,7 +313,7 @@ func (p *Plugin) savepointName(n string) string {
 	if quoted {
 		n = strings.ReplaceAll(n[1:len(n)-1], `""`, `"`)
 	}
-	if p.dialect == envelope.SQLite || !quoted {
+	if p.dialect != envelope.Postgres || !quoted { // SQLite and MySQL: names are case-insensitive
 		n = strings.ToLower(n)
 	}
 	return n

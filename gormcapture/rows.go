@@ -299,7 +299,13 @@ func (p *Plugin) selectWhere(db *gorm.DB, cols []string, lock bool) (string, []a
 	}
 	sel.AddClause(clause.Select{Columns: sc})
 	sel.AddClause(clause.From{})
-	if src.Schema != nil && len(keyColumns(src.Schema)) > 0 {
+	if lim, ok := src.Clauses["LIMIT"]; ok && p.dialect == envelope.MySQL {
+		// MySQL's UPDATE/DELETE … ORDER BY … LIMIT: the rows it touches.
+		if ob, ok := src.Clauses["ORDER BY"]; ok {
+			sel.Clauses["ORDER BY"] = ob
+		}
+		sel.Clauses["LIMIT"] = lim
+	} else if src.Schema != nil && len(keyColumns(src.Schema)) > 0 {
 		// A fixed lock order: two bulk writes over overlapping rows lock
 		// them in the same order and cannot deadlock on each other.
 		ob := clause.OrderBy{}
@@ -308,10 +314,10 @@ func (p *Plugin) selectWhere(db *gorm.DB, cols []string, lock bool) (string, []a
 		}
 		sel.AddClause(ob)
 	}
-	if lock && p.dialect == envelope.Postgres {
+	if lock && p.dialect != envelope.SQLite {
 		sel.AddClause(clause.Locking{Strength: clause.LockingStrengthUpdate})
 	}
-	sel.Build("SELECT", "FROM", "WHERE", "ORDER BY", "FOR")
+	sel.Build("SELECT", "FROM", "WHERE", "ORDER BY", "LIMIT", "FOR")
 	return sel.SQL.String(), sel.Vars
 }
 
@@ -350,7 +356,7 @@ func (p *Plugin) selectWhereFrom(sel *gorm.Statement, from clause.From, cols []s
 	sel.Build("FROM", "WHERE")
 	_, _ = sel.WriteString(") ORDER BY ")
 	list(pk)
-	if lock && p.dialect == envelope.Postgres {
+	if lock && p.dialect != envelope.SQLite {
 		_, _ = sel.WriteString(" FOR UPDATE")
 	}
 	return sel.SQL.String(), sel.Vars
@@ -375,7 +381,7 @@ func (p *Plugin) selectByKeys(ctx context.Context, db *gorm.DB, q gorm.ConnPool,
 		st.AddClause(clause.Select{Columns: sc})
 		st.AddClause(clause.From{})
 		st.AddClause(clause.Where{Exprs: []clause.Expression{keysIn(keyCols, chunk)}})
-		if lock && p.dialect == envelope.Postgres {
+		if lock && p.dialect != envelope.SQLite {
 			st.AddClause(clause.Locking{Strength: clause.LockingStrengthUpdate})
 		}
 		st.Build("SELECT", "FROM", "WHERE", "FOR")
@@ -393,7 +399,7 @@ func (p *Plugin) selectByKeys(ctx context.Context, db *gorm.DB, q gorm.ConnPool,
 }
 
 // maxBindKeys bounds the bind parameters of one key lookup, under both
-// databases' limits (SQLite 32766, PostgreSQL 65535).
+// databases' limits (SQLite 32766, PostgreSQL and MySQL 65535).
 const maxBindKeys = 30000
 
 // keysIn is "keyCols IN keys" (one tuple per key); no keys match nothing.

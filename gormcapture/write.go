@@ -361,6 +361,9 @@ func (c *capturePool) readBefore(ctx context.Context, cols []string) error {
 }
 
 func (c *capturePool) run(ctx context.Context, q string, args []any) (int64, error) {
+	if c.p.dialect == envelope.MySQL {
+		return c.runMySQL(ctx, q, args)
+	}
 	if err := c.prepare(ctx, q); err != nil {
 		return 0, err
 	}

@@ -3,6 +3,7 @@ module github.com/heraldgo/herald/integration/gormsuite
 go 1.26.0
 
 require (
+	github.com/go-sql-driver/mysql v1.11.0
 	github.com/google/uuid v1.6.0
 	github.com/heraldgo/herald v0.0.0
 	github.com/jackc/pgx/v5 v5.13.0
@@ -21,7 +22,6 @@ require (
 	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/HuaweiCloudDeveloper/gaussdb-go v1.0.0-rc1 // indirect
 	github.com/davecgh/go-spew v1.1.1 // indirect
-	github.com/go-sql-driver/mysql v1.11.0 // indirect
 	github.com/golang-sql/civil v0.0.0-20220223132316-b832511892a9 // indirect
 	github.com/golang-sql/sqlexp v0.1.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect

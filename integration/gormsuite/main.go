@@ -54,6 +54,7 @@ import (
 	"sync"
 	"time"
 
+	_ "github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/heraldgo/herald/internal/pgcluster"
@@ -84,7 +85,7 @@ type report struct {
 func main() {
 	var (
 		suite    = flag.String("suite", os.Getenv("HERALD_GORM_SUITE"), "GORM's tests/ folder (default: ../shared/thirdparty/gorm-tests-v1.31.2/tests beside the repository root)")
-		dialects = flag.String("dialects", "sqlite,postgres", "comma-separated: sqlite, postgres")
+		dialects = flag.String("dialects", "sqlite,postgres", "comma-separated: sqlite, postgres, mysql (MariaDB/MySQL at HERALD_MYSQL_DSN, default root@tcp(127.0.0.1:3306)/)")
 		modes    = flag.String("modes", "keys,after,beforeandafter", "comma-separated payload modes to compare with the baseline (off)")
 		runRe    = flag.String("run", "", "only tests matching this regexp (go test -run)")
 		jobs     = flag.Int("j", 2, "runs at a time")
@@ -175,7 +176,7 @@ func mainErr(suite string, dialects, modes []string, runRe string, jobs int, ver
 	}
 	var runs []*run
 	for _, d := range dialects {
-		if d != "sqlite" && d != "postgres" {
+		if d != "sqlite" && d != "postgres" && d != "mysql" {
 			return fmt.Errorf("-dialects: unknown %q", d)
 		}
 		for _, m := range append([]string{"off"}, modes...) {
@@ -355,6 +356,14 @@ func (r *run) exec(work, dir, bin, runRe, pgBase string, wal bool) error {
 		"HERALD_GORMSUITE_REPORT="+filepath.Join(work, tag+".json"),
 	)
 	var judged *sql.DB // the run's database, judged by the WAL
+	if r.dialect == "mysql" {
+		dsn, drop, err := mysqlDatabase(mysqlBase(), "herald_gormsuite_"+r.mode)
+		if err != nil {
+			return err
+		}
+		defer drop()
+		env = append(env, "GORM_DSN="+dsn)
+	}
 	if r.dialect == "postgres" {
 		dsn, drop, err := pgDatabase(pgBase, "herald_gormsuite_"+r.mode)
 		if err != nil {
@@ -495,6 +504,42 @@ func pgDatabase(base, name string) (string, func(), error) {
 		_ = admin.Close()
 	}
 	return dsn, drop, nil
+}
+
+// mysqlBase is the MariaDB/MySQL server's DSN (go-sql-driver form, no
+// database): HERALD_MYSQL_DSN's, default root@tcp(127.0.0.1:3306)/.
+func mysqlBase() string {
+	if b := os.Getenv("HERALD_MYSQL_DSN"); b != "" {
+		if i := strings.LastIndexByte(b, '/'); i >= 0 {
+			return b[:i+1]
+		}
+		return b
+	}
+	return "root@tcp(127.0.0.1:3306)/"
+}
+
+// mysqlDatabase creates a fresh database for one run on the MariaDB/MySQL
+// server of base and returns its DSN, in the suite's own form (utf8,
+// parseTime, loc=Local).
+func mysqlDatabase(base, name string) (string, func(), error) {
+	admin, err := sql.Open("mysql", base)
+	if err != nil {
+		return "", nil, err
+	}
+	ctx := context.Background()
+	if _, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS `"+name+"`"); err != nil {
+		_ = admin.Close()
+		return "", nil, fmt.Errorf("MySQL at %s: %w", base, err)
+	}
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE `"+name+"`"); err != nil {
+		_ = admin.Close()
+		return "", nil, err
+	}
+	drop := func() {
+		_, _ = admin.ExecContext(ctx, "DROP DATABASE IF EXISTS `"+name+"`")
+		_ = admin.Close()
+	}
+	return base + name + "?charset=utf8&parseTime=True&loc=Local", drop, nil
 }
 
 func count(res map[string]string, top bool) (pass, fail, skip int) {

@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
 	"go.opentelemetry.io/otel/metric"
+	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 
@@ -176,7 +177,18 @@ func wakeupAMQP(db *gorm.DB, sqlDB *sql.DB, d delivery.Delivery) {
 }
 
 // Referenced, so the linters do not report the fragments unused.
-var _ = []any{otelMetrics, readmeWakeups, wakeupPgnotify, wakeupRedis, wakeupKafka, wakeupAMQP, operations, deliveryFunc, deliveryRouter, observerFuncs, readmeDeliveries, readmeTopicFunc, envelopeDoc, gormcaptureDoc, Loan{}.ChangeCapture, readmeMySQL}
+var _ = []any{otelMetrics, readmeWakeups, wakeupPgnotify, wakeupRedis, wakeupKafka, wakeupAMQP, operations, deliveryFunc, deliveryRouter, observerFuncs, readmeDeliveries, readmeTopicFunc, envelopeDoc, gormcaptureDoc, Loan{}.ChangeCapture, readmeMySQL, readmeGormMySQL}
+
+// README.md, "MySQL and MariaDB": GORM capture.
+func readmeGormMySQL(ctx context.Context, check func(error)) {
+	gdb, err := gorm.Open(mysql.Open("app@tcp(127.0.0.1:3306)/shop?parseTime=true"), &gorm.Config{})
+	check(err)
+	sqlDB, err := gdb.DB()
+	check(err)
+	check(envelope.Migrate(ctx, sqlDB, envelope.MySQL, ""))
+	check(gdb.Use(gormcapture.New(gormcapture.Config{Models: []any{&Loan{}}})))
+	check(gdb.Create(&Loan{Status: "lent"}).Error) // the row and its event, in one transaction
+}
 
 // README.md, "MySQL and MariaDB".
 func readmeMySQL(ctx context.Context, d delivery.Delivery, check func(error)) {
