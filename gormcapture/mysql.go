@@ -107,6 +107,9 @@ func (p *Plugin) insertMySQL(db *gorm.DB, spec *envelope.Spec, lent *schema.Sche
 	// The inserted rows' keys: from VALUES where it names them, else what
 	// GORM filled into the caller's value (LAST_INSERT_ID or RETURNING).
 	modelKeys := p.createdKeys(st, sch, values, pk)
+	if err := p.lastInsertKeys(ip.res, sch, pk, modelKeys, !readFirst); err != nil {
+		return err
+	}
 	var after []image
 	if !readFirst {
 		cols := slices.Clone(pk)
@@ -160,7 +163,7 @@ func (p *Plugin) insertMySQL(db *gorm.DB, spec *envelope.Spec, lent *schema.Sche
 	// cannot conflict: inserted, under the key GORM filled in.
 	var extra [][]any
 	for i, row := range values.Values {
-		if rowHasUnique(uniq, values.Columns, row) || i >= len(modelKeys) || modelKeys[i] == nil {
+		if rowHasUnique(uniq, values.Columns, row) || i >= len(modelKeys) || modelKeys[i] == nil { // nil: unknown, no event
 			continue
 		}
 		img := image{}
@@ -222,6 +225,40 @@ func (p *Plugin) insertMySQL(db *gorm.DB, spec *envelope.Spec, lent *schema.Sche
 		}
 	}
 	return p.emit(db, batch{spec, cs})
+}
+
+// lastInsertKeys fills the keys createdKeys could not tell (a key field
+// GORM does not read back, `->:false`) from the statement's
+// LAST_INSERT_ID: the first generated value of a multi-row INSERT, the
+// others following it by the auto-increment step (1; GORM assumes the
+// same). strict: a key still unknown is an error (a plain INSERT, whose
+// every row must get its event).
+func (p *Plugin) lastInsertKeys(res sql.Result, sch *schema.Schema, pk []string, keys [][]any, strict bool) error {
+	missing := 0
+	for _, k := range keys {
+		if k == nil {
+			missing++
+		}
+	}
+	if missing == 0 {
+		return nil
+	}
+	if res != nil && len(pk) == 1 {
+		if id, err := res.LastInsertId(); err == nil && id > 0 {
+			for i, k := range keys {
+				if k == nil {
+					keys[i] = []any{id}
+					id++
+				}
+			}
+			return nil
+		}
+	}
+	if !strict {
+		return nil
+	}
+	return &envelope.Error{Kind: envelope.ErrUnsupported, Where: sch.Name + " create",
+		Msg: fmt.Sprintf("cannot tell the primary key of %d inserted rows (neither in VALUES, nor filled into the model, nor LAST_INSERT_ID): give the key values", missing)}
 }
 
 // mysqlInsertPool runs a hook right before GORM's INSERT reaches the
