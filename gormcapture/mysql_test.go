@@ -193,3 +193,24 @@ func TestMySQLBulkUpdateAndDelete(t *testing.T) {
 		t.Fatalf("RowsAffected %d, events:\n%s\nwant loans 1 and 3 deleted", res.RowsAffected, dump(got))
 	}
 }
+
+// NoReadBack's key is one GORM never reads back (`->:false`): the capture
+// takes the inserted rows' keys from LAST_INSERT_ID (GORM's own TestCreate
+// has such a model).
+type NoReadBack struct {
+	ID   int `gorm:"primaryKey;->:false"`
+	Name string
+}
+
+// TestMySQLCreateKeyNotReadBack: a batch Create of a model whose key GORM
+// does not read back still gets an event per row, keyed by the generated
+// keys in VALUES order.
+func TestMySQLCreateKeyNotReadBack(t *testing.T) {
+	e := mysqlEnv(t, false, &NoReadBack{})
+	must(t, e.db.Create(&[]NoReadBack{{Name: "a"}, {Name: "b"}}).Error)
+	got := e.events(t)
+	if len(got) != 2 || fmt.Sprint(got[0].Payload["pk"]) != "1" || fmt.Sprint(got[1].Payload["pk"]) != "2" ||
+		got[1].Payload["operation"] != "inserted" {
+		t.Fatalf("events:\n%s\nwant rows 1 and 2 inserted", dump(got))
+	}
+}
