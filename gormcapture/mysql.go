@@ -107,7 +107,7 @@ func (p *Plugin) insertMySQL(db *gorm.DB, spec *envelope.Spec, lent *schema.Sche
 	// The inserted rows' keys: from VALUES where it names them, else what
 	// GORM filled into the caller's value (LAST_INSERT_ID or RETURNING).
 	modelKeys := p.createdKeys(st, sch, values, pk)
-	if err := p.lastInsertKeys(ip.res, sch, pk, modelKeys, !readFirst); err != nil {
+	if err := p.lastInsertKeys(ctx, own(st.ConnPool), ip.res, sch, pk, modelKeys, !readFirst); err != nil {
 		return err
 	}
 	var after []image
@@ -229,11 +229,13 @@ func (p *Plugin) insertMySQL(db *gorm.DB, spec *envelope.Spec, lent *schema.Sche
 
 // lastInsertKeys fills the keys createdKeys could not tell (a key field
 // GORM does not read back, `->:false`) from the statement's
-// LAST_INSERT_ID: the first generated value of a multi-row INSERT, the
+// LAST_INSERT_ID (the result's, or SELECT LAST_INSERT_ID() on the write's
+// connection when GORM read MariaDB's RETURNING itself): the first
+// generated value of a multi-row INSERT, the
 // others following it by the auto-increment step (1; GORM assumes the
 // same). strict: a key still unknown is an error (a plain INSERT, whose
 // every row must get its event).
-func (p *Plugin) lastInsertKeys(res sql.Result, sch *schema.Schema, pk []string, keys [][]any, strict bool) error {
+func (p *Plugin) lastInsertKeys(ctx context.Context, q gorm.ConnPool, res sql.Result, sch *schema.Schema, pk []string, keys [][]any, strict bool) error {
 	missing := 0
 	for _, k := range keys {
 		if k == nil {
@@ -243,8 +245,16 @@ func (p *Plugin) lastInsertKeys(res sql.Result, sch *schema.Schema, pk []string,
 	if missing == 0 {
 		return nil
 	}
-	if res != nil && len(pk) == 1 {
-		if id, err := res.LastInsertId(); err == nil && id > 0 {
+	if len(pk) == 1 {
+		var id int64
+		if res != nil {
+			id, _ = res.LastInsertId()
+		} else if err := q.QueryRowContext(ctx, "SELECT LAST_INSERT_ID()").Scan(&id); err != nil {
+			// GORM ran it with MariaDB's RETURNING, read by GORM: the
+			// connection's LAST_INSERT_ID() is the statement's all the same.
+			return fmt.Errorf("herald/gormcapture: read LAST_INSERT_ID(): %w", err)
+		}
+		if id > 0 {
 			for i, k := range keys {
 				if k == nil {
 					keys[i] = []any{id}
