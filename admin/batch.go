@@ -193,7 +193,12 @@ RETURNING sequence`
 // sequences runs stmt and reads one int64 column. Every row is read before
 // it returns, so a DELETE … RETURNING has run whole (or not at all).
 func (a *Admin) sequences(ctx context.Context, stmt string, args ...any) ([]int64, error) {
-	rows, err := a.db.QueryContext(ctx, stmt, args...)
+	return querySequences(ctx, a.db, stmt, args...)
+}
+
+// querySequences runs stmt on q and reads one int64 column, every row.
+func querySequences(ctx context.Context, q envelope.Querier, stmt string, args ...any) ([]int64, error) {
+	rows, err := q.QueryContext(ctx, stmt, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -271,24 +276,8 @@ func (a *Admin) discardMySQL(ctx context.Context, where, lim string, args []any)
 		return nil, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	rows, err := tx.QueryContext(ctx, `SELECT e.sequence FROM `+a.t.Quoted+` e WHERE `+where+` ORDER BY e.sequence LIMIT `+lim+` FOR UPDATE SKIP LOCKED`, args...)
+	seqs, err := querySequences(ctx, tx, `SELECT e.sequence FROM `+a.t.Quoted+` e WHERE `+where+` ORDER BY e.sequence LIMIT `+lim+` FOR UPDATE SKIP LOCKED`, args...)
 	if err != nil {
-		return nil, err
-	}
-	var seqs []int64
-	for rows.Next() {
-		var n int64
-		if err := rows.Scan(&n); err != nil {
-			_ = rows.Close()
-			return nil, err
-		}
-		seqs = append(seqs, n)
-	}
-	if err := rows.Err(); err != nil {
-		_ = rows.Close()
-		return nil, err
-	}
-	if err := rows.Close(); err != nil {
 		return nil, err
 	}
 	if len(seqs) == 0 {
@@ -301,7 +290,10 @@ WHERE t.dead_lettered_at IS NOT NULL`, string(b))
 		return nil, err
 	}
 	if n, err := res.RowsAffected(); err != nil || n != int64(len(seqs)) {
-		return nil, fmt.Errorf("deleted %d of the %d locked dead letters (%v)", n, len(seqs), err)
+		if err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("deleted %d of the %d locked dead letters", n, len(seqs))
 	}
 	return seqs, tx.Commit()
 }

@@ -207,22 +207,7 @@ func TestMariaDBFaults(t *testing.T) {
 		}
 	}
 
-	inTable := map[string]bool{}
-	rows, err := db.QueryContext(ctx, `SELECT JSON_VALUE(payload, '$.token') FROM herald_outbox`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var tok string
-		if err := rows.Scan(&tok); err != nil {
-			t.Fatal(err)
-		}
-		inTable[tok] = true
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	_ = rows.Close()
+	inTable := tokensInTable(ctx, t, db)
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -268,6 +253,28 @@ func TestMariaDBFaults(t *testing.T) {
 	if len(committed) == 0 {
 		t.Error("no writer transaction committed")
 	}
+}
+
+// tokensInTable reads every event's token from the outbox table.
+func tokensInTable(ctx context.Context, t *testing.T, db *sql.DB) map[string]bool {
+	t.Helper()
+	rows, err := db.QueryContext(ctx, `SELECT JSON_VALUE(payload, '$.token') FROM herald_outbox`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	in := map[string]bool{}
+	for rows.Next() {
+		var tok string
+		if err := rows.Scan(&tok); err != nil {
+			t.Fatal(err)
+		}
+		in[tok] = true
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return in
 }
 
 // privateMaria is a mariadbd of the test's own: its own data directory

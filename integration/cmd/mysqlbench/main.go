@@ -143,21 +143,8 @@ func bareOnce(ctx context.Context, db *sql.DB, batch int) (int, error) {
 		return 0, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	rows, err := tx.QueryContext(ctx, `SELECT sequence FROM herald_outbox
-WHERE published_at IS NULL AND dead_lettered_at IS NULL ORDER BY sequence LIMIT ? FOR UPDATE SKIP LOCKED`, batch)
+	seqs, err := leaseBare(ctx, tx, batch)
 	if err != nil {
-		return 0, err
-	}
-	var seqs []int64
-	for rows.Next() {
-		var s int64
-		if err := rows.Scan(&s); err != nil {
-			_ = rows.Close()
-			return 0, err
-		}
-		seqs = append(seqs, s)
-	}
-	if err := rows.Close(); err != nil {
 		return 0, err
 	}
 	if len(seqs) == 0 {
@@ -169,6 +156,25 @@ SET t.published_at = UTC_TIMESTAMP(6)`, string(j)); err != nil {
 		return 0, err
 	}
 	return len(seqs), tx.Commit()
+}
+
+// leaseBare selects and locks the next batch's sequences.
+func leaseBare(ctx context.Context, tx *sql.Tx, batch int) ([]int64, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT sequence FROM herald_outbox
+WHERE published_at IS NULL AND dead_lettered_at IS NULL ORDER BY sequence LIMIT ? FOR UPDATE SKIP LOCKED`, batch)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var seqs []int64
+	for rows.Next() {
+		var s int64
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		seqs = append(seqs, s)
+	}
+	return seqs, rows.Err()
 }
 
 // drainRelay runs relays until the n events are published.
