@@ -209,7 +209,9 @@ type Page struct {
 	Next int64 `json:"next,omitempty"`
 }
 
-// sqlArgs numbers bind arguments: $n on PostgreSQL, ?n on SQLite.
+// sqlArgs numbers bind arguments: $n on PostgreSQL, ?n on SQLite; on
+// MySQL ? by position, so each placeholder add returns is written once, in
+// the order of the add calls.
 type sqlArgs struct {
 	d    envelope.Dialect
 	args []any
@@ -217,8 +219,11 @@ type sqlArgs struct {
 
 func (s *sqlArgs) add(v any) string {
 	s.args = append(s.args, v)
-	if s.d == envelope.Postgres {
+	switch s.d {
+	case envelope.Postgres:
 		return "$" + strconv.Itoa(len(s.args))
+	case envelope.MySQL:
+		return "?"
 	}
 	return "?" + strconv.Itoa(len(s.args))
 }
@@ -269,7 +274,7 @@ func (a *Admin) where(q Query, s *sqlArgs) (string, error) {
 					or = append(or, "1 = 1")
 				case a.d == envelope.Postgres:
 					or = append(or, "e.topic LIKE "+s.add(p.LikePattern())+` ESCAPE '\'`)
-				default: // SQLite's LIKE ignores ASCII case
+				default: // SQLite's LIKE ignores ASCII case; MySQL's LIKE escapes with a backslash in the literal
 					or = append(or, "substr(e.topic, 1, "+s.add(utf8.RuneCountInString(p.Text))+") = "+s.add(p.Text))
 				}
 			}
@@ -309,9 +314,13 @@ func (a *Admin) where(q Query, s *sqlArgs) (string, error) {
 			for i, id := range q.IDs {
 				ids[i] = id.String()
 			}
-			if a.d == envelope.Postgres {
+			switch a.d {
+			case envelope.Postgres:
 				c = append(c, "e.id = ANY("+s.add("{"+strings.Join(ids, ",")+"}")+"::uuid[])")
-			} else {
+			case envelope.MySQL:
+				b, _ := json.Marshal(ids)
+				c = append(c, "e.id IN (SELECT ids.value FROM JSON_TABLE("+s.add(string(b))+", '$[*]' COLUMNS (value CHAR(36) PATH '$')) AS ids)")
+			default:
 				b, _ := json.Marshal(ids)
 				c = append(c, "e.id IN (SELECT value FROM json_each("+s.add(string(b))+"))")
 			}
@@ -502,8 +511,11 @@ type TopicBacklog struct {
 func (a *Admin) Backlog(ctx context.Context) ([]TopicBacklog, error) {
 	now := "now()"
 	var args []any
-	if a.d == envelope.SQLite {
+	switch a.d {
+	case envelope.SQLite:
 		now, args = "?1", []any{a.d.TimeArg(a.sqlNow())}
+	case envelope.MySQL:
+		now = "UTC_TIMESTAMP(6)" // created_at is UTC, whatever the session's time_zone
 	}
 	stmt := `SELECT b.topic, sum(b.pending), min(b.oldest), sum(b.dead), max(b.paused), ` + now + ` FROM (
     SELECT e.topic, CASE WHEN e.dead_lettered_at IS NULL THEN 1 ELSE 0 END AS pending,
@@ -572,10 +584,17 @@ func (a *Admin) Pause(ctx context.Context, topic, reason string) error {
 	}
 	s := &sqlArgs{d: a.d}
 	at := "now()" // SQLite: the process's clock, as the relay's
-	if a.d == envelope.SQLite {
+	switch a.d {
+	case envelope.SQLite:
 		at = s.add(a.d.TimeArg(a.sqlNow()))
+	case envelope.MySQL:
+		at = "UTC_TIMESTAMP(6)"
 	}
-	stmt := `INSERT INTO ` + a.paused + ` (topic, reason, paused_at) VALUES (` + s.add(topic) + `, ` + s.add(reason) + `, ` + at + `) ON CONFLICT (topic) DO NOTHING`
+	keep := ` ON CONFLICT (topic) DO NOTHING`
+	if a.d == envelope.MySQL {
+		keep = ` ON DUPLICATE KEY UPDATE topic = topic`
+	}
+	stmt := `INSERT INTO ` + a.paused + ` (topic, reason, paused_at) VALUES (` + s.add(topic) + `, ` + s.add(reason) + `, ` + at + `)` + keep
 	if _, err := a.db.ExecContext(ctx, stmt, s.args...); err != nil {
 		return fmt.Errorf("herald/admin: pause %q: %w", topic, err)
 	}

@@ -2,6 +2,8 @@ package admin
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"time"
@@ -147,6 +149,21 @@ func (a *Admin) DiscardBatches(ctx context.Context, q Query, o BatchOptions) (in
 		}
 		lim := s.add(size)
 		var stmt string
+		if a.d == envelope.MySQL {
+			seqs, err := a.discardMySQL(ctx, w, lim, s.args)
+			if err != nil {
+				return total, fmt.Errorf("herald/admin: discard: %w", err)
+			}
+			total += int64(len(seqs))
+			if len(seqs) > 0 && o.Progress != nil {
+				o.Progress(total)
+			}
+			if len(seqs) < size {
+				return total, nil
+			}
+			after = seqs[len(seqs)-1]
+			continue
+		}
 		if a.d == envelope.Postgres {
 			stmt = `DELETE FROM ` + a.t.Quoted + ` WHERE dead_lettered_at IS NOT NULL AND sequence = ANY(ARRAY(
     SELECT e.sequence FROM ` + a.t.Quoted + ` e WHERE ` + w + ` ORDER BY e.sequence LIMIT ` + lim + ` FOR UPDATE SKIP LOCKED))
@@ -176,7 +193,12 @@ RETURNING sequence`
 // sequences runs stmt and reads one int64 column. Every row is read before
 // it returns, so a DELETE … RETURNING has run whole (or not at all).
 func (a *Admin) sequences(ctx context.Context, stmt string, args ...any) ([]int64, error) {
-	rows, err := a.db.QueryContext(ctx, stmt, args...)
+	return querySequences(ctx, a.db, stmt, args...)
+}
+
+// querySequences runs stmt on q and reads one int64 column, every row.
+func querySequences(ctx context.Context, q envelope.Querier, stmt string, args ...any) ([]int64, error) {
+	rows, err := q.QueryContext(ctx, stmt, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -239,4 +261,39 @@ func (a *Admin) Follow(ctx context.Context, q Query, interval time.Duration, fn 
 		case <-t.C:
 		}
 	}
+}
+
+// discardMySQL deletes one batch of dead letters on MySQL, which has no
+// DELETE … RETURNING (MariaDB's is not MySQL's): in one READ COMMITTED
+// transaction it locks the batch's rows (SKIP LOCKED, as on PostgreSQL:
+// rows a relay holds are left for the next run) and deletes them by
+// sequence. READ COMMITTED: at MySQL's default REPEATABLE READ the locking
+// read would also lock the gaps and rows it passes over, and hold up the
+// writers and relays of the table until the batch commits.
+func (a *Admin) discardMySQL(ctx context.Context, where, lim string, args []any) ([]int64, error) {
+	tx, err := a.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	seqs, err := querySequences(ctx, tx, `SELECT e.sequence FROM `+a.t.Quoted+` e WHERE `+where+` ORDER BY e.sequence LIMIT `+lim+` FOR UPDATE SKIP LOCKED`, args...)
+	if err != nil {
+		return nil, err
+	}
+	if len(seqs) == 0 {
+		return nil, tx.Commit()
+	}
+	b, _ := json.Marshal(seqs)
+	res, err := tx.ExecContext(ctx, `DELETE t FROM `+a.t.Quoted+` t JOIN JSON_TABLE(?, '$[*]' COLUMNS (seq BIGINT PATH '$')) AS j ON t.sequence = j.seq
+WHERE t.dead_lettered_at IS NOT NULL`, string(b))
+	if err != nil {
+		return nil, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != int64(len(seqs)) {
+		if err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("deleted %d of the %d locked dead letters", n, len(seqs))
+	}
+	return seqs, tx.Commit()
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/go-sql-driver/mysql" // registers "mysql"
 	"github.com/google/uuid"
 	_ "github.com/mattn/go-sqlite3" // registers "sqlite3"
 
@@ -36,9 +37,12 @@ type env struct {
 func newEnv(t testing.TB, d envelope.Dialect) *env {
 	t.Helper()
 	e := &env{d: d, recv: &receiver{}, logs: &logRecords{}}
-	if d == envelope.Postgres {
+	switch d {
+	case envelope.Postgres:
 		e.db, _ = testkit.Postgres(t)
-	} else {
+	case envelope.MySQL:
+		e.db, _ = testkit.MySQL(t)
+	default:
 		db, err := sql.Open("sqlite3", testkit.MattnDSN(testkit.SQLitePath(t)))
 		if err != nil {
 			t.Fatal(err)
@@ -80,10 +84,17 @@ func newEnv(t testing.TB, d envelope.Dialect) *env {
 	return e
 }
 
-// eachDialect runs fn as a parallel subtest on PostgreSQL and on SQLite.
+// eachDialect runs fn as a parallel subtest on PostgreSQL, SQLite and
+// MySQL (the machine's MariaDB).
 func eachDialect(t *testing.T, fn func(t *testing.T, e *env)) {
 	t.Helper()
-	for _, d := range []envelope.Dialect{envelope.Postgres, envelope.SQLite} {
+	eachDialectOf(t, []envelope.Dialect{envelope.Postgres, envelope.SQLite, envelope.MySQL}, fn)
+}
+
+// eachDialectOf runs fn as a parallel subtest on each of ds.
+func eachDialectOf(t *testing.T, ds []envelope.Dialect, fn func(t *testing.T, e *env)) {
+	t.Helper()
+	for _, d := range ds {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()
 			fn(t, newEnv(t, d))

@@ -11,7 +11,8 @@ import (
 )
 
 // ClaimBatch records the ids of ms in tx, a transaction the caller opened,
-// in one statement with one JSON parameter (whatever the batch's size),
+// in one statement with one JSON parameter (whatever the batch's size;
+// on MySQL two, see prepareMySQL),
 // and returns the messages whose ids were new, in ms's order; an id given
 // twice is new at its first place only. The caller does the work of the
 // new ones in tx and commits. Batches bypass the cache and ignore Order.
@@ -23,7 +24,12 @@ func (in *Inbox) ClaimBatch(ctx context.Context, tx envelope.Querier, ms []Messa
 	if err != nil {
 		return nil, err
 	}
-	rows, err := tx.QueryContext(ctx, in.claimBatchSQL, in.cfg.Consumer, ids)
+	var rows *sql.Rows
+	if in.d == envelope.MySQL {
+		rows, err = in.claimBatchMySQL(ctx, tx, ids)
+	} else {
+		rows, err = tx.QueryContext(ctx, in.claimBatchSQL, in.cfg.Consumer, ids)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("herald/inbox: record a batch of %d: %w", len(ms), err)
 	}

@@ -23,6 +23,10 @@ func (in *Inbox) prepareSQL() {
 	in.setResultSQL = `UPDATE ` + t.Quoted + ` SET result = ` + p(1) + ` WHERE consumer = ` + p(2) + ` AND message_id = ` + p(3)
 	in.releaseSQL = `DELETE FROM ` + t.Quoted + ` WHERE consumer = ` + p(1) + ` AND message_id = ` + p(2)
 	in.lookupSQL = `SELECT processed_at, result FROM ` + t.Quoted + ` WHERE consumer = ` + p(1) + ` AND message_id = ` + p(2)
+	if in.d == envelope.MySQL {
+		in.prepareMySQL()
+		return
+	}
 	if in.d == envelope.Postgres {
 		// <=, not <: HandleOnce releases an id whose handler failed, and
 		// its redelivery (same sequence) must not find itself stale.
@@ -81,6 +85,9 @@ func (in *Inbox) Claim(ctx context.Context, tx envelope.Querier, m Message) (con
 		return ctx, 0, err
 	}
 	res, err := tx.ExecContext(ctx, in.claimSQL, in.cfg.Consumer, m.ID)
+	if in.d == envelope.MySQL && isDuplicateKey(err) {
+		return ctx, Duplicate, nil
+	}
 	if err != nil {
 		return ctx, 0, fmt.Errorf("herald/inbox: record %s: %w", m.ID, err)
 	}
@@ -94,14 +101,20 @@ func (in *Inbox) Claim(ctx context.Context, tx envelope.Querier, m Message) (con
 	if in.cfg.Order == OrderNone || m.OrderingKey == "" || m.Sequence == 0 {
 		return ctx, Processed, nil
 	}
-	res, err = tx.ExecContext(ctx, in.markKeySQL, in.cfg.Consumer, m.OrderingKey, m.Sequence)
-	if err == nil {
-		n, err = res.RowsAffected()
+	var fresh bool
+	if in.d == envelope.MySQL {
+		fresh, err = in.markKeyMySQL(ctx, tx, m)
+	} else {
+		res, err = tx.ExecContext(ctx, in.markKeySQL, in.cfg.Consumer, m.OrderingKey, m.Sequence)
+		if err == nil {
+			n, err = res.RowsAffected()
+		}
+		fresh = n > 0
 	}
 	if err != nil {
 		return ctx, 0, fmt.Errorf("herald/inbox: mark key %q at %d: %w", m.OrderingKey, m.Sequence, err)
 	}
-	if n > 0 {
+	if fresh {
 		return ctx, Processed, nil
 	}
 	if in.cfg.Order == OrderSkip {

@@ -58,7 +58,8 @@ type Config struct {
 	// instances of one consumer (the same name) process it once between
 	// them. At most 255 characters.
 	Consumer string
-	// Dialect is the database's: envelope.Postgres or envelope.SQLite.
+	// Dialect is the database's: envelope.Postgres, envelope.SQLite or
+	// envelope.MySQL (MySQL 8 and MariaDB).
 	Dialect envelope.Dialect
 	// Table is the inbox table; "" = DefaultTable. Its per-key marks are
 	// {Table}_keys.
@@ -107,6 +108,7 @@ type Inbox struct {
 	claimSQL, markKeySQL, setResultSQL, releaseSQL string
 	claimBatchSQL, seenSQL, lookupSQL              string
 	cleanupSQL, cleanupKeysSQL                     string
+	keySeqSQL, claimedSQL                          string // MySQL's
 
 	mu      sync.Mutex
 	stop    context.CancelFunc

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/go-sql-driver/mysql"
 	_ "modernc.org/sqlite"
 
 	"github.com/heraldgo/herald/envelope"
@@ -23,6 +24,7 @@ type dbCase struct {
 
 var dbCases = []dbCase{
 	{"postgres", envelope.Postgres, func(t testing.TB) *sql.DB { db, _ := testkit.Postgres(t); return db }},
+	{"mysql", envelope.MySQL, func(t testing.TB) *sql.DB { db, _ := testkit.MySQL(t); return db }},
 	{"sqlite", envelope.SQLite, func(t testing.TB) *sql.DB {
 		db, err := sql.Open("sqlite", testkit.ModerncDSN(testkit.SQLitePath(t)))
 		if err != nil {

@@ -33,9 +33,18 @@ const LatestVersion = 2
 // Version 2: the per-key high-water marks, {base}_keys: the highest
 // sequence processed for each (consumer, ordering key), which OrderSkip
 // and OrderFlag compare a message's sequence with.
+//
+// On MySQL and MariaDB (the same two versions): InnoDB, utf8mb4 with the
+// binary collation utf8mb4_bin (ids compare byte for byte, as on the other
+// dialects, whatever the server's default collation), times DATETIME(6) in
+// UTC (UTC_TIMESTAMP(6), whatever the session's time_zone), and a column
+// claim that the inbox table has on MySQL only: the token of the
+// ClaimBatch that inserted the row, because MySQL has no RETURNING to say
+// which of a batch's ids were new.
 var migrationSources = []struct {
 	name                         string
 	pgUp, pgDown, liteUp, liteDn string
+	myUp, myDown                 string
 }{
 	{
 		name: "create the inbox table (processed message ids per consumer)",
@@ -57,6 +66,16 @@ CREATE INDEX IF NOT EXISTS {base}_processed_idx ON {table} (processed_at)`,
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS {base}_processed_idx ON {table} (processed_at)`,
 		liteDn: `DROP TABLE IF EXISTS {table}`,
+		myUp: `CREATE TABLE IF NOT EXISTS {table} (
+    consumer     VARCHAR(255) NOT NULL,
+    message_id   VARCHAR(255) NOT NULL,
+    processed_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
+    result       LONGTEXT,
+    claim        BIGINT,
+    PRIMARY KEY (consumer, message_id),
+    KEY {base}_processed_idx (processed_at)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+		myDown: `DROP TABLE IF EXISTS {table}`,
 	},
 	{
 		name: "per-key high-water marks (consumer-side order)",
@@ -76,6 +95,14 @@ CREATE INDEX IF NOT EXISTS {base}_processed_idx ON {table} (processed_at)`,
     PRIMARY KEY (consumer, ordering_key)
 ) WITHOUT ROWID`,
 		liteDn: `DROP TABLE IF EXISTS {keys}`,
+		myUp: `CREATE TABLE IF NOT EXISTS {keys} (
+    consumer     VARCHAR(255) NOT NULL,
+    ordering_key VARCHAR(255) NOT NULL,
+    sequence     BIGINT NOT NULL,
+    processed_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
+    PRIMARY KEY (consumer, ordering_key)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+		myDown: `DROP TABLE IF EXISTS {keys}`,
 	},
 }
 
@@ -89,9 +116,9 @@ func parseTable(d envelope.Dialect, name string) (table, error) {
 	if err := d.Validate(); err != nil {
 		return table{}, err
 	}
-	if d != envelope.Postgres && d != envelope.SQLite {
+	if d != envelope.Postgres && d != envelope.SQLite && d != envelope.MySQL {
 		return table{}, &envelope.Error{Kind: envelope.ErrUnsupported, Where: "inbox",
-			Msg: fmt.Sprintf("the inbox supports PostgreSQL and SQLite; not %s yet", d)}
+			Msg: fmt.Sprintf("the inbox supports PostgreSQL, SQLite and MySQL; not %s", d)}
 	}
 	if name == "" {
 		name = DefaultTable
@@ -103,7 +130,7 @@ func parseTable(d envelope.Dialect, name string) (table, error) {
 	if t.Base == envelope.MigrationTable {
 		return table{}, envelope.Configurationf("Table", "%q is herald's record of migrations; name the inbox table otherwise", t.Name)
 	}
-	return table{Table: t, keys: schemaPrefix(t) + envelope.QuoteIdent(t.Base+"_keys")}, nil
+	return table{Table: t, keys: schemaPrefix(t) + d.QuoteIdent(t.Base+"_keys")}, nil
 }
 
 func schemaPrefix(t envelope.Table) string {
@@ -123,8 +150,11 @@ func Migrations(d envelope.Dialect, tableName string) ([]envelope.Migration, err
 	out := make([]envelope.Migration, len(migrationSources))
 	for i, m := range migrationSources {
 		up, down := m.liteUp, m.liteDn
-		if d == envelope.Postgres {
+		switch d {
+		case envelope.Postgres:
 			up, down = m.pgUp, m.pgDown
+		case envelope.MySQL:
+			up, down = m.myUp, m.myDown
 		}
 		out[i] = envelope.Migration{Version: i + 1, Name: m.name, Up: render(up, t), Down: render(down, t)}
 	}

@@ -40,11 +40,8 @@ func writeEvents(t *testing.T, db *sql.DB, d envelope.Dialect, ms ...envelope.Me
 func kill(t *testing.T, db *sql.DB, d envelope.Dialect, lastError string, evs ...*envelope.Event) {
 	t.Helper()
 	for _, e := range evs {
-		p := "$"
-		if d == envelope.SQLite {
-			p = "?"
-		}
-		if _, err := db.Exec(`UPDATE herald_outbox SET dead_lettered_at = created_at, attempts = 5, last_error = `+p+`1 WHERE sequence = `+p+`2`,
+		p := d.Placeholder
+		if _, err := db.Exec(`UPDATE herald_outbox SET dead_lettered_at = created_at, attempts = 5, last_error = `+p(1)+` WHERE sequence = `+p(2),
 			lastError, e.Sequence); err != nil {
 			t.Fatal(err)
 		}
@@ -207,6 +204,13 @@ func TestDeadCommandsPostgres(t *testing.T) {
 	testDeadCommands(t, dsn)
 }
 
+// TestDeadCommandsMySQL: the same commands on the machine's MariaDB, the
+// DSN written mysql:// and go-sql-driver/mysql's own form.
+func TestDeadCommandsMySQL(t *testing.T) {
+	_, dsn := testkit.MySQL(t)
+	testDeadCommands(t, "mysql://"+dsn)
+}
+
 // lines collects a pipe's lines as the process writes them.
 type lines struct {
 	mu  sync.Mutex
@@ -360,18 +364,23 @@ CREATE TRIGGER hold_second_batch BEFORE UPDATE ON herald_outbox FOR EACH ROW EXE
 // TestTailFollowsNewEvents: herald tail shows the events written after it
 // started, not those before, and exits 0 on SIGTERM.
 func TestTailFollowsNewEvents(t *testing.T) {
-	dsn := testkit.ModerncDSN(testkit.SQLitePath(t))
+	t.Run("sqlite", func(t *testing.T) { testTail(t, testkit.ModerncDSN(testkit.SQLitePath(t))) })
+	t.Run("mysql", func(t *testing.T) { _, dsn := testkit.MySQL(t); testTail(t, "mysql://"+dsn) })
+}
+
+func testTail(t *testing.T, dsn string) {
 	env := []string{"HERALD_DSN=" + dsn}
 	mustRun(t, env, "migrate", "up")
-	db, err := migrate.Open(envelope.SQLite, dsn)
+	d := dialectOf(dsn)
+	db, err := migrate.Open(d, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	writeEvents(t, db, envelope.SQLite, envelope.Message{Topic: "before.tail", Payload: 1})
+	writeEvents(t, db, d, envelope.Message{Topic: "before.tail", Payload: 1})
 	cmd, stdout, stderr, done := start(t, env, "tail", "--json", "--interval", "20ms", "--topics", "shop.*")
 	testkit.Eventually(t, time.Minute, func() bool { return stderr.has("herald tail: following herald_outbox") }, "tail did not start:\n%s", stderr)
-	writeEvents(t, db, envelope.SQLite,
+	writeEvents(t, db, d,
 		envelope.Message{Topic: "shop.order.placed", OrderingKey: "o1", Payload: 2},
 		envelope.Message{Topic: "mail.sent", Payload: 3},
 		envelope.Message{Topic: "shop.order.paid", OrderingKey: "o1", Payload: 4})

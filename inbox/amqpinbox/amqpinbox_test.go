@@ -32,6 +32,8 @@ func channel(t *testing.T) *amqp.Channel {
 // TestCrash: a consumer process SIGKILLed before, inside and after its
 // commit, messages from a real relay through RabbitMQ (the broker requeues
 // what a dead consumer left unacknowledged).
+// At CI's size by default; the large variant is
+// HERALD_CRASH_EVENTS=120 HERALD_CRASH_KILL_EVERY=30 (see inboxcrash).
 func TestCrash(t *testing.T) {
 	url := testkit.AMQPURL(t)
 	ch := channel(t)

@@ -27,6 +27,8 @@ const envBrokers = "HERALD_CRASH_CHILD_BROKERS"
 // TestCrash: a consumer process SIGKILLed before, inside and after its
 // commit, records from a real relay through Kafka (kfake in the test
 // process, or HERALD_KAFKA_BROKERS).
+// At CI's size by default; the large variant is
+// HERALD_CRASH_EVENTS=120 HERALD_CRASH_KILL_EVERY=30 (see inboxcrash).
 func TestCrash(t *testing.T) {
 	brokers := testkit.Kafka(t, kfake.GroupMinSessionTimeout(100*time.Millisecond))
 	inboxcrash.Run(t, inboxcrash.Parent{

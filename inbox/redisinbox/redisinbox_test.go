@@ -104,6 +104,8 @@ func TestConsumesOnceAcksAfterCommit(t *testing.T) {
 
 // TestCrash: a consumer process SIGKILLed before, inside and after its
 // commit, entries from a real relay through Redis Streams.
+// At CI's size by default; the large variant is
+// HERALD_CRASH_EVENTS=120 HERALD_CRASH_KILL_EVERY=30 (see inboxcrash).
 func TestCrash(t *testing.T) {
 	url := testkit.RedisURL(t)
 	rc := client(t)

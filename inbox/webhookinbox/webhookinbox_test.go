@@ -166,6 +166,8 @@ func TestConcurrentRepeats(t *testing.T) {
 // TestCrash: signed webhooks from a real relay to a receiver process
 // SIGKILLed before, inside and after its commit (before its answer), then
 // started again on the same port.
+// At CI's size by default; the large variant is
+// HERALD_CRASH_EVENTS=120 HERALD_CRASH_KILL_EVERY=30 (see inboxcrash).
 func TestCrash(t *testing.T) {
 	inboxcrash.Run(t, inboxcrash.Parent{
 		ChildTest:  "TestCrashChild",

@@ -6,9 +6,14 @@
 // then counts each id's effects: exactly one in transactional mode, at
 // most one in non-transactional mode (HandleOnce).
 //
-// HERALD_CRASH_EVENTS (default 120, what `go test ./...` and CI run) sets the events per mode,
-// HERALD_CRASH_KILL_EVERY (default 30) the mean number of messages a
-// consumer process handles before it dies.
+// HERALD_CRASH_EVENTS (default DefaultEvents, 40, what `go test ./...` and
+// CI run) sets the events per mode, HERALD_CRASH_KILL_EVERY (default
+// DefaultKillEvery, 10) the mean number of messages a consumer process
+// handles before it dies: about four kills per mode at the defaults. The
+// large variant, the former default (three times the events, each process
+// living three times as long, several minutes an adapter):
+//
+//	HERALD_CRASH_EVENTS=120 HERALD_CRASH_KILL_EVERY=30 go test -count=1 -run 'TestCrash$' ./inbox/...
 package inboxcrash
 
 import (
@@ -42,6 +47,13 @@ const (
 	envDSN       = "HERALD_CRASH_CHILD_DSN"
 	envMode      = "HERALD_CRASH_CHILD_MODE"
 	envTarget    = "HERALD_CRASH_CHILD_TARGET"
+)
+
+// The defaults of EnvEvents and EnvKillEvery: small enough for CI, large
+// enough that every mode's consumer is killed several times.
+const (
+	DefaultEvents    = 40
+	DefaultKillEvery = 10
 )
 
 // Consumer is the inbox consumer name every child uses.
@@ -100,7 +112,7 @@ func Run(t *testing.T, p Parent) {
 	if testing.Short() {
 		t.Skip("crash test: needs PostgreSQL and the transport; skipped with -short")
 	}
-	n, every := envInt(EnvEvents, 120), envInt(EnvKillEvery, 30)
+	n, every := envInt(EnvEvents, DefaultEvents), envInt(EnvKillEvery, DefaultKillEvery)
 	for _, mode := range Modes {
 		t.Run(mode.Name, func(t *testing.T) {
 			db, dsn := testkit.Postgres(t)
@@ -226,13 +238,13 @@ func ChildFromEnv(t *testing.T) *Child {
 	if dsn == "" {
 		t.Skip("a crash test's consumer process; run by the crash test")
 	}
-	c := &Child{Target: os.Getenv(envTarget), n: envInt(EnvEvents, 120)}
+	c := &Child{Target: os.Getenv(envTarget), n: envInt(EnvEvents, DefaultEvents)}
 	for _, m := range Modes {
 		if m.Name == os.Getenv(envMode) {
 			c.Mode = m
 		}
 	}
-	every := envInt(EnvKillEvery, 30)
+	every := envInt(EnvKillEvery, DefaultKillEvery)
 	c.left.Store(int64(1 + rand.IntN(2*every)))
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {

@@ -58,7 +58,9 @@ func Open(d envelope.Dialect, dsn string) (*sql.DB, error) {
 		driver = "sqlite"
 	case envelope.MySQL:
 		driver = "mysql"
-		dsn = strings.TrimPrefix(dsn, "mysql://")
+		if len(dsn) >= len("mysql://") && strings.EqualFold(dsn[:len("mysql://")], "mysql://") {
+			dsn = dsn[len("mysql://"):]
+		}
 		cfg, err := mysql.ParseDSN(dsn)
 		if err != nil {
 			return nil, err
