@@ -24,7 +24,7 @@ func TestTenantIdempotencyKeys(t *testing.T) {
 			t.Fatalf("event tenant %q", first.Events[0].Tenant)
 		}
 		res, err := w.Write(ctx, db, []envelope.Message{
-			{Topic: "b", Payload: 2, IdempotencyKey: "k", Tenant: "acme"},  // stored: acme's event
+			{Topic: "b", Payload: 2, IdempotencyKey: "k", Tenant: "acme"},   // stored: acme's event
 			{Topic: "c", Payload: 3, IdempotencyKey: "k", Tenant: "globex"}, // another tenant: a new event
 			{Topic: "d", Payload: 4, IdempotencyKey: "k"},                   // no tenant: new as well
 			{Topic: "e", Payload: 5, IdempotencyKey: "k", Tenant: "globex"}, // repeats globex's within the call
@@ -130,7 +130,10 @@ func TestTenantOption(t *testing.T) {
 		t.Fatal(err)
 	}
 	var seen any
-	s.Options.Extend = func(_ context.Context, c envelope.Change) (*envelope.Extension, error) { seen = c.Tenant; return nil, nil }
+	s.Options.Extend = func(_ context.Context, c envelope.Change) (*envelope.Extension, error) {
+		seen = c.Tenant
+		return nil, nil
+	}
 	ms, err := s.Messages(context.Background(), []envelope.Change{{Operation: envelope.Inserted, PK: 1, After: map[string]any{"id": 1, "org": "acme", "title": "t"}}})
 	if err != nil {
 		t.Fatal(err)
