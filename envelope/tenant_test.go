@@ -89,6 +89,15 @@ func TestTenantMigration(t *testing.T) {
 			if _, err := w.Write(ctx, db, []envelope.Message{{Topic: "old", Payload: 1}, {Topic: "old", Payload: 2}}); err != nil {
 				t.Fatal(err)
 			}
+			// A tenant or (but on MySQL) an idempotency key needs it.
+			for _, m := range []envelope.Message{{Topic: "t", Payload: 1, Tenant: "a"}, {Topic: "t", Payload: 1, IdempotencyKey: "k"}} {
+				if m.IdempotencyKey != "" && c.dialect == envelope.MySQL {
+					continue // ON DUPLICATE KEY names no index
+				}
+				if _, err := w.Write(ctx, db, []envelope.Message{m}); !errors.Is(err, envelope.ErrConfiguration) || !contains(err.Error(), "envelope.Migrate") {
+					t.Fatalf("%+v on a table before version 6: %v", m, err)
+				}
+			}
 			if err := envelope.Migrate(ctx, db, c.dialect, ""); err != nil {
 				t.Fatal(err)
 			}

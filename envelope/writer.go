@@ -213,6 +213,12 @@ func (w *Writer) Unmigrated(err error) error {
 		name = name[i+1:]
 	}
 	var st interface{ SQLState() string }
+	if strings.Contains(msg, `column "tenant"`) || strings.Contains(msg, "no such column: tenant") || strings.Contains(msg, "no column named tenant") || strings.Contains(msg, "Unknown column 'tenant'") ||
+		strings.Contains(msg, "no unique or exclusion constraint matching the ON CONFLICT") {
+		return &Error{Kind: ErrConfiguration, Where: "outbox table " + w.t.Name,
+			Msg: fmt.Sprintf("lacks the tenant column and index of schema version 6 (MySQL: 2), which tenants and idempotency keys need: run envelope.Migrate(ctx, db, %q, %q)", string(w.d), w.t.Name),
+			Err: err}
+	}
 	missing := (errors.As(err, &st) && st.SQLState() == "42P01") || strings.Contains(msg, "SQLSTATE 42P01") ||
 		strings.Contains(msg, "no such table")
 	if !missing || !strings.Contains(msg, name) {
