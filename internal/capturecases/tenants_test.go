@@ -83,17 +83,14 @@ func TestTenants(t *testing.T) {
 			must(t, gdb.Where("name = ?", "globex").Delete(&Reader{}).Error)
 			client.Reader.Create().SetName("globex").SetEmail("h@x").ExecX(ctx)
 
-			var perTenant = map[string]int{}
-			rows, err := db.Query(`SELECT tenant, count(*) FROM herald_outbox GROUP BY tenant`)
-			must(t, err)
-			for rows.Next() {
-				var tn string
+			perTenant := map[string]int{}
+			for _, tn := range []string{"", "acme", "globex"} {
 				var n int
-				must(t, rows.Scan(&tn, &n))
-				perTenant[tn] = n
+				must(t, db.QueryRow(`SELECT count(*) FROM herald_outbox WHERE tenant = `+map[bool]string{true: "$1", false: "?"}[d == envelope.Postgres], tn).Scan(&n))
+				if n > 0 {
+					perTenant[tn] = n
+				}
 			}
-			must(t, rows.Err())
-			rows.Close()
 			if perTenant["acme"] != 3 || perTenant["globex"] != 3 || len(perTenant) != 2 {
 				t.Fatalf("outbox tenants %v, want acme 3, globex 3", perTenant)
 			}
