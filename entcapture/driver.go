@@ -8,6 +8,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -120,6 +121,7 @@ func (d *CaptureDriver) Config() Config { return d.cfg }
 var registered struct {
 	sync.Mutex
 	names map[string]bool
+	cols  map[string][]string // by name: the schema's columns
 }
 
 // Register records captured schemas, so that a Config's Options can be
@@ -130,9 +132,11 @@ func Register(schemas ...*Schema) {
 	defer registered.Unlock()
 	if registered.names == nil {
 		registered.names = map[string]bool{}
+		registered.cols = map[string][]string{}
 	}
 	for _, s := range schemas {
 		registered.names[s.Name] = true
+		registered.cols[s.Name] = s.Columns
 	}
 }
 
@@ -153,6 +157,12 @@ func checkOptions(opts map[string]envelope.Options) error {
 		}
 	}
 	if len(bad) == 0 {
+		for _, name := range slices.Sorted(maps.Keys(opts)) {
+			o := opts[name]
+			if cols := registered.cols[name]; o.Tenant != "" && !slices.Contains(cols, o.Tenant) {
+				return envelope.Configurationf("entcapture.Config.Options["+strconv.Quote(name)+"].Tenant", "no column %q in schema %s (columns: %v)", o.Tenant, name, cols)
+			}
+		}
 		return nil
 	}
 	slices.Sort(bad)

@@ -112,7 +112,7 @@ func TestEnqueueTxClient(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			e := newDXEnv(t, d.dialect, entcapture.Config{Table: "custom_outbox"})
-			_, err := e.db.Exec(`ALTER TABLE custom_outbox ADD COLUMN tenant integer`)
+			_, err := e.db.Exec(`ALTER TABLE custom_outbox ADD COLUMN region integer`)
 			must(t, err)
 			tx, err := e.client.Tx(ctx)
 			must(t, err)
@@ -120,7 +120,7 @@ func TestEnqueueTxClient(t *testing.T) {
 				t.Fatal(err)
 			}
 			if d.dialect == envelope.Postgres {
-				_, err := entcapture.Enqueue(ctx, tx.Client(), envelope.Message{Topic: "bad", Payload: 1, Extra: map[string]any{"tenant": "not a number"}})
+				_, err := entcapture.Enqueue(ctx, tx.Client(), envelope.Message{Topic: "bad", Payload: 1, Extra: map[string]any{"region": "not a number"}})
 				if err == nil || errors.Is(err, envelope.ErrValidation) {
 					t.Fatalf("a text value for an integer column: %v, want a database error", err)
 				}

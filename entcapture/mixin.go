@@ -27,6 +27,9 @@ type Annotation struct {
 	// The templates, so that an unknown name fails `go generate`.
 	Topic       string `json:"topic,omitempty"`
 	OrderingKey string `json:"ordering_key,omitempty"`
+	// Tenant is Options.Tenant, so that a column the schema lacks fails
+	// `go generate`.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // Name implements schema.Annotation.
@@ -62,5 +65,5 @@ func (m *captureMixin) Hooks() []ent.Hook {
 // Annotations implements ent.Mixin.
 func (m *captureMixin) Annotations() []schema.Annotation {
 	return []schema.Annotation{Annotation{Captured: true, Fields: m.opts.Fields, Exclude: m.opts.Exclude,
-		Topic: m.opts.Topic, OrderingKey: m.opts.OrderingKey}}
+		Topic: m.opts.Topic, OrderingKey: m.opts.OrderingKey, Tenant: m.opts.Tenant}}
 }

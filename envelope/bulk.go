@@ -106,7 +106,7 @@ func (w *Writer) writeArrays(ctx context.Context, q Querier, rows []row, locks k
 				next = &t
 			}
 			res.Events[start+i] = &Event{Sequence: s, ID: r.id, Topic: r.topic, Payload: []byte(r.payload),
-				Headers: cloneHeaders(r.hdrs), OrderingKey: r.okey, CreatedAt: now, NextAttemptAt: next}
+				Headers: cloneHeaders(r.hdrs), OrderingKey: r.okey, Tenant: r.tenant, CreatedAt: now, NextAttemptAt: next}
 			if !slices.Contains(res.Topics, r.topic) {
 				res.Topics = append(res.Topics, r.topic)
 			}
@@ -157,6 +157,13 @@ func (w *Writer) insertArrays(ctx context.Context, q Querier, rows []row, now ti
 		return keys
 	})
 	u.scalar("created_at", now)
+	if !c.tenant { // a column of its own only when an event has a tenant: the table may predate version 6
+		tenants := make([]string, n)
+		for i := range rows {
+			tenants[i] = rows[i].tenant
+		}
+		u.array("tenant", "varchar", tenants)
+	}
 	u.optional(c.next, "next_attempt_at", "NULL", "timestamptz", func() any {
 		next := make([]*time.Time, n)
 		for i := range rows {
@@ -248,17 +255,18 @@ func (u *unnestInsert) write(b *strings.Builder, table string) {
 // columnsAtDefault says which optional columns every row of a chunk
 // leaves at its default: no headers ('{}'), no ordering key, no
 // idempotency key, no DeliverAt (NULL).
-type columnsAtDefault struct{ headers, keys, ikeys, next bool }
+type columnsAtDefault struct{ headers, keys, ikeys, next, tenant bool }
 
 // atDefault reports columnsAtDefault of the rows at the indexes batch,
 // or of every row when batch is nil.
 func atDefault(rows []row, batch []int) columnsAtDefault {
-	c := columnsAtDefault{true, true, true, true}
+	c := columnsAtDefault{true, true, true, true, true}
 	see := func(r *row) {
 		c.headers = c.headers && r.headers == "{}"
 		c.keys = c.keys && r.okey == ""
 		c.ikeys = c.ikeys && r.ikey == ""
 		c.next = c.next && r.at.IsZero()
+		c.tenant = c.tenant && r.tenant == ""
 	}
 	if batch == nil {
 		for i := range rows {

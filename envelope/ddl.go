@@ -5,7 +5,7 @@ package envelope
 var OwnColumns = []string{
 	"sequence", "id", "topic", "payload", "headers", "ordering_key", "idempotency_key",
 	"created_at", "attempts", "last_error", "next_attempt_at", "lease_until", "leased_by",
-	"published_at", "dead_lettered_at",
+	"published_at", "dead_lettered_at", "tenant",
 }
 
 // IsOwnColumn reports whether c is one of the outbox table's own columns.

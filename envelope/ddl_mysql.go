@@ -7,8 +7,9 @@ import (
 
 // LatestMySQLVersion is the MySQL outbox table's current schema version.
 // MySQL has a version history of its own: its first version is the table
-// PostgreSQL and SQLite reached in five (LatestVersion), written for MySQL.
-const LatestMySQLVersion = 1
+// PostgreSQL and SQLite reached in five (LatestVersion), written for MySQL;
+// version 2 is their version 6 (the tenant column).
+const LatestMySQLVersion = 2
 
 // LatestVersionFor is the current schema version of the dialect's outbox
 // table: LatestMySQLVersion on MySQL, LatestVersion elsewhere.
@@ -89,6 +90,20 @@ var mysqlMigrationSources = []migrationSource{
 		version: 1, name: "create the outbox table, its key-lock rows and the table of paused topics",
 		pgUp:   mysqlV1,
 		pgDown: "DROP TABLE IF EXISTS {keylock};\nDROP TABLE IF EXISTS {paused};\nDROP TABLE IF EXISTS {table}",
+	},
+	{
+		// Version 6 of the other dialects (migrationSources): one ALTER,
+		// atomic in InnoDB. MySQL has no partial index, so the tenant
+		// index holds every event.
+		version: 2, name: "tenant column; idempotency keys unique per tenant",
+		pgUp: `ALTER TABLE {table} ADD COLUMN tenant VARCHAR(255) NOT NULL DEFAULT '',
+    ADD UNIQUE KEY {base}_tenant_idempotency_key_idx (tenant, idempotency_key),
+    DROP INDEX {base}_idempotency_key_idx,
+    ADD KEY {base}_pending_tenant_idx (tenant, published_at, dead_lettered_at)`,
+		pgDown: `ALTER TABLE {table} DROP INDEX {base}_pending_tenant_idx,
+    ADD UNIQUE KEY {base}_idempotency_key_idx (idempotency_key),
+    DROP INDEX {base}_tenant_idempotency_key_idx,
+    DROP COLUMN tenant`,
 	},
 }
 

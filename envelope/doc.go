@@ -67,6 +67,15 @@
 // repository's README ("MySQL and MariaDB") lists how it differs and what
 // does not run on it yet.
 //
+// Tenants: Options.Tenant names a captured model's tenant column, whose
+// value is Change.Tenant, the envelope's "tenant" key and the event's
+// Message.Tenant; the outbox holds it in its tenant column (schema
+// version 6, MySQL 2: NOT NULL, empty for none), and idempotency keys are
+// unique per tenant — the key's unique index is (tenant,
+// idempotency_key). A relay may be limited to tenants
+// (relay.Config.Tenants). The README's "Tenants" section has the rest,
+// schema-per-tenant included.
+//
 // SetContextHeaders installs a process-wide hook that gives headers from
 // a write's context (otelherald.RecordTraceContext: the W3C trace
 // context); every write — Write, WriteCaptured, WriteCapturedArrays and

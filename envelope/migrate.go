@@ -35,7 +35,7 @@ const MigrationTable = "herald_migration"
 // LatestVersion is the outbox table's current schema version: what Migrate
 // brings every table to, and what the writer and the relay of this release
 // expect.
-const LatestVersion = 5
+const LatestVersion = 6
 
 // Migration is one version of the outbox table's schema, its statements
 // rendered for a dialect and table.
@@ -102,6 +102,16 @@ type migrationSource struct {
 // and not dead-lettered, until the topic is resumed. Kept in the database,
 // so every relay of the table obeys it. A new, empty table: nothing is
 // rewritten.
+//
+// Version 6: the tenant column (Message.Tenant, Options.Tenant), NOT NULL
+// DEFAULT the empty string (no tenant), on every table: adding a column with a
+// constant default is a catalog change on PostgreSQL (11+) and SQLite, and
+// an event without a tenant costs nothing more. The idempotency key's
+// unique index becomes (tenant, idempotency_key) — keys unique per tenant,
+// which for a service without tenants (empty everywhere) is the old rule —
+// and {base}_pending_tenant_idx, partial on a non-empty tenant, serves relays
+// limited to tenants (relay.Config.Tenants) and is not touched by events
+// without one. Down fails if two tenants hold one key.
 var migrationSources = []migrationSource{
 	{
 		version: 1, name: "create the outbox table",
@@ -149,6 +159,31 @@ ALTER TABLE {table} ALTER COLUMN headers SET DEFAULT '{}'::jsonb`,
     reason    TEXT NOT NULL DEFAULT ''
 )`,
 		liteDn: `DROP TABLE IF EXISTS {paused}`,
+	},
+	{
+		version: 6, name: "tenant column; idempotency keys unique per tenant",
+		pgUp: `ALTER TABLE {table} ADD COLUMN IF NOT EXISTS tenant VARCHAR(255) NOT NULL DEFAULT '';
+CREATE UNIQUE INDEX IF NOT EXISTS {base}_tenant_idempotency_key_idx ON {table} (tenant, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+DROP INDEX IF EXISTS {schema}{base}_idempotency_key_idx;
+CREATE INDEX IF NOT EXISTS {base}_pending_tenant_idx ON {table} (tenant, sequence)
+    WHERE published_at IS NULL AND tenant <> ''`,
+		pgDown: `DROP INDEX IF EXISTS {schema}{base}_pending_tenant_idx;
+CREATE UNIQUE INDEX IF NOT EXISTS {base}_idempotency_key_idx ON {table} (idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+DROP INDEX IF EXISTS {schema}{base}_tenant_idempotency_key_idx;
+ALTER TABLE {table} DROP COLUMN IF EXISTS tenant`,
+		liteUp: `ALTER TABLE {table} ADD COLUMN tenant TEXT NOT NULL DEFAULT '';
+CREATE UNIQUE INDEX IF NOT EXISTS {base}_tenant_idempotency_key_idx ON {table} (tenant, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+DROP INDEX IF EXISTS {base}_idempotency_key_idx;
+CREATE INDEX IF NOT EXISTS {base}_pending_tenant_idx ON {table} (tenant, sequence)
+    WHERE published_at IS NULL AND tenant <> ''`,
+		liteDn: `DROP INDEX IF EXISTS {base}_pending_tenant_idx;
+CREATE UNIQUE INDEX IF NOT EXISTS {base}_idempotency_key_idx ON {table} (idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+DROP INDEX IF EXISTS {base}_tenant_idempotency_key_idx;
+ALTER TABLE {table} DROP COLUMN tenant`,
 	},
 }
 

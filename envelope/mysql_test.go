@@ -35,7 +35,7 @@ func TestMySQLIdempotencyNotIgnore(t *testing.T) {
 	t.Parallel()
 	db, w := mysqlOutbox(t)
 	ctx := context.Background()
-	if _, err := db.Exec("ALTER TABLE herald_outbox ADD COLUMN tenant VARCHAR(3)"); err != nil {
+	if _, err := db.Exec("ALTER TABLE herald_outbox ADD COLUMN region VARCHAR(3)"); err != nil {
 		t.Fatal(err)
 	}
 	first, err := w.Write(ctx, db, []envelope.Message{{Topic: "t", Payload: 1, IdempotencyKey: "k1"}})
@@ -74,7 +74,7 @@ func TestMySQLIdempotencyNotIgnore(t *testing.T) {
 	}
 	// A value too long for its column is an error (1406), with or without
 	// an idempotency key, and nothing is stored.
-	_, err = w.Write(ctx, db, []envelope.Message{{Topic: "t", Payload: 5, IdempotencyKey: "k4", Extra: map[string]any{"tenant": "toolong"}}})
+	_, err = w.Write(ctx, db, []envelope.Message{{Topic: "t", Payload: 5, IdempotencyKey: "k4", Extra: map[string]any{"region": "toolong"}}})
 	var me *mysql.MySQLError
 	if !errors.As(err, &me) || me.Number != 1406 {
 		t.Fatalf("value too long with an idempotency key: %v, want error 1406", err)
@@ -246,9 +246,9 @@ func TestMySQLMigrateLockReleased(t *testing.T) {
 	if v, err := envelope.Version(ctx, db, envelope.MySQL, ""); err != nil || v != 0 {
 		t.Fatalf("after MigrateTo 0: version %d, %v", v, err)
 	}
-	err := envelope.MigrateTo(ctx, db, envelope.MySQL, "", 2)
+	err := envelope.MigrateTo(ctx, db, envelope.MySQL, "", envelope.LatestMySQLVersion+1)
 	if !errors.Is(err, envelope.ErrConfiguration) {
-		t.Fatalf("MigrateTo 2 on MySQL: %v, want ErrConfiguration", err)
+		t.Fatalf("MigrateTo past the latest on MySQL: %v, want ErrConfiguration", err)
 	}
 }
 

@@ -2,7 +2,9 @@ package envelope
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
+	"fmt"
 	"slices"
 	"sort"
 	"unicode/utf8"
@@ -58,6 +60,14 @@ func (o Options) Validate() error {
 	}
 	if o.Extend != nil && o.ExtendMany != nil {
 		return Configurationf("Options.Extend", "Extend and ExtendMany are mutually exclusive")
+	}
+	if o.Tenant != "" {
+		if o.Payload == Keys {
+			return Configurationf("Options.Tenant", "a tenant column is read from the row, and Payload Keys reads none: use After or BeforeAndAfter")
+		}
+		if slices.Contains(o.Exclude, o.Tenant) {
+			return Configurationf("Options.Tenant", "column %q is also in Exclude: the tenant column is always read", o.Tenant)
+		}
 	}
 	if _, err := ParseTemplate("Options.Topic", orDefault(o.Topic, DefaultTopic)); err != nil {
 		return err
@@ -159,6 +169,11 @@ func Compile(m ModelInfo, o Options) (*Spec, error) {
 	if err := check("Exclude", o.Exclude); err != nil {
 		return nil, err
 	}
+	if o.Tenant != "" {
+		if err := check("Tenant", []string{o.Tenant}); err != nil {
+			return nil, err
+		}
+	}
 	s := &Spec{Options: o, Model: m, Namespace: orDefault(o.Namespace, m.DefaultNamespace)}
 	s.Label = Label(s.Namespace, m.Name)
 	switch {
@@ -170,11 +185,23 @@ func Compile(m ModelInfo, o Options) (*Spec, error) {
 		}
 	default:
 		for _, c := range m.Columns {
-			if !slices.Contains(o.Exclude, c) && !slices.Contains(m.Sensitive, c) {
+			if !slices.Contains(o.Exclude, c) && (!slices.Contains(m.Sensitive, c) || c == o.Tenant) {
 				s.columns = append(s.columns, c)
 			}
 		}
 	}
+	if o.Tenant != "" && !slices.Contains(s.columns, o.Tenant) { // Fields without it: read it all the same
+		s.columns = nil
+		for _, c := range m.Columns {
+			if c == o.Tenant || slices.Contains(o.Fields, c) {
+				s.columns = append(s.columns, c)
+			}
+		}
+	}
+	// A tenant is read in Go from the row: the fused statements, which
+	// render events in SQL, leave the model to the Go path as they do a
+	// typed one.
+	s.typed = o.Tenant != ""
 	for _, c := range s.columns {
 		if pgform.Handles(m.Types[c]) {
 			s.typed = true
@@ -210,7 +237,8 @@ func (s *Spec) RowKeyed() bool {
 
 // Typed reports whether a payload column's JSON form comes from its
 // declared type (ModelInfo.Types: an array, range, json or geometric
-// column). A capture path that renders events in SQL leaves such a
+// column), or the model names a tenant column (Options.Tenant), whose
+// value the event's message needs in Go. A capture path that renders events in SQL leaves such a
 // model's events to the Go path, so that every path prints one form.
 func (s *Spec) Typed() bool { return s.typed }
 
@@ -288,6 +316,16 @@ func (s *Spec) OrderingKey(c *Change) (string, error) {
 // messages, in order: topic, ordering key, the envelope as payload, and what
 // Extend or ExtendMany add. It runs inside the write's transaction.
 func (s *Spec) Messages(ctx context.Context, cs []Change) ([]Message, error) {
+	if col := s.Options.Tenant; col != "" {
+		for i := range cs {
+			c := &cs[i]
+			row := c.After
+			if c.Operation == Deleted || row == nil {
+				row = c.Before
+			}
+			c.Tenant = row[col]
+		}
+	}
 	exts, err := s.extensions(ctx, cs)
 	if err != nil {
 		return nil, err
@@ -313,6 +351,9 @@ func (s *Spec) Messages(ctx context.Context, cs []Change) ([]Message, error) {
 		}
 		m.Payload = trustedJSON(p)
 		m.rowKeyed = rowKeyed
+		if s.Options.Tenant != "" {
+			m.Tenant = TenantText(c.Tenant)
+		}
 		if ext != nil {
 			m.Headers, m.Extra = ext.Headers, ext.Extra
 		}
@@ -405,10 +446,16 @@ func (s *Spec) AppendEnvelope(dst []byte, c *Change, ext *Extension) ([]byte, er
 	}
 	dst = append(dst, `,"occurred_at":`...)
 	dst = jsonform.AppendString(dst, c.OccurredAt.UTC().Format(timeFormatJSON))
+	if s.Options.Tenant != "" {
+		dst = append(dst, `,"tenant":`...)
+		if dst, err = jsonform.Append(dst, "tenant", c.Tenant, jsonform.Field); err != nil {
+			return nil, wrapValidation(s.Label+" tenant", "has no JSON form", err)
+		}
+	}
 	if ext != nil && len(ext.Payload) > 0 {
 		keys := make([]string, 0, len(ext.Payload))
 		for k := range ext.Payload {
-			if IsEnvelopeKey(k) {
+			if IsEnvelopeKey(k) || (k == "tenant" && s.Options.Tenant != "") {
 				return nil, Validationf(s.Label+" Extension.Payload", "key %q is the envelope's own (model, operation, pk, changed, before, after, occurred_at)", k)
 			}
 			keys = append(keys, k)
@@ -424,6 +471,34 @@ func (s *Spec) AppendEnvelope(dst []byte, c *Change, ext *Extension) ([]byte, er
 		}
 	}
 	return append(dst, '}'), nil
+}
+
+// TenantText is a tenant column's value as the outbox's tenant column
+// holds it: text as it is, a number in decimal, a UUID (any
+// fmt.Stringer) as its String; nil (NULL) is "", no tenant.
+func TenantText(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return x
+	case []byte:
+		return string(x)
+	case *string:
+		if x == nil {
+			return ""
+		}
+		return *x
+	case fmt.Stringer:
+		return x.String()
+	case driver.Valuer: // sql.NullString and the like
+		if dv, err := x.Value(); err == nil {
+			if _, again := dv.(driver.Valuer); !again {
+				return TenantText(dv)
+			}
+		}
+	}
+	return fmt.Sprint(v)
 }
 
 const timeFormatJSON = "2006-01-02T15:04:05.999999999Z07:00"

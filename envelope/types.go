@@ -56,6 +56,7 @@ type Event struct {
 	PublishedAt    *time.Time
 	DeadLetteredAt *time.Time
 	LeasedBy       string
+	Tenant         string         // the tenant column (schema version 6); "" = none
 	Extra          map[string]any // extra columns the relay was told to load
 }
 
@@ -120,7 +121,12 @@ type Message struct {
 	// Redis stream fields; only AMQP's header table is typed), so a typed
 	// value would be flattened to text on the way anyway. Put structured
 	// data in the payload.
-	Headers   map[string]string
+	Headers map[string]string
+	// Tenant goes into the outbox's tenant column (schema version 6; ""
+	// = none, at most 255 characters): idempotency keys are unique per
+	// tenant, and a relay or Backlog can be limited to tenants. A captured
+	// change's event has its model's Options.Tenant value.
+	Tenant    string
 	Extra     map[string]any // values for the service's own extra outbox columns
 	DeliverAt time.Time      // zero = now; otherwise not before it (years 1 to 9999)
 
@@ -141,7 +147,9 @@ type Change struct {
 	Before     map[string]any
 	After      map[string]any // column name -> value; nil when absent
 	OccurredAt time.Time
-	Tenant     any
+	// Tenant is the value of the model's Options.Tenant column in the row
+	// (nil when the model names none, or the row holds NULL).
+	Tenant any
 }
 
 // Extension is what Extend adds to a change's event.
@@ -183,4 +191,13 @@ type Options struct {
 	// changes, and returns one extension (or nil) per change; not together
 	// with Extend.
 	ExtendMany func(ctx context.Context, cs []Change) ([]*Extension, error)
+	// Tenant names the model's tenant column ("" = none). Its value in the
+	// row (after the write; before it for a delete) is the change's
+	// Change.Tenant, the envelope's "tenant" key, and the event's
+	// Message.Tenant: the outbox's tenant column (schema version 6), by
+	// which idempotency keys are unique and relays and Backlog filter. A
+	// column the table does not have is an ErrConfiguration at start-up;
+	// the column is always read, so it is not with Payload Keys (which
+	// reads no row), nor listed in Exclude. NULL is no tenant.
+	Tenant string
 }

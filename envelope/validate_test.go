@@ -101,14 +101,14 @@ func TestExtraColumnAdded(t *testing.T) {
 	t.Parallel()
 	eachDB(t, func(t *testing.T, db *sql.DB, d envelope.Dialect, w *envelope.Writer) {
 		ctx := context.Background()
-		_, err := w.Write(ctx, db, []envelope.Message{{Topic: "t", Payload: 1, Extra: map[string]any{"tenant": "a"}}})
-		if !errors.Is(err, envelope.ErrValidation) || !strings.Contains(err.Error(), `"tenant"`) {
+		_, err := w.Write(ctx, db, []envelope.Message{{Topic: "t", Payload: 1, Extra: map[string]any{"region": "a"}}})
+		if !errors.Is(err, envelope.ErrValidation) || !strings.Contains(err.Error(), `"region"`) {
 			t.Fatalf("missing column: %v", err)
 		}
-		if _, err := db.ExecContext(ctx, `ALTER TABLE herald_outbox ADD COLUMN tenant TEXT`); err != nil {
+		if _, err := db.ExecContext(ctx, `ALTER TABLE herald_outbox ADD COLUMN region TEXT`); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := w.Write(ctx, db, []envelope.Message{{Topic: "t", Payload: 1, Extra: map[string]any{"tenant": "a"}}}); err != nil {
+		if _, err := w.Write(ctx, db, []envelope.Message{{Topic: "t", Payload: 1, Extra: map[string]any{"region": "a"}}}); err != nil {
 			t.Fatalf("after ALTER TABLE: %v", err)
 		}
 	})

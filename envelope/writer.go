@@ -113,6 +113,7 @@ type row struct {
 	hdrs    map[string]string
 	okey    string
 	ikey    string
+	tenant  string
 	at      time.Time // DeliverAt
 	extra   map[string]any
 	shape   string // sorted extra column names, and whether an idempotency key is set
@@ -144,6 +145,7 @@ func (w *Writer) write(ctx context.Context, q Querier, ms []Message) (*WriteResu
 		}
 		rows[i].dupOf = -1
 		if k := rows[i].ikey; k != "" {
+			k = tenantKey(rows[i].tenant, k)
 			if j, ok := firstKey[k]; ok {
 				rows[i].dupOf = j
 			} else {
@@ -211,6 +213,12 @@ func (w *Writer) Unmigrated(err error) error {
 		name = name[i+1:]
 	}
 	var st interface{ SQLState() string }
+	if strings.Contains(msg, `column "tenant"`) || strings.Contains(msg, "no such column: tenant") || strings.Contains(msg, "no column named tenant") || strings.Contains(msg, "Unknown column 'tenant'") ||
+		strings.Contains(msg, "no unique or exclusion constraint matching the ON CONFLICT") {
+		return &Error{Kind: ErrConfiguration, Where: "outbox table " + w.t.Name,
+			Msg: fmt.Sprintf("lacks the tenant column and index of schema version 6 (MySQL: 2), which tenants and idempotency keys need: run envelope.Migrate(ctx, db, %q, %q)", string(w.d), w.t.Name),
+			Err: err}
+	}
 	missing := (errors.As(err, &st) && st.SQLState() == "42P01") || strings.Contains(msg, "SQLSTATE 42P01") ||
 		strings.Contains(msg, "no such table")
 	if !missing || !strings.Contains(msg, name) {
@@ -240,6 +248,12 @@ func (w *Writer) prepare(r *row, m *Message, ch map[string]string, i, n int) err
 	}
 	if why := checkText(m.IdempotencyKey); why != "" {
 		return Validationf(where("IdempotencyKey"), "%s", why)
+	}
+	if l := utf8.RuneCountInString(m.Tenant); l > MaxKeyLength {
+		return Validationf(where("Tenant"), "%d characters, longer than %d", l, MaxKeyLength)
+	}
+	if why := checkText(m.Tenant); why != "" {
+		return Validationf(where("Tenant"), "%s", why)
 	}
 	if l := utf8.RuneCountInString(m.OrderingKey); l > MaxKeyLength {
 		return Validationf(where("OrderingKey"), "%d characters, longer than %d", l, MaxKeyLength)
@@ -307,7 +321,7 @@ func (w *Writer) prepare(r *row, m *Message, ch map[string]string, i, n int) err
 		return fmt.Errorf("herald/envelope: new event id: %w", err)
 	}
 	*r = row{id: id, topic: m.Topic, payload: r.payload, headers: r.headers, hdrs: hdrs,
-		okey: m.OrderingKey, ikey: m.IdempotencyKey, at: m.DeliverAt, extra: m.Extra, shape: shape.String(),
+		okey: m.OrderingKey, ikey: m.IdempotencyKey, tenant: m.Tenant, at: m.DeliverAt, extra: m.Extra, shape: shape.String(),
 		rowKey: m.rowKeyed, i: i, n: n}
 	return nil
 }
@@ -319,6 +333,28 @@ type run struct {
 	start, end int // rows[start:end], duplicates of earlier keys skipped when binding
 	extras     []string
 	idem       bool
+	tenant     bool // a row of the run has a tenant: the INSERT names the column
+}
+
+// tenantKey is an idempotency key as the table's unique index sees it:
+// with its tenant (schema version 6).
+func tenantKey(tenant, key string) string { return tenant + "\x00" + key }
+
+// tenantColumn is the INSERT's column list after next_attempt_at for a
+// run with tenants.
+func (r run) tenantColumn() string {
+	if r.tenant {
+		return ", tenant"
+	}
+	return ""
+}
+
+// ownColumns is the number of own columns the run's INSERT binds.
+func (r run) ownColumns() int {
+	if r.tenant {
+		return len(ownInsertColumns) + 1
+	}
+	return len(ownInsertColumns)
 }
 
 func (w *Writer) runs(rows []row) []run {
@@ -329,6 +365,9 @@ func (w *Writer) runs(rows []row) []run {
 			j++
 		}
 		r := run{start: i, end: j, idem: rows[i].ikey != ""}
+		for k := i; k < j; k++ {
+			r.tenant = r.tenant || rows[k].tenant != ""
+		}
 		for c := range rows[i].extra {
 			r.extras = append(r.extras, c)
 		}
@@ -340,7 +379,7 @@ func (w *Writer) runs(rows []row) []run {
 }
 
 func (w *Writer) chunkRows(r run) int {
-	per := len(ownInsertColumns) + len(r.extras)
+	per := r.ownColumns() + len(r.extras)
 	return (w.d.MaxBindParams() - 2) / per // 2: the key locks' arrays
 }
 
@@ -383,7 +422,7 @@ func (w *Writer) run(ctx context.Context, q Querier, rows []row, locks keyLocks,
 		r := &rows[i]
 		s, ok := seq[r.id]
 		if !ok {
-			if r.dupOf < 0 {
+			if r.dupOf < 0 && !slices.Contains(stored, r.ikey) {
 				stored = append(stored, r.ikey)
 			}
 			continue
@@ -394,7 +433,7 @@ func (w *Writer) run(ctx context.Context, q Querier, rows []row, locks keyLocks,
 			next = &t
 		}
 		res.Events[i] = &Event{Sequence: s, ID: r.id, Topic: r.topic, Payload: json.RawMessage(r.payload),
-			Headers: maps.Clone(r.hdrs), OrderingKey: r.okey, IdempotencyKey: r.ikey, CreatedAt: now, NextAttemptAt: next, Extra: maps.Clone(r.extra)}
+			Headers: maps.Clone(r.hdrs), OrderingKey: r.okey, IdempotencyKey: r.ikey, Tenant: r.tenant, CreatedAt: now, NextAttemptAt: next, Extra: maps.Clone(r.extra)}
 		if !slices.Contains(res.Topics, r.topic) {
 			res.Topics = append(res.Topics, r.topic)
 		}
@@ -409,7 +448,7 @@ func (w *Writer) run(ctx context.Context, q Querier, rows []row, locks keyLocks,
 	}
 	for i := range rows {
 		if res.Events[i] != nil {
-			byKey[rows[i].ikey] = res.Events[i]
+			byKey[tenantKey(rows[i].tenant, rows[i].ikey)] = res.Events[i]
 			continue
 		}
 	}
@@ -417,7 +456,7 @@ func (w *Writer) run(ctx context.Context, q Querier, rows []row, locks keyLocks,
 		if res.Events[i] != nil {
 			continue
 		}
-		e, ok := byKey[rows[i].ikey]
+		e, ok := byKey[tenantKey(rows[i].tenant, rows[i].ikey)]
 		if !ok {
 			// ON CONFLICT skipped the row, yet the key's event is not
 			// visible: it was committed after this transaction's snapshot
@@ -442,11 +481,12 @@ func (w *Writer) insert(ctx context.Context, q Querier, rows []row, batch []int,
 		return w.insertUnnest(ctx, q, rows, batch, r, now, seq, locks)
 	}
 	var b strings.Builder
-	per := len(ownInsertColumns) + len(r.extras)
+	per := r.ownColumns() + len(r.extras)
 	b.Grow(64 + len(batch)*per*5)
 	b.WriteString("INSERT INTO ")
 	b.WriteString(w.t.Quoted)
 	b.WriteString(" (id, topic, payload, headers, ordering_key, idempotency_key, created_at, next_attempt_at")
+	b.WriteString(r.tenantColumn())
 	for _, c := range r.extras {
 		b.WriteString(", ")
 		b.WriteString(w.d.QuoteIdent(c))
@@ -495,6 +535,9 @@ func (w *Writer) insert(ctx context.Context, q Querier, rows []row, batch []int,
 			}
 		}
 		args = append(args, row.id.String(), row.topic, row.payload, row.headers, nullString(row.okey), nullString(row.ikey), created, next)
+		if r.tenant {
+			args = append(args, row.tenant)
+		}
 		for _, c := range r.extras {
 			args = append(args, row.extra[c])
 		}
@@ -503,7 +546,7 @@ func (w *Writer) insert(ctx context.Context, q Querier, rows []row, batch []int,
 		b.WriteString(" WHERE " + lockSQL)
 	}
 	if r.idem {
-		b.WriteString(" ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING")
+		b.WriteString(" ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING")
 	}
 	b.WriteString(" RETURNING sequence, id")
 	return w.returning(ctx, q, b.String(), args, seq)
@@ -560,6 +603,9 @@ func (w *Writer) insertUnnest(ctx context.Context, q Querier, rows []row, batch 
 		return literal(0, func(b *strings.Builder, r *row) { appendNullableElement(b, r.ikey) })
 	})
 	u.scalar("created_at", w.d.TimeArg(now))
+	if r.tenant {
+		u.array("tenant", "text::varchar", literal(0, func(b *strings.Builder, r *row) { appendArrayElement(b, r.tenant) }))
+	}
 	u.optional(c.next, "next_attempt_at", "NULL", "text::timestamptz", func() any {
 		return literal(0, func(b *strings.Builder, r *row) {
 			if r.at.IsZero() {
@@ -580,7 +626,7 @@ func (w *Writer) insertUnnest(ctx context.Context, q Querier, rows []row, batch 
 	}
 	b.WriteString(" ORDER BY u.ord")
 	if r.idem {
-		b.WriteString(" ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING")
+		b.WriteString(" ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING")
 	}
 	b.WriteString(" RETURNING sequence, id")
 	return w.returning(ctx, q, b.String(), args, seq)
@@ -620,7 +666,7 @@ func nullString(s string) any {
 // per MaxBindParams keys.
 func (w *Writer) selectByIdempotencyKey(ctx context.Context, q Querier, keys []string) (map[string]*Event, error) {
 	out := make(map[string]*Event, len(keys))
-	base := "SELECT " + EventColumns + " FROM " + w.t.Quoted + " WHERE idempotency_key "
+	base := "SELECT " + EventColumns + ", tenant FROM " + w.t.Quoted + " WHERE idempotency_key "
 	if w.d == Postgres {
 		return out, w.selectEvents(ctx, q, base+"= ANY($1::text[])", []any{textArray(keys)}, out)
 	}
@@ -657,11 +703,13 @@ func (w *Writer) selectEvents(ctx context.Context, q Querier, query string, args
 	}
 	defer rows.Close()
 	for rows.Next() {
-		e, err := ScanEvent(rows, nil)
+		e, err := ScanEvent(rows, []string{"tenant"})
 		if err != nil {
 			return err
 		}
-		out[e.IdempotencyKey] = e
+		e.Tenant = TenantText(e.Extra["tenant"])
+		e.Extra = nil
+		out[tenantKey(e.Tenant, e.IdempotencyKey)] = e
 	}
 	if err := rows.Err(); err != nil {
 		return PoolerHint(fmt.Errorf("herald/envelope: select stored idempotency keys: %w", err))

@@ -109,12 +109,13 @@ func (w *Writer) insertMySQL(ctx context.Context, q Querier, rows []row, batch [
 			return err
 		}
 	}
-	per := len(ownInsertColumns) + len(r.extras)
+	per := r.ownColumns() + len(r.extras)
 	var b strings.Builder
 	b.Grow(96 + len(batch)*per*2)
 	b.WriteString("INSERT INTO ")
 	b.WriteString(w.t.Quoted)
 	b.WriteString(" (id, topic, payload, headers, ordering_key, idempotency_key, created_at, next_attempt_at")
+	b.WriteString(r.tenantColumn())
 	for _, c := range r.extras {
 		b.WriteString(", ")
 		b.WriteString(w.d.QuoteIdent(c))
@@ -140,6 +141,9 @@ func (w *Writer) insertMySQL(ctx context.Context, q Querier, rows []row, batch [
 			next = w.d.TimeArg(row.at)
 		}
 		args = append(args, row.id.String(), row.topic, row.payload, row.headers, nullString(row.okey), nullString(row.ikey), created, next)
+		if r.tenant {
+			args = append(args, row.tenant)
+		}
 		for _, c := range r.extras {
 			args = append(args, row.extra[c])
 		}

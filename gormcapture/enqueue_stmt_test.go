@@ -21,10 +21,10 @@ func TestEnqueueStatements(t *testing.T) {
 	t.Parallel()
 	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
 		db, log := countingDB(t, d)
-		must(t, db.Exec(`ALTER TABLE herald_outbox ADD COLUMN tenant INTEGER`).Error)
+		must(t, db.Exec(`ALTER TABLE herald_outbox ADD COLUMN region INTEGER`).Error)
 		must(t, db.Use(gormcapture.New(gormcapture.Config{})))
 		// The writer reads the table's columns the first time Extra is used.
-		_, err := gormcapture.Enqueue(db, envelope.Message{Topic: "warm", Payload: 1, Extra: map[string]any{"tenant": 1}})
+		_, err := gormcapture.Enqueue(db, envelope.Message{Topic: "warm", Payload: 1, Extra: map[string]any{"region": 1}})
 		must(t, err)
 		many := make([]envelope.Message, 1000)
 		for i := range many {
@@ -38,7 +38,7 @@ func TestEnqueueStatements(t *testing.T) {
 			{"one", []envelope.Message{{Topic: "t", Payload: 1, OrderingKey: "k"}}, []string{"INSERT herald_outbox"}},
 			{"one with an idempotency key", []envelope.Message{{Topic: "t", Payload: 1, IdempotencyKey: "i1"}}, []string{"INSERT herald_outbox"}},
 			{"1000", many, []string{"INSERT herald_outbox"}},
-			{"with Extra", []envelope.Message{{Topic: "t", Payload: 1, Extra: map[string]any{"tenant": 3}}},
+			{"with Extra", []envelope.Message{{Topic: "t", Payload: 1, Extra: map[string]any{"region": 3}}},
 				[]string{"SAVEPOINT", "INSERT herald_outbox", "RELEASE"}},
 		}
 		for _, c := range cases {
@@ -58,7 +58,7 @@ func TestEnqueueStatements(t *testing.T) {
 		// savepoint; the caller's transaction goes on.
 		if d == envelope.Postgres {
 			must(t, db.Transaction(func(tx *gorm.DB) error {
-				_, err := gormcapture.Enqueue(tx, envelope.Message{Topic: "t", Payload: 1, Extra: map[string]any{"tenant": "not a number"}})
+				_, err := gormcapture.Enqueue(tx, envelope.Message{Topic: "t", Payload: 1, Extra: map[string]any{"region": "not a number"}})
 				if err == nil || errors.Is(err, envelope.ErrValidation) {
 					t.Errorf("a text value for an integer column: %v, want a database error", err)
 				}

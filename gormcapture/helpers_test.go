@@ -16,6 +16,7 @@ import (
 	"gorm.io/driver/sqlite"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
+	"gorm.io/gorm/schema"
 
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/gormcapture"
@@ -109,7 +110,7 @@ func newEnv(t testing.TB, d envelope.Dialect, gcfg *gorm.Config, cfg gormcapture
 		cfg.Wakeup = e.wake
 	}
 	if cfg.Models == nil {
-		cfg.Models = models
+		cfg.Models = listable(t, db, cfg, models)
 	}
 	e.plugin = gormcapture.New(cfg)
 	if err := db.Use(e.plugin); err != nil {
@@ -240,3 +241,50 @@ func msg(topic string) envelope.Message {
 }
 
 var fixedTime = time.Date(2026, 10, 6, 12, 0, 0, 0, time.UTC)
+
+// listable returns the models of a test that Config.Models may list: the
+// captured ones and those declaring a constraint the plugin follows. The
+// others are captured by the test with Capture after db.Use, which a
+// listing would refuse (Config.Models names what is known up front).
+func listable(t testing.TB, db *gorm.DB, cfg gormcapture.Config, models []any) []any {
+	t.Helper()
+	if cfg.CaptureAll != nil {
+		return models
+	}
+	var out []any
+	for _, m := range models {
+		if _, ok := m.(gormcapture.Captured); ok {
+			out = append(out, m)
+			continue
+		}
+		st := &gorm.Statement{DB: db}
+		if err := st.Parse(m); err != nil {
+			t.Fatal(err)
+		}
+		follows := func(c *schema.Constraint) bool {
+			if c == nil {
+				return false
+			}
+			for _, a := range []string{c.OnDelete, c.OnUpdate} {
+				switch strings.ToUpper(strings.Join(strings.Fields(a), " ")) {
+				case "CASCADE", "SET NULL", "SET DEFAULT":
+					return true
+				}
+			}
+			return false
+		}
+		for _, rel := range st.Schema.Relationships.Relations {
+			ok := follows(rel.ParseConstraint())
+			if rel.JoinTable != nil {
+				for _, r2 := range rel.JoinTable.Relationships.Relations {
+					ok = ok || follows(r2.ParseConstraint())
+				}
+			}
+			if ok {
+				out = append(out, m)
+				break
+			}
+		}
+	}
+	return out
+}

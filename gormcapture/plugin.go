@@ -37,14 +37,19 @@ type Config struct {
 	// captured models whose Options set none; "" = no namespace.
 	Namespace string
 
-	// Models lists models known up front: captured ones (declaring
-	// Captured or registered with Capture) are validated when the plugin
-	// is installed, and every listed model's constraint tags
-	// (constraint:OnDelete:CASCADE / SET NULL) tell the plugin which rows a
-	// delete makes the database delete or update, so those rows are
-	// captured too. A model that declares Captured is captured even when
-	// not listed; list it anyway so a bad declaration fails at db.Use and
-	// deletes that reach it through the database are seen. nil = none.
+	// Models lists models known up front, for two purposes: captured ones
+	// (declaring Captured, or registered with Capture before db.Use) are
+	// validated when the plugin is installed, and every listed model's
+	// constraint tags (constraint:OnDelete:CASCADE / SET NULL / SET
+	// DEFAULT, OnUpdate alike) tell the plugin which rows a delete or key
+	// update makes the database change, so those rows are captured too. A
+	// model that declares Captured is captured even when not listed; list
+	// it anyway so a bad declaration fails at db.Use and deletes that
+	// reach it through the database are seen. A listed model that serves
+	// neither purpose — not captured (without CaptureAll) and declaring no
+	// such constraint — is an envelope.ErrConfiguration at db.Use: call
+	// Capture for it before db.Use (Capture after db.Use is for models
+	// not listed here), or drop it. nil = none.
 	Models []any
 
 	// Wakeup, when set, is signalled with the topics of the events a
@@ -327,10 +332,13 @@ func (p *Plugin) register(db *gorm.DB, model any) error {
 	if err := stmt.Parse(model); err != nil {
 		return envelope.Configurationf(t.Name(), "cannot parse model: %v", err)
 	}
+	p.mu.Lock()
+	_, explicit := p.explicit[t]
+	p.mu.Unlock()
+	if _, captured := reflect.New(t).Interface().(Captured); !captured && !explicit && p.cfg.CaptureAll == nil && !declaresCascade(stmt.Schema) {
+		return envelope.Configurationf("gormcapture.Config.Models", "%s is not captured (no ChangeCapture method, no Capture call before db.Use, no CaptureAll) and declares no ON DELETE/ON UPDATE CASCADE, SET NULL or SET DEFAULT constraint: listing it does nothing; call Capture(&%s{}, opts) before db.Use, or drop it from Models", t.Name(), t.Name())
+	}
 	if len(keyColumns(stmt.Schema)) == 0 {
-		p.mu.Lock()
-		_, explicit := p.explicit[t]
-		p.mu.Unlock()
 		if _, ok := reflect.New(t).Interface().(Captured); ok || explicit {
 			// Captured, and no key to key its events by: refused now
 			// rather than at every write.
@@ -341,6 +349,37 @@ func (p *Plugin) register(db *gorm.DB, model any) error {
 	}
 	m := p.modelFor(stmt.Schema)
 	return m.err
+}
+
+// declaresCascade reports whether a relation of sch (or of its join
+// tables) declares a constraint whose ON DELETE or ON UPDATE the plugin
+// follows: what makes listing an uncaptured model in Config.Models useful.
+func declaresCascade(sch *schema.Schema) bool {
+	follows := func(c *schema.Constraint) bool {
+		if c == nil {
+			return false
+		}
+		for _, a := range []string{c.OnDelete, c.OnUpdate} {
+			switch strings.ToUpper(strings.Join(strings.Fields(a), " ")) {
+			case "CASCADE", "SET NULL", "SET DEFAULT":
+				return true
+			}
+		}
+		return false
+	}
+	for _, rel := range sch.Relationships.Relations {
+		if follows(rel.ParseConstraint()) {
+			return true
+		}
+		if rel.JoinTable != nil {
+			for _, r2 := range rel.JoinTable.Relationships.Relations {
+				if follows(r2.ParseConstraint()) {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // model is what the plugin knows about one model type.

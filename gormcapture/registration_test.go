@@ -84,8 +84,26 @@ func TestRegistrationErrors(t *testing.T) {
 			t.Errorf("unknown Fields column: %v", err)
 		}
 
+		// A listed model that is neither captured nor declares a
+		// constraint the plugin follows does nothing: refused (issue 23).
 		db, _ = openDB(t, d, nil)
-		p := gormcapture.New(gormcapture.Config{})
+		err = db.Use(gormcapture.New(gormcapture.Config{Models: []any{&Plain{}}}))
+		if !errors.Is(err, envelope.ErrConfiguration) || !strings.Contains(err.Error(), "Config.Models") || !strings.Contains(err.Error(), "Plain") {
+			t.Errorf("listed, not captured: %v", err)
+		}
+		// Captured before db.Use, it may be listed.
+		db, _ = openDB(t, d, nil)
+		p := gormcapture.New(gormcapture.Config{Models: []any{&Plain{}}})
+		must(t, p.Capture(&Plain{}, envelope.Options{}))
+		must(t, db.Use(p))
+		// A tenant column the model lacks, named by Capture.
+		err = p.Capture(&Plain{}, envelope.Options{Tenant: "org_id"})
+		if !errors.Is(err, envelope.ErrConfiguration) || !strings.Contains(err.Error(), "Plain") || !strings.Contains(err.Error(), `"org_id"`) {
+			t.Errorf("missing tenant column: %v", err)
+		}
+
+		db, _ = openDB(t, d, nil)
+		p = gormcapture.New(gormcapture.Config{})
 		must(t, db.Use(p))
 		for _, c := range []struct {
 			model any

@@ -86,6 +86,13 @@ type Config struct {
 	// ExcludeTopics leaves events of these topics (same patterns) to other
 	// relays. A pattern that excludes a whole entry of Topics is an error.
 	ExcludeTopics []string
+	// Tenants limits the relay to events of these tenants (the outbox's
+	// tenant column, schema version 6: envelope.Message.Tenant,
+	// envelope.Options.Tenant); "" names the events without one. nil =
+	// every tenant. Like Topics, they apply to leasing, Backlog, the
+	// cleanups and RetryDeadLettered, so relays of different tenants share
+	// one table.
+	Tenants []string
 
 	// Wakeup cuts the wait between polls short when a writer signals one of
 	// the relay's topics; nil = none (poll only). The relay listens on it
@@ -251,6 +258,7 @@ func defaultName() string {
 type filter struct {
 	include []envelope.TopicPattern // nil = every topic
 	exclude []envelope.TopicPattern
+	tenants []string // nil = every tenant
 }
 
 // Match reports whether the relay handles topic.
@@ -316,6 +324,20 @@ func (c Config) validate() (filter, error) {
 			}
 		}
 	}
+	if c.Tenants != nil && len(c.Tenants) == 0 {
+		return f, cfgErr("Tenants", "empty list matches nothing; leave it nil for every tenant")
+	}
+	for i, t := range c.Tenants {
+		switch {
+		case !utf8.ValidString(t) || strings.IndexByte(t, 0) >= 0:
+			return f, cfgErr(fmt.Sprintf("Tenants[%d]", i), "%q is not valid UTF-8 without NUL bytes", t)
+		case utf8.RuneCountInString(t) > envelope.MaxKeyLength:
+			return f, cfgErr(fmt.Sprintf("Tenants[%d]", i), "longer than %d characters", envelope.MaxKeyLength)
+		case slices.Contains(c.Tenants[:i], t):
+			return f, cfgErr(fmt.Sprintf("Tenants[%d]", i), "%q listed twice", t)
+		}
+	}
+	f.tenants = slices.Clone(c.Tenants)
 	var err error
 	if c.Topics != nil {
 		if len(c.Topics) == 0 {

@@ -97,7 +97,9 @@
 // not subscribed (still connecting, or lost — which also cuts the running
 // wait short) the wait is capped as without one. Topics and ExcludeTopics
 // let relays of different topics, each with its own settings, share one
-// table.
+// table; Tenants does the same for tenants (the outbox's tenant column,
+// schema version 6). With a schema per tenant, give each schema's outbox
+// its own relay (Config.Table "acme.herald_outbox").
 //
 // Lifecycle: New validates and checks the table, Start starts the loop,
 // Stop finishes the batch in hand, Run is the blocking form; Start and Stop

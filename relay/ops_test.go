@@ -215,20 +215,20 @@ func TestExtraColumnsAreLoaded(t *testing.T) {
 	t.Parallel()
 	eachDialect(t, func(t *testing.T, e *env) {
 		tbl, _ := envelope.ParseTable(e.d, e.table)
-		if _, err := e.db.Exec(`ALTER TABLE ` + tbl.Quoted + ` ADD COLUMN tenant VARCHAR(64)`); err != nil {
+		if _, err := e.db.Exec(`ALTER TABLE ` + tbl.Quoted + ` ADD COLUMN region VARCHAR(64)`); err != nil {
 			t.Fatal(err)
 		}
-		e.enqueue(t, envelope.Message{Topic: "t", Payload: 1, Extra: map[string]any{"tenant": "acme"}}, msg("t", "", 2))
+		e.enqueue(t, envelope.Message{Topic: "t", Payload: 1, Extra: map[string]any{"region": "acme"}}, msg("t", "", 2))
 		rec := &recorder{}
-		r := e.newRelay(t, rec, Config{ExtraColumns: []string{"tenant"}})
+		r := e.newRelay(t, rec, Config{ExtraColumns: []string{"region"}})
 		pollOnce(t, r, rec)
 		got := rec.events()
 		slices.SortFunc(got, func(a, b *envelope.Event) int { return int(a.Sequence - b.Sequence) })
 		if len(got) != 2 {
 			t.Fatalf("%d delivered", len(got))
 		}
-		tenant := func(ev *envelope.Event) string {
-			switch v := ev.Extra["tenant"].(type) {
+		region := func(ev *envelope.Event) string {
+			switch v := ev.Extra["region"].(type) {
 			case string:
 				return v
 			case []byte:
@@ -238,7 +238,7 @@ func TestExtraColumnsAreLoaded(t *testing.T) {
 			}
 			return "?"
 		}
-		if tenant(got[0]) != "acme" || tenant(got[1]) != "<nil>" {
+		if region(got[0]) != "acme" || region(got[1]) != "<nil>" {
 			t.Fatalf("Extra: %v, %v", got[0].Extra, got[1].Extra)
 		}
 	})

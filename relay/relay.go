@@ -164,7 +164,11 @@ func New(db *sql.DB, d delivery.Delivery, cfg Config) (*Relay, error) {
 			extra += ", " + dialect.QuoteIdent(c)
 		}
 	}
-	b := sqlBuilder{d: dialect, t: t, columns: leaseColumns + extra, allColumns: envelope.EventColumns + extra, async: cfg.AsyncCommit}
+	all := envelope.EventColumns + extra
+	if cfg.Tenants != nil {
+		all += ", tenant" // schema version 6: found missing at start-up
+	}
+	b := sqlBuilder{d: dialect, t: t, columns: leaseColumns + extra, allColumns: all, async: cfg.AsyncCommit}
 	st, fargs := b.build(f)
 	var my mysqlStatements
 	if dialect == envelope.MySQL {

@@ -409,7 +409,7 @@ const backlogByTopicSQL = `SELECT b.topic, sum(b.pending), min(b.oldest), sum(b.
     FROM {table} e
     WHERE e.published_at IS NULL {filter}
     UNION ALL
-    SELECT e.topic, 0, NULL, 0, 1 FROM {paused} e WHERE 1 = 1 {filter}) b
+    SELECT e.topic, 0, NULL, 0, 1 FROM {paused} e WHERE 1 = 1 {topicfilter}) b
 GROUP BY b.topic
 ORDER BY b.topic`
 
@@ -590,7 +590,28 @@ func (b sqlBuilder) filterCondition(f filter, next int) (string, []any, int) {
 		s, a, n := b.topicCondition(f.exclude, next)
 		parts, args, next = append(parts, "AND NOT "+s), append(args, a...), n
 	}
+	if f.tenants != nil {
+		var sb strings.Builder
+		sb.WriteString("AND e.tenant IN (")
+		for i, t := range f.tenants {
+			if i > 0 {
+				sb.WriteString(", ")
+			}
+			sb.WriteString("$" + strconv.Itoa(next))
+			args = append(args, t)
+			next++
+		}
+		sb.WriteByte(')')
+		parts = append(parts, sb.String())
+	}
 	return strings.Join(parts, " "), args, next
+}
+
+// topicsOnly fills {topicfilter} in tmpl: the filter's topics alone (the
+// table of paused topics has no tenants), numbered as in {filter} at 2.
+func (b sqlBuilder) topicsOnly(tmpl string, f filter) string {
+	ft, _, _ := b.filterCondition(filter{include: f.include, exclude: f.exclude}, 2)
+	return strings.ReplaceAll(tmpl, "{topicfilter}", ft)
 }
 
 func (b sqlBuilder) build(f filter) (statements, []any) {
@@ -634,7 +655,7 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 	st.renew = b.render(b.pick(renewLeasePostgres, renewLeaseSQLite), "", "")
 	st.release = b.render(b.pick(releasePostgres, releaseSQLite), "", "")
 	st.backlog = b.render(backlogSQL, f2, "")
-	st.backlogByTopic = b.render(backlogByTopicSQL, f2, "")
+	st.backlogByTopic = b.render(b.topicsOnly(backlogByTopicSQL, f), f2, "")
 	st.cleanupPublished = b.render(b.pick(cleanupPublishedPostgres, cleanupPublishedSQLite), fc, "")
 	st.cleanupDeadLettered = b.render(b.pick(cleanupDeadLetteredPostgres, cleanupDeadLetteredSQLite), fc, "")
 	// retry's {where} is added per call (see Relay.RetryDeadLettered); keep

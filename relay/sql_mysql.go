@@ -135,7 +135,7 @@ func (b sqlBuilder) buildMySQL(f filter) (statements, mysqlStatements, []any) {
 	my.renewed = b.render(renewedMySQL, "", "")
 	st.release = b.render(releaseMySQL, "", "")
 	st.backlog = b.render(backlogSQL, f2, "")
-	st.backlogByTopic = b.render(backlogByTopicSQL, f2, "")
+	st.backlogByTopic = b.render(b.topicsOnly(backlogByTopicSQL, f), f2, "")
 	st.cleanupPublished = b.render(cleanupPublishedMySQL, f4, "")
 	st.cleanupDeadLettered = b.render(cleanupDeadLetteredMySQL, f4, "")
 	st.retry = strings.NewReplacer("{filter}", f2).Replace(retryDeadLetteredMySQL)

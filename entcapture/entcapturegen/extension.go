@@ -266,7 +266,7 @@ func check(g *gen.Graph) error {
 		if strings.EqualFold(n.Table(), envelope.DefaultTable) {
 			return envelope.Configurationf(n.Name, "table %s is the outbox table: the outbox cannot capture its own events; drop entcapture.Mixin from schema %s", n.Table(), n.Name)
 		}
-		if err := (envelope.Options{Fields: a.Fields, Exclude: a.Exclude, Topic: a.Topic, OrderingKey: a.OrderingKey}).Validate(); err != nil {
+		if err := (envelope.Options{Fields: a.Fields, Exclude: a.Exclude, Topic: a.Topic, OrderingKey: a.OrderingKey, Tenant: a.Tenant}).Validate(); err != nil {
 			var e *envelope.Error
 			if errors.As(err, &e) {
 				e.Where = n.Name + " " + e.Where
@@ -274,7 +274,11 @@ func check(g *gen.Graph) error {
 			return err
 		}
 		cols := columnsOf(n)
-		for opt, names := range map[string][]string{"Fields": a.Fields, "Exclude": a.Exclude} {
+		tenant := []string{}
+		if a.Tenant != "" {
+			tenant = []string{a.Tenant}
+		}
+		for opt, names := range map[string][]string{"Fields": a.Fields, "Exclude": a.Exclude, "Tenant": tenant} {
 			for _, c := range names {
 				if !slices.Contains(cols, c) {
 					return envelope.Configurationf(n.Name+" Options."+opt, "no column %q in table %s (columns: %v)", c, n.Table(), cols)
