@@ -293,9 +293,9 @@ var paths = map[cc.Kind][]path{
 		{"CreateBulk.OnConflictColumns.DoNothing", func(t *testing.T, ctx context.Context, c conn, cs cc.Case) (int, error) {
 			return -1, tagBulk(t, c, cs).OnConflictColumns(cs.Write.Conflict...).DoNothing().Exec(ctx)
 		}},
-		{"CreateBulk.OnConflictColumns.Ignore", func(t *testing.T, ctx context.Context, c conn, cs cc.Case) (int, error) {
-			return -1, tagBulk(t, c, cs).OnConflictColumns(cs.Write.Conflict...).Ignore().Exec(ctx)
-		}},
+		// Not Ignore: ent's Ignore is DO UPDATE SET id = id, which writes
+		// the conflicting row and gets an updated event (NEW-H;
+		// TestUpsertClassifiedByTheDatabase, TestBulkUpsertDoNothingAutoIncrement).
 	},
 	cc.DeleteWhere: {
 		{"Delete.Where.Exec", func(t *testing.T, ctx context.Context, c conn, cs cc.Case) (int, error) {

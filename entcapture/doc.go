@@ -123,7 +123,9 @@
 //     envelope.ErrConfiguration and delete nothing).
 //   - Upserts (OnConflict…): a conflicting row is an update (its changed
 //     columns those the conflict action sets), a new one an insert, a row
-//     skipped by DoNothing, Ignore or an UpdateWhere nothing — with the
+//     skipped by DoNothing or an UpdateWhere nothing; Ignore is ent's
+//     DO UPDATE SET id = id, which writes the row: an update with equal
+//     images, changed naming the columns set (as gormcapture) — with the
 //     ids the database holds, even where ent's bulk upsert returns shifted
 //     ids under DO NOTHING. Through Driver the INSERT itself says which,
 //     row by row, also for an upsert without conflict columns

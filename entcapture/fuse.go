@@ -217,7 +217,7 @@ func storedColumns(g Glue, sch *Schema, cd *CaptureDriver, row map[string]any, m
 		}
 	}
 	for _, c := range sch.Columns {
-		if t, ok := row[c].(time.Time); ok && finerThan(t, precisionOf(sch, c)) && !render(c) {
+		if t, ok := timeOf(row[c]); ok && finerThan(t, precisionOf(sch, c)) && !render(c) {
 			return nil
 		}
 	}

@@ -568,7 +568,7 @@ func (s *scope) selectRows(w *write, cols []string, id any, byID bool, ids []any
 	if s.d == envelope.Postgres && ids == nil {
 		sel.ForUpdate()
 	}
-	out, err := s.query(sel, cols, w.g.HeraldScan)
+	out, err := s.query(sel, cols, scanStored(w.g))
 	if err != nil {
 		return nil, fmt.Errorf("herald/entcapture: %s: read rows: %w", w.sch.Name, err)
 	}
@@ -588,7 +588,7 @@ func (s *scope) selectPinned(w *write, cols []string, rows []map[string]any) ([]
 	}
 	sel.Select(qc...)
 	w.sch.pin(s.d, quotedTable(s.d, s.g, w.sch), rows)(sel)
-	out, err := s.query(sel, cols, w.g.HeraldScan)
+	out, err := s.query(sel, cols, scanStored(w.g))
 	if err != nil {
 		return nil, fmt.Errorf("herald/entcapture: %s: read rows: %w", w.sch.Name, err)
 	}

@@ -476,3 +476,66 @@ func TestScannedValueOfNil(t *testing.T) {
 		t.Errorf("ScannedValue(%v) = %#v", u, got)
 	}
 }
+
+// TestImagesAsStored (NEW-G of integration/entsuite, its field_types
+// schema): a column whose Go value has another stored form is in the
+// events as the row holds it — a time.Duration in a bigint column as its
+// nanoseconds (not seconds), a time under a Valuer (sql.NullTime) at the
+// column's precision (PostgreSQL keeps microseconds), and a Valuer whose
+// Scan does not give back what its Value stored (Paren) as the column's
+// text, not the Value of what Scan made of it.
+func TestImagesAsStored(t *testing.T) {
+	t.Parallel()
+	eachWay(t, func(t *testing.T, e *imgEnv, w way) {
+		gone := time.Date(2026, 5, 1, 10, 20, 5, 123456789, time.UTC)
+		var vid, lid int
+		w.run(t, e, func(c *ent.Client) error {
+			v, err := c.Visit.Create().SetAt(gone).SetTook(1500 * time.Millisecond).
+				SetGone(&sql.NullTime{Time: gone, Valid: true}).Save(ctx)
+			if err == nil {
+				vid = v.ID
+			}
+			return err
+		})
+		storedGone := func() time.Time {
+			t.Helper()
+			var g time.Time
+			must(t, e.db.QueryRow(fmt.Sprintf(`SELECT gone FROM visits WHERE id = %d`, vid)).Scan(&g))
+			return g
+		}
+		check := func(what string, img map[string]any) {
+			t.Helper()
+			if got := fmt.Sprintf("%.0f", img["took"]); got != "1500000000" {
+				t.Errorf("%s: took = %v, the column holds 1500000000 (nanoseconds)", what, img["took"])
+			}
+			s, _ := img["gone"].(string)
+			got, err := time.Parse(time.RFC3339Nano, s)
+			if want := storedGone(); err != nil || !got.Equal(want) {
+				t.Errorf("%s: gone = %v, the column holds %v", what, img["gone"], want.Format(time.RFC3339Nano))
+			}
+		}
+		check("create", image(t, one(t, e.payloads(t), envelope.Inserted), "after"))
+		w.run(t, e, func(c *ent.Client) error { return c.Visit.UpdateOneID(vid).SetKind("run").Exec(ctx) })
+		p := one(t, e.payloads(t), envelope.Updated)
+		check("update after", image(t, p, "after"))
+		check("update before", image(t, p, "before"))
+
+		w.run(t, e, func(c *ent.Client) error {
+			l, err := c.Link.Create().SetURL(&url.URL{Scheme: "https", Host: "a.example"}).SetCode("c").SetParen("x").Save(ctx)
+			if err == nil {
+				lid = l.ID
+			}
+			return err
+		})
+		if got := image(t, one(t, e.payloads(t), envelope.Inserted), "after")["paren"]; got != "(x)" {
+			t.Errorf("create: paren = %v, the column holds (x)", got)
+		}
+		w.run(t, e, func(c *ent.Client) error { return c.Link.UpdateOneID(lid).SetCode("d").Exec(ctx) })
+		p = one(t, e.payloads(t), envelope.Updated)
+		for _, which := range []string{"before", "after"} {
+			if got, want := image(t, p, which)["paren"], e.storedText(t, "links", "paren", lid); got != want {
+				t.Errorf("update %s: paren = %v, the column holds %v", which, got, want)
+			}
+		}
+	})
+}

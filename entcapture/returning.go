@@ -141,7 +141,7 @@ var withoutReturning sync.Map // *CaptureDriver -> struct{}
 
 // returningRequest is the request of write w for the columns cols.
 func (w *write) returningRequest(s *scope, cols []string) *returning {
-	return &returning{d: s.cd, verb: w.verb(), table: w.sch.Table, cols: cols, scan: w.g.HeraldScan}
+	return &returning{d: s.cd, verb: w.verb(), table: w.sch.Table, cols: cols, scan: scanStored(w.g)}
 }
 
 // returns reports whether the write's rows come from a RETURNING the

@@ -4,8 +4,10 @@ import (
 	"context"
 	stdsql "database/sql"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
@@ -28,10 +30,17 @@ type upsert struct {
 	target  []string // the conflict columns
 	update  []string // columns a conflicting row takes (changed), in table order
 	nothing bool     // DO NOTHING, or an update that changes nothing (Ignore)
-	where   bool     // the update has a WHERE (UpdateWhere): conflicting rows it skips
-	before  map[string]map[string]any
-	cols    []string         // read by both snapshots
-	ret     *upsertReturning // through Driver: the statement's own RETURNING classifies the rows
+	// same: an update that sets columns to themselves (ent's Ignore is
+	// DO UPDATE SET id = id): unlike DO NOTHING, the database writes each
+	// conflicting row, with the values it held, so each gets an updated
+	// event with equal images and changed naming the columns set, as
+	// gormcapture's event for the same statement.
+	same     bool
+	sameCols []string
+	where    bool // the update has a WHERE (UpdateWhere): conflicting rows it skips
+	before   map[string]map[string]any
+	cols     []string         // read by both snapshots
+	ret      *upsertReturning // through Driver: the statement's own RETURNING classifies the rows
 }
 
 // conflictOf renders the options on an INSERT of the schema's columns and
@@ -69,14 +78,15 @@ func conflictOf(w *write, d envelope.Dialect, cols []string, opts []sql.Conflict
 		if k := strings.Index(set, " WHERE "); k >= 0 {
 			set, u.where = set[:k], true
 		}
-		changed := map[string]bool{}
+		changed, self := map[string]bool{}, map[string]bool{}
 		for _, a := range splitTop(set) {
 			lhs, rhs, ok := strings.Cut(a, " = ")
 			if !ok {
 				return nil, unsupported("cannot read the assignment %q", a)
 			}
 			col := unquote(strings.TrimSpace(lhs))
-			if self := qualifiedSelf(rhs, w.sch.Table, col); self {
+			if qualifiedSelf(rhs, w.sch.Table, col) {
+				self[col] = true
 				continue
 			}
 			changed[col] = true
@@ -85,8 +95,12 @@ func conflictOf(w *write, d envelope.Dialect, cols []string, opts []sql.Conflict
 			if changed[c] {
 				u.update = append(u.update, c)
 			}
+			if self[c] {
+				u.sameCols = append(u.sameCols, c)
+			}
 		}
 		u.nothing = len(u.update) == 0
+		u.same = u.nothing && !u.where
 	default:
 		return nil, unsupported("cannot read the conflict action %q", rest)
 	}
@@ -180,8 +194,8 @@ func (s *scope) beforeUpsert(opts []sql.ConflictOption) error {
 			u.cols = append(u.cols, c)
 		}
 	}
-	if sg, ok := s.upsertReturns(w); ok {
-		u.ret = &upsertReturning{d: s.cd, dialect: s.d, table: w.sch.Table, cols: u.cols, before: w.spec.NeedsBefore(envelope.Updated), scanner: sg.HeraldScanner}
+	if _, ok := s.upsertReturns(w); ok {
+		u.ret = &upsertReturning{d: s.cd, dialect: s.d, table: w.sch.Table, cols: u.cols, before: w.spec.NeedsBefore(envelope.Updated), scanner: storedScanner(w.g)}
 		if s.d == envelope.SQLite {
 			if err := s.beforeUpsertSQLite(w, u); err != nil {
 				return err
@@ -238,7 +252,7 @@ func (s *scope) rowsByTarget(w *write, u *upsert, lock bool, ids []any) (map[str
 	if lock && s.d == envelope.Postgres {
 		sel.ForUpdate()
 	}
-	got, err := s.query(sel, u.cols, w.g.HeraldScan)
+	got, err := s.query(sel, u.cols, scanStored(w.g))
 	if err != nil {
 		return nil, fmt.Errorf("herald/entcapture: %s: read upserted rows: %w", w.sch.Name, err)
 	}
@@ -290,6 +304,10 @@ func (s *scope) afterUpsert() error {
 			// The row that conflicted, by id: the action may have set a
 			// conflict column.
 			a, ok := after[idPrefix+envelope.KeyText(b[w.sch.PK])]
+			if ok && u.same {
+				s.addSame(w, u, a, at)
+				continue
+			}
 			if u.nothing || !ok {
 				continue
 			}
@@ -329,6 +347,10 @@ func (s *scope) upsertReturned(w *write, u *upsert) error {
 				PK: r.after[w.sch.PK], After: r.after, OccurredAt: at})
 			continue
 		}
+		if u.same {
+			s.addSame(w, u, r.after, at)
+			continue
+		}
 		if u.nothing {
 			continue
 		}
@@ -336,6 +358,21 @@ func (s *scope) upsertReturned(w *write, u *upsert) error {
 			PK: r.after[w.sch.PK], Changed: u.update, Before: r.before, After: r.after, OccurredAt: at})
 	}
 	return nil
+}
+
+// addSame adds the updated event of a conflicting row that an upsert
+// setting columns to themselves (ent's Ignore) wrote with the values it
+// held: its before image is its after image.
+func (s *scope) addSame(w *write, u *upsert, after map[string]any, at time.Time) {
+	if !w.spec.Captures(envelope.Updated) {
+		return
+	}
+	var before map[string]any
+	if w.spec.NeedsBefore(envelope.Updated) {
+		before = maps.Clone(after)
+	}
+	s.add(w.spec, envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Updated,
+		PK: w.sch.keyOf(after), Changed: slices.Clip(u.sameCols), Before: before, After: after, OccurredAt: at})
 }
 
 // On PostgreSQL through Driver, an upsert is classified by its own

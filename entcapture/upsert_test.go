@@ -30,18 +30,19 @@ func TestBulkUpsertDoNothingAutoIncrement(t *testing.T) {
 		name string
 		run  func(b *ent.ReaderCreateBulk) error
 		dup  bool // DO NOTHING skips a row that conflicts with an earlier one of the statement (DO UPDATE fails)
+		same bool // Ignore (DO UPDATE SET id = id) writes the conflicting rows with their values: updated events (NEW-H)
 	}
 	ctx := context.Background()
 	ways := []way{
 		{"OnConflictColumns.DoNothing", func(b *ent.ReaderCreateBulk) error {
 			return b.OnConflictColumns("email").DoNothing().Exec(ctx)
-		}, true},
+		}, true, false},
 		{"OnConflict(ConflictColumns).DoNothing", func(b *ent.ReaderCreateBulk) error {
 			return b.OnConflict(entsql.ConflictColumns("email")).DoNothing().Exec(ctx)
-		}, true},
+		}, true, false},
 		{"OnConflictColumns.Ignore", func(b *ent.ReaderCreateBulk) error {
 			return b.OnConflictColumns("email").Ignore().Exec(ctx)
-		}, false},
+		}, false, true},
 	}
 	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
 		e := newEnv(t, d, entcapture.Config{Options: map[string]envelope.Options{"Reader": {Payload: envelope.After}}})
@@ -115,12 +116,19 @@ func TestBulkUpsertDoNothingAutoIncrement(t *testing.T) {
 					}
 
 					evs := e.events(t)
-					var got []string
+					var got, same []string
 					for _, ev := range evs {
 						p, err := cc.Decode(ev.Payload)
 						must(t, err)
 						after, _ := p["after"].(map[string]any)
 						pk, _ := p["pk"].(float64)
+						if w.same && p["operation"] == string(envelope.Updated) && after != nil && after["id"] == pk {
+							if names[pk] != after["name"] {
+								t.Errorf("updated event for id %v says name %v; the row is %q", pk, after["name"], names[pk])
+							}
+							same = append(same, after["name"].(string))
+							continue
+						}
 						if p["operation"] != string(envelope.Inserted) || after == nil || after["id"] != pk {
 							t.Fatalf("event %s", ev.Payload)
 						}
@@ -133,7 +141,10 @@ func TestBulkUpsertDoNothingAutoIncrement(t *testing.T) {
 						got = append(got, after["name"].(string))
 					}
 					if fmt.Sprint(got) != "[Ann Cid Eve Fay]" {
-						t.Errorf("events for %v, want [Ann Cid Eve Fay] (only the inserted rows)", got)
+						t.Errorf("inserted events for %v, want [Ann Cid Eve Fay]", got)
+					}
+					if want := map[bool]string{true: "[Bee Dee]", false: "[]"}[w.same]; fmt.Sprint(same) != want {
+						t.Errorf("updated events for %v, want %s (the rows Ignore wrote with their values)", same, want)
 					}
 				})
 			}
@@ -158,8 +169,9 @@ func TestUpsertClassifiedByTheDatabase(t *testing.T) {
 	notDee := func() entsql.ConflictOption { return entsql.UpdateWhere(entsql.NEQ(reader.FieldName, "Dee")) }
 	type upsertCase struct {
 		name   string
-		sqlite bool // SQLite only (PostgreSQL refuses DO UPDATE without a target)
-		noRows bool // ent returns sql.ErrNoRows (a single create the upsert skipped)
+		sqlite bool    // SQLite only (PostgreSQL refuses DO UPDATE without a target)
+		noRows bool    // ent returns sql.ErrNoRows (a single create the upsert skipped)
+		same   []int64 // rows the upsert writes with the values they held (Ignore): updated
 		run    func(c conn) error
 	}
 	cases := []upsertCase{
@@ -179,11 +191,24 @@ func TestUpsertClassifiedByTheDatabase(t *testing.T) {
 		{name: "OnConflict().DoNothing, single", run: func(c conn) error {
 			return c.Reader.Create().SetName("Eve").SetEmail("e@x").OnConflict().DoNothing().Exec(ctx)
 		}},
-		{name: "OnConflict().Ignore, bulk", sqlite: true, run: func(c conn) error {
+		{name: "OnConflict().Ignore, bulk", sqlite: true, same: []int64{10}, run: func(c conn) error {
 			return c.Reader.CreateBulk(
 				c.Reader.Create().SetName("Ann").SetEmail("a@x"),
 				c.Reader.Create().SetName("Bob").SetEmail("b@x"), // conflicts: set to itself
 			).OnConflict().Ignore().Exec(ctx)
+		}},
+		// NEW-H: ent's Ignore is DO UPDATE SET id = id, not DO NOTHING: the
+		// database writes the conflicting row (new xmin, triggers,
+		// RowsAffected), which gets an updated event with equal images.
+		{name: "OnConflictColumns.Ignore, single", same: []int64{10}, run: func(c conn) error {
+			return c.Reader.Create().SetName("Bob").SetEmail("b@x").OnConflictColumns(reader.FieldEmail).Ignore().Exec(ctx)
+		}},
+		{name: "OnConflictColumns.Ignore, bulk", same: []int64{10, 20}, run: func(c conn) error {
+			return c.Reader.CreateBulk(
+				c.Reader.Create().SetName("Bob").SetEmail("b@x"), // conflicts: written with its values
+				c.Reader.Create().SetName("Cid").SetEmail("c@x"), // inserted
+				c.Reader.Create().SetName("Dan").SetEmail("d@x"), // conflicts: written with its values
+			).OnConflictColumns(reader.FieldEmail).Ignore().Exec(ctx)
 		}},
 		{name: "UpdateWhere, bulk", run: func(c conn) error {
 			return c.Reader.CreateBulk(
@@ -253,7 +278,7 @@ func TestUpsertClassifiedByTheDatabase(t *testing.T) {
 								must(t, err)
 							}
 							after := readerRows(t, e)
-							checkReaderEvents(t, e, mode, before, after)
+							checkReaderEvents(t, e, mode, before, after, uc.same...)
 						})
 					}
 				}
@@ -305,12 +330,15 @@ func readerRows(t *testing.T, e *env) map[int64][2]string {
 }
 
 // checkReaderEvents holds the outbox to the rows: one event per row the
-// write inserted or updated (a row written with the values it held is
-// not told from an untouched one here: neither may have an event but
-// an Ignore's, which has none), its images the stored rows.
-func checkReaderEvents(t *testing.T, e *env, mode envelope.PayloadMode, before, after map[int64][2]string) {
+// write inserted or updated (a row written with the values it held, by
+// an Ignore, is one of same: updated, with equal images), its images the
+// stored rows.
+func checkReaderEvents(t *testing.T, e *env, mode envelope.PayloadMode, before, after map[int64][2]string, same ...int64) {
 	t.Helper()
 	want := map[int64]string{}
+	for _, id := range same {
+		want[id] = "updated"
+	}
 	for id, r := range after {
 		if b, ok := before[id]; !ok {
 			want[id] = "inserted"

@@ -2,6 +2,8 @@ package entcapture
 
 import (
 	"context"
+	"database/sql/driver"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -216,11 +218,36 @@ func storedDiffers(g Glue, sch *Schema, d envelope.Dialect, row map[string]any) 
 		return false
 	}
 	for c, v := range row {
-		if t, ok := v.(time.Time); ok && finerThan(t, precisionOf(sch, c)) {
+		if t, ok := timeOf(v); ok && finerThan(t, precisionOf(sch, c)) {
 			return true
 		}
 	}
 	return false
+}
+
+// timeOf returns the time a column value stores: a time.Time, or the
+// time.Time a driver.Valuer (sql.NullTime, a GoType of the user's) gives.
+func timeOf(v any) (t time.Time, ok bool) {
+	switch x := v.(type) {
+	case time.Time:
+		return x, true
+	case driver.Valuer:
+		if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && rv.IsNil() {
+			return time.Time{}, false
+		}
+		defer func() {
+			if recover() != nil {
+				t, ok = time.Time{}, false
+			}
+		}()
+		dv, err := x.Value()
+		if err != nil {
+			return time.Time{}, false
+		}
+		t, ok = dv.(time.Time)
+		return t, ok
+	}
+	return time.Time{}, false
 }
 
 // unsetDefaults lists the columns with a database default that the

@@ -2,10 +2,11 @@
 // that herald writes into an outbox payload or header is turned into JSON.
 //
 // Enqueued payloads and headers are encoded in [Strict] mode, captured
-// database column values in [Field] mode; the two differ only for
+// database column values in [Field] mode; the two differ for
 // non-finite numbers, which have no JSON number form (strict mode rejects
 // them, field mode writes the strings "NaN", "Infinity" and "-Infinity", the
-// spelling PostgreSQL uses for them), and for a column value whose own form
+// spelling PostgreSQL uses for them), for a time.Duration (seconds in strict
+// mode, the stored integer nanoseconds in field mode), and for a column value whose own form
 // fails (its MarshalJSON or MarshalText returns an error, a net.IP is
 // neither 4 nor 16 bytes long): field mode then writes the form of what
 // database/sql stores for it (driver.DefaultParameterConverter's value, so
@@ -21,7 +22,11 @@
 //     and time-only types (pgtype.Date, civil.Date, pgtype.Time) get the
 //     text of their MarshalJSON, Value or MarshalText: "2026-10-06",
 //     "12:00:30.250000".
-//   - time.Duration: seconds, an exact JSON number (1500ms is 1.5).
+//   - time.Duration: in Strict mode (payloads, headers) seconds, an exact
+//     JSON number (1500ms is 1.5); in Field mode (a captured column) what
+//     the column holds, the integer nanoseconds database/sql stores for it
+//     (1500ms is 1500000000), as encoding/json also writes it inside a
+//     JSON column.
 //   - json.Number: the number itself, validated ("" is 0).
 //   - json.RawMessage: the JSON itself, validated and compacted; empty is null.
 //   - net.IP, *net.IPNet, netip.Addr, netip.Prefix, netip.AddrPort: their text

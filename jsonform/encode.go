@@ -169,7 +169,12 @@ func valueOf[T any](v reflect.Value) T {
 func specialEncoder(t reflect.Type) encoderFunc {
 	switch t {
 	case durationType:
-		return func(_ state, dst []byte, v reflect.Value) ([]byte, *Error) {
+		return func(st state, dst []byte, v reflect.Value) ([]byte, *Error) {
+			if st.mode == Field {
+				// A column holds a Duration as database/sql stores it
+				// (driver.DefaultParameterConverter): int64 nanoseconds.
+				return strconv.AppendInt(dst, v.Int(), 10), nil
+			}
 			return appendDuration(dst, time.Duration(v.Int())), nil
 		}
 	case numberType:

@@ -13,7 +13,8 @@ import (
 )
 
 // A captured row: every column in its JSON form, keys sorted, the
-// decimal's scale kept, NaN written as PostgreSQL spells it.
+// decimal's scale kept, NaN written as PostgreSQL spells it, a Duration
+// as the nanoseconds its column stores.
 func ExampleMarshal() {
 	row := map[string]any{
 		"id":         int64(7),
@@ -32,7 +33,7 @@ func ExampleMarshal() {
 	}
 	fmt.Println(string(out))
 	// Output:
-	// {"categories":["sf","classic"],"fee":"12.50","id":7,"lent_at":"2026-10-06T12:00:00Z","loan_days":1814400,"notes":"b2s=","public_id":"0191d0c2-7d5a-7cc0-9f5e-3c1c1bfa6a11","rating":"NaN","returned":null}
+	// {"categories":["sf","classic"],"fee":"12.50","id":7,"lent_at":"2026-10-06T12:00:00Z","loan_days":1814400000000000,"notes":"b2s=","public_id":"0191d0c2-7d5a-7cc0-9f5e-3c1c1bfa6a11","rating":"NaN","returned":null}
 }
 
 // An enqueued payload is strict: a value without a JSON form is an error
@@ -69,7 +70,8 @@ func ExampleAppend() {
 	// {"model":"library.Loan","after":{"fee":"0.00","status":"returned"}}
 }
 
-// The two modes differ only for numbers that JSON cannot hold.
+// The two modes differ for numbers that JSON cannot hold (and for a
+// time.Duration: seconds in strict mode, stored nanoseconds in field mode).
 func ExampleMode() {
 	for _, mode := range []jsonform.Mode{jsonform.Strict, jsonform.Field} {
 		out, err := jsonform.Marshal([]float64{1.5, math.Inf(1)}, mode)

@@ -30,7 +30,8 @@ const (
 	// a value whose own form fails (a failing MarshalJSON or MarshalText, a
 	// net.IP of 9 bytes) gets the form of what database/sql stores for it
 	// (driver.DefaultParameterConverter: bytes as base64, a string kind as
-	// the string), and is an error only when that has none either.
+	// the string), and is an error only when that has none either; a
+	// time.Duration is the int64 nanoseconds its column stores, not seconds.
 	Field
 )
 

@@ -294,10 +294,11 @@ func rows() []row {
 		{name: "sql.NullTime", in: sql.NullTime{Time: at, Valid: true}, strict: is(`"2026-10-06T12:00:00.5Z"`)},
 		{name: "date-only type (pgtype.Date)", in: pgtype.Date{Time: at, Valid: true}, strict: is(`"2026-10-06"`)},
 		{name: "time-only type (pgtype.Time)", in: pgtype.Time{Microseconds: (12*3600+30)*1e6 + 250000, Valid: true}, strict: is(`"12:00:30.250000"`)},
-		{name: "time.Duration", in: 1500 * time.Millisecond, strict: is(`1.5`)},
-		{name: "time.Duration whole", in: 90 * time.Second, strict: is(`90`)},
-		{name: "time.Duration negative nanosecond", in: -time.Nanosecond, strict: is(`-0.000000001`)},
-		{name: "time.Duration zero and min", in: []time.Duration{0, math.MinInt64}, strict: is(`[0,-9223372036.854775808]`)},
+		{name: "time.Duration", in: 1500 * time.Millisecond, strict: is(`1.5`), field: ptr(is(`1500000000`))},
+		{name: "time.Duration whole", in: 90 * time.Second, strict: is(`90`), field: ptr(is(`90000000000`))},
+		{name: "time.Duration negative nanosecond", in: -time.Nanosecond, strict: is(`-0.000000001`), field: ptr(is(`-1`))},
+		{name: "time.Duration in a struct", in: struct{ D time.Duration }{100}, strict: is(`{"D":0.0000001}`), field: ptr(is(`{"D":100}`))},
+		{name: "time.Duration zero and min", in: []time.Duration{0, math.MinInt64}, strict: is(`[0,-9223372036.854775808]`), field: ptr(is(`[0,-9223372036854775808]`))},
 
 		// network types
 		{name: "net.IP v4", in: net.IPv4(192, 0, 2, 1), strict: is(`"192.0.2.1"`)},

@@ -46,13 +46,16 @@ type Visit struct {
 	UpdateTime time.Time
 	Kind       *string `gorm:"default:walk"`
 	At         time.Time
+	Took       time.Duration // bigint: nanoseconds
+	Gone       sql.NullTime  // a time under a Valuer, finer than the column
 }
 
 // TestGormAndEntSameImages: a row whose stored values differ from the Go
 // values that wrote it — a database default left unset, times finer than
 // their columns (timestamptz, timestamptz(3)), a NULL UUID that ent's Go
-// field holds as the nil UUID — gives the same event bytes through
-// entcapture and gormcapture: creates (on PostgreSQL, Member's are not
+// field holds as the nil UUID, a time.Duration in a bigint column (its
+// nanoseconds), a sql.NullTime finer than its column — gives the same
+// event bytes through entcapture and gormcapture: creates (on PostgreSQL, Member's are not
 // fused — a schema hook — and Visit's are: the statement renders the
 // stored values), and the update that clears the UUID (issue 18, 8, 9, 10).
 func TestGormAndEntSameImages(t *testing.T) {
@@ -133,7 +136,8 @@ func TestGormAndEntSameImages(t *testing.T) {
 				SetSeen(seen).SetAccountID(acct).SaveX(ctx)
 			client.Member.UpdateOneID(m.ID).ClearAccount().SetUpdateTime(updated).ExecX(ctx)
 			client.Member.Create().SetTenant("t").SetEmail("f").SetCreateTime(created).SetUpdateTime(created).SetSeen(seen).ExecX(ctx)
-			client.Visit.Create().SetCreateTime(created).SetUpdateTime(created).SetAt(seen).ExecX(ctx)
+			client.Visit.Create().SetCreateTime(created).SetUpdateTime(created).SetAt(seen).
+				SetTook(1500 * time.Millisecond).SetGone(&sql.NullTime{Time: seen, Valid: true}).ExecX(ctx)
 			ents := events()
 
 			reset()
@@ -141,11 +145,15 @@ func TestGormAndEntSameImages(t *testing.T) {
 			must(t, gdb.Create(g).Error)
 			must(t, gdb.Model(&Member{ID: g.ID}).Updates(map[string]any{"update_time": updated, "account_id": nil}).Error)
 			must(t, gdb.Create(&Member{CreateTime: created, UpdateTime: created, Tenant: "t", Email: "f", Seen: &seen}).Error)
-			must(t, gdb.Create(&Visit{CreateTime: created, UpdateTime: created, At: seen}).Error)
+			must(t, gdb.Create(&Visit{CreateTime: created, UpdateTime: created, At: seen,
+				Took: 1500 * time.Millisecond, Gone: sql.NullTime{Time: seen, Valid: true}}).Error)
 			gorms := events()
 
 			if len(ents) != 4 || len(gorms) != 4 {
 				t.Fatalf("%d ent events, %d gorm events, want 4 each:\nent  %s\ngorm %s", len(ents), len(gorms), ents, gorms)
+			}
+			if !bytes.Contains(ents[3], []byte(`"took":1500000000`)) {
+				t.Errorf("visit event: took is not the nanoseconds its column holds: %s", ents[3])
 			}
 			for i := range ents {
 				if !bytes.Equal(ents[i], gorms[i]) {

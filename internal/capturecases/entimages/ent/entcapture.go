@@ -235,10 +235,10 @@ func (m *AccountMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "
 var heraldLinkSchema = &entcapture.Schema{
 	Name:     "Link",
 	Table:    link.Table,
-	Columns:  []string{"id", "url", "code", "note"},
+	Columns:  []string{"id", "url", "code", "note", "paren"},
 	PK:       "id",
-	Nullable: []string{"note"},
-	Fields:   map[string]string{"code": "code", "note": "note", "url": "url"},
+	Nullable: []string{"note", "paren"},
+	Fields:   map[string]string{"code": "code", "note": "note", "paren": "paren", "url": "url"},
 }
 
 // HeraldSchema implements entcapture.Glue.
@@ -353,6 +353,9 @@ func (m *LinkMutation) HeraldNew() ent.Value {
 	if v, ok := m.Note(); ok {
 		e.Note = v
 	}
+	if v, ok := m.Paren(); ok {
+		e.Paren = v
+	}
 	return e
 }
 
@@ -372,6 +375,8 @@ func heraldLinkRow(e *Link, cols []string, vals []any) map[string]any {
 			row[c] = entcapture.ScannedValue(link.ValueScanner.Code, e.Code, true)
 		case "note":
 			row[c] = entcapture.ScannedValue(link.ValueScanner.Note, e.Note, true)
+		case "paren":
+			row[c] = e.Paren
 		}
 	}
 	return row
@@ -711,11 +716,12 @@ func (m *SecretMutation) HeraldDB(*entcapture.Schema) (string, bool) { return ""
 var heraldVisitSchema = &entcapture.Schema{
 	Name:       "Visit",
 	Table:      visit.Table,
-	Columns:    []string{"id", "create_time", "update_time", "kind", "at"},
+	Columns:    []string{"id", "create_time", "update_time", "kind", "at", "took", "gone"},
 	PK:         "id",
+	Nullable:   []string{"took", "gone"},
 	DBDefaults: []string{"kind"},
 	Precision:  map[string]int{"at": 3},
-	Fields:     map[string]string{"at": "at", "create_time": "create_time", "kind": "kind", "update_time": "update_time"},
+	Fields:     map[string]string{"at": "at", "create_time": "create_time", "gone": "gone", "kind": "kind", "took": "took", "update_time": "update_time"},
 }
 
 // HeraldSchema implements entcapture.Glue.
@@ -833,6 +839,12 @@ func (m *VisitMutation) HeraldNew() ent.Value {
 	if v, ok := m.At(); ok {
 		e.At = v
 	}
+	if v, ok := m.Took(); ok {
+		e.Took = v
+	}
+	if v, ok := m.Gone(); ok {
+		e.Gone = v
+	}
 	return e
 }
 
@@ -854,6 +866,10 @@ func heraldVisitRow(e *Visit, cols []string, vals []any) map[string]any {
 			row[c] = e.Kind
 		case "at":
 			row[c] = e.At
+		case "took":
+			row[c] = e.Took
+		case "gone":
+			row[c] = e.Gone
 		}
 	}
 	return row

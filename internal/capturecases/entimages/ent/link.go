@@ -10,6 +10,7 @@ import (
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/link"
+	"github.com/heraldgo/herald/internal/capturecases/entimages/schema"
 )
 
 // Link is the model entity for the Link schema.
@@ -22,7 +23,9 @@ type Link struct {
 	// Code holds the value of the "code" field.
 	Code string `json:"code,omitempty"`
 	// Note holds the value of the "note" field.
-	Note         string `json:"note,omitempty"`
+	Note string `json:"note,omitempty"`
+	// Paren holds the value of the "paren" field.
+	Paren        schema.Paren `json:"paren,omitempty"`
 	selectValues sql.SelectValues
 }
 
@@ -31,6 +34,8 @@ func (*Link) scanValues(columns []string) ([]any, error) {
 	values := make([]any, len(columns))
 	for i := range columns {
 		switch columns[i] {
+		case link.FieldParen:
+			values[i] = new(schema.Paren)
 		case link.FieldID:
 			values[i] = new(sql.NullInt64)
 		case link.FieldURL:
@@ -78,6 +83,12 @@ func (_m *Link) assignValues(columns []string, values []any) error {
 			} else {
 				_m.Note = value
 			}
+		case link.FieldParen:
+			if value, ok := values[i].(*schema.Paren); !ok {
+				return fmt.Errorf("unexpected type %T for field paren", values[i])
+			} else if value != nil {
+				_m.Paren = *value
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -122,6 +133,9 @@ func (_m *Link) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("note=")
 	builder.WriteString(_m.Note)
+	builder.WriteString(", ")
+	builder.WriteString("paren=")
+	builder.WriteString(fmt.Sprintf("%v", _m.Paren))
 	builder.WriteByte(')')
 	return builder.String()
 }

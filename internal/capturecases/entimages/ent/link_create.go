@@ -13,6 +13,7 @@ import (
 	"entgo.io/ent/schema/field"
 	"github.com/heraldgo/herald/entcapture"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/link"
+	"github.com/heraldgo/herald/internal/capturecases/entimages/schema"
 )
 
 // LinkCreate is the builder for creating a Link entity.
@@ -45,6 +46,20 @@ func (_c *LinkCreate) SetNote(v string) *LinkCreate {
 func (_c *LinkCreate) SetNillableNote(v *string) *LinkCreate {
 	if v != nil {
 		_c.SetNote(*v)
+	}
+	return _c
+}
+
+// SetParen sets the "paren" field.
+func (_c *LinkCreate) SetParen(v schema.Paren) *LinkCreate {
+	_c.mutation.SetParen(v)
+	return _c
+}
+
+// SetNillableParen sets the "paren" field if the given value is not nil.
+func (_c *LinkCreate) SetNillableParen(v *schema.Paren) *LinkCreate {
+	if v != nil {
+		_c.SetParen(*v)
 	}
 	return _c
 }
@@ -146,6 +161,10 @@ func (_c *LinkCreate) createSpec() (*Link, *sqlgraph.CreateSpec, error) {
 		_spec.SetField(link.FieldNote, field.TypeString, vv)
 		_node.Note = value
 	}
+	if value, ok := _c.mutation.Paren(); ok {
+		_spec.SetField(link.FieldParen, field.TypeString, value)
+		_node.Paren = value
+	}
 	return _node, _spec, nil
 }
 
@@ -240,6 +259,24 @@ func (u *LinkUpsert) ClearNote() *LinkUpsert {
 	return u
 }
 
+// SetParen sets the "paren" field.
+func (u *LinkUpsert) SetParen(v schema.Paren) *LinkUpsert {
+	u.Set(link.FieldParen, v)
+	return u
+}
+
+// UpdateParen sets the "paren" field to the value that was provided on create.
+func (u *LinkUpsert) UpdateParen() *LinkUpsert {
+	u.SetExcluded(link.FieldParen)
+	return u
+}
+
+// ClearParen clears the value of the "paren" field.
+func (u *LinkUpsert) ClearParen() *LinkUpsert {
+	u.SetNull(link.FieldParen)
+	return u
+}
+
 // UpdateNewValues updates the mutable fields using the new values that were set on create.
 // Using this option is equivalent to using:
 //
@@ -326,6 +363,27 @@ func (u *LinkUpsertOne) UpdateNote() *LinkUpsertOne {
 func (u *LinkUpsertOne) ClearNote() *LinkUpsertOne {
 	return u.Update(func(s *LinkUpsert) {
 		s.ClearNote()
+	})
+}
+
+// SetParen sets the "paren" field.
+func (u *LinkUpsertOne) SetParen(v schema.Paren) *LinkUpsertOne {
+	return u.Update(func(s *LinkUpsert) {
+		s.SetParen(v)
+	})
+}
+
+// UpdateParen sets the "paren" field to the value that was provided on create.
+func (u *LinkUpsertOne) UpdateParen() *LinkUpsertOne {
+	return u.Update(func(s *LinkUpsert) {
+		s.UpdateParen()
+	})
+}
+
+// ClearParen clears the value of the "paren" field.
+func (u *LinkUpsertOne) ClearParen() *LinkUpsertOne {
+	return u.Update(func(s *LinkUpsert) {
+		s.ClearParen()
 	})
 }
 
@@ -585,6 +643,27 @@ func (u *LinkUpsertBulk) UpdateNote() *LinkUpsertBulk {
 func (u *LinkUpsertBulk) ClearNote() *LinkUpsertBulk {
 	return u.Update(func(s *LinkUpsert) {
 		s.ClearNote()
+	})
+}
+
+// SetParen sets the "paren" field.
+func (u *LinkUpsertBulk) SetParen(v schema.Paren) *LinkUpsertBulk {
+	return u.Update(func(s *LinkUpsert) {
+		s.SetParen(v)
+	})
+}
+
+// UpdateParen sets the "paren" field to the value that was provided on create.
+func (u *LinkUpsertBulk) UpdateParen() *LinkUpsertBulk {
+	return u.Update(func(s *LinkUpsert) {
+		s.UpdateParen()
+	})
+}
+
+// ClearParen clears the value of the "paren" field.
+func (u *LinkUpsertBulk) ClearParen() *LinkUpsertBulk {
+	return u.Update(func(s *LinkUpsert) {
+		s.ClearParen()
 	})
 }
 

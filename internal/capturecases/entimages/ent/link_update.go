@@ -13,6 +13,7 @@ import (
 	"entgo.io/ent/schema/field"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/link"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/predicate"
+	"github.com/heraldgo/herald/internal/capturecases/entimages/schema"
 )
 
 // LinkUpdate is the builder for updating Link entities.
@@ -66,6 +67,26 @@ func (_u *LinkUpdate) SetNillableNote(v *string) *LinkUpdate {
 // ClearNote clears the value of the "note" field.
 func (_u *LinkUpdate) ClearNote() *LinkUpdate {
 	_u.mutation.ClearNote()
+	return _u
+}
+
+// SetParen sets the "paren" field.
+func (_u *LinkUpdate) SetParen(v schema.Paren) *LinkUpdate {
+	_u.mutation.SetParen(v)
+	return _u
+}
+
+// SetNillableParen sets the "paren" field if the given value is not nil.
+func (_u *LinkUpdate) SetNillableParen(v *schema.Paren) *LinkUpdate {
+	if v != nil {
+		_u.SetParen(*v)
+	}
+	return _u
+}
+
+// ClearParen clears the value of the "paren" field.
+func (_u *LinkUpdate) ClearParen() *LinkUpdate {
+	_u.mutation.ClearParen()
 	return _u
 }
 
@@ -140,6 +161,12 @@ func (_u *LinkUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	if _u.mutation.NoteCleared() {
 		_spec.ClearField(link.FieldNote, field.TypeString)
 	}
+	if value, ok := _u.mutation.Paren(); ok {
+		_spec.SetField(link.FieldParen, field.TypeString, value)
+	}
+	if _u.mutation.ParenCleared() {
+		_spec.ClearField(link.FieldParen, field.TypeString)
+	}
 	_u.mutation.heraldModifiers = append(append([]func(*sql.UpdateBuilder){}, _spec.Modifiers...), _u.modifiers...)
 	_spec.AddModifiers(_u.modifiers...)
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
@@ -200,6 +227,26 @@ func (_u *LinkUpdateOne) SetNillableNote(v *string) *LinkUpdateOne {
 // ClearNote clears the value of the "note" field.
 func (_u *LinkUpdateOne) ClearNote() *LinkUpdateOne {
 	_u.mutation.ClearNote()
+	return _u
+}
+
+// SetParen sets the "paren" field.
+func (_u *LinkUpdateOne) SetParen(v schema.Paren) *LinkUpdateOne {
+	_u.mutation.SetParen(v)
+	return _u
+}
+
+// SetNillableParen sets the "paren" field if the given value is not nil.
+func (_u *LinkUpdateOne) SetNillableParen(v *schema.Paren) *LinkUpdateOne {
+	if v != nil {
+		_u.SetParen(*v)
+	}
+	return _u
+}
+
+// ClearParen clears the value of the "paren" field.
+func (_u *LinkUpdateOne) ClearParen() *LinkUpdateOne {
+	_u.mutation.ClearParen()
 	return _u
 }
 
@@ -303,6 +350,12 @@ func (_u *LinkUpdateOne) sqlSave(ctx context.Context) (_node *Link, err error) {
 	}
 	if _u.mutation.NoteCleared() {
 		_spec.ClearField(link.FieldNote, field.TypeString)
+	}
+	if value, ok := _u.mutation.Paren(); ok {
+		_spec.SetField(link.FieldParen, field.TypeString, value)
+	}
+	if _u.mutation.ParenCleared() {
+		_spec.ClearField(link.FieldParen, field.TypeString)
 	}
 	_u.mutation.heraldModifiers = append(append([]func(*sql.UpdateBuilder){}, _spec.Modifiers...), _u.modifiers...)
 	_spec.AddModifiers(_u.modifiers...)

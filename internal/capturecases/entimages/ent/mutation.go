@@ -19,6 +19,7 @@ import (
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/predicate"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/secret"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/visit"
+	"github.com/heraldgo/herald/internal/capturecases/entimages/schema"
 )
 
 const (
@@ -474,6 +475,7 @@ type LinkMutation struct {
 	url             **url.URL
 	code            *string
 	note            *string
+	paren           *schema.Paren
 	clearedFields   map[string]struct{}
 	done            bool
 	oldValue        func(context.Context) (*Link, error)
@@ -702,6 +704,55 @@ func (m *LinkMutation) ResetNote() {
 	delete(m.clearedFields, link.FieldNote)
 }
 
+// SetParen sets the "paren" field.
+func (m *LinkMutation) SetParen(s schema.Paren) {
+	m.paren = &s
+}
+
+// Paren returns the value of the "paren" field in the mutation.
+func (m *LinkMutation) Paren() (r schema.Paren, exists bool) {
+	v := m.paren
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldParen returns the old "paren" field's value of the Link entity.
+// If the Link object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LinkMutation) OldParen(ctx context.Context) (v schema.Paren, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldParen is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldParen requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldParen: %w", err)
+	}
+	return oldValue.Paren, nil
+}
+
+// ClearParen clears the value of the "paren" field.
+func (m *LinkMutation) ClearParen() {
+	m.paren = nil
+	m.clearedFields[link.FieldParen] = struct{}{}
+}
+
+// ParenCleared returns if the "paren" field was cleared in this mutation.
+func (m *LinkMutation) ParenCleared() bool {
+	_, ok := m.clearedFields[link.FieldParen]
+	return ok
+}
+
+// ResetParen resets all changes to the "paren" field.
+func (m *LinkMutation) ResetParen() {
+	m.paren = nil
+	delete(m.clearedFields, link.FieldParen)
+}
+
 // Where appends a list predicates to the LinkMutation builder.
 func (m *LinkMutation) Where(ps ...predicate.Link) {
 	m.predicates = append(m.predicates, ps...)
@@ -736,7 +787,7 @@ func (m *LinkMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *LinkMutation) Fields() []string {
-	fields := make([]string, 0, 3)
+	fields := make([]string, 0, 4)
 	if m.url != nil {
 		fields = append(fields, link.FieldURL)
 	}
@@ -745,6 +796,9 @@ func (m *LinkMutation) Fields() []string {
 	}
 	if m.note != nil {
 		fields = append(fields, link.FieldNote)
+	}
+	if m.paren != nil {
+		fields = append(fields, link.FieldParen)
 	}
 	return fields
 }
@@ -760,6 +814,8 @@ func (m *LinkMutation) Field(name string) (ent.Value, bool) {
 		return m.Code()
 	case link.FieldNote:
 		return m.Note()
+	case link.FieldParen:
+		return m.Paren()
 	}
 	return nil, false
 }
@@ -775,6 +831,8 @@ func (m *LinkMutation) OldField(ctx context.Context, name string) (ent.Value, er
 		return m.OldCode(ctx)
 	case link.FieldNote:
 		return m.OldNote(ctx)
+	case link.FieldParen:
+		return m.OldParen(ctx)
 	}
 	return nil, fmt.Errorf("unknown Link field %s", name)
 }
@@ -804,6 +862,13 @@ func (m *LinkMutation) SetField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetNote(v)
+		return nil
+	case link.FieldParen:
+		v, ok := value.(schema.Paren)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetParen(v)
 		return nil
 	}
 	return fmt.Errorf("unknown Link field %s", name)
@@ -838,6 +903,9 @@ func (m *LinkMutation) ClearedFields() []string {
 	if m.FieldCleared(link.FieldNote) {
 		fields = append(fields, link.FieldNote)
 	}
+	if m.FieldCleared(link.FieldParen) {
+		fields = append(fields, link.FieldParen)
+	}
 	return fields
 }
 
@@ -855,6 +923,9 @@ func (m *LinkMutation) ClearField(name string) error {
 	case link.FieldNote:
 		m.ClearNote()
 		return nil
+	case link.FieldParen:
+		m.ClearParen()
+		return nil
 	}
 	return fmt.Errorf("unknown Link nullable field %s", name)
 }
@@ -871,6 +942,9 @@ func (m *LinkMutation) ResetField(name string) error {
 		return nil
 	case link.FieldNote:
 		m.ResetNote()
+		return nil
+	case link.FieldParen:
+		m.ResetParen()
 		return nil
 	}
 	return fmt.Errorf("unknown Link field %s", name)
@@ -2266,6 +2340,9 @@ type VisitMutation struct {
 	update_time     *time.Time
 	kind            *string
 	at              *time.Time
+	took            *time.Duration
+	addtook         *time.Duration
+	gone            **sql.NullTime
 	clearedFields   map[string]struct{}
 	done            bool
 	oldValue        func(context.Context) (*Visit, error)
@@ -2530,6 +2607,125 @@ func (m *VisitMutation) ResetAt() {
 	m.at = nil
 }
 
+// SetTook sets the "took" field.
+func (m *VisitMutation) SetTook(t time.Duration) {
+	m.took = &t
+	m.addtook = nil
+}
+
+// Took returns the value of the "took" field in the mutation.
+func (m *VisitMutation) Took() (r time.Duration, exists bool) {
+	v := m.took
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTook returns the old "took" field's value of the Visit entity.
+// If the Visit object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *VisitMutation) OldTook(ctx context.Context) (v time.Duration, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTook is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTook requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTook: %w", err)
+	}
+	return oldValue.Took, nil
+}
+
+// AddTook adds t to the "took" field.
+func (m *VisitMutation) AddTook(t time.Duration) {
+	if m.addtook != nil {
+		*m.addtook += t
+	} else {
+		m.addtook = &t
+	}
+}
+
+// AddedTook returns the value that was added to the "took" field in this mutation.
+func (m *VisitMutation) AddedTook() (r time.Duration, exists bool) {
+	v := m.addtook
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearTook clears the value of the "took" field.
+func (m *VisitMutation) ClearTook() {
+	m.took = nil
+	m.addtook = nil
+	m.clearedFields[visit.FieldTook] = struct{}{}
+}
+
+// TookCleared returns if the "took" field was cleared in this mutation.
+func (m *VisitMutation) TookCleared() bool {
+	_, ok := m.clearedFields[visit.FieldTook]
+	return ok
+}
+
+// ResetTook resets all changes to the "took" field.
+func (m *VisitMutation) ResetTook() {
+	m.took = nil
+	m.addtook = nil
+	delete(m.clearedFields, visit.FieldTook)
+}
+
+// SetGone sets the "gone" field.
+func (m *VisitMutation) SetGone(st *sql.NullTime) {
+	m.gone = &st
+}
+
+// Gone returns the value of the "gone" field in the mutation.
+func (m *VisitMutation) Gone() (r *sql.NullTime, exists bool) {
+	v := m.gone
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldGone returns the old "gone" field's value of the Visit entity.
+// If the Visit object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *VisitMutation) OldGone(ctx context.Context) (v *sql.NullTime, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldGone is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldGone requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldGone: %w", err)
+	}
+	return oldValue.Gone, nil
+}
+
+// ClearGone clears the value of the "gone" field.
+func (m *VisitMutation) ClearGone() {
+	m.gone = nil
+	m.clearedFields[visit.FieldGone] = struct{}{}
+}
+
+// GoneCleared returns if the "gone" field was cleared in this mutation.
+func (m *VisitMutation) GoneCleared() bool {
+	_, ok := m.clearedFields[visit.FieldGone]
+	return ok
+}
+
+// ResetGone resets all changes to the "gone" field.
+func (m *VisitMutation) ResetGone() {
+	m.gone = nil
+	delete(m.clearedFields, visit.FieldGone)
+}
+
 // Where appends a list predicates to the VisitMutation builder.
 func (m *VisitMutation) Where(ps ...predicate.Visit) {
 	m.predicates = append(m.predicates, ps...)
@@ -2564,7 +2760,7 @@ func (m *VisitMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *VisitMutation) Fields() []string {
-	fields := make([]string, 0, 4)
+	fields := make([]string, 0, 6)
 	if m.create_time != nil {
 		fields = append(fields, visit.FieldCreateTime)
 	}
@@ -2576,6 +2772,12 @@ func (m *VisitMutation) Fields() []string {
 	}
 	if m.at != nil {
 		fields = append(fields, visit.FieldAt)
+	}
+	if m.took != nil {
+		fields = append(fields, visit.FieldTook)
+	}
+	if m.gone != nil {
+		fields = append(fields, visit.FieldGone)
 	}
 	return fields
 }
@@ -2593,6 +2795,10 @@ func (m *VisitMutation) Field(name string) (ent.Value, bool) {
 		return m.Kind()
 	case visit.FieldAt:
 		return m.At()
+	case visit.FieldTook:
+		return m.Took()
+	case visit.FieldGone:
+		return m.Gone()
 	}
 	return nil, false
 }
@@ -2610,6 +2816,10 @@ func (m *VisitMutation) OldField(ctx context.Context, name string) (ent.Value, e
 		return m.OldKind(ctx)
 	case visit.FieldAt:
 		return m.OldAt(ctx)
+	case visit.FieldTook:
+		return m.OldTook(ctx)
+	case visit.FieldGone:
+		return m.OldGone(ctx)
 	}
 	return nil, fmt.Errorf("unknown Visit field %s", name)
 }
@@ -2647,6 +2857,20 @@ func (m *VisitMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetAt(v)
 		return nil
+	case visit.FieldTook:
+		v, ok := value.(time.Duration)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTook(v)
+		return nil
+	case visit.FieldGone:
+		v, ok := value.(*sql.NullTime)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetGone(v)
+		return nil
 	}
 	return fmt.Errorf("unknown Visit field %s", name)
 }
@@ -2654,13 +2878,21 @@ func (m *VisitMutation) SetField(name string, value ent.Value) error {
 // AddedFields returns all numeric fields that were incremented/decremented during
 // this mutation.
 func (m *VisitMutation) AddedFields() []string {
-	return nil
+	var fields []string
+	if m.addtook != nil {
+		fields = append(fields, visit.FieldTook)
+	}
+	return fields
 }
 
 // AddedField returns the numeric value that was incremented/decremented on a field
 // with the given name. The second boolean return value indicates that this field
 // was not set, or was not defined in the schema.
 func (m *VisitMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case visit.FieldTook:
+		return m.AddedTook()
+	}
 	return nil, false
 }
 
@@ -2669,6 +2901,13 @@ func (m *VisitMutation) AddedField(name string) (ent.Value, bool) {
 // type.
 func (m *VisitMutation) AddField(name string, value ent.Value) error {
 	switch name {
+	case visit.FieldTook:
+		v, ok := value.(time.Duration)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddTook(v)
+		return nil
 	}
 	return fmt.Errorf("unknown Visit numeric field %s", name)
 }
@@ -2679,6 +2918,12 @@ func (m *VisitMutation) ClearedFields() []string {
 	var fields []string
 	if m.FieldCleared(visit.FieldKind) {
 		fields = append(fields, visit.FieldKind)
+	}
+	if m.FieldCleared(visit.FieldTook) {
+		fields = append(fields, visit.FieldTook)
+	}
+	if m.FieldCleared(visit.FieldGone) {
+		fields = append(fields, visit.FieldGone)
 	}
 	return fields
 }
@@ -2696,6 +2941,12 @@ func (m *VisitMutation) ClearField(name string) error {
 	switch name {
 	case visit.FieldKind:
 		m.ClearKind()
+		return nil
+	case visit.FieldTook:
+		m.ClearTook()
+		return nil
+	case visit.FieldGone:
+		m.ClearGone()
 		return nil
 	}
 	return fmt.Errorf("unknown Visit nullable field %s", name)
@@ -2716,6 +2967,12 @@ func (m *VisitMutation) ResetField(name string) error {
 		return nil
 	case visit.FieldAt:
 		m.ResetAt()
+		return nil
+	case visit.FieldTook:
+		m.ResetTook()
+		return nil
+	case visit.FieldGone:
+		m.ResetGone()
 		return nil
 	}
 	return fmt.Errorf("unknown Visit field %s", name)

@@ -24,7 +24,11 @@ type Visit struct {
 	// Kind holds the value of the "kind" field.
 	Kind string `json:"kind,omitempty"`
 	// At holds the value of the "at" field.
-	At           time.Time `json:"at,omitempty"`
+	At time.Time `json:"at,omitempty"`
+	// Took holds the value of the "took" field.
+	Took time.Duration `json:"took,omitempty"`
+	// Gone holds the value of the "gone" field.
+	Gone         *sql.NullTime `json:"gone,omitempty"`
 	selectValues sql.SelectValues
 }
 
@@ -33,11 +37,11 @@ func (*Visit) scanValues(columns []string) ([]any, error) {
 	values := make([]any, len(columns))
 	for i := range columns {
 		switch columns[i] {
-		case visit.FieldID:
+		case visit.FieldID, visit.FieldTook:
 			values[i] = new(sql.NullInt64)
 		case visit.FieldKind:
 			values[i] = new(sql.NullString)
-		case visit.FieldCreateTime, visit.FieldUpdateTime, visit.FieldAt:
+		case visit.FieldCreateTime, visit.FieldUpdateTime, visit.FieldAt, visit.FieldGone:
 			values[i] = new(sql.NullTime)
 		default:
 			values[i] = new(sql.UnknownType)
@@ -83,6 +87,18 @@ func (_m *Visit) assignValues(columns []string, values []any) error {
 				return fmt.Errorf("unexpected type %T for field at", values[i])
 			} else if value.Valid {
 				_m.At = value.Time
+			}
+		case visit.FieldTook:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field took", values[i])
+			} else if value.Valid {
+				_m.Took = time.Duration(value.Int64)
+			}
+		case visit.FieldGone:
+			if value, ok := values[i].(*sql.NullTime); !ok {
+				return fmt.Errorf("unexpected type %T for field gone", values[i])
+			} else if value.Valid {
+				_m.Gone = value
 			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
@@ -131,6 +147,12 @@ func (_m *Visit) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("at=")
 	builder.WriteString(_m.At.Format(time.ANSIC))
+	builder.WriteString(", ")
+	builder.WriteString("took=")
+	builder.WriteString(fmt.Sprintf("%v", _m.Took))
+	builder.WriteString(", ")
+	builder.WriteString("gone=")
+	builder.WriteString(fmt.Sprintf("%v", _m.Gone))
 	builder.WriteByte(')')
 	return builder.String()
 }

@@ -71,6 +71,26 @@ func (_c *VisitCreate) SetAt(v time.Time) *VisitCreate {
 	return _c
 }
 
+// SetTook sets the "took" field.
+func (_c *VisitCreate) SetTook(v time.Duration) *VisitCreate {
+	_c.mutation.SetTook(v)
+	return _c
+}
+
+// SetNillableTook sets the "took" field if the given value is not nil.
+func (_c *VisitCreate) SetNillableTook(v *time.Duration) *VisitCreate {
+	if v != nil {
+		_c.SetTook(*v)
+	}
+	return _c
+}
+
+// SetGone sets the "gone" field.
+func (_c *VisitCreate) SetGone(v *sql.NullTime) *VisitCreate {
+	_c.mutation.SetGone(v)
+	return _c
+}
+
 // Mutation returns the VisitMutation object of the builder.
 func (_c *VisitCreate) Mutation() *VisitMutation {
 	return _c.mutation
@@ -182,6 +202,14 @@ func (_c *VisitCreate) createSpec() (*Visit, *sqlgraph.CreateSpec) {
 		_spec.SetField(visit.FieldAt, field.TypeTime, value)
 		_node.At = value
 	}
+	if value, ok := _c.mutation.Took(); ok {
+		_spec.SetField(visit.FieldTook, field.TypeInt64, value)
+		_node.Took = value
+	}
+	if value, ok := _c.mutation.Gone(); ok {
+		_spec.SetField(visit.FieldGone, field.TypeTime, value)
+		_node.Gone = value
+	}
 	return _node, _spec
 }
 
@@ -276,6 +304,48 @@ func (u *VisitUpsert) UpdateAt() *VisitUpsert {
 	return u
 }
 
+// SetTook sets the "took" field.
+func (u *VisitUpsert) SetTook(v time.Duration) *VisitUpsert {
+	u.Set(visit.FieldTook, v)
+	return u
+}
+
+// UpdateTook sets the "took" field to the value that was provided on create.
+func (u *VisitUpsert) UpdateTook() *VisitUpsert {
+	u.SetExcluded(visit.FieldTook)
+	return u
+}
+
+// AddTook adds v to the "took" field.
+func (u *VisitUpsert) AddTook(v time.Duration) *VisitUpsert {
+	u.Add(visit.FieldTook, v)
+	return u
+}
+
+// ClearTook clears the value of the "took" field.
+func (u *VisitUpsert) ClearTook() *VisitUpsert {
+	u.SetNull(visit.FieldTook)
+	return u
+}
+
+// SetGone sets the "gone" field.
+func (u *VisitUpsert) SetGone(v *sql.NullTime) *VisitUpsert {
+	u.Set(visit.FieldGone, v)
+	return u
+}
+
+// UpdateGone sets the "gone" field to the value that was provided on create.
+func (u *VisitUpsert) UpdateGone() *VisitUpsert {
+	u.SetExcluded(visit.FieldGone)
+	return u
+}
+
+// ClearGone clears the value of the "gone" field.
+func (u *VisitUpsert) ClearGone() *VisitUpsert {
+	u.SetNull(visit.FieldGone)
+	return u
+}
+
 // UpdateNewValues updates the mutable fields using the new values that were set on create.
 // Using this option is equivalent to using:
 //
@@ -367,6 +437,55 @@ func (u *VisitUpsertOne) SetAt(v time.Time) *VisitUpsertOne {
 func (u *VisitUpsertOne) UpdateAt() *VisitUpsertOne {
 	return u.Update(func(s *VisitUpsert) {
 		s.UpdateAt()
+	})
+}
+
+// SetTook sets the "took" field.
+func (u *VisitUpsertOne) SetTook(v time.Duration) *VisitUpsertOne {
+	return u.Update(func(s *VisitUpsert) {
+		s.SetTook(v)
+	})
+}
+
+// AddTook adds v to the "took" field.
+func (u *VisitUpsertOne) AddTook(v time.Duration) *VisitUpsertOne {
+	return u.Update(func(s *VisitUpsert) {
+		s.AddTook(v)
+	})
+}
+
+// UpdateTook sets the "took" field to the value that was provided on create.
+func (u *VisitUpsertOne) UpdateTook() *VisitUpsertOne {
+	return u.Update(func(s *VisitUpsert) {
+		s.UpdateTook()
+	})
+}
+
+// ClearTook clears the value of the "took" field.
+func (u *VisitUpsertOne) ClearTook() *VisitUpsertOne {
+	return u.Update(func(s *VisitUpsert) {
+		s.ClearTook()
+	})
+}
+
+// SetGone sets the "gone" field.
+func (u *VisitUpsertOne) SetGone(v *sql.NullTime) *VisitUpsertOne {
+	return u.Update(func(s *VisitUpsert) {
+		s.SetGone(v)
+	})
+}
+
+// UpdateGone sets the "gone" field to the value that was provided on create.
+func (u *VisitUpsertOne) UpdateGone() *VisitUpsertOne {
+	return u.Update(func(s *VisitUpsert) {
+		s.UpdateGone()
+	})
+}
+
+// ClearGone clears the value of the "gone" field.
+func (u *VisitUpsertOne) ClearGone() *VisitUpsertOne {
+	return u.Update(func(s *VisitUpsert) {
+		s.ClearGone()
 	})
 }
 
@@ -631,6 +750,55 @@ func (u *VisitUpsertBulk) SetAt(v time.Time) *VisitUpsertBulk {
 func (u *VisitUpsertBulk) UpdateAt() *VisitUpsertBulk {
 	return u.Update(func(s *VisitUpsert) {
 		s.UpdateAt()
+	})
+}
+
+// SetTook sets the "took" field.
+func (u *VisitUpsertBulk) SetTook(v time.Duration) *VisitUpsertBulk {
+	return u.Update(func(s *VisitUpsert) {
+		s.SetTook(v)
+	})
+}
+
+// AddTook adds v to the "took" field.
+func (u *VisitUpsertBulk) AddTook(v time.Duration) *VisitUpsertBulk {
+	return u.Update(func(s *VisitUpsert) {
+		s.AddTook(v)
+	})
+}
+
+// UpdateTook sets the "took" field to the value that was provided on create.
+func (u *VisitUpsertBulk) UpdateTook() *VisitUpsertBulk {
+	return u.Update(func(s *VisitUpsert) {
+		s.UpdateTook()
+	})
+}
+
+// ClearTook clears the value of the "took" field.
+func (u *VisitUpsertBulk) ClearTook() *VisitUpsertBulk {
+	return u.Update(func(s *VisitUpsert) {
+		s.ClearTook()
+	})
+}
+
+// SetGone sets the "gone" field.
+func (u *VisitUpsertBulk) SetGone(v *sql.NullTime) *VisitUpsertBulk {
+	return u.Update(func(s *VisitUpsert) {
+		s.SetGone(v)
+	})
+}
+
+// UpdateGone sets the "gone" field to the value that was provided on create.
+func (u *VisitUpsertBulk) UpdateGone() *VisitUpsertBulk {
+	return u.Update(func(s *VisitUpsert) {
+		s.UpdateGone()
+	})
+}
+
+// ClearGone clears the value of the "gone" field.
+func (u *VisitUpsertBulk) ClearGone() *VisitUpsertBulk {
+	return u.Update(func(s *VisitUpsert) {
+		s.ClearGone()
 	})
 }
 

@@ -69,6 +69,45 @@ func (_u *VisitUpdate) SetNillableAt(v *time.Time) *VisitUpdate {
 	return _u
 }
 
+// SetTook sets the "took" field.
+func (_u *VisitUpdate) SetTook(v time.Duration) *VisitUpdate {
+	_u.mutation.ResetTook()
+	_u.mutation.SetTook(v)
+	return _u
+}
+
+// SetNillableTook sets the "took" field if the given value is not nil.
+func (_u *VisitUpdate) SetNillableTook(v *time.Duration) *VisitUpdate {
+	if v != nil {
+		_u.SetTook(*v)
+	}
+	return _u
+}
+
+// AddTook adds value to the "took" field.
+func (_u *VisitUpdate) AddTook(v time.Duration) *VisitUpdate {
+	_u.mutation.AddTook(v)
+	return _u
+}
+
+// ClearTook clears the value of the "took" field.
+func (_u *VisitUpdate) ClearTook() *VisitUpdate {
+	_u.mutation.ClearTook()
+	return _u
+}
+
+// SetGone sets the "gone" field.
+func (_u *VisitUpdate) SetGone(v *sql.NullTime) *VisitUpdate {
+	_u.mutation.SetGone(v)
+	return _u
+}
+
+// ClearGone clears the value of the "gone" field.
+func (_u *VisitUpdate) ClearGone() *VisitUpdate {
+	_u.mutation.ClearGone()
+	return _u
+}
+
 // Mutation returns the VisitMutation object of the builder.
 func (_u *VisitUpdate) Mutation() *VisitMutation {
 	return _u.mutation
@@ -143,6 +182,21 @@ func (_u *VisitUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	if value, ok := _u.mutation.At(); ok {
 		_spec.SetField(visit.FieldAt, field.TypeTime, value)
 	}
+	if value, ok := _u.mutation.Took(); ok {
+		_spec.SetField(visit.FieldTook, field.TypeInt64, value)
+	}
+	if value, ok := _u.mutation.AddedTook(); ok {
+		_spec.AddField(visit.FieldTook, field.TypeInt64, value)
+	}
+	if _u.mutation.TookCleared() {
+		_spec.ClearField(visit.FieldTook, field.TypeInt64)
+	}
+	if value, ok := _u.mutation.Gone(); ok {
+		_spec.SetField(visit.FieldGone, field.TypeTime, value)
+	}
+	if _u.mutation.GoneCleared() {
+		_spec.ClearField(visit.FieldGone, field.TypeTime)
+	}
 	_u.mutation.heraldModifiers = append(append([]func(*sql.UpdateBuilder){}, _spec.Modifiers...), _u.modifiers...)
 	_spec.AddModifiers(_u.modifiers...)
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
@@ -203,6 +257,45 @@ func (_u *VisitUpdateOne) SetNillableAt(v *time.Time) *VisitUpdateOne {
 	if v != nil {
 		_u.SetAt(*v)
 	}
+	return _u
+}
+
+// SetTook sets the "took" field.
+func (_u *VisitUpdateOne) SetTook(v time.Duration) *VisitUpdateOne {
+	_u.mutation.ResetTook()
+	_u.mutation.SetTook(v)
+	return _u
+}
+
+// SetNillableTook sets the "took" field if the given value is not nil.
+func (_u *VisitUpdateOne) SetNillableTook(v *time.Duration) *VisitUpdateOne {
+	if v != nil {
+		_u.SetTook(*v)
+	}
+	return _u
+}
+
+// AddTook adds value to the "took" field.
+func (_u *VisitUpdateOne) AddTook(v time.Duration) *VisitUpdateOne {
+	_u.mutation.AddTook(v)
+	return _u
+}
+
+// ClearTook clears the value of the "took" field.
+func (_u *VisitUpdateOne) ClearTook() *VisitUpdateOne {
+	_u.mutation.ClearTook()
+	return _u
+}
+
+// SetGone sets the "gone" field.
+func (_u *VisitUpdateOne) SetGone(v *sql.NullTime) *VisitUpdateOne {
+	_u.mutation.SetGone(v)
+	return _u
+}
+
+// ClearGone clears the value of the "gone" field.
+func (_u *VisitUpdateOne) ClearGone() *VisitUpdateOne {
+	_u.mutation.ClearGone()
 	return _u
 }
 
@@ -309,6 +402,21 @@ func (_u *VisitUpdateOne) sqlSave(ctx context.Context) (_node *Visit, err error)
 	}
 	if value, ok := _u.mutation.At(); ok {
 		_spec.SetField(visit.FieldAt, field.TypeTime, value)
+	}
+	if value, ok := _u.mutation.Took(); ok {
+		_spec.SetField(visit.FieldTook, field.TypeInt64, value)
+	}
+	if value, ok := _u.mutation.AddedTook(); ok {
+		_spec.AddField(visit.FieldTook, field.TypeInt64, value)
+	}
+	if _u.mutation.TookCleared() {
+		_spec.ClearField(visit.FieldTook, field.TypeInt64)
+	}
+	if value, ok := _u.mutation.Gone(); ok {
+		_spec.SetField(visit.FieldGone, field.TypeTime, value)
+	}
+	if _u.mutation.GoneCleared() {
+		_spec.ClearField(visit.FieldGone, field.TypeTime)
 	}
 	_u.mutation.heraldModifiers = append(append([]func(*sql.UpdateBuilder){}, _spec.Modifiers...), _u.modifiers...)
 	_spec.AddModifiers(_u.modifiers...)

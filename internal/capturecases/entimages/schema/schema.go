@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"net/url"
 	"reflect"
+	"time"
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect"
@@ -98,6 +99,10 @@ func (Visit) Fields() []ent.Field {
 	return []ent.Field{
 		field.String("kind").Optional().Annotations(entsql.Default("walk")),
 		field.Time("at").SchemaType(map[string]string{dialect.Postgres: "timestamptz(3)"}),
+		// A Duration in a bigint column (stored as nanoseconds) and a
+		// time under a Valuer (stored at the column's microseconds).
+		field.Int64("took").GoType(time.Duration(0)).Optional(),
+		field.Time("gone").GoType(&stdsql.NullTime{}).Optional(),
 	}
 }
 
@@ -169,7 +174,30 @@ func (Link) Fields() []ent.Field {
 		field.String("url").GoType(&url.URL{}).ValueScanner(field.BinaryValueScanner[*url.URL]{}),
 		field.String("code").ValueScanner(b64),
 		field.String("note").Optional().ValueScanner(b64), // ent v0.14.5 cannot make it Nillable too
+		field.String("paren").GoType(Paren("")).Optional(),
 	}
+}
+
+// Paren is a Go type whose Scan does not give back what its Value
+// stored, like the Triple of ent's integration suite: Value wraps the
+// text in parentheses, Scan keeps them, so a row read back holds
+// "((x))" in Go form while its column holds "(x)".
+type Paren string
+
+// Value implements driver.Valuer.
+func (p Paren) Value() (driver.Value, error) { return "(" + string(p) + ")", nil }
+
+// Scan implements sql.Scanner.
+func (p *Paren) Scan(v any) error {
+	switch x := v.(type) {
+	case string:
+		*p = Paren(x)
+	case []byte:
+		*p = Paren(x)
+	case nil:
+		*p = ""
+	}
+	return nil
 }
 
 // Secret is secrets: like ent's encryptfield example, a schema hook seals

@@ -21,6 +21,8 @@ const (
 	FieldCode = "code"
 	// FieldNote holds the string denoting the note field in the database.
 	FieldNote = "note"
+	// FieldParen holds the string denoting the paren field in the database.
+	FieldParen = "paren"
 	// Table holds the table name of the link in the database.
 	Table = "links"
 )
@@ -31,6 +33,7 @@ var Columns = []string{
 	FieldURL,
 	FieldCode,
 	FieldNote,
+	FieldParen,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -79,4 +82,9 @@ func ByCode(opts ...sql.OrderTermOption) OrderOption {
 // ByNote orders the results by the note field.
 func ByNote(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldNote, opts...).ToFunc()
+}
+
+// ByParen orders the results by the paren field.
+func ByParen(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldParen, opts...).ToFunc()
 }

@@ -8,6 +8,7 @@ import (
 
 	"entgo.io/ent/dialect/sql"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/predicate"
+	"github.com/heraldgo/herald/internal/capturecases/entimages/schema"
 )
 
 // ID filters vertices based on their ID field.
@@ -71,6 +72,11 @@ func Code(v string) predicate.Link {
 func Note(v string) predicate.Link {
 	vc, err := ValueScanner.Note.Value(v)
 	return predicate.LinkOrErr(sql.FieldEQ(FieldNote, vc), err)
+}
+
+// Paren applies equality check predicate on the "paren" field. It's identical to ParenEQ.
+func Paren(v schema.Paren) predicate.Link {
+	return predicate.Link(sql.FieldEQ(FieldParen, v))
 }
 
 // URLEQ applies the EQ predicate on the "url" field.
@@ -423,6 +429,86 @@ func NoteContainsFold(v string) predicate.Link {
 		err = fmt.Errorf("note value is not a string: %T", vc)
 	}
 	return predicate.LinkOrErr(sql.FieldContainsFold(FieldNote, vcs), err)
+}
+
+// ParenEQ applies the EQ predicate on the "paren" field.
+func ParenEQ(v schema.Paren) predicate.Link {
+	return predicate.Link(sql.FieldEQ(FieldParen, v))
+}
+
+// ParenNEQ applies the NEQ predicate on the "paren" field.
+func ParenNEQ(v schema.Paren) predicate.Link {
+	return predicate.Link(sql.FieldNEQ(FieldParen, v))
+}
+
+// ParenIn applies the In predicate on the "paren" field.
+func ParenIn(vs ...schema.Paren) predicate.Link {
+	return predicate.Link(sql.FieldIn(FieldParen, vs...))
+}
+
+// ParenNotIn applies the NotIn predicate on the "paren" field.
+func ParenNotIn(vs ...schema.Paren) predicate.Link {
+	return predicate.Link(sql.FieldNotIn(FieldParen, vs...))
+}
+
+// ParenGT applies the GT predicate on the "paren" field.
+func ParenGT(v schema.Paren) predicate.Link {
+	return predicate.Link(sql.FieldGT(FieldParen, v))
+}
+
+// ParenGTE applies the GTE predicate on the "paren" field.
+func ParenGTE(v schema.Paren) predicate.Link {
+	return predicate.Link(sql.FieldGTE(FieldParen, v))
+}
+
+// ParenLT applies the LT predicate on the "paren" field.
+func ParenLT(v schema.Paren) predicate.Link {
+	return predicate.Link(sql.FieldLT(FieldParen, v))
+}
+
+// ParenLTE applies the LTE predicate on the "paren" field.
+func ParenLTE(v schema.Paren) predicate.Link {
+	return predicate.Link(sql.FieldLTE(FieldParen, v))
+}
+
+// ParenContains applies the Contains predicate on the "paren" field.
+func ParenContains(v schema.Paren) predicate.Link {
+	vc := string(v)
+	return predicate.Link(sql.FieldContains(FieldParen, vc))
+}
+
+// ParenHasPrefix applies the HasPrefix predicate on the "paren" field.
+func ParenHasPrefix(v schema.Paren) predicate.Link {
+	vc := string(v)
+	return predicate.Link(sql.FieldHasPrefix(FieldParen, vc))
+}
+
+// ParenHasSuffix applies the HasSuffix predicate on the "paren" field.
+func ParenHasSuffix(v schema.Paren) predicate.Link {
+	vc := string(v)
+	return predicate.Link(sql.FieldHasSuffix(FieldParen, vc))
+}
+
+// ParenIsNil applies the IsNil predicate on the "paren" field.
+func ParenIsNil() predicate.Link {
+	return predicate.Link(sql.FieldIsNull(FieldParen))
+}
+
+// ParenNotNil applies the NotNil predicate on the "paren" field.
+func ParenNotNil() predicate.Link {
+	return predicate.Link(sql.FieldNotNull(FieldParen))
+}
+
+// ParenEqualFold applies the EqualFold predicate on the "paren" field.
+func ParenEqualFold(v schema.Paren) predicate.Link {
+	vc := string(v)
+	return predicate.Link(sql.FieldEqualFold(FieldParen, vc))
+}
+
+// ParenContainsFold applies the ContainsFold predicate on the "paren" field.
+func ParenContainsFold(v schema.Paren) predicate.Link {
+	vc := string(v)
+	return predicate.Link(sql.FieldContainsFold(FieldParen, vc))
 }
 
 // And groups predicates with the AND operator between them.

@@ -26,6 +26,7 @@ var (
 		{Name: "url", Type: field.TypeString},
 		{Name: "code", Type: field.TypeString},
 		{Name: "note", Type: field.TypeString, Nullable: true},
+		{Name: "paren", Type: field.TypeString, Nullable: true},
 	}
 	// LinksTable holds the schema information for the "links" table.
 	LinksTable = &schema.Table{
@@ -86,6 +87,8 @@ var (
 		{Name: "update_time", Type: field.TypeTime},
 		{Name: "kind", Type: field.TypeString, Nullable: true, Default: "walk"},
 		{Name: "at", Type: field.TypeTime, SchemaType: map[string]string{"postgres": "timestamptz(3)"}},
+		{Name: "took", Type: field.TypeInt64, Nullable: true},
+		{Name: "gone", Type: field.TypeTime, Nullable: true},
 	}
 	// VisitsTable holds the schema information for the "visits" table.
 	VisitsTable = &schema.Table{

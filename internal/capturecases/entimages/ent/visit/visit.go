@@ -22,6 +22,10 @@ const (
 	FieldKind = "kind"
 	// FieldAt holds the string denoting the at field in the database.
 	FieldAt = "at"
+	// FieldTook holds the string denoting the took field in the database.
+	FieldTook = "took"
+	// FieldGone holds the string denoting the gone field in the database.
+	FieldGone = "gone"
 	// Table holds the table name of the visit in the database.
 	Table = "visits"
 )
@@ -33,6 +37,8 @@ var Columns = []string{
 	FieldUpdateTime,
 	FieldKind,
 	FieldAt,
+	FieldTook,
+	FieldGone,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -86,4 +92,14 @@ func ByKind(opts ...sql.OrderTermOption) OrderOption {
 // ByAt orders the results by the at field.
 func ByAt(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldAt, opts...).ToFunc()
+}
+
+// ByTook orders the results by the took field.
+func ByTook(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldTook, opts...).ToFunc()
+}
+
+// ByGone orders the results by the gone field.
+func ByGone(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldGone, opts...).ToFunc()
 }

@@ -74,6 +74,17 @@ func At(v time.Time) predicate.Visit {
 	return predicate.Visit(sql.FieldEQ(FieldAt, v))
 }
 
+// Took applies equality check predicate on the "took" field. It's identical to TookEQ.
+func Took(v time.Duration) predicate.Visit {
+	vc := int64(v)
+	return predicate.Visit(sql.FieldEQ(FieldTook, vc))
+}
+
+// Gone applies equality check predicate on the "gone" field. It's identical to GoneEQ.
+func Gone(v *sql.NullTime) predicate.Visit {
+	return predicate.Visit(sql.FieldEQ(FieldGone, v))
+}
+
 // CreateTimeEQ applies the EQ predicate on the "create_time" field.
 func CreateTimeEQ(v time.Time) predicate.Visit {
 	return predicate.Visit(sql.FieldEQ(FieldCreateTime, v))
@@ -267,6 +278,120 @@ func AtLT(v time.Time) predicate.Visit {
 // AtLTE applies the LTE predicate on the "at" field.
 func AtLTE(v time.Time) predicate.Visit {
 	return predicate.Visit(sql.FieldLTE(FieldAt, v))
+}
+
+// TookEQ applies the EQ predicate on the "took" field.
+func TookEQ(v time.Duration) predicate.Visit {
+	vc := int64(v)
+	return predicate.Visit(sql.FieldEQ(FieldTook, vc))
+}
+
+// TookNEQ applies the NEQ predicate on the "took" field.
+func TookNEQ(v time.Duration) predicate.Visit {
+	vc := int64(v)
+	return predicate.Visit(sql.FieldNEQ(FieldTook, vc))
+}
+
+// TookIn applies the In predicate on the "took" field.
+func TookIn(vs ...time.Duration) predicate.Visit {
+	v := make([]any, len(vs))
+	for i := range v {
+		v[i] = int64(vs[i])
+	}
+	return predicate.Visit(sql.FieldIn(FieldTook, v...))
+}
+
+// TookNotIn applies the NotIn predicate on the "took" field.
+func TookNotIn(vs ...time.Duration) predicate.Visit {
+	v := make([]any, len(vs))
+	for i := range v {
+		v[i] = int64(vs[i])
+	}
+	return predicate.Visit(sql.FieldNotIn(FieldTook, v...))
+}
+
+// TookGT applies the GT predicate on the "took" field.
+func TookGT(v time.Duration) predicate.Visit {
+	vc := int64(v)
+	return predicate.Visit(sql.FieldGT(FieldTook, vc))
+}
+
+// TookGTE applies the GTE predicate on the "took" field.
+func TookGTE(v time.Duration) predicate.Visit {
+	vc := int64(v)
+	return predicate.Visit(sql.FieldGTE(FieldTook, vc))
+}
+
+// TookLT applies the LT predicate on the "took" field.
+func TookLT(v time.Duration) predicate.Visit {
+	vc := int64(v)
+	return predicate.Visit(sql.FieldLT(FieldTook, vc))
+}
+
+// TookLTE applies the LTE predicate on the "took" field.
+func TookLTE(v time.Duration) predicate.Visit {
+	vc := int64(v)
+	return predicate.Visit(sql.FieldLTE(FieldTook, vc))
+}
+
+// TookIsNil applies the IsNil predicate on the "took" field.
+func TookIsNil() predicate.Visit {
+	return predicate.Visit(sql.FieldIsNull(FieldTook))
+}
+
+// TookNotNil applies the NotNil predicate on the "took" field.
+func TookNotNil() predicate.Visit {
+	return predicate.Visit(sql.FieldNotNull(FieldTook))
+}
+
+// GoneEQ applies the EQ predicate on the "gone" field.
+func GoneEQ(v *sql.NullTime) predicate.Visit {
+	return predicate.Visit(sql.FieldEQ(FieldGone, v))
+}
+
+// GoneNEQ applies the NEQ predicate on the "gone" field.
+func GoneNEQ(v *sql.NullTime) predicate.Visit {
+	return predicate.Visit(sql.FieldNEQ(FieldGone, v))
+}
+
+// GoneIn applies the In predicate on the "gone" field.
+func GoneIn(vs ...*sql.NullTime) predicate.Visit {
+	return predicate.Visit(sql.FieldIn(FieldGone, vs...))
+}
+
+// GoneNotIn applies the NotIn predicate on the "gone" field.
+func GoneNotIn(vs ...*sql.NullTime) predicate.Visit {
+	return predicate.Visit(sql.FieldNotIn(FieldGone, vs...))
+}
+
+// GoneGT applies the GT predicate on the "gone" field.
+func GoneGT(v *sql.NullTime) predicate.Visit {
+	return predicate.Visit(sql.FieldGT(FieldGone, v))
+}
+
+// GoneGTE applies the GTE predicate on the "gone" field.
+func GoneGTE(v *sql.NullTime) predicate.Visit {
+	return predicate.Visit(sql.FieldGTE(FieldGone, v))
+}
+
+// GoneLT applies the LT predicate on the "gone" field.
+func GoneLT(v *sql.NullTime) predicate.Visit {
+	return predicate.Visit(sql.FieldLT(FieldGone, v))
+}
+
+// GoneLTE applies the LTE predicate on the "gone" field.
+func GoneLTE(v *sql.NullTime) predicate.Visit {
+	return predicate.Visit(sql.FieldLTE(FieldGone, v))
+}
+
+// GoneIsNil applies the IsNil predicate on the "gone" field.
+func GoneIsNil() predicate.Visit {
+	return predicate.Visit(sql.FieldIsNull(FieldGone))
+}
+
+// GoneNotNil applies the NotNil predicate on the "gone" field.
+func GoneNotNil() predicate.Visit {
+	return predicate.Visit(sql.FieldNotNull(FieldGone))
 }
 
 // And groups predicates with the AND operator between them.
