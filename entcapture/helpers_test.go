@@ -26,6 +26,10 @@ type dialectCase struct {
 
 var dialects = []dialectCase{{"postgres", envelope.Postgres}, {"sqlite", envelope.SQLite}}
 
+// mysqlDialect is MySQL (the machine's MariaDB), for the tests that run
+// on it too (capture_mysql_test.go, TestConformance).
+var mysqlDialect = dialectCase{"mysql", envelope.MySQL}
+
 // env is one test database with an ent client on entcapture.Driver.
 type env struct {
 	dialect envelope.Dialect
@@ -61,6 +65,8 @@ func openDB(t testing.TB, d envelope.Dialect) *sql.DB {
 	switch d {
 	case envelope.Postgres:
 		db, _ = testkit.Postgres(t)
+	case envelope.MySQL:
+		db, _ = testkit.MySQL(t)
 	default:
 		var err error
 		db, err = sql.Open("sqlite3", testkit.MattnDSN(testkit.SQLitePath(t)))
@@ -72,8 +78,11 @@ func openDB(t testing.TB, d envelope.Dialect) *sql.DB {
 }
 
 func entDialect(d envelope.Dialect) string {
-	if d == envelope.Postgres {
+	switch d {
+	case envelope.Postgres:
 		return dialect.Postgres
+	case envelope.MySQL:
+		return dialect.MySQL
 	}
 	return dialect.SQLite
 }
