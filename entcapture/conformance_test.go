@@ -335,7 +335,7 @@ const fixedAt = "2000-01-01T00:00:00Z"
 // against too), occurred_at aside, with the same topics and ordering keys.
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	for _, d := range append(dialects, mysqlDialect) {
+	for _, d := range withMySQL() {
 		for _, mode := range []envelope.PayloadMode{envelope.After, envelope.Keys, envelope.BeforeAndAfter} {
 			t.Run(d.name+"/"+mode.String(), func(t *testing.T) {
 				t.Parallel()

@@ -3,6 +3,8 @@ package entcapture_test
 import (
 	"context"
 	"database/sql"
+	"os"
+	"slices"
 	"sync"
 	"testing"
 
@@ -29,6 +31,22 @@ var dialects = []dialectCase{{"postgres", envelope.Postgres}, {"sqlite", envelop
 // mysqlDialect is MySQL (the machine's MariaDB), for the tests that run
 // on it too (capture_mysql_test.go, TestConformance).
 var mysqlDialect = dialectCase{"mysql", envelope.MySQL}
+
+// HERALD_ENTCAPTURE_MYSQL=1 runs every dialect-parameterised test on
+// MySQL too (as HERALD_RELAY_MYSQL does the relay's).
+func init() {
+	if os.Getenv("HERALD_ENTCAPTURE_MYSQL") == "1" {
+		dialects = append(dialects, mysqlDialect)
+	}
+}
+
+// withMySQL is dialects with MySQL, once.
+func withMySQL() []dialectCase {
+	if slices.Contains(dialects, mysqlDialect) {
+		return dialects
+	}
+	return append(slices.Clip(dialects), mysqlDialect)
+}
 
 // env is one test database with an ent client on entcapture.Driver.
 type env struct {
