@@ -203,7 +203,7 @@ func (s *scope) cascadeRows(c Cascade, spec *envelope.Spec, parent *Schema, ids 
 		qc[i] = sel.C(col)
 	}
 	sel.Select(qc...).Where(inSetP(s.d, quotedTable(s.d, s.g, child), sel, []string{c.Column}, tuplesOf(ids)))
-	if s.d == envelope.Postgres {
+	if locks(s.d) {
 		sel.ForUpdate()
 	}
 	got, err := s.query(sel, cols, child.Scan)

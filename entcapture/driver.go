@@ -196,11 +196,10 @@ func dialectOf(name string) (envelope.Dialect, error) {
 		return envelope.Postgres, nil
 	case dialect.SQLite:
 		return envelope.SQLite, nil
+	case dialect.MySQL:
+		return envelope.MySQL, nil // MySQL 8.0 and MariaDB 10.6+ (capture_mysql.go)
 	}
-	if name == dialect.MySQL {
-		return "", &envelope.Error{Kind: envelope.ErrUnsupported, Where: "entcapture", Msg: "ent capture on MySQL is not supported yet: write your events with envelope.NewWriter(envelope.MySQL, …).Write in the transaction of your writes (README, \"MySQL and MariaDB\")"}
-	}
-	return "", &envelope.Error{Kind: envelope.ErrUnsupported, Where: "entcapture", Msg: fmt.Sprintf("dialect %q is not supported (want postgres or sqlite3)", name)}
+	return "", &envelope.Error{Kind: envelope.ErrUnsupported, Where: "entcapture", Msg: fmt.Sprintf("dialect %q is not supported (want postgres, sqlite3 or mysql)", name)}
 }
 
 type txKey struct{}

@@ -84,7 +84,7 @@ func (s *scope) joinRows(ew *edgeWrite, owners []any, lock bool) (map[string]map
 		where = sql.Or(where, side(ew.e.Other, ew.e.Own))
 	}
 	sel.Select(qc...).Where(where)
-	if lock && s.d == envelope.Postgres {
+	if lock && locks(s.d) {
 		sel.ForUpdate()
 	}
 	if lock {
@@ -209,7 +209,7 @@ func (s *scope) childRows(cw *childWrite, owners, also []any, lock bool) (map[st
 		ps = append(ps, inSetP(s.d, rowType, sel, []string{cw.e.Column}, tuplesOf(owners)))
 	}
 	sel.Select(qc...).Where(sql.Or(ps...))
-	if lock && s.d == envelope.Postgres {
+	if lock && locks(s.d) {
 		sel.ForUpdate()
 	}
 	if lock {

@@ -3,6 +3,8 @@ package entcapture_test
 import (
 	"context"
 	"database/sql"
+	"os"
+	"slices"
 	"sync"
 	"testing"
 
@@ -25,6 +27,26 @@ type dialectCase struct {
 }
 
 var dialects = []dialectCase{{"postgres", envelope.Postgres}, {"sqlite", envelope.SQLite}}
+
+// mysqlDialect is MySQL (the machine's MariaDB), for the tests that run
+// on it too (capture_mysql_test.go, TestConformance).
+var mysqlDialect = dialectCase{"mysql", envelope.MySQL}
+
+// HERALD_ENTCAPTURE_MYSQL=1 runs every dialect-parameterised test on
+// MySQL too (as HERALD_RELAY_MYSQL does the relay's).
+func init() {
+	if os.Getenv("HERALD_ENTCAPTURE_MYSQL") == "1" {
+		dialects = append(dialects, mysqlDialect)
+	}
+}
+
+// withMySQL is dialects with MySQL, once.
+func withMySQL() []dialectCase {
+	if slices.Contains(dialects, mysqlDialect) {
+		return dialects
+	}
+	return append(slices.Clip(dialects), mysqlDialect)
+}
 
 // env is one test database with an ent client on entcapture.Driver.
 type env struct {
@@ -61,6 +83,8 @@ func openDB(t testing.TB, d envelope.Dialect) *sql.DB {
 	switch d {
 	case envelope.Postgres:
 		db, _ = testkit.Postgres(t)
+	case envelope.MySQL:
+		db, _ = testkit.MySQL(t)
 	default:
 		var err error
 		db, err = sql.Open("sqlite3", testkit.MattnDSN(testkit.SQLitePath(t)))
@@ -72,8 +96,11 @@ func openDB(t testing.TB, d envelope.Dialect) *sql.DB {
 }
 
 func entDialect(d envelope.Dialect) string {
-	if d == envelope.Postgres {
+	switch d {
+	case envelope.Postgres:
 		return dialect.Postgres
+	case envelope.MySQL:
+		return dialect.MySQL
 	}
 	return dialect.SQLite
 }

@@ -565,7 +565,7 @@ func (s *scope) selectRows(w *write, cols []string, id any, byID bool, ids []any
 			p(sel)
 		}
 	}
-	if s.d == envelope.Postgres && ids == nil {
+	if locks(s.d) && ids == nil {
 		sel.ForUpdate()
 	}
 	out, err := s.query(sel, cols, scanStored(w.g))
@@ -612,8 +612,11 @@ func (s *scope) query(sel *sql.Selector, cols []string, scan func(*stdsql.Rows, 
 }
 
 func dialectName(d envelope.Dialect) string {
-	if d == envelope.Postgres {
+	switch d {
+	case envelope.Postgres:
 		return dialect.Postgres
+	case envelope.MySQL:
+		return dialect.MySQL
 	}
 	return dialect.SQLite
 }

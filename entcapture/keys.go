@@ -40,6 +40,9 @@ func inSetP(d envelope.Dialect, rowType string, s *sql.Selector, cols []string, 
 	for i, c := range cols {
 		qc[i] = s.C(c)
 	}
+	if d == envelope.MySQL {
+		return inSetMySQL(qc, tuples) // capture_mysql.go
+	}
 	arg, ok := setJSON(d, cols, tuples)
 	if !ok {
 		if len(cols) == 1 {

@@ -149,8 +149,8 @@ func (w *write) returningRequest(s *scope, cols []string) *returning {
 // write passes through it), the write is captured, and, for an update,
 // it sets a column of its own (otherwise ent sends no UPDATE).
 func (w *write) returns(s *scope, changed []string, need bool) bool {
-	if s.cd == nil || !need || !w.spec.Captures(w.op) {
-		return false
+	if s.cd == nil || !need || !w.spec.Captures(w.op) || s.d == envelope.MySQL {
+		return false // MySQL has no RETURNING: the rows are read around the write
 	}
 	if _, off := withoutReturning.Load(s.cd); off {
 		return false

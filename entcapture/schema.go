@@ -146,9 +146,9 @@ func from(g Glue, sch *Schema) *sql.SelectTable {
 // names no database SQLite knows unless it was attached under that name).
 func quotedTable(dl envelope.Dialect, g Glue, sch *Schema) string {
 	if d := db(g, sch); d != "" && dl != envelope.SQLite {
-		return envelope.QuoteIdent(d) + "." + envelope.QuoteIdent(sch.Table)
+		return dl.QuoteIdent(d) + "." + dl.QuoteIdent(sch.Table)
 	}
-	return envelope.QuoteIdent(sch.Table)
+	return dl.QuoteIdent(sch.Table)
 }
 
 // pin returns the predicate that narrows a write to rows (their keys),

@@ -49,7 +49,7 @@ func conflictOf(w *write, d envelope.Dialect, cols []string, opts []sql.Conflict
 	unsupported := func(format string, args ...any) error {
 		return &envelope.Error{Kind: envelope.ErrUnsupported, Where: w.sch.Name + " upsert", Msg: fmt.Sprintf(format, args...)}
 	}
-	ins := sql.Dialect(dialectName(d)).Insert(w.sch.Table).Columns(cols...).Values(make([]any, len(cols))...)
+	ins := sql.Dialect(conflictDialect(d)).Insert(w.sch.Table).Columns(cols...).Values(make([]any, len(cols))...)
 	ins.OnConflict(opts...)
 	q, _ := ins.Query()
 	i := strings.Index(q, " ON CONFLICT")
@@ -85,7 +85,7 @@ func conflictOf(w *write, d envelope.Dialect, cols []string, opts []sql.Conflict
 				return nil, unsupported("cannot read the assignment %q", a)
 			}
 			col := unquote(strings.TrimSpace(lhs))
-			if qualifiedSelf(rhs, w.sch.Table, col) {
+			if qualifiedSelf(rhs, w.sch.Table, col) || lastInsertIDSelf(rhs, w.sch.Table, col) {
 				self[col] = true
 				continue
 			}
@@ -100,7 +100,10 @@ func conflictOf(w *write, d envelope.Dialect, cols []string, opts []sql.Conflict
 			}
 		}
 		u.nothing = len(u.update) == 0
-		u.same = u.nothing && !u.where
+		// An assignment of a column to itself (ent's Ignore) writes the
+		// row on PostgreSQL and SQLite; MySQL leaves an unchanged row
+		// unwritten (affected rows 0), so there it is skipped.
+		u.same = u.nothing && !u.where && d != envelope.MySQL
 	default:
 		return nil, unsupported("cannot read the conflict action %q", rest)
 	}
@@ -204,6 +207,11 @@ func (s *scope) beforeUpsert(opts []sql.ConflictOption) error {
 		s.upsert = u
 		return nil
 	}
+	if s.d == envelope.MySQL {
+		if err := mysqlUpsertTarget(w, u, s.creates); err != nil { // capture_mysql.go
+			return err
+		}
+	}
 	if len(u.target) == 0 || u.where {
 		what := "an upsert without conflict columns (OnConflict() with DoNothing or Ignore)"
 		if u.where {
@@ -249,7 +257,7 @@ func (s *scope) rowsByTarget(w *write, u *upsert, lock bool, ids []any) (map[str
 		ps = append(ps, inSetP(s.d, rowType, sel, []string{w.sch.PK}, tuplesOf(ids)))
 	}
 	sel.Where(sql.Or(ps...))
-	if lock && s.d == envelope.Postgres {
+	if lock && locks(s.d) {
 		sel.ForUpdate()
 	}
 	got, err := s.query(sel, u.cols, scanStored(w.g))
@@ -427,7 +435,7 @@ type upsertKey struct{}
 // by its statement: PostgreSQL, through Driver, glue that scans one row at
 // a time.
 func (s *scope) upsertReturns(w *write) (scannerGlue, bool) {
-	if s.cd == nil {
+	if s.cd == nil || s.d == envelope.MySQL {
 		return nil, false
 	}
 	if _, off := withoutReturning.Load(s.cd); off {

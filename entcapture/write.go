@@ -214,6 +214,9 @@ func storedDiffers(g Glue, sch *Schema, d envelope.Dialect, row map[string]any) 
 	if len(unsetDefaults(g, sch)) > 0 {
 		return true
 	}
+	if d == envelope.MySQL {
+		return mysqlTimeDiffers(row) // capture_mysql.go
+	}
 	if d != envelope.Postgres {
 		return false
 	}

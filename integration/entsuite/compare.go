@@ -49,7 +49,7 @@ func readKnown(p string) ([]*knownEntry, error) {
 		}
 		e := &knownEntry{dialect: f[0], what: f[1], test: f[2], defect: strings.TrimSpace(defect), line: n}
 		switch {
-		case e.dialect != "sqlite" && e.dialect != "postgres" && e.dialect != "*":
+		case e.dialect != "sqlite" && e.dialect != "postgres" && e.dialect != "mysql" && e.dialect != "*":
 			return nil, fmt.Errorf("%s:%d: dialect %q", p, n, e.dialect)
 		case (e.what == "lost" || e.what == "gained") && len(f) == 3:
 		case e.what == "oracle" && len(f) == 5:

@@ -112,10 +112,13 @@ func Wrap(drv dialect.Driver, schemas []string) dialect.Driver {
 		glueMu.Unlock()
 		if !done {
 			d := envelope.SQLite
-			if sd.Dialect() == dialect.Postgres {
+			switch sd.Dialect() {
+			case dialect.Postgres:
 				d = envelope.Postgres
+			case dialect.MySQL:
+				d = envelope.MySQL
 			}
-			if sd.Dialect() == dialect.SQLite || sd.Dialect() == dialect.Postgres {
+			if sd.Dialect() == dialect.SQLite || sd.Dialect() == dialect.Postgres || sd.Dialect() == dialect.MySQL {
 				if err := envelope.Migrate(context.Background(), db, d, ""); err != nil {
 					fmt.Fprintln(os.Stderr, "herald-entsuite: migrate the outbox:", err)
 					os.Exit(3)
