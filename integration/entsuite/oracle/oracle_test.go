@@ -215,6 +215,8 @@ func TestMatchSelects(t *testing.T) {
 		{"INSERT INTO `users` (`id`, `name`) VALUES (?, ?), (?, ?) ON CONFLICT (`id`) DO UPDATE SET `name` = `excluded`.`name` RETURNING `id`", args(1, "a", 2, "b"),
 			"users: SELECT * FROM `users` WHERE \"id\" = ? [1]; users: SELECT * FROM `users` WHERE \"id\" = ? [2]"},
 		{"INSERT INTO `users` (`id`, `name`) VALUES (?, ?) ON CONFLICT (`id`) DO NOTHING", args(1, "a"), ""},
+		// no conflict target: completed from the table's unique indexes when it runs (anyUniqueSelect)
+		{"INSERT INTO `users` (`id`, `name`) VALUES (?, ?) ON CONFLICT DO UPDATE SET `id` = `users`.`id`", args(1, "a"), "users: SELECT * FROM `users` []"},
 		{"INSERT INTO `users` (`id`, `name`) VALUES (?, ?) ON CONFLICT (`id`) DO UPDATE SET `name` = ? WHERE `users`.`name` <> ?", args(1, "a", "b", "c"), ""},
 		{"INSERT INTO `users` (`id`, `name`) VALUES (?, ?)", args(1, "a"), ""},
 	} {

@@ -3,6 +3,7 @@ package oracle
 import (
 	"context"
 	"database/sql/driver"
+	"strconv"
 	"strings"
 )
 
@@ -31,6 +32,12 @@ func (o *Oracle) matched(ctx context.Context, c *conn, query string, args []driv
 		if err != nil {
 			return
 		}
+		if m.anyUnique {
+			var ok bool
+			if m, ok = o.anyUniqueSelect(ctx, q, m, pk); !ok {
+				continue
+			}
+		}
 		rows, err := q.QueryContext(ctx, m.query, m.args)
 		if err != nil {
 			trace("-- the oracle could not read the rows it writes: "+err.Error()+": "+m.query, m.args)
@@ -50,11 +57,67 @@ func (o *Oracle) matched(ctx context.Context, c *conn, query string, args []driv
 	}
 }
 
+// anyUniqueSelect completes the SELECT of an upsert with no conflict
+// target: the rows holding the inserted row's value of the primary key or
+// of any unique index (SQLite's DO UPDATE without a target applies to a
+// conflict on any of them). false when no key's columns are all given.
+func (o *Oracle) anyUniqueSelect(ctx context.Context, q driver.QueryerContext, m matchSelect, pk []string) (matchSelect, bool) {
+	sets := [][]string{pk}
+	idx, err := queryAll(ctx, q, "SELECT name FROM pragma_index_list("+strconv.Quote(m.table)+") WHERE \"unique\" = 1")
+	if err != nil {
+		return m, false
+	}
+	for _, r := range idx.rows {
+		info, err := queryAll(ctx, q, "SELECT name FROM pragma_index_info("+strconv.Quote(asString(r[0]))+") ORDER BY seqno")
+		if err != nil {
+			return m, false
+		}
+		var cols []string
+		for _, c := range info.rows {
+			cols = append(cols, asString(c[0]))
+		}
+		sets = append(sets, cols)
+	}
+	var ors []string
+	var args []driver.NamedValue
+	for _, set := range sets {
+		var and []string
+		var as []driver.NamedValue
+		for _, c := range set {
+			v, ok := m.byCol[c]
+			if !ok || c == "" {
+				and = nil
+				break
+			}
+			and = append(and, quote(c)+" = ?")
+			as = append(as, v)
+		}
+		if len(and) == 0 {
+			continue
+		}
+		ors = append(ors, "("+strings.Join(and, " AND ")+")")
+		args = append(args, as...)
+	}
+	if len(ors) == 0 {
+		return m, false
+	}
+	m.query += " WHERE " + strings.Join(ors, " OR ")
+	m.args = renumber(args)
+	return m, true
+}
+
 // matchSelect is a SELECT of the rows a statement writes.
 type matchSelect struct {
 	table string
 	query string
 	args  []driver.NamedValue
+	// anyUnique: an upsert with no conflict target (SQLite: DO UPDATE
+	// then applies to a conflict on any uniqueness constraint). query is
+	// "SELECT * FROM t" and byCol holds the row's argument of each column
+	// given as a plain ?; matched adds the WHERE from the table's unique
+	// indexes and primary key.
+	anyUnique bool
+	byCol     map[string]driver.NamedValue
 }
 
 // matchSelects returns the SELECTs of the rows an UPDATE or upsert of a
@@ -128,8 +191,9 @@ func (o *Oracle) upsertSelects(q string, args []driver.NamedValue) []matchSelect
 		return nil // DO NOTHING
 	}
 	target := strings.TrimSpace(rest[:doAt])
-	if !strings.HasPrefix(target, "(") || !strings.HasSuffix(target, ")") {
-		return nil // no target, or a partial index's WHERE
+	anyUnique := target == ""
+	if !anyUnique && (!strings.HasPrefix(target, "(") || !strings.HasSuffix(target, ")")) {
+		return nil // a partial index's WHERE
 	}
 	update := rest[doAt:]
 	end := len(update)
@@ -140,8 +204,10 @@ func (o *Oracle) upsertSelects(q string, args []driver.NamedValue) []matchSelect
 		return nil // DO UPDATE … WHERE: it may write none of them
 	}
 	var tcols []string
-	for _, c := range splitTop(target[1 : len(target)-1]) {
-		tcols = append(tcols, lastName(strings.TrimSpace(c)))
+	if !anyUnique {
+		for _, c := range splitTop(target[1 : len(target)-1]) {
+			tcols = append(tcols, lastName(strings.TrimSpace(c)))
+		}
 	}
 	head := q[:conflict]
 	into := topIndex(head, "INTO", 0)
@@ -181,6 +247,16 @@ func (o *Oracle) upsertSelects(q string, args []driver.NamedValue) []matchSelect
 				byCol[cols[i]] = pos
 			}
 			pos += n
+		}
+		if anyUnique {
+			vals := map[string]driver.NamedValue{}
+			for c, i := range byCol {
+				if i < len(args) {
+					vals[c] = args[i]
+				}
+			}
+			out = append(out, matchSelect{table: tb, query: "SELECT * FROM " + tbText, anyUnique: true, byCol: vals})
+			continue
 		}
 		var where []string
 		var wargs []driver.NamedValue
