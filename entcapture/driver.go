@@ -243,6 +243,9 @@ func (d *CaptureDriver) Exec(ctx context.Context, query string, args, v any) err
 		return err
 	}
 	ex := d.route(ctx)
+	if ok, err := d.execUpsert(ctx, ex, query, args, v); ok { // upsert.go
+		return err
+	}
 	if ok, err := d.execReturning(ctx, ex, query, args, v); ok { // returning.go
 		return err
 	}
@@ -389,6 +392,9 @@ type captureTx struct {
 func (t captureTx) Exec(ctx context.Context, query string, args, v any) error {
 	query, args, err := t.d.rewrite(ctx, query, args, true)
 	if err != nil {
+		return err
+	}
+	if ok, err := t.d.execUpsert(ctx, t.Tx, query, args, v); ok { // upsert.go
 		return err
 	}
 	if ok, err := t.d.execReturning(ctx, t.Tx, query, args, v); ok { // returning.go

@@ -558,7 +558,18 @@ func (s *scope) selectRows(w *write, cols []string, id any, byID bool, ids []any
 			p(sel)
 		}
 	} else {
-		if byID {
+		switch {
+		case byID && len(w.sch.Key) > 0:
+			// A composite-id UpdateOne: ent's UPDATE names the row by its
+			// key fields, set on the mutation (which names fields by column).
+			for _, c := range w.sch.Key {
+				v, ok := w.g.Field(fieldOf(w.sch, c))
+				if !ok {
+					return nil, fmt.Errorf("herald/entcapture: %s: an UpdateOne without its key field %s", w.sch.Name, c)
+				}
+				sel.Where(sql.EQ(sel.C(c), v))
+			}
+		case byID:
 			sel.Where(sql.EQ(sel.C(w.sch.PK), id))
 		}
 		for _, p := range w.g.HeraldPredicates() {

@@ -3,6 +3,7 @@ package entcapture
 import (
 	"context"
 	stdsql "database/sql"
+	"database/sql/driver"
 	"fmt"
 	"maps"
 	"slices"
@@ -182,7 +183,7 @@ func (s *scope) beforeUpsert(opts []sql.ConflictOption) error {
 			cols = append(cols, w.sch.PK)
 		}
 		for _, f := range it.w.g.Fields() {
-			if c, ok := w.sch.Fields[f]; ok && !slices.Contains(cols, c) {
+			if c, ok := w.sch.columnOf(f); ok && !slices.Contains(cols, c) {
 				cols = append(cols, c)
 			}
 		}
@@ -271,7 +272,7 @@ func (s *scope) rowsByTarget(w *write, u *upsert, lock bool, ids []any) (map[str
 			vs[i] = r[c]
 		}
 		out[keyOf(vs)] = r
-		out[idPrefix+envelope.KeyText(r[w.sch.PK])] = r
+		out[idPrefix+w.sch.keyText(r)] = r
 	}
 	return out, nil
 }
@@ -311,7 +312,7 @@ func (s *scope) afterUpsert() error {
 		if b, existed := u.before[k]; existed {
 			// The row that conflicted, by id: the action may have set a
 			// conflict column.
-			a, ok := after[idPrefix+envelope.KeyText(b[w.sch.PK])]
+			a, ok := after[idPrefix+w.sch.keyText(b)]
 			if ok && u.same {
 				s.addSame(w, u, a, at)
 				continue
@@ -347,12 +348,12 @@ func (s *scope) upsertReturned(w *write, u *upsert) error {
 		if s.d == envelope.SQLite {
 			r.inserted = r.rowid > u.ret.maxRowid || u.ret.newIDs[r.rowid]
 			if !r.inserted && u.ret.before && !u.nothing {
-				r.before = u.before[idPrefix+envelope.KeyText(r.after[w.sch.PK])]
+				r.before = u.before[idPrefix+w.sch.keyText(r.after)]
 			}
 		}
 		if r.inserted {
 			s.add(w.spec, envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Inserted,
-				PK: r.after[w.sch.PK], After: r.after, OccurredAt: at})
+				PK: w.sch.keyOf(r.after), After: r.after, OccurredAt: at})
 			continue
 		}
 		if u.same {
@@ -363,7 +364,7 @@ func (s *scope) upsertReturned(w *write, u *upsert) error {
 			continue
 		}
 		s.add(w.spec, envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Updated,
-			PK: r.after[w.sch.PK], Changed: u.update, Before: r.before, After: r.after, OccurredAt: at})
+			PK: w.sch.keyOf(r.after), Changed: u.update, Before: r.before, After: r.after, OccurredAt: at})
 	}
 	return nil
 }
@@ -476,12 +477,13 @@ func (r *upsertReturning) statement(query string, nothing bool) (q string, n int
 	if t := table; unquote(t[strings.LastIndexByte(t, '.')+1:]) != r.table {
 		return "", 0, false
 	}
-	i := strings.LastIndex(query, " RETURNING ")
-	if i < 0 {
-		return "", 0, false
+	// ent's own RETURNING, if any: an upsert of a schema with a composite
+	// id (an edge schema's field.ID) returns nothing (ent's Exec).
+	i, own := len(query), ""
+	if k := strings.LastIndex(query, " RETURNING "); k >= 0 {
+		i, own = k, query[k+len(" RETURNING "):]
+		n = len(strings.Split(own, ", "))
 	}
-	own := query[i+len(" RETURNING "):]
-	n = len(strings.Split(own, ", "))
 	var b strings.Builder
 	b.Grow(len(query) + 64*len(r.cols))
 	head := query[:i]
@@ -518,8 +520,11 @@ func (r *upsertReturning) statement(query string, nothing bool) (q string, n int
 		b.WriteString(`)::text, true) IS NOT NULL`)
 	}
 	b.WriteString(` RETURNING ` + own)
-	for _, c := range r.cols {
-		b.WriteString(`, ` + envelope.QuoteIdent(c))
+	for j, c := range r.cols {
+		if j > 0 || own != "" {
+			b.WriteString(`, `)
+		}
+		b.WriteString(envelope.QuoteIdent(c))
 	}
 	if r.dialect == envelope.SQLite {
 		b.WriteString(`, rowid`)
@@ -561,6 +566,46 @@ func (d *CaptureDriver) queryUpsert(ctx context.Context, ex dialect.ExecQuerier,
 		return true, fmt.Errorf("herald/entcapture: %s: the driver returned rows of type %T, not *sql.Rows", r.table, inner.ColumnScanner)
 	}
 	rows.ColumnScanner = &upsertRows{Rows: std, n: n, r: r, before: r.before && !u.nothing && r.dialect == envelope.Postgres}
+	return true, nil
+}
+
+// execUpsert runs ent's upsert INSERT that returns nothing (ent's Exec:
+// a schema with a composite id) with the capture's RETURNING when ctx
+// carries the request for it, reads every row it returns, and gives ent
+// the statement's result (rows affected: the rows returned, inserted or
+// updated); handled reports whether it did.
+func (d *CaptureDriver) execUpsert(ctx context.Context, ex dialect.ExecQuerier, query string, args, v any) (handled bool, err error) {
+	u := d.upsertOf(ctx)
+	if u == nil || strings.Contains(query, " RETURNING ") {
+		return false, nil
+	}
+	res, ok := v.(*stdsql.Result)
+	if v != nil && !ok {
+		return false, nil
+	}
+	r := u.ret
+	q, n, ok := r.statement(query, u.nothing)
+	if !ok {
+		return false, nil
+	}
+	r.done = true
+	var inner sql.Rows
+	if err := ex.Query(ctx, q, args, &inner); err != nil {
+		return true, err
+	}
+	std, ok := inner.ColumnScanner.(*stdsql.Rows)
+	if !ok {
+		_ = inner.Close()
+		return true, fmt.Errorf("herald/entcapture: %s: the driver returned rows of type %T, not *sql.Rows", r.table, inner.ColumnScanner)
+	}
+	rows := &upsertRows{Rows: std, n: n, r: r, before: r.before && !u.nothing && r.dialect == envelope.Postgres}
+	before := len(r.rows)
+	if err := rows.Close(); err != nil { // Close reads every row
+		return true, err
+	}
+	if res != nil {
+		*res = driver.RowsAffected(len(r.rows) - before)
+	}
 	return true, nil
 }
 

@@ -138,8 +138,8 @@ func insertedFields(w *write) map[string]any {
 		edge[c] = true
 	}
 	out := map[string]any{}
-	for f, c := range w.sch.Fields {
-		if _, set := w.g.Field(f); set && !edge[c] {
+	for _, c := range w.sch.Fields {
+		if _, set := w.g.Field(c); set && !edge[c] {
 			if v, ok := row[c]; ok {
 				out[c] = v
 			}
@@ -338,13 +338,31 @@ func (s *scope) readBack(rows []map[string]any) error {
 	return nil
 }
 
+// fieldOf returns the name ent's mutation (Field) gives the field of
+// column col — the column itself, see columnOf — or "" when col is no
+// field's.
 func fieldOf(s *Schema, col string) string {
-	for f, c := range s.Fields {
+	for _, c := range s.Fields {
 		if c == col {
-			return f
+			return col
 		}
 	}
 	return ""
+}
+
+// columnOf returns the column of the field that ent's mutation (Fields,
+// AddedFields, ClearedFields) names f. The mutation names a field by its
+// constant, whose value is the column — the field's StorageKey — not the
+// schema's field name Fields is keyed by: field.JSON("URLs", …) with
+// StorageKey("urls") is "urls" to the mutation (and to Field).
+func (s *Schema) columnOf(f string) (string, bool) {
+	for _, c := range s.Fields {
+		if c == f {
+			return c, true
+		}
+	}
+	c, ok := s.Fields[f]
+	return c, ok
 }
 
 // changedAfter is changed once ent built the UPDATE: what it listed
@@ -407,7 +425,7 @@ func (w *write) changed() []string {
 	set := map[string]bool{}
 	for _, fs := range [][]string{w.g.Fields(), w.g.AddedFields(), w.g.ClearedFields()} {
 		for _, f := range fs {
-			if c, ok := w.sch.Fields[f]; ok {
+			if c, ok := w.sch.columnOf(f); ok {
 				set[c] = true
 			}
 		}

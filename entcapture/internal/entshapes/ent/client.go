@@ -30,6 +30,7 @@ import (
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/project"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/room"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/shelf"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/site"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/tag"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/task"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/user"
@@ -74,6 +75,8 @@ type Client struct {
 	Room *RoomClient
 	// Shelf is the client for interacting with the Shelf builders.
 	Shelf *ShelfClient
+	// Site is the client for interacting with the Site builders.
+	Site *SiteClient
 	// Tag is the client for interacting with the Tag builders.
 	Tag *TagClient
 	// Task is the client for interacting with the Task builders.
@@ -106,6 +109,7 @@ func (c *Client) init() {
 	c.Project = NewProjectClient(c.config)
 	c.Room = NewRoomClient(c.config)
 	c.Shelf = NewShelfClient(c.config)
+	c.Site = NewSiteClient(c.config)
 	c.Tag = NewTagClient(c.config)
 	c.Task = NewTaskClient(c.config)
 	c.User = NewUserClient(c.config)
@@ -220,6 +224,7 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		Project:    NewProjectClient(cfg),
 		Room:       NewRoomClient(cfg),
 		Shelf:      NewShelfClient(cfg),
+		Site:       NewSiteClient(cfg),
 		Tag:        NewTagClient(cfg),
 		Task:       NewTaskClient(cfg),
 		User:       NewUserClient(cfg),
@@ -257,6 +262,7 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		Project:    NewProjectClient(cfg),
 		Room:       NewRoomClient(cfg),
 		Shelf:      NewShelfClient(cfg),
+		Site:       NewSiteClient(cfg),
 		Tag:        NewTagClient(cfg),
 		Task:       NewTaskClient(cfg),
 		User:       NewUserClient(cfg),
@@ -290,8 +296,8 @@ func (c *Client) Close() error {
 func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
 		c.Book, c.Device, c.Doc, c.Folder, c.Friendship, c.Group, c.Label, c.Membership,
-		c.Memo, c.MemoNote, c.Node, c.Person, c.Project, c.Room, c.Shelf, c.Tag,
-		c.Task, c.User,
+		c.Memo, c.MemoNote, c.Node, c.Person, c.Project, c.Room, c.Shelf, c.Site,
+		c.Tag, c.Task, c.User,
 	} {
 		n.Use(hooks...)
 	}
@@ -302,8 +308,8 @@ func (c *Client) Use(hooks ...Hook) {
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
 		c.Book, c.Device, c.Doc, c.Folder, c.Friendship, c.Group, c.Label, c.Membership,
-		c.Memo, c.MemoNote, c.Node, c.Person, c.Project, c.Room, c.Shelf, c.Tag,
-		c.Task, c.User,
+		c.Memo, c.MemoNote, c.Node, c.Person, c.Project, c.Room, c.Shelf, c.Site,
+		c.Tag, c.Task, c.User,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -342,6 +348,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.Room.mutate(ctx, m)
 	case *ShelfMutation:
 		return c.Shelf.mutate(ctx, m)
+	case *SiteMutation:
+		return c.Site.mutate(ctx, m)
 	case *TagMutation:
 		return c.Tag.mutate(ctx, m)
 	case *TaskMutation:
@@ -2762,6 +2770,140 @@ func (c *ShelfClient) mutate(ctx context.Context, m *ShelfMutation) (Value, erro
 	}
 }
 
+// SiteClient is a client for the Site schema.
+type SiteClient struct {
+	config
+}
+
+// NewSiteClient returns a client for the Site from the given config.
+func NewSiteClient(c config) *SiteClient {
+	return &SiteClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `site.Hooks(f(g(h())))`.
+func (c *SiteClient) Use(hooks ...Hook) {
+	c.hooks.Site = append(c.hooks.Site, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `site.Intercept(f(g(h())))`.
+func (c *SiteClient) Intercept(interceptors ...Interceptor) {
+	c.inters.Site = append(c.inters.Site, interceptors...)
+}
+
+// Create returns a builder for creating a Site entity.
+func (c *SiteClient) Create() *SiteCreate {
+	mutation := newSiteMutation(c.config, OpCreate)
+	return &SiteCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of Site entities.
+func (c *SiteClient) CreateBulk(builders ...*SiteCreate) *SiteCreateBulk {
+	return &SiteCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *SiteClient) MapCreateBulk(slice any, setFunc func(*SiteCreate, int)) *SiteCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &SiteCreateBulk{err: fmt.Errorf("calling to SiteClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*SiteCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &SiteCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for Site.
+func (c *SiteClient) Update() *SiteUpdate {
+	mutation := newSiteMutation(c.config, OpUpdate)
+	return &SiteUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *SiteClient) UpdateOne(_m *Site) *SiteUpdateOne {
+	mutation := newSiteMutation(c.config, OpUpdateOne, withSite(_m))
+	return &SiteUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *SiteClient) UpdateOneID(id int) *SiteUpdateOne {
+	mutation := newSiteMutation(c.config, OpUpdateOne, withSiteID(id))
+	return &SiteUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for Site.
+func (c *SiteClient) Delete() *SiteDelete {
+	mutation := newSiteMutation(c.config, OpDelete)
+	return &SiteDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *SiteClient) DeleteOne(_m *Site) *SiteDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *SiteClient) DeleteOneID(id int) *SiteDeleteOne {
+	builder := c.Delete().Where(site.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &SiteDeleteOne{builder}
+}
+
+// Query returns a query builder for Site.
+func (c *SiteClient) Query() *SiteQuery {
+	return &SiteQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeSite},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a Site entity by its id.
+func (c *SiteClient) Get(ctx context.Context, id int) (*Site, error) {
+	return c.Query().Where(site.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *SiteClient) GetX(ctx context.Context, id int) *Site {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *SiteClient) Hooks() []Hook {
+	hooks := c.hooks.Site
+	return append(hooks[:len(hooks):len(hooks)], site.Hooks[:]...)
+}
+
+// Interceptors returns the client interceptors.
+func (c *SiteClient) Interceptors() []Interceptor {
+	return c.inters.Site
+}
+
+func (c *SiteClient) mutate(ctx context.Context, m *SiteMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&SiteCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&SiteUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&SiteUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&SiteDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown Site mutation op: %q", m.Op())
+	}
+}
+
 // TagClient is a client for the Tag schema.
 type TagClient struct {
 	config
@@ -3377,11 +3519,11 @@ func (c *UserClient) mutate(ctx context.Context, m *UserMutation) (Value, error)
 type (
 	hooks struct {
 		Book, Device, Doc, Folder, Friendship, Group, Label, Membership, Memo, MemoNote,
-		Node, Person, Project, Room, Shelf, Tag, Task, User []ent.Hook
+		Node, Person, Project, Room, Shelf, Site, Tag, Task, User []ent.Hook
 	}
 	inters struct {
 		Book, Device, Doc, Folder, Friendship, Group, Label, Membership, Memo, MemoNote,
-		Node, Person, Project, Room, Shelf, Tag, Task, User []ent.Interceptor
+		Node, Person, Project, Room, Shelf, Site, Tag, Task, User []ent.Interceptor
 	}
 )
 

@@ -27,6 +27,7 @@ import (
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/project"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/room"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/shelf"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/site"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/tag"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/task"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/user"
@@ -105,6 +106,7 @@ func checkColumn(t, c string) error {
 			project.Table:    project.ValidColumn,
 			room.Table:       room.ValidColumn,
 			shelf.Table:      shelf.ValidColumn,
+			site.Table:       site.ValidColumn,
 			tag.Table:        tag.ValidColumn,
 			task.Table:       task.ValidColumn,
 			user.Table:       user.ValidColumn,

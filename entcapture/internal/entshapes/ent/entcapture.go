@@ -26,6 +26,7 @@ import (
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/project"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/room"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/shelf"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/site"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/tag"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/task"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/user"
@@ -137,6 +138,8 @@ func heraldDB(c SchemaConfig, s *entcapture.Schema) (string, bool) {
 		return c.Person, true
 	case heraldProjectSchema:
 		return c.Project, true
+	case heraldSiteSchema:
+		return c.Site, true
 	case heraldTagSchema:
 		return c.Tag, true
 	case heraldTaskSchema:
@@ -2032,6 +2035,154 @@ func (m *ProjectMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
 	return heraldDB(m.schemaConfig, s)
 }
 
+// heraldSiteSchema describes Site to entcapture.
+var heraldSiteSchema = &entcapture.Schema{
+	Name:     "Site",
+	Table:    site.Table,
+	Columns:  []string{"id", "ur_ls", "title"},
+	PK:       "id",
+	Nullable: []string{"ur_ls", "title"},
+	Fields:   map[string]string{"URLs": "ur_ls", "headline": "title"},
+}
+
+// HeraldSchema implements entcapture.Glue.
+func (m *SiteMutation) HeraldSchema() *entcapture.Schema { return heraldSiteSchema }
+
+// HeraldDriver implements entcapture.Glue.
+func (m *SiteMutation) HeraldDriver() dialect.Driver {
+	if d, ok := heraldTxDriver(m.driver); ok {
+		return d.drv
+	}
+	return m.driver
+}
+
+// HeraldTx implements entcapture.Glue.
+func (m *SiteMutation) HeraldTx() dialect.Tx {
+	if d, ok := heraldTxDriver(m.driver); ok {
+		return d.tx
+	}
+	return nil
+}
+
+// HeraldOnCommit implements entcapture.Glue.
+func (m *SiteMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
+
+// HeraldBeforeDelete implements entcapture.Glue.
+func (m *SiteMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
+
+// HeraldBeforeInsert implements entcapture.Glue.
+func (m *SiteMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
+
+// HeraldPredicates implements entcapture.Glue.
+func (m *SiteMutation) HeraldPredicates() []func(*sql.Selector) {
+	ps := make([]func(*sql.Selector), len(m.predicates))
+	for i, p := range m.predicates {
+		ps[i] = p
+	}
+	return ps
+}
+
+// HeraldRow implements entcapture.Glue.
+func (m *SiteMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
+	e, ok := v.(*Site)
+	if !ok || e == nil {
+		return nil, false
+	}
+	return heraldSiteRow(e, heraldSiteSchema.Columns, nil), true
+}
+
+// HeraldScan implements entcapture.Glue.
+func (m *SiteMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
+	var out []map[string]any
+	for rows.Next() {
+		dst, row, err := m.HeraldScanner(cols)
+		if err != nil {
+			return nil, err
+		}
+		if err := rows.Scan(dst...); err != nil {
+			return nil, err
+		}
+		r, err := row()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// row of cols, and the row once scanned (NULL as nil).
+func (m *SiteMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
+	e := &Site{}
+	vals, err := e.scanValues(cols)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst := entcapture.NullAware(vals)
+	return dst, func() (map[string]any, error) {
+		if err := e.assignValues(cols, vals); err != nil {
+			return nil, err
+		}
+		return heraldSiteRow(e, cols, dst), nil
+	}, nil
+}
+
+// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// (Modify, AppendX), as its sqlSave last saw them.
+func (m *SiteMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
+
+// HeraldID implements entcapture.Glue.
+func (m *SiteMutation) HeraldID() (any, bool) {
+	if m.id == nil {
+		return nil, false
+	}
+	return *m.id, true
+}
+
+// HeraldNew implements entcapture.Glue: the entity a create of the
+// mutation's fields returns, as its createSpec builds it, without edges
+// (and without the id the database generates).
+func (m *SiteMutation) HeraldNew() ent.Value {
+	e := &Site{}
+	if v, ok := m.ID(); ok {
+		e.ID = v
+	}
+	if v, ok := m.URLs(); ok {
+		e.URLs = v
+	}
+	if v, ok := m.Headline(); ok {
+		e.Headline = v
+	}
+	return e
+}
+
+func heraldSiteRow(e *Site, cols []string, vals []any) map[string]any {
+	row := make(map[string]any, len(cols))
+	for i, c := range cols {
+		if vals != nil && entcapture.IsNull(vals[i]) {
+			row[c] = nil
+			continue
+		}
+		switch c {
+		case "id":
+			row[c] = e.ID
+		case "ur_ls":
+			row[c] = e.URLs
+		case "title":
+			row[c] = e.Headline
+		}
+	}
+	return row
+}
+
+var _ entcapture.Glue = (*SiteMutation)(nil)
+
+// HeraldDB implements entcapture.Glue.
+func (m *SiteMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+	return heraldDB(m.schemaConfig, s)
+}
+
 // heraldTagSchema describes Tag to entcapture.
 var heraldTagSchema = &entcapture.Schema{
 	Name:    "Tag",
@@ -2957,7 +3108,7 @@ func heraldIDScanUser() (any, func() (any, error)) {
 }
 
 func init() {
-	entcapture.Register(heraldBookSchema, heraldDeviceSchema, heraldDocSchema, heraldFolderSchema, heraldFriendshipSchema, heraldGroupSchema, heraldLabelSchema, heraldMembershipSchema, heraldMemoSchema, heraldMemoNoteSchema, heraldNodeSchema, heraldPersonSchema, heraldProjectSchema, heraldTagSchema, heraldTaskSchema, heraldUserSchema, heraldJoinMemoTagsSchema, heraldJoinUserFollowingSchema, heraldJoinUserPeersSchema, heraldJoinUserTagsSchema)
+	entcapture.Register(heraldBookSchema, heraldDeviceSchema, heraldDocSchema, heraldFolderSchema, heraldFriendshipSchema, heraldGroupSchema, heraldLabelSchema, heraldMembershipSchema, heraldMemoSchema, heraldMemoNoteSchema, heraldNodeSchema, heraldPersonSchema, heraldProjectSchema, heraldSiteSchema, heraldTagSchema, heraldTaskSchema, heraldUserSchema, heraldJoinMemoTagsSchema, heraldJoinUserFollowingSchema, heraldJoinUserPeersSchema, heraldJoinUserTagsSchema)
 	heraldBookSchema.Scan = (*BookMutation)(nil).HeraldScan
 	heraldBookSchema.Hooks = func() []ent.Hook { return book.Hooks[:] }
 	if heraldBookSchema.EdgeColumns == nil {
@@ -3044,6 +3195,8 @@ func init() {
 	heraldProjectSchema.Hooks = func() []ent.Hook { return project.Hooks[:] }
 	heraldProjectSchema.ChildEdges = append(heraldProjectSchema.ChildEdges, entcapture.ChildEdge{Name: "tasks", Child: heraldTaskSchema, Column: "project_tasks"})
 	heraldProjectSchema.Cascades = append(heraldProjectSchema.Cascades, entcapture.Cascade{Child: heraldTaskSchema, Column: "project_tasks", SetNull: false})
+	heraldSiteSchema.Scan = (*SiteMutation)(nil).HeraldScan
+	heraldSiteSchema.Hooks = func() []ent.Hook { return site.Hooks[:] }
 	heraldTagSchema.Scan = (*TagMutation)(nil).HeraldScan
 	heraldTagSchema.Hooks = func() []ent.Hook { return tag.Hooks[:] }
 	heraldTagSchema.Edges = append(heraldTagSchema.Edges, entcapture.ThroughEdge{Name: "users", Through: heraldJoinUserTagsSchema, Own: "tag_id", Other: "user_id", Bidi: false})

@@ -44,6 +44,8 @@ type Tx struct {
 	Room *RoomClient
 	// Shelf is the client for interacting with the Shelf builders.
 	Shelf *ShelfClient
+	// Site is the client for interacting with the Site builders.
+	Site *SiteClient
 	// Tag is the client for interacting with the Tag builders.
 	Tag *TagClient
 	// Task is the client for interacting with the Task builders.
@@ -196,6 +198,7 @@ func (tx *Tx) init() {
 	tx.Project = NewProjectClient(tx.config)
 	tx.Room = NewRoomClient(tx.config)
 	tx.Shelf = NewShelfClient(tx.config)
+	tx.Site = NewSiteClient(tx.config)
 	tx.Tag = NewTagClient(tx.config)
 	tx.Task = NewTaskClient(tx.config)
 	tx.User = NewUserClient(tx.config)

@@ -291,3 +291,17 @@ func (Device) Mixin() []ent.Mixin { return capture() }
 func (Device) Fields() []ent.Field {
 	return []ent.Field{field.Bytes("addr").GoType(net.IP{}).Default(net.IP("127.0.0.1"))}
 }
+
+// Site has fields whose column is not their name: URLs (column urls, a
+// JSON list that AppendURLs appends to) and headline (StorageKey title).
+// ent's mutation names a field by its column.
+type Site struct{ ent.Schema }
+
+func (Site) Mixin() []ent.Mixin { return capture() }
+
+func (Site) Fields() []ent.Field {
+	return []ent.Field{
+		field.Strings("URLs").Optional(),
+		field.String("headline").StorageKey("title").Optional(),
+	}
+}

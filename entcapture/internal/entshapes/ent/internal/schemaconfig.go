@@ -23,6 +23,7 @@ type SchemaConfig struct {
 	Project       string // Project table.
 	Room          string // Room table.
 	Shelf         string // Shelf table.
+	Site          string // Site table.
 	Tag           string // Tag table.
 	Task          string // Task table.
 	User          string // User table.

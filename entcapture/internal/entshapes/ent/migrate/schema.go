@@ -282,6 +282,18 @@ var (
 			},
 		},
 	}
+	// SitesColumns holds the columns for the "sites" table.
+	SitesColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "ur_ls", Type: field.TypeJSON, Nullable: true},
+		{Name: "title", Type: field.TypeString, Nullable: true},
+	}
+	// SitesTable holds the schema information for the "sites" table.
+	SitesTable = &schema.Table{
+		Name:       "sites",
+		Columns:    SitesColumns,
+		PrimaryKey: []*schema.Column{SitesColumns[0]},
+	}
 	// TagsColumns holds the columns for the "tags" table.
 	TagsColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt, Increment: true},
@@ -441,6 +453,7 @@ var (
 		ProjectsTable,
 		RoomsTable,
 		ShelvesTable,
+		SitesTable,
 		TagsTable,
 		TasksTable,
 		UsersTable,

@@ -51,6 +51,9 @@ type Room func(*sql.Selector)
 // Shelf is the predicate function for shelf builders.
 type Shelf func(*sql.Selector)
 
+// Site is the predicate function for site builders.
+type Site func(*sql.Selector)
+
 // Tag is the predicate function for tag builders.
 type Tag func(*sql.Selector)
 

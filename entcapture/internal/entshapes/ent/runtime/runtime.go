@@ -18,6 +18,7 @@ import (
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/node"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/person"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/project"
+	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/site"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/tag"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/task"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/user"
@@ -87,6 +88,9 @@ func init() {
 	projectHooks := schema.Project{}.Hooks()
 	project.Hooks[0] = projectMixinHooks0[0]
 	project.Hooks[1] = projectHooks[0]
+	siteMixin := schema.Site{}.Mixin()
+	siteMixinHooks0 := siteMixin[0].Hooks()
+	site.Hooks[0] = siteMixinHooks0[0]
 	tagMixin := schema.Tag{}.Mixin()
 	tagMixinHooks0 := tagMixin[0].Hooks()
 	tag.Hooks[0] = tagMixinHooks0[0]
