@@ -128,7 +128,7 @@ func main() {
 		mode      = flag.String("mode", "beforeandafter", "payload mode of every schema: keys, after, beforeandafter")
 		jobs      = flag.Int("j", 2, "runs at a time")
 		verbose   = flag.Bool("v", false, "print the output of the tests a run lost")
-		composite = flag.Bool("composite", false, "capture the edge schemas with a composite id too (entcapture refuses them at go generate today)")
+		composite = flag.Bool("composite", true, "capture the edge schemas with a composite id (field.ID(...)); -composite=false leaves them out")
 		known     = flag.String("known", "known.txt", "the known differences")
 		workDir   = flag.String("work", "work", "the work directory (relative to integration/entsuite), replaced by each run unless -reuse")
 		reuse     = flag.Bool("reuse", false, "reuse work/ as the last run left it (no copy, generation or build): for iterating on the oracle's findings")

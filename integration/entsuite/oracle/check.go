@@ -431,10 +431,13 @@ func valueEqual(db, ev any) bool {
 				}
 			}
 			if j, ok := parseJSON(d); ok {
-				if _, isStr := j.(string); !isStr {
-					if k, ok := parseJSON(e); ok {
-						return valueEqual(j, k)
-					}
+				if js, isStr := j.(string); isStr {
+					// a JSON column holding a JSON string ("\"x\""): the
+					// image embeds the value, x
+					return js == e
+				}
+				if k, ok := parseJSON(e); ok {
+					return valueEqual(j, k)
 				}
 			}
 			return false

@@ -251,7 +251,9 @@ func TestValueEqual(t *testing.T) {
 		{`1.100000023841858`, `1.1`, true}, // a float32 in a double column
 		{`null`, `"00000000-0000-0000-0000-000000000000"`, false},
 		{`"eu"`, `null`, false},
-		{`"null"`, `null`, true}, // a JSON column holding the JSON null
+		{`"null"`, `null`, true},           // a JSON column holding the JSON null
+		{`"\"string\""`, `"string"`, true}, // a JSON column holding a JSON string
+		{`"\"string\""`, `"other"`, false},
 	} {
 		var db, ev any
 		if err := decode(c.db, &db); err != nil {
