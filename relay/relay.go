@@ -236,14 +236,14 @@ func (r *Relay) checkTable(ctx context.Context) error {
 	if r.dialect == envelope.Postgres {
 		mode, err := detectExecMode(ctx, r.db)
 		if err != nil {
-			return fmt.Errorf("%w: %w", errUnreachable, err)
+			return fmt.Errorf("%w: %w%s", errUnreachable, err, poolerHint(err))
 		}
 		if mode != nil {
 			r.execMode.Store(&mode)
 		}
 		jit, err := detectJIT(ctx, r.db)
 		if err != nil {
-			return fmt.Errorf("%w: %w", errUnreachable, err)
+			return fmt.Errorf("%w: %w%s", errUnreachable, err, poolerHint(err))
 		}
 		r.noJIT.Store(jit)
 	}
