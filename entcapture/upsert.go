@@ -550,23 +550,32 @@ func (d *CaptureDriver) queryUpsert(ctx context.Context, ex dialect.ExecQuerier,
 	if !ok {
 		return false, nil
 	}
+	ur, ok, err := runUpsert(ctx, ex, u, query, args)
+	if ok && err == nil {
+		rows.ColumnScanner = ur
+	}
+	return ok, err
+}
+
+// runUpsert runs ent's upsert INSERT with the capture's RETURNING; ok is
+// false for a statement that is not the upsert's.
+func runUpsert(ctx context.Context, ex dialect.ExecQuerier, u *upsert, query string, args any) (_ *upsertRows, ok bool, _ error) {
 	r := u.ret
 	q, n, ok := r.statement(query, u.nothing)
 	if !ok {
-		return false, nil
+		return nil, false, nil
 	}
 	r.done = true
 	var inner sql.Rows
 	if err := ex.Query(ctx, q, args, &inner); err != nil {
-		return true, err
+		return nil, true, err
 	}
 	std, ok := inner.ColumnScanner.(*stdsql.Rows)
 	if !ok {
 		_ = inner.Close()
-		return true, fmt.Errorf("herald/entcapture: %s: the driver returned rows of type %T, not *sql.Rows", r.table, inner.ColumnScanner)
+		return nil, true, fmt.Errorf("herald/entcapture: %s: the driver returned rows of type %T, not *sql.Rows", r.table, inner.ColumnScanner)
 	}
-	rows.ColumnScanner = &upsertRows{Rows: std, n: n, r: r, before: r.before && !u.nothing && r.dialect == envelope.Postgres}
-	return true, nil
+	return &upsertRows{Rows: std, n: n, r: r, before: r.before && !u.nothing && r.dialect == envelope.Postgres}, true, nil
 }
 
 // execUpsert runs ent's upsert INSERT that returns nothing (ent's Exec:
@@ -583,28 +592,16 @@ func (d *CaptureDriver) execUpsert(ctx context.Context, ex dialect.ExecQuerier, 
 	if v != nil && !ok {
 		return false, nil
 	}
-	r := u.ret
-	q, n, ok := r.statement(query, u.nothing)
-	if !ok {
-		return false, nil
+	rows, ok, err := runUpsert(ctx, ex, u, query, args)
+	if !ok || err != nil {
+		return ok, err
 	}
-	r.done = true
-	var inner sql.Rows
-	if err := ex.Query(ctx, q, args, &inner); err != nil {
-		return true, err
-	}
-	std, ok := inner.ColumnScanner.(*stdsql.Rows)
-	if !ok {
-		_ = inner.Close()
-		return true, fmt.Errorf("herald/entcapture: %s: the driver returned rows of type %T, not *sql.Rows", r.table, inner.ColumnScanner)
-	}
-	rows := &upsertRows{Rows: std, n: n, r: r, before: r.before && !u.nothing && r.dialect == envelope.Postgres}
-	before := len(r.rows)
+	before := len(u.ret.rows)
 	if err := rows.Close(); err != nil { // Close reads every row
 		return true, err
 	}
 	if res != nil {
-		*res = driver.RowsAffected(len(r.rows) - before)
+		*res = driver.RowsAffected(len(u.ret.rows) - before)
 	}
 	return true, nil
 }
