@@ -352,7 +352,7 @@ func (s *Spec) Messages(ctx context.Context, cs []Change) ([]Message, error) {
 		m.Payload = trustedJSON(p)
 		m.rowKeyed = rowKeyed
 		if s.Options.Tenant != "" {
-			m.Tenant = TenantText(c.Tenant)
+			m.Tenant = tenantText(c.Tenant)
 		}
 		if ext != nil {
 			m.Headers, m.Extra = ext.Headers, ext.Extra
@@ -473,10 +473,10 @@ func (s *Spec) AppendEnvelope(dst []byte, c *Change, ext *Extension) ([]byte, er
 	return append(dst, '}'), nil
 }
 
-// TenantText is a tenant column's value as the outbox's tenant column
+// tenantText is a tenant column's value as the outbox's tenant column
 // holds it: text as it is, a number in decimal, a UUID (any
 // fmt.Stringer) as its String; nil (NULL) is "", no tenant.
-func TenantText(v any) string {
+func tenantText(v any) string {
 	switch x := v.(type) {
 	case nil:
 		return ""
@@ -494,7 +494,7 @@ func TenantText(v any) string {
 	case driver.Valuer: // sql.NullString and the like
 		if dv, err := x.Value(); err == nil {
 			if _, again := dv.(driver.Valuer); !again {
-				return TenantText(dv)
+				return tenantText(dv)
 			}
 		}
 	}

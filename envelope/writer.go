@@ -707,7 +707,7 @@ func (w *Writer) selectEvents(ctx context.Context, q Querier, query string, args
 		if err != nil {
 			return err
 		}
-		e.Tenant = TenantText(e.Extra["tenant"])
+		e.Tenant = tenantText(e.Extra["tenant"])
 		e.Extra = nil
 		out[tenantKey(e.Tenant, e.IdempotencyKey)] = e
 	}
