@@ -156,15 +156,33 @@ func TestMySQLConcurrentUpsertOfOneNewKey(t *testing.T) {
 		}
 		done <- tx2.Commit()
 	}()
-	// The second waits on the first's row lock.
-	waited := testkit.WaitFor(30*time.Second, func() bool {
+	// The second waits on the first's row lock. Watch the server's lock
+	// waits and the second transaction at once: if it ends before it is
+	// seen waiting, its outcome says why.
+	var (
+		finished bool
+		second   error
+		lastErr  error
+	)
+	waited := testkit.WaitFor(2*time.Minute, func() bool {
+		select {
+		case second = <-done:
+			finished = true
+			return true
+		default:
+		}
 		var n int
-		err := e.db.QueryRow(`SELECT COUNT(*) FROM information_schema.INNODB_TRX t JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id
+		lastErr = e.db.QueryRow(`SELECT COUNT(*) FROM information_schema.INNODB_TRX t JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id
 			WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()`).Scan(&n)
-		return err == nil && n > 0
+		return lastErr == nil && n > 0
 	})
-	if !waited {
-		t.Fatal("the second upsert never waited for the first's lock")
+	switch {
+	case finished:
+		_ = tx1.Rollback()
+		t.Fatalf("the second upsert ended (err %v) while the first, holding the key, was still open: it never waited for the first's lock", second)
+	case !waited:
+		_ = tx1.Rollback()
+		t.Fatalf("the second upsert was not seen waiting for the first's lock within 2 minutes (last look at information_schema: err %v)", lastErr)
 	}
 	must(t, tx1.Commit())
 	must(t, <-done)

@@ -199,8 +199,17 @@
 //     side with the foreign key (SetOwner, ClearOwner) is an update of the
 //     row's own column, listed in "changed".
 //
-// Images say null where the column is NULL, also for a field whose Go
-// type has no null (an optional, non-Nillable UUID edge field).
+// Images say what the row holds as stored: null where the column is NULL,
+// also for a field whose Go type has no null (an optional, non-Nillable
+// UUID edge field); the column's default where the create left a field
+// unset; a time at the column's precision (timestamptz(3) drops what the
+// Go value had beyond milliseconds); a time.Duration as the integer
+// nanoseconds its column holds (as gormcapture, so both ORMs give the
+// same bytes for one row); and a field whose driver.Valuer does not
+// read back what it wrote as the column returned it — but for a row
+// reached only by a cascade or an edge setter, whose image is built from
+// the Go values the capture's snapshot scanned: there such a Valuer shows
+// what its Value method returns.
 //
 // The capture's reads and pins by keys — a bulk write pinned to the rows
 // read before it, the rows a cascade reaches, join rows, the children of

@@ -86,7 +86,10 @@ func TestWarnsOfConnectionChurn(t *testing.T) {
 			e2 := *e
 			e2.db = db
 			r := e2.newRelay(t, &recorder{}, Config{Logger: slog.New(logs), MaxPollInterval: 5 * time.Millisecond})
-			r.pool.every = 50 * time.Millisecond
+			// Windows of 2 s (a minute in production): long enough to
+			// hold two closes even where opening a connection is slow
+			// (a PostgreSQL whose catalogs have bloated takes 0.6 s).
+			r.pool.every = 2 * time.Second
 			start(t, r)
 			return logs, r
 		}
@@ -104,7 +107,11 @@ func TestWarnsOfConnectionChurn(t *testing.T) {
 			t.Errorf("%d warnings, want 1 (once per %s)", n, poolWarnEvery)
 		}
 		logs, r = churn(t, 8)
-		testkit.Eventually(t, 30*time.Second, func() bool { return r.polls.Load() >= 200 }, "fewer than 200 polls")
+		started := time.Now()
+		testkit.Eventually(t, time.Minute, func() bool {
+			// at least 200 polls over three windows of the watch
+			return r.polls.Load() >= 200 && time.Since(started) > 3*r.pool.every
+		}, "fewer than 200 polls")
 		if n := warnings(logs); n != 0 {
 			t.Errorf("%d warnings with 8 idle connections kept", n)
 		}
