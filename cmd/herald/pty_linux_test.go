@@ -57,8 +57,10 @@ func onTerminal(t *testing.T, env []string, answer string, args ...string) (stri
 	var (
 		mu     sync.Mutex
 		screen bytes.Buffer
+		read   = make(chan struct{}) // closed when the terminal is read to its end
 	)
 	go func() {
+		defer close(read)
 		buf := make([]byte, 4096)
 		for {
 			n, err := m.Read(buf)
@@ -83,7 +85,13 @@ func onTerminal(t *testing.T, env []string, answer string, args ...string) (stri
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	testkit.Eventually(t, 10*time.Second, func() bool { return strings.Contains(text(), "\n") }, "nothing on the terminal")
+	// Everything the process wrote is read once the master reads EIO (no
+	// slave end open any more): wait for that, not for some output.
+	select {
+	case <-read:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the terminal was not read to its end 30 s after the process exited:\n%s", text())
+	}
 	return text(), code
 }
 
