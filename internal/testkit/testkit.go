@@ -1,6 +1,7 @@
 // Package testkit gives herald's tests real servers: a fresh PostgreSQL
-// schema per test, SQLite files in t.TempDir(), Redis and RabbitMQ URLs, an
-// in-process Kafka cluster, and a goroutine-leak check for TestMain.
+// schema per test, SQLite files in t.TempDir(), Redis, RabbitMQ and NATS
+// URLs, and a goroutine-leak check for TestMain (a Kafka is in
+// internal/kafkatest, apart, so that core packages' tests need no Kafka client).
 //
 // A test that needs a server that is unreachable fails with a message that
 // says how to start it; `go test -short` skips such tests instead.
@@ -21,7 +22,6 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"go.uber.org/goleak"
 )
 
@@ -206,22 +206,6 @@ func reachable(t testing.TB, what, rawURL, port, envName, start string) {
 			what, host, err, start, envName)
 	}
 	_ = c.Close()
-}
-
-// Kafka returns broker addresses: HERALD_KAFKA_BROKERS when set, else an
-// in-process kfake cluster closed when the test ends.
-func Kafka(t testing.TB, opts ...kfake.Opt) []string {
-	t.Helper()
-	if v := os.Getenv(EnvKafka); v != "" {
-		needServer(t, "Kafka")
-		return strings.Split(v, ",")
-	}
-	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)...)
-	if err != nil {
-		t.Fatalf("testkit: start kfake cluster: %v", err)
-	}
-	t.Cleanup(c.Close)
-	return c.ListenAddrs()
 }
 
 // Name returns a random name with the prefix, for topics, streams, queues.
