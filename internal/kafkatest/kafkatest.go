@@ -1,10 +1,11 @@
 // Package kafkatest gives tests a Kafka: the brokers named by
 // HERALD_KAFKA_BROKERS, else an in-process kfake cluster.
 //
-// It is apart from internal/testkit so that the tests of herald's core
-// packages, which import testkit, do not put franz-go and kfake into the
-// go.sum of every program that imports those packages (go mod tidy keeps
-// checksums for what the tests of a program's dependencies import).
+// It is apart from internal/testkit, and a module of its own, so that the
+// tests of herald's core packages, which import testkit, do not put
+// franz-go and kfake into the go.sum of every program that imports those
+// packages (go mod tidy keeps checksums for what the tests of a program's
+// dependencies import), and the core's go.mod does not require them.
 package kafkatest
 
 import (
