@@ -39,6 +39,7 @@ import (
 	"github.com/heraldgo/herald/gormcapture"
 	"github.com/heraldgo/herald/internal/capturecases/entcc/ent"
 	_ "github.com/heraldgo/herald/internal/capturecases/entcc/ent/runtime"
+	"github.com/heraldgo/herald/internal/kafkatest"
 	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/otelherald"
 	"github.com/heraldgo/herald/relay"
@@ -181,7 +182,7 @@ func TestTraceFromRequestToConsumer(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = hook.Close() })
 			ktopic := testkit.Name("trace")
-			brokers := testkit.Kafka(t, kfake.SeedTopics(1, ktopic))
+			brokers := kafkatest.Brokers(t, kfake.SeedTopics(1, ktopic))
 			kd, err := kafka.New(kafka.Config{Brokers: brokers, Topic: ktopic})
 			if err != nil {
 				t.Fatal(err)

@@ -29,6 +29,7 @@ import (
 
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/inbox"
+	"github.com/heraldgo/herald/internal/kafkatest"
 	"github.com/heraldgo/herald/internal/migrate"
 	"github.com/heraldgo/herald/internal/promparse"
 	"github.com/heraldgo/herald/internal/testkit"
@@ -370,7 +371,7 @@ func TestRelayDeliversToEachTransport(t *testing.T) {
 	db, dsn := testkit.Postgres(t)
 	redisURL := testkit.RedisURL(t)
 	kafkaTopic := testkit.Name("herald_cli_")
-	brokers := testkit.Kafka(t, kfake.SeedTopics(1, kafkaTopic))
+	brokers := kafkatest.Brokers(t, kfake.SeedTopics(1, kafkaTopic))
 	stream := testkit.Name("herald-cli-")
 	rec := &receiver{}
 	hook := httptest.NewServer(rec)

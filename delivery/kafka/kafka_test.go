@@ -24,6 +24,7 @@ import (
 	"github.com/heraldgo/herald/delivery/kafka"
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/deliverytest"
+	"github.com/heraldgo/herald/internal/kafkatest"
 	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/relay"
 )
@@ -128,7 +129,7 @@ func viaProxy(p *testkit.Proxy) kgo.Opt {
 
 func newReceiver(t testing.TB) *deliverytest.Receiver {
 	topic := testkit.Name("herald-conf-")
-	brokers := testkit.Kafka(t, kfake.SeedTopics(3, topic))
+	brokers := kafkatest.Brokers(t, kfake.SeedTopics(3, topic))
 	createTopic(t, brokers, topic, 3)
 	// One broker behind the proxy: kfake.NumBrokers(1) unless a real
 	// cluster is given, whose tests then dial its first broker only.
@@ -158,7 +159,7 @@ func newReceiver(t testing.TB) *deliverytest.Receiver {
 // created with 3 partitions, so a key split over partitions would show.
 func atDefaults(t testing.TB, topics []string) *deliverytest.Receiver {
 	first, _, _ := strings.Cut(topics[0], ".")
-	brokers := testkit.Kafka(t)
+	brokers := kafkatest.Brokers(t)
 	for _, tp := range topics {
 		createTopic(t, brokers, tp, 3)
 		createTopic(t, brokers, delivery.ByAggregate(&envelope.Event{Topic: tp}), 3)
@@ -187,7 +188,7 @@ func event(topic, key string) *envelope.Event {
 
 func TestEventTopicAndTopicFunc(t *testing.T) {
 	t.Parallel()
-	brokers := testkit.Kafka(t, kfake.SeedTopics(1, "billing.paid", "out.billing.refunded"))
+	brokers := kafkatest.Brokers(t, kfake.SeedTopics(1, "billing.paid", "out.billing.refunded"))
 	createTopic(t, brokers, "billing.paid", 1)
 	createTopic(t, brokers, "out.billing.refunded", 1)
 	plain, err := kafka.New(kafka.Config{Brokers: brokers})
@@ -227,7 +228,7 @@ func TestEventTopicAndTopicFunc(t *testing.T) {
 // A record Kafka refuses fails its own event only.
 func TestBatchMapsEachResult(t *testing.T) {
 	t.Parallel()
-	brokers := testkit.Kafka(t, kfake.SeedTopics(1, "exists"), kfake.BrokerConfigs(map[string]string{"auto.create.topics.enable": "false"}))
+	brokers := kafkatest.Brokers(t, kfake.SeedTopics(1, "exists"), kfake.BrokerConfigs(map[string]string{"auto.create.topics.enable": "false"}))
 	createTopic(t, brokers, "exists", 1)
 	d, err := kafka.New(kafka.Config{Brokers: brokers, ClientOptions: []kgo.Opt{kgo.RecordDeliveryTimeout(2 * time.Second)}})
 	if err != nil {
@@ -249,7 +250,7 @@ func TestBatchMapsEachResult(t *testing.T) {
 
 func TestGivenClientIsNotClosed(t *testing.T) {
 	t.Parallel()
-	brokers := testkit.Kafka(t, kfake.SeedTopics(1, "given"))
+	brokers := kafkatest.Brokers(t, kfake.SeedTopics(1, "given"))
 	createTopic(t, brokers, "given", 1)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
@@ -337,7 +338,7 @@ func TestEmptyBatch(t *testing.T) {
 func TestOversizedRecordFailsAlone(t *testing.T) {
 	t.Parallel()
 	const topic = "small-messages"
-	brokers := testkit.Kafka(t)
+	brokers := kafkatest.Brokers(t)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		t.Fatal(err)

@@ -25,6 +25,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldgo/herald/internal/kafkatest"
 	"github.com/heraldgo/herald/internal/testkit"
 )
 
@@ -289,7 +290,7 @@ const kafkaTopic = "shop.order"
 func servers(t *testing.T) (dsn string, sqlDB *sql.DB, brokers []string) {
 	t.Helper()
 	sqlDB, dsn = testkit.Postgres(t)
-	brokers = testkit.Kafka(t, kfake.SeedTopics(3, kafkaTopic))
+	brokers = kafkatest.Brokers(t, kfake.SeedTopics(3, kafkaTopic))
 	return dsn, sqlDB, brokers
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/heraldgo/herald/inbox"
 	"github.com/heraldgo/herald/inbox/kafkainbox"
 	"github.com/heraldgo/herald/internal/inboxcrash"
+	"github.com/heraldgo/herald/internal/kafkatest"
 	"github.com/heraldgo/herald/internal/testkit"
 )
 
@@ -30,7 +31,7 @@ const envBrokers = "HERALD_CRASH_CHILD_BROKERS"
 // At CI's size by default; the large variant is
 // HERALD_CRASH_EVENTS=120 HERALD_CRASH_KILL_EVERY=30 (see inboxcrash).
 func TestCrash(t *testing.T) {
-	brokers := testkit.Kafka(t, kfake.GroupMinSessionTimeout(100*time.Millisecond))
+	brokers := kafkatest.Brokers(t, kfake.GroupMinSessionTimeout(100*time.Millisecond))
 	inboxcrash.Run(t, inboxcrash.Parent{
 		ChildTest: "TestCrashChild",
 		Env:       []string{envBrokers + "=" + strings.Join(brokers, ",")},

@@ -2,13 +2,40 @@ module github.com/heraldgo/herald/integration/peerbench
 
 go 1.26.0
 
-replace github.com/heraldgo/herald => ../..
+// The modules of this repository, from this checkout: the relay benchmark
+// (integration/relaybench) is in the integration module, which needs the
+// transports' modules.
+replace (
+	github.com/heraldgo/herald => ../..
+	github.com/heraldgo/herald/admin => ../../admin
+	github.com/heraldgo/herald/cmd/herald => ../../cmd/herald
+	github.com/heraldgo/herald/delivery/amqp => ../../delivery/amqp
+	github.com/heraldgo/herald/delivery/kafka => ../../delivery/kafka
+	github.com/heraldgo/herald/delivery/nats => ../../delivery/nats
+	github.com/heraldgo/herald/delivery/redisstream => ../../delivery/redisstream
+	github.com/heraldgo/herald/delivery/river => ../../delivery/river
+	github.com/heraldgo/herald/delivery/watermill => ../../delivery/watermill
+	github.com/heraldgo/herald/examples/service => ../../examples/service
+	github.com/heraldgo/herald/inbox/amqpinbox => ../../inbox/amqpinbox
+	github.com/heraldgo/herald/inbox/kafkainbox => ../../inbox/kafkainbox
+	github.com/heraldgo/herald/inbox/redisinbox => ../../inbox/redisinbox
+	github.com/heraldgo/herald/integration => ..
+	github.com/heraldgo/herald/internal/doccheck => ../../internal/doccheck
+	github.com/heraldgo/herald/internal/kafkatest => ../../internal/kafkatest
+	github.com/heraldgo/herald/otelherald => ../../otelherald
+	github.com/heraldgo/herald/wakeup/amqpfanout => ../../wakeup/amqpfanout
+	github.com/heraldgo/herald/wakeup/kafkasignal => ../../wakeup/kafkasignal
+	github.com/heraldgo/herald/wakeup/natssignal => ../../wakeup/natssignal
+	github.com/heraldgo/herald/wakeup/pgnotify => ../../wakeup/pgnotify
+	github.com/heraldgo/herald/wakeup/redispubsub => ../../wakeup/redispubsub
+)
 
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/ThreeDotsLabs/watermill-sql/v4 v4.1.2
 	github.com/google/uuid v1.6.0
 	github.com/heraldgo/herald v0.0.0-00010101000000-000000000000
+	github.com/heraldgo/herald/integration v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/riverqueue/river v0.51.2
 	github.com/riverqueue/river/riverdriver/riverdatabasesql v0.51.2

@@ -11,6 +11,7 @@ import (
 	"github.com/heraldgo/herald/delivery/kafka"
 	"github.com/heraldgo/herald/delivery/redisstream"
 	"github.com/heraldgo/herald/integration/relaybench"
+	"github.com/heraldgo/herald/internal/kafkatest"
 	"github.com/heraldgo/herald/internal/testkit"
 )
 
@@ -23,7 +24,7 @@ func TestDrainWithTransports(t *testing.T) {
 	ctx := context.Background()
 	// relaybench.Fill's topic is library.loan.updated; the delivery's
 	// default Kafka topic is its aggregate (delivery.ByAggregate).
-	brokers := testkit.Kafka(t, kfake.SeedTopics(3, "library.loan"))
+	brokers := kafkatest.Brokers(t, kfake.SeedTopics(3, "library.loan"))
 	kd, err := kafka.New(kafka.Config{Brokers: brokers})
 	if err != nil {
 		t.Fatal(err)

@@ -29,7 +29,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"go.uber.org/goleak"
 
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
@@ -167,7 +166,7 @@ func WaitReceived(t testing.TB, rc *Receiver, es []*envelope.Event, within time.
 
 func closeReleases(t *testing.T, s Suite) {
 	rc := s.NewReceiver(t)
-	before := goleak.IgnoreCurrent()
+	before := testkit.IgnoreRunning()
 	d := rc.NewDelivery(t)
 	e := &envelope.Event{ID: uuid.Must(uuid.NewV7()), Topic: Topic, OrderingKey: "close:1", Payload: []byte(`{"close":1}`),
 		Headers: map[string]string{"tenant": "acme"}}
@@ -189,7 +188,7 @@ func closeReleases(t *testing.T, s Suite) {
 	if rc.Conns != nil {
 		testkit.Eventually(t, 10*time.Second, func() bool { return rc.Conns() == 0 }, "no connection open to the receiver after Close")
 	}
-	if err := goleak.Find(before); err != nil {
+	if err := testkit.LeakError(testkit.Leaks(before)); err != nil {
 		t.Fatalf("goroutines left after Close: %v", err)
 	}
 	WaitReceived(t, rc, []*envelope.Event{e}, 20*time.Second)

@@ -1,6 +1,7 @@
 // Package testkit gives herald's tests real servers: a fresh PostgreSQL
-// schema per test, SQLite files in t.TempDir(), Redis and RabbitMQ URLs, an
-// in-process Kafka cluster, and a goroutine-leak check for TestMain.
+// schema per test, SQLite files in t.TempDir(), Redis, RabbitMQ and NATS
+// URLs, and a goroutine-leak check for TestMain (a Kafka is in
+// internal/kafkatest, apart, so that core packages' tests need no Kafka client).
 //
 // A test that needs a server that is unreachable fails with a message that
 // says how to start it; `go test -short` skips such tests instead.
@@ -21,8 +22,6 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
-	"github.com/twmb/franz-go/pkg/kfake"
-	"go.uber.org/goleak"
 )
 
 // Environment variables that point tests at servers.
@@ -42,22 +41,30 @@ const (
 	DefaultNATSURL     = "nats://127.0.0.1:4222"
 )
 
-// Main runs the tests and then fails the binary if goroutines leaked.
+// Main runs the tests and then fails the binary if goroutines leaked (the
+// check in leak.go, goleak's rules on the standard library alone).
 func Main(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// database/sql closes its opener goroutine asynchronously after Close.
-		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),
-		// pgx's background reader of a connection being closed.
-		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgconn/internal/bgreader.(*BGReader).bgRead"),
-		// gorm's prepared-statement cache (PrepareStmt) starts a TTL sweeper
-		// per cache that it never stops (gorm/internal/lru: "done channel is
-		// never closed").
-		goleak.IgnoreAnyFunction("gorm.io/gorm/internal/lru.NewLRU[...].func1"),
-		// go-redis retries a failed dial in the background, sleeping 1 s
-		// between tries, and sees that its pool was closed only when it
-		// wakes: up to a second after Close (a test that took Redis down).
-		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"),
-	)
+	code := m.Run()
+	if code == 0 {
+		if err := LeakError(Leaks(
+			// database/sql closes its opener goroutine asynchronously after Close.
+			IgnoreTop("database/sql.(*DB).connectionOpener"),
+			// pgx's background reader of a connection being closed.
+			IgnoreAny("github.com/jackc/pgx/v5/pgconn/internal/bgreader.(*BGReader).bgRead"),
+			// gorm's prepared-statement cache (PrepareStmt) starts a TTL sweeper
+			// per cache that it never stops (gorm/internal/lru: "done channel is
+			// never closed").
+			IgnoreAny("gorm.io/gorm/internal/lru.NewLRU[...].func1"),
+			// go-redis retries a failed dial in the background, sleeping 1 s
+			// between tries, and sees that its pool was closed only when it
+			// wakes: up to a second after Close (a test that took Redis down).
+			IgnoreAny("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"),
+		)); err != nil {
+			fmt.Fprintf(os.Stderr, "testkit: leaked goroutines after a successful run: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 func env(name, def string) string {
@@ -206,22 +213,6 @@ func reachable(t testing.TB, what, rawURL, port, envName, start string) {
 			what, host, err, start, envName)
 	}
 	_ = c.Close()
-}
-
-// Kafka returns broker addresses: HERALD_KAFKA_BROKERS when set, else an
-// in-process kfake cluster closed when the test ends.
-func Kafka(t testing.TB, opts ...kfake.Opt) []string {
-	t.Helper()
-	if v := os.Getenv(EnvKafka); v != "" {
-		needServer(t, "Kafka")
-		return strings.Split(v, ",")
-	}
-	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)...)
-	if err != nil {
-		t.Fatalf("testkit: start kfake cluster: %v", err)
-	}
-	t.Cleanup(c.Close)
-	return c.ListenAddrs()
 }
 
 // Name returns a random name with the prefix, for topics, streams, queues.

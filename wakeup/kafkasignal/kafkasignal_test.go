@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/heraldgo/herald/internal/kafkatest"
 	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/internal/wakeuptest"
 	"github.com/heraldgo/herald/wakeup/kafkasignal"
@@ -21,7 +22,7 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 // broker connection goes through a TCP proxy the test can cut.
 func pair(t *testing.T, mods ...func(*kafkasignal.Config)) (writer, relaySide *kafkasignal.Wakeup, proxy *testkit.Proxy) {
 	t.Helper()
-	brokers := testkit.Kafka(t)
+	brokers := kafkatest.Brokers(t)
 	if len(brokers) != 1 {
 		t.Skip("the proxy test needs a single broker")
 	}
@@ -108,7 +109,7 @@ func TestServerDown(t *testing.T) {
 // one partition and a one-minute retention.
 func TestCreatesSignalTopic(t *testing.T) {
 	t.Parallel()
-	brokers := testkit.Kafka(t)
+	brokers := kafkatest.Brokers(t)
 	topic := testkit.Name("herald.t.")
 	w, err := kafkasignal.New(kafkasignal.Config{Brokers: brokers, Topic: topic})
 	if err != nil {

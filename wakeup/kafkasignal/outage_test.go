@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldgo/herald/internal/kafkatest"
 	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/internal/wakeuptest"
 	"github.com/heraldgo/herald/wakeup/kafkasignal"
@@ -29,7 +30,7 @@ import (
 // to 5 s).
 func TestFirstDeliveryAfterOutage(t *testing.T) {
 	t.Parallel()
-	brokers := testkit.Kafka(t)
+	brokers := kafkatest.Brokers(t)
 	if len(brokers) != 1 {
 		t.Skip("the proxy test needs a single broker")
 	}

@@ -1,0 +1,70 @@
+module github.com/heraldgo/herald/otelherald
+
+go 1.26.0
+
+require (
+	entgo.io/ent v0.14.5
+	github.com/google/uuid v1.6.0
+	github.com/heraldgo/herald v0.0.0-00010101000000-000000000000
+	github.com/heraldgo/herald/delivery/amqp v0.0.0-00010101000000-000000000000
+	github.com/heraldgo/herald/delivery/kafka v0.0.0-00010101000000-000000000000
+	github.com/heraldgo/herald/delivery/redisstream v0.0.0-00010101000000-000000000000
+	github.com/heraldgo/herald/internal/kafkatest v0.0.0-00010101000000-000000000000
+	github.com/jackc/pgx/v5 v5.13.0
+	github.com/mattn/go-sqlite3 v1.14.22
+	github.com/rabbitmq/amqp091-go v1.16.0
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/twmb/franz-go v1.22.3
+	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
+	go.opentelemetry.io/otel v1.47.0
+	go.opentelemetry.io/otel/metric v1.47.0
+	go.opentelemetry.io/otel/sdk v1.47.0
+	go.opentelemetry.io/otel/sdk/metric v1.47.0
+	go.opentelemetry.io/otel/trace v1.47.0
+	gorm.io/driver/postgres v1.6.3
+	gorm.io/driver/sqlite v1.6.0
+	gorm.io/gorm v1.31.2
+)
+
+require (
+	ariga.io/atlas v0.32.1-0.20250325101103-175b25e1c1b9 // indirect
+	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/agext/levenshtein v1.2.3 // indirect
+	github.com/apparentlymart/go-textseg/v15 v15.0.0 // indirect
+	github.com/bmatcuk/doublestar v1.3.4 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/go-logr/logr v1.4.4 // indirect
+	github.com/go-logr/stdr v1.2.2 // indirect
+	github.com/go-openapi/inflect v0.19.0 // indirect
+	github.com/go-sql-driver/mysql v1.11.0 // indirect
+	github.com/google/go-cmp v0.7.0 // indirect
+	github.com/hashicorp/hcl/v2 v2.18.1 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/jinzhu/inflection v1.0.0 // indirect
+	github.com/jinzhu/now v1.1.5 // indirect
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/mitchellh/go-wordwrap v1.0.1 // indirect
+	github.com/pierrec/lz4/v4 v4.1.33 // indirect
+	github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
+	github.com/zclconf/go-cty v1.14.4 // indirect
+	github.com/zclconf/go-cty-yaml v1.1.0 // indirect
+	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
+	go.opentelemetry.io/otel/log v1.47.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/mod v0.42.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
+)
+
+// The modules of this repository, from this checkout (local development;
+// a release requires their tags instead: RELEASING.md).
+replace (
+	github.com/heraldgo/herald => ..
+	github.com/heraldgo/herald/delivery/amqp => ../delivery/amqp
+	github.com/heraldgo/herald/delivery/kafka => ../delivery/kafka
+	github.com/heraldgo/herald/delivery/redisstream => ../delivery/redisstream
+	github.com/heraldgo/herald/internal/kafkatest => ../internal/kafkatest
+)
