@@ -58,7 +58,9 @@ func onTerminal(t *testing.T, env []string, answer string, args ...string) (stri
 		mu     sync.Mutex
 		screen bytes.Buffer
 	)
+	drained := make(chan struct{})
 	go func() {
+		defer close(drained)
 		buf := make([]byte, 4096)
 		for {
 			n, err := m.Read(buf)
@@ -83,7 +85,14 @@ func onTerminal(t *testing.T, env []string, answer string, args ...string) (stri
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	testkit.Eventually(t, 10*time.Second, func() bool { return strings.Contains(text(), "\n") }, "nothing on the terminal")
+	// The process has exited; its last lines may still be in the
+	// terminal's buffer: read until the master reports EIO (no writer
+	// left), not merely until something is on the screen.
+	select {
+	case <-drained:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the terminal was not drained after the process exited:\n%s", text())
+	}
 	return text(), code
 }
 
