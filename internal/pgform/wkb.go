@@ -63,14 +63,14 @@ func (r *wkbReader) f64(be bool) (float64, error) {
 }
 
 // count reads a count and checks that the rest of the value can hold it
-// (each item at least min bytes), so a corrupt count cannot make the
+// (each item at least size bytes), so a corrupt count cannot make the
 // reader allocate or loop without end.
-func (r *wkbReader) count(be bool, min int) (int, error) {
+func (r *wkbReader) count(be bool, size int) (int, error) {
 	n, err := r.u32(be)
 	if err != nil {
 		return 0, err
 	}
-	if int64(n)*int64(min) > int64(len(r.b)) {
+	if int64(n)*int64(size) > int64(len(r.b)) {
 		return 0, fmt.Errorf("WKB count %d exceeds the value", n)
 	}
 	return int(n), nil
