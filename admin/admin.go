@@ -116,7 +116,7 @@ func New(cfg Config) (*Admin, error) {
 		return nil, err
 	}
 	return &Admin{db: cfg.DB, r: r, d: r.Dialect(), t: t, paused: t.PausedTable(), log: log, sqlNow: time.Now,
-		columns: "e." + strings.ReplaceAll(envelope.EventColumns, ", ", ", e.")}, nil
+		columns: "e." + strings.ReplaceAll(envelope.EventColumns, ", ", ", e.") + ", e.tenant"}, nil
 }
 
 // unstarted is the delivery of the Admin's own relay, which never runs.
@@ -153,6 +153,7 @@ type Event struct {
 	LeasedBy       string            `json:"leased_by,omitempty"`
 	PublishedAt    *time.Time        `json:"published_at,omitempty"`
 	DeadLetteredAt *time.Time        `json:"dead_lettered_at,omitempty"`
+	Tenant         string            `json:"tenant,omitempty"` // the tenant column (envelope.Message.Tenant); "" = none
 }
 
 func fromEnvelope(e *envelope.Event) Event {
@@ -172,7 +173,7 @@ func fromEnvelope(e *envelope.Event) Event {
 	return Event{Sequence: e.Sequence, ID: e.ID, State: s, Topic: e.Topic, OrderingKey: e.OrderingKey,
 		IdempotencyKey: e.IdempotencyKey, Payload: p, Headers: e.Headers, CreatedAt: e.CreatedAt,
 		Attempts: e.Attempts, LastError: e.LastError, NextAttemptAt: e.NextAttemptAt, LeaseUntil: e.LeaseUntil,
-		LeasedBy: e.LeasedBy, PublishedAt: e.PublishedAt, DeadLetteredAt: e.DeadLetteredAt}
+		LeasedBy: e.LeasedBy, PublishedAt: e.PublishedAt, DeadLetteredAt: e.DeadLetteredAt, Tenant: e.Tenant}
 }
 
 // Query selects events. Every field narrows; the zero Query selects every
@@ -185,6 +186,10 @@ type Query struct {
 	Topics []string `json:"topics,omitempty"`
 	// OrderingKey selects one key's events; "" = any.
 	OrderingKey string `json:"ordering_key,omitempty"`
+	// Tenants selects the events of these tenants (the outbox's tenant
+	// column, envelope.Message.Tenant; "" names the events without one);
+	// nil = any tenant.
+	Tenants []string `json:"tenants,omitempty"`
 	// Since and Until bound created_at: Since <= created_at < Until; zero
 	// = unbounded.
 	Since time.Time `json:"since,omitzero"`
@@ -287,6 +292,20 @@ func (a *Admin) where(q Query, s *sqlArgs) (string, error) {
 		}
 		c = append(c, "e.ordering_key = "+s.add(q.OrderingKey))
 	}
+	if q.Tenants != nil {
+		if len(q.Tenants) == 0 {
+			c = append(c, "1 = 0")
+		} else {
+			in := make([]string, len(q.Tenants))
+			for i, t := range q.Tenants {
+				if !utf8.ValidString(t) || strings.IndexByte(t, 0) >= 0 {
+					return "", badQuery(fmt.Sprintf("Tenants[%d]", i), "%q is not valid UTF-8 without NUL bytes", t)
+				}
+				in[i] = s.add(t)
+			}
+			c = append(c, "e.tenant IN ("+strings.Join(in, ", ")+")")
+		}
+	}
 	if !q.Since.IsZero() && !q.Until.IsZero() && !q.Since.Before(q.Until) {
 		return "", badQuery("Until", "%s is not after Since (%s)", q.Until.Format(time.RFC3339Nano), q.Since.Format(time.RFC3339Nano))
 	}
@@ -375,9 +394,15 @@ func (a *Admin) query(ctx context.Context, stmt string, args ...any) ([]Event, e
 	defer rows.Close()
 	out := []Event{}
 	for rows.Next() {
-		e, err := envelope.ScanEvent(rows, nil)
+		e, err := envelope.ScanEvent(rows, []string{"tenant"})
 		if err != nil {
 			return nil, err
+		}
+		switch v := e.Extra["tenant"].(type) { // text: string or bytes, by driver
+		case string:
+			e.Tenant = v
+		case []byte:
+			e.Tenant = string(v)
 		}
 		out = append(out, fromEnvelope(e))
 	}
@@ -466,6 +491,13 @@ func (q Query) String() string {
 	if q.OrderingKey != "" {
 		p = append(p, "ordering_key="+strconv.Quote(q.OrderingKey))
 	}
+	if q.Tenants != nil {
+		ts := make([]string, len(q.Tenants))
+		for i, t := range q.Tenants {
+			ts[i] = strconv.Quote(t)
+		}
+		p = append(p, "tenants="+strings.Join(ts, ","))
+	}
 	if !q.Since.IsZero() {
 		p = append(p, "since="+q.Since.Format(time.RFC3339Nano))
 	}
@@ -509,14 +541,7 @@ type TopicBacklog struct {
 // events, through the pending index; published history is not read).
 // Topics with nothing undelivered appear only while paused.
 func (a *Admin) Backlog(ctx context.Context) ([]TopicBacklog, error) {
-	now := "now()"
-	var args []any
-	switch a.d {
-	case envelope.SQLite:
-		now, args = "?1", []any{a.d.TimeArg(a.sqlNow())}
-	case envelope.MySQL:
-		now = "UTC_TIMESTAMP(6)" // created_at is UTC, whatever the session's time_zone
-	}
+	now, args := a.nowSQL()
 	stmt := `SELECT b.topic, sum(b.pending), min(b.oldest), sum(b.dead), max(b.paused), ` + now + ` FROM (
     SELECT e.topic, CASE WHEN e.dead_lettered_at IS NULL THEN 1 ELSE 0 END AS pending,
         CASE WHEN e.dead_lettered_at IS NULL THEN e.created_at END AS oldest,
@@ -550,6 +575,62 @@ GROUP BY b.topic ORDER BY b.topic`
 		return nil, fmt.Errorf("herald/admin: backlog: %w", err)
 	}
 	return out, nil
+}
+
+// TenantBacklog is one tenant's share of the outbox (the tenant column,
+// envelope.Message.Tenant); Tenant "" is the events without one.
+type TenantBacklog struct {
+	Tenant           string        `json:"tenant"`
+	Pending          int64         `json:"pending"`            // still to deliver (due, waiting to retry, leased)
+	OldestPendingAge time.Duration `json:"oldest_pending_age"` // of the oldest pending event, by the database's clock; 0 when none
+	DeadLettered     int64         `json:"dead_lettered"`
+}
+
+// BacklogByTenant counts every tenant's pending and dead events, in one
+// statement grouped by tenant (the undelivered events; published history
+// is not read), in tenant order. Tenants with nothing undelivered are not
+// listed.
+func (a *Admin) BacklogByTenant(ctx context.Context) ([]TenantBacklog, error) {
+	now, args := a.nowSQL()
+	stmt := `SELECT e.tenant, sum(CASE WHEN e.dead_lettered_at IS NULL THEN 1 ELSE 0 END),
+    min(CASE WHEN e.dead_lettered_at IS NULL THEN e.created_at END),
+    sum(CASE WHEN e.dead_lettered_at IS NULL THEN 0 ELSE 1 END), ` + now + `
+FROM ` + a.t.Quoted + ` e WHERE e.published_at IS NULL
+GROUP BY e.tenant ORDER BY e.tenant`
+	rows, err := a.db.QueryContext(ctx, stmt, args...)
+	if err != nil {
+		return nil, fmt.Errorf("herald/admin: backlog by tenant: %w", err)
+	}
+	defer rows.Close()
+	out := []TenantBacklog{}
+	for rows.Next() {
+		var (
+			b           TenantBacklog
+			oldest, now envelope.NullTime
+		)
+		if err := rows.Scan(&b.Tenant, &b.Pending, &oldest, &b.DeadLettered, &now); err != nil {
+			return nil, fmt.Errorf("herald/admin: backlog by tenant: %w", err)
+		}
+		if oldest.Valid && now.Valid {
+			b.OldestPendingAge = max(0, now.Time.Sub(oldest.Time))
+		}
+		out = append(out, b)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("herald/admin: backlog by tenant: %w", err)
+	}
+	return out, nil
+}
+
+// nowSQL is the database's now in a Backlog statement, and its argument.
+func (a *Admin) nowSQL() (string, []any) {
+	switch a.d {
+	case envelope.SQLite:
+		return "?1", []any{a.d.TimeArg(a.sqlNow())}
+	case envelope.MySQL:
+		return "UTC_TIMESTAMP(6)", nil // created_at is UTC, whatever the session's time_zone
+	}
+	return "now()", nil
 }
 
 // PausedTopic is a topic the relays do not lease.

@@ -17,8 +17,9 @@
 // List returns a page of events by State — StateDead (out of attempts,
 // holding back their key's later events), StateFailed (pending after at
 // least one failed delivery), StatePending (not yet delivered) — narrowed by
-// topic patterns ("billing.*"), ordering key, a created_at range and a text
-// of last_error, in sequence order; Page.Next is the keyset cursor for the
+// topic patterns ("billing.*"), ordering key, tenants (Query.Tenants: the
+// outbox's tenant column, each Event's Tenant), a created_at range and a
+// text of last_error, in sequence order; Page.Next is the keyset cursor for the
 // next page (Query.After), so a deep page costs what the first does. Get
 // returns one event with its state, attempts and last error, and the count
 // and first HeldBackShown of the events its key holds back.
@@ -39,7 +40,7 @@
 //
 // Backlog counts, per topic, the pending events, the age of the oldest and
 // the dead letters, in one statement grouped by topic, and tells which
-// topics are paused.
+// topics are paused; BacklogByTenant counts the same per tenant.
 //
 // Pause records a topic in the table of paused topics ({base}_paused,
 // created by envelope.Migrate at schema version 5). Every relay of the

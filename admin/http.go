@@ -41,9 +41,9 @@ type HandlerConfig struct {
 //
 // The JSON API (paths relative to where it is mounted):
 //
-//	GET  api/events?state=dead&topic=shop.*&key=K&error=TEXT&since=RFC3339&until=RFC3339&after=SEQ&limit=N
+//	GET  api/events?state=dead&topic=shop.*&key=K&tenant=T&error=TEXT&since=RFC3339&until=RFC3339&after=SEQ&limit=N
 //	GET  api/events/{id}
-//	GET  api/backlog
+//	GET  api/backlog             (by topic; ?by=tenant: BacklogByTenant)
 //	GET  api/paused
 //	POST api/retry     body: a Query as JSON ({"ids": [...]} or a filter) → {"count": n}
 //	POST api/discard   body: a Query as JSON                              → {"count": n}
@@ -198,10 +198,11 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 // queryFrom reads a Query from URL or form values: state, topic
-// (repeatable), key, error, since, until (RFC 3339), after, limit, id
-// (repeatable).
+// (repeatable), key, tenant (repeatable), error, since, until (RFC 3339),
+// after, limit, id (repeatable).
 func queryFrom(v url.Values) (Query, error) {
-	q := Query{State: State(v.Get("state")), Topics: nonEmpty(v["topic"]), OrderingKey: v.Get("key"), ErrorContains: v.Get("error")}
+	q := Query{State: State(v.Get("state")), Topics: nonEmpty(v["topic"]), OrderingKey: v.Get("key"), ErrorContains: v.Get("error"),
+		Tenants: nonEmpty(v["tenant"])}
 	for _, f := range []struct {
 		name string
 		dst  *time.Time
@@ -276,6 +277,20 @@ func (h *Handler) apiGet(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) apiBacklog(w http.ResponseWriter, r *http.Request) {
+	switch by := r.URL.Query().Get("by"); by {
+	case "", "topic":
+	case "tenant":
+		b, err := h.a.BacklogByTenant(r.Context())
+		if err != nil {
+			h.failErr(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, b)
+		return
+	default:
+		h.failErr(w, r, envelope.Validationf("by", "%q: want topic (the default) or tenant", by))
+		return
+	}
 	b, err := h.a.Backlog(r.Context())
 	if err != nil {
 		h.failErr(w, r, err)
@@ -379,7 +394,7 @@ func (h *Handler) formAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	back := url.Values{"msg": {msg}}
-	for _, k := range []string{"topic_filter", "key_filter", "error_filter"} {
+	for _, k := range []string{"topic_filter", "key_filter", "tenant_filter", "error_filter"} {
 		if v := r.PostFormValue(k); v != "" {
 			back.Set(strings.TrimSuffix(k, "_filter"), v)
 		}
@@ -395,9 +410,10 @@ func (h *Handler) formAction(w http.ResponseWriter, r *http.Request) {
 type pageData struct {
 	Table, Dialect, Token, Nonce, Msg string
 	Backlog                           []TopicBacklog
+	Tenants                           []TenantBacklog // shown when an undelivered event has a tenant
 	Dead                              []Event
 	Next                              int64
-	Topic, Key, Error                 string
+	Topic, Key, Tenant, Error         string
 	Err                               string
 }
 
@@ -405,7 +421,7 @@ func (h *Handler) page(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	v := r.URL.Query()
 	d := pageData{Table: h.a.t.Name, Dialect: string(h.a.d), Token: h.token, Msg: v.Get("msg"),
-		Topic: v.Get("topic"), Key: v.Get("key"), Error: v.Get("error")}
+		Topic: v.Get("topic"), Key: v.Get("key"), Tenant: v.Get("tenant"), Error: v.Get("error")}
 	var nonce [16]byte
 	_, _ = rand.Read(nonce[:])
 	d.Nonce = base64.RawStdEncoding.EncodeToString(nonce[:])
@@ -414,7 +430,14 @@ func (h *Handler) page(w http.ResponseWriter, r *http.Request) {
 		h.failErr(w, r, err)
 		return
 	}
-	q, err := queryFrom(url.Values{"topic": {d.Topic}, "key": {d.Key}, "error": {d.Error}, "after": {v.Get("after")}})
+	if d.Tenants, err = h.a.BacklogByTenant(ctx); err != nil {
+		h.failErr(w, r, err)
+		return
+	}
+	if len(d.Tenants) == 1 && d.Tenants[0].Tenant == "" {
+		d.Tenants = nil // no tenants: the table would repeat the totals
+	}
+	q, err := queryFrom(url.Values{"topic": {d.Topic}, "key": {d.Key}, "tenant": {d.Tenant}, "error": {d.Error}, "after": {v.Get("after")}})
 	if err == nil {
 		var p Page
 		if p, err = h.a.List(ctx, q); err == nil {

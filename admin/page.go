@@ -49,10 +49,19 @@ button { cursor: pointer; }
 <form method="post" action="pause" data-confirm="Pause this topic?"><input type="hidden" name="csrf" value="{{.Token}}">
 <p>Pause another topic: <input name="topic" placeholder="exact topic" size="24"> <input name="reason" placeholder="reason" size="14"> <button>Pause</button></p></form>
 
+{{if .Tenants}}<h2>Backlog per tenant</h2>
+<table id="tenants">
+<tr><th>Tenant</th><th>Pending</th><th>Oldest pending</th><th>Dead letters</th></tr>
+{{range .Tenants}}<tr>
+<td>{{if .Tenant}}<code>{{.Tenant}}</code>{{else}}<span class="muted">none</span>{{end}}</td><td class="n">{{.Pending}}</td><td class="n">{{age .OldestPendingAge}}</td><td class="n">{{.DeadLettered}}</td>
+</tr>{{end}}
+</table>{{end}}
+
 <h2>Dead letters</h2>
 <form method="get" action="./"><p>
 Topic <input name="topic" value="{{.Topic}}" placeholder="shop.* or a name" size="18">
 Key <input name="key" value="{{.Key}}" size="12">
+Tenant <input name="tenant" value="{{.Tenant}}" size="12">
 Error contains <input name="error" value="{{.Error}}" size="18">
 <button>Filter</button> <a href="./">clear</a></p></form>
 {{if .Dead}}<div>
@@ -65,7 +74,7 @@ Error contains <input name="error" value="{{.Error}}" size="18">
 <tr><th>#</th><th>Event</th><th>Attempts</th><th>Dead since</th><th>Last error</th><th>Payload</th><th></th></tr>
 {{range .Dead}}<tr id="ev-{{.ID}}">
 <td class="n">{{.Sequence}}</td>
-<td><code>{{.Topic}}</code>{{with .OrderingKey}}<br>key <code>{{.}}</code>{{end}}<br><span class="muted">{{.ID}}</span></td>
+<td><code>{{.Topic}}</code>{{with .OrderingKey}}<br>key <code>{{.}}</code>{{end}}{{with .Tenant}}<br>tenant <code>{{.}}</code>{{end}}<br><span class="muted">{{.ID}}</span></td>
 <td class="n">{{.Attempts}}</td><td>{{when .DeadLetteredAt}}</td>
 <td><pre class="err">{{.LastError}}</pre></td>
 <td><pre class="payload">{{pretty .Payload}}</pre></td>
@@ -73,9 +82,9 @@ Error contains <input name="error" value="{{.Error}}" size="18">
 <input type="hidden" name="csrf" value="{{$.Token}}"><input type="hidden" name="id" value="{{.ID}}">{{template "keep" $}}<button class="retry">Retry</button></form>
 <form method="post" action="discard" data-confirm="Delete event {{.Sequence}} ({{.Topic}})? Its key's later events are released. This cannot be undone.">
 <input type="hidden" name="csrf" value="{{$.Token}}"><input type="hidden" name="id" value="{{.ID}}">{{template "keep" $}}<button class="discard">Discard</button></form></td>
-</tr>{{else}}<tr><td colspan="7" class="muted">No dead letters{{if or .Topic .Key .Error}} match the filter{{end}}.</td></tr>{{end}}
+</tr>{{else}}<tr><td colspan="7" class="muted">No dead letters{{if or .Topic .Key .Tenant .Error}} match the filter{{end}}.</td></tr>{{end}}
 </table>
-{{if .Next}}<p><a id="next" href="?topic={{.Topic}}&amp;key={{.Key}}&amp;error={{.Error}}&amp;after={{.Next}}">Next page →</a></p>{{end}}
+{{if .Next}}<p><a id="next" href="?topic={{.Topic}}&amp;key={{.Key}}&amp;tenant={{.Tenant}}&amp;error={{.Error}}&amp;after={{.Next}}">Next page →</a></p>{{end}}
 <script nonce="{{.Nonce}}">
 document.querySelectorAll("form[data-confirm]").forEach(function (f) {
   f.addEventListener("submit", function (ev) {
@@ -85,6 +94,6 @@ document.querySelectorAll("form[data-confirm]").forEach(function (f) {
 </script>
 </body>
 </html>
-{{define "filter"}}<input type="hidden" name="topic" value="{{.Topic}}"><input type="hidden" name="key" value="{{.Key}}"><input type="hidden" name="error" value="{{.Error}}">{{template "keep" .}}{{end}}
-{{define "keep"}}<input type="hidden" name="topic_filter" value="{{.Topic}}"><input type="hidden" name="key_filter" value="{{.Key}}"><input type="hidden" name="error_filter" value="{{.Error}}">{{end}}
+{{define "filter"}}<input type="hidden" name="topic" value="{{.Topic}}"><input type="hidden" name="key" value="{{.Key}}"><input type="hidden" name="tenant" value="{{.Tenant}}"><input type="hidden" name="error" value="{{.Error}}">{{template "keep" .}}{{end}}
+{{define "keep"}}<input type="hidden" name="topic_filter" value="{{.Topic}}"><input type="hidden" name="key_filter" value="{{.Key}}"><input type="hidden" name="tenant_filter" value="{{.Tenant}}"><input type="hidden" name="error_filter" value="{{.Error}}">{{end}}
 `

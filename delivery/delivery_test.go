@@ -258,6 +258,16 @@ func TestHelpers(t *testing.T) {
 	if h := delivery.Headers(e); h[delivery.HeaderOrderingKey] != "library.Loan:7" || len(h) != 5 {
 		t.Fatalf("Headers of an ordered event: %v, want herald-ordering-key", h)
 	}
+	// A tenant's event carries herald-tenant; an event header of that
+	// name, in any case, is dropped.
+	e.Headers["Herald-Tenant"] = "forged"
+	if h := delivery.Headers(e); len(h) != 5 || h["Herald-Tenant"] != "" {
+		t.Fatalf("Headers of an event without a tenant: %v, want no herald-tenant", h)
+	}
+	e.Tenant = "acme"
+	if h := delivery.Headers(e); h[delivery.HeaderTenant] != "acme" || len(h) != 6 {
+		t.Fatalf("Headers of a tenant's event: %v, want herald-tenant acme", h)
+	}
 }
 
 // ByAggregate groups the topics of one captured model, which differ only

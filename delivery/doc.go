@@ -9,11 +9,19 @@
 // build of services that do not import them.
 //
 // Every transport sends the event's JSON payload as the body (Body) and the
-// event's headers plus its id, topic, sequence and ordering key
-// (HeaderEventID, HeaderTopic, HeaderSequence, HeaderOrderingKey) as
-// message headers (Headers), herald's values winning over an event header
-// of the same name in any case: a consumer de-duplicates on the id and
-// orders a key's messages on the sequence with no herald code. Transports
+// event's headers plus its id, topic, sequence, ordering key and tenant
+// (HeaderEventID, HeaderTopic, HeaderSequence, HeaderOrderingKey,
+// HeaderTenant) as message headers (Headers), herald's values winning over
+// an event header of the same name in any case: a consumer de-duplicates
+// on the id, orders a key's messages on the sequence and routes a
+// tenant's messages with no herald code.
+//
+// Header values are strings (envelope.Message.Headers is a
+// map[string]string), not any JSON value: every transport's header is a
+// string or bytes (HTTP, NATS, Kafka record headers, Redis stream fields,
+// watermill metadata) and a typed value would reach consumers in a
+// different form on each. Put structured data in the payload, or encode it
+// yourself (JSON text) into one header. Transports
 // that have a message key use the ordering key (Key), so one key stays in
 // one partition.
 //

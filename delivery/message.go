@@ -16,6 +16,7 @@ const (
 	HeaderTopic       = "herald-topic"        // the event's topic
 	HeaderSequence    = "herald-sequence"     // the event's sequence in decimal, what receivers order a key's events on
 	HeaderOrderingKey = "herald-ordering-key" // the event's ordering key; absent for an unordered event
+	HeaderTenant      = "herald-tenant"       // the event's tenant (envelope.Event.Tenant); absent for an event without one
 )
 
 // reserved reports whether name is one of herald's own headers, in any
@@ -24,7 +25,7 @@ func reserved(name string) bool {
 	if len(name) < len("herald-") || !strings.EqualFold(name[:len("herald-")], "herald-") {
 		return false
 	}
-	for _, h := range [...]string{HeaderEventID, HeaderTopic, HeaderSequence, HeaderOrderingKey} {
+	for _, h := range [...]string{HeaderEventID, HeaderTopic, HeaderSequence, HeaderOrderingKey, HeaderTenant} {
 		if strings.EqualFold(name, h) {
 			return true
 		}
@@ -42,13 +43,13 @@ func Body(e *envelope.Event) []byte {
 }
 
 // Headers returns the message headers of e: its own headers plus
-// HeaderEventID, HeaderTopic, HeaderSequence and, for an ordered event,
-// HeaderOrderingKey. An event header whose name is one of those in any
-// case is left out, so herald's values are the only ones sent even by
-// transports whose header names are case-insensitive (HTTP). The map is
-// new; the caller may keep it.
+// HeaderEventID, HeaderTopic, HeaderSequence, for an ordered event
+// HeaderOrderingKey and for an event of a tenant HeaderTenant. An event
+// header whose name is one of those in any case is left out, so herald's
+// values are the only ones sent even by transports whose header names are
+// case-insensitive (HTTP). The map is new; the caller may keep it.
 func Headers(e *envelope.Event) map[string]string {
-	h := make(map[string]string, len(e.Headers)+4)
+	h := make(map[string]string, len(e.Headers)+5)
 	for k, v := range e.Headers {
 		if !reserved(k) {
 			h[k] = v
@@ -59,6 +60,9 @@ func Headers(e *envelope.Event) map[string]string {
 	h[HeaderSequence] = strconv.FormatInt(e.Sequence, 10)
 	if e.OrderingKey != "" {
 		h[HeaderOrderingKey] = e.OrderingKey
+	}
+	if e.Tenant != "" {
+		h[HeaderTenant] = e.Tenant
 	}
 	return h
 }

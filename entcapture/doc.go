@@ -120,7 +120,10 @@
 //     CascadeHook, which the generated client installs: its deletes then
 //     capture those rows, and so need Driver or a transaction like a
 //     captured write (without them they fail with
-//     envelope.ErrConfiguration and delete nothing).
+//     envelope.ErrConfiguration and delete nothing). ON DELETE or ON
+//     UPDATE SET DEFAULT (entsql.SetDefault) into a captured schema is not
+//     followed, and go generate refuses it (envelope.ErrUnsupported naming
+//     the schema and the foreign key): use SetNull or Cascade.
 //   - Upserts (OnConflict…): a conflicting row is an update (its changed
 //     columns those the conflict action sets), a new one an insert, a row
 //     skipped by DoNothing or an UpdateWhere nothing; Ignore is ent's

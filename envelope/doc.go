@@ -73,8 +73,10 @@
 // version 6, MySQL 2: NOT NULL, empty for none), and idempotency keys are
 // unique per tenant — the key's unique index is (tenant,
 // idempotency_key). A relay may be limited to tenants
-// (relay.Config.Tenants). The README's "Tenants" section has the rest,
-// schema-per-tenant included.
+// (relay.Config.Tenants); its leased Event.Tenant is the column, sent by
+// every transport as the herald-tenant header, and it counts a backlog
+// per tenant (Relay.BacklogByTenant). The README's "Tenants" section has
+// the rest, schema-per-tenant included.
 //
 // SetContextHeaders installs a process-wide hook that gives headers from
 // a write's context (otelherald.RecordTraceContext: the W3C trace

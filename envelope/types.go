@@ -124,8 +124,10 @@ type Message struct {
 	Headers map[string]string
 	// Tenant goes into the outbox's tenant column (schema version 6; ""
 	// = none, at most 255 characters): idempotency keys are unique per
-	// tenant, and a relay or Backlog can be limited to tenants. A captured
-	// change's event has its model's Options.Tenant value.
+	// tenant, a relay or Backlog can be limited to tenants, and the
+	// relay's Event.Tenant and every transport's herald-tenant header
+	// carry it. A captured change's event has its model's Options.Tenant
+	// value.
 	Tenant    string
 	Extra     map[string]any // values for the service's own extra outbox columns
 	DeliverAt time.Time      // zero = now; otherwise not before it (years 1 to 9999)

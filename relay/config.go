@@ -126,7 +126,8 @@ type Config struct {
 	Observer Observer
 
 	// ExtraColumns names extra outbox columns (a service's own, such as
-	// tenant) to load into Event.Extra; nil = none.
+	// region) to load into Event.Extra; nil = none. The tenant column is
+	// the outbox's own: it is always loaded, into Event.Tenant.
 	ExtraColumns []string
 
 	// CleanupBatchSize is how many rows each DELETE of CleanupPublished and

@@ -4,7 +4,8 @@
 // the end dead-letters them. It also owns the operations on the table that
 // follow from that: RetryDeadLettered, CleanupPublished,
 // CleanupDeadLettered (also on a schedule: Config.RetainPublished,
-// Config.RetainDeadLettered) and Backlog, and the Observer hooks.
+// Config.RetainDeadLettered) and Backlog (BacklogByTopic,
+// BacklogByTenant), and the Observer hooks.
 //
 // One poll (ARCHITECTURE.md at the repository's root, "The poll cycle";
 // the statements, with the interleavings they are safe against, are in
@@ -98,8 +99,12 @@
 // wait short) the wait is capped as without one. Topics and ExcludeTopics
 // let relays of different topics, each with its own settings, share one
 // table; Tenants does the same for tenants (the outbox's tenant column,
-// schema version 6). With a schema per tenant, give each schema's outbox
-// its own relay (Config.Table "acme.herald_outbox").
+// schema version 6; MySQL 2). A leased event's Tenant is that column,
+// which the transports send as delivery.HeaderTenant; New therefore needs
+// the table at version 6 (MySQL 2) and refuses an older one with an
+// envelope.ErrConfiguration naming envelope.Migrate. With a schema per
+// tenant, give each schema's outbox its own relay (Config.Table
+// "acme.herald_outbox").
 //
 // Lifecycle: New validates and checks the table, Start starts the loop,
 // Stop finishes the batch in hand, Run is the blocking form; Start and Stop

@@ -284,7 +284,7 @@ type TopicBacklog struct {
 
 // BacklogByTopic is Backlog by topic, in one statement: the topics that
 // hold pending or dead-lettered events or are paused (within the relay's
-// Topics / ExcludeTopics), in topic order. A topic whose events are all
+// Topics / ExcludeTopics and Tenants), in topic order. A topic whose events are all
 // published is not listed unless it is paused.
 func (r *Relay) BacklogByTopic(ctx context.Context) ([]TopicBacklog, error) {
 	args := append([]any{r.nowArg()}, r.fargs...)
@@ -315,8 +315,47 @@ func (r *Relay) BacklogByTopic(ctx context.Context) ([]TopicBacklog, error) {
 	return out, nil
 }
 
+// TenantBacklog is Backlog for one tenant (the outbox's tenant column,
+// envelope.Message.Tenant); Tenant "" is the events without one.
+type TenantBacklog struct {
+	Tenant string
+	Backlog
+}
+
+// BacklogByTenant is Backlog by tenant, in one statement: the tenants that
+// hold pending or dead-lettered events (within the relay's Topics /
+// ExcludeTopics and Tenants), in tenant order, "" (the events without a
+// tenant) first when it holds any. A tenant whose events are all
+// published is not listed.
+func (r *Relay) BacklogByTenant(ctx context.Context) ([]TenantBacklog, error) {
+	args := append([]any{r.nowArg()}, r.fargs...)
+	rows, err := r.query(ctx, r.sql.backlogByTenant, args...)
+	if err != nil {
+		return nil, fmt.Errorf("herald/relay: backlog by tenant: %w%s", err, poolerHint(err))
+	}
+	defer rows.Close()
+	var out []TenantBacklog
+	for rows.Next() {
+		var (
+			t           TenantBacklog
+			oldest, now envelope.NullTime
+		)
+		if err := rows.Scan(&t.Tenant, &t.Pending, &oldest, &t.DeadLettered, &now); err != nil {
+			return nil, fmt.Errorf("herald/relay: backlog by tenant: %w", err)
+		}
+		if oldest.Valid && now.Valid {
+			t.OldestPendingAge = max(0, now.Time.Sub(oldest.Time))
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("herald/relay: backlog by tenant: %w%s", err, poolerHint(err))
+	}
+	return out, nil
+}
+
 // Backlog counts the relay's pending and dead-lettered events (within its
-// Topics / ExcludeTopics) in one statement.
+// Topics / ExcludeTopics and Tenants) in one statement.
 func (r *Relay) Backlog(ctx context.Context) (Backlog, error) {
 	var (
 		b           Backlog

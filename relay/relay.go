@@ -164,16 +164,15 @@ func New(db *sql.DB, d delivery.Delivery, cfg Config) (*Relay, error) {
 			extra += ", " + dialect.QuoteIdent(c)
 		}
 	}
-	all := envelope.EventColumns + extra
-	if cfg.Tenants != nil {
-		all += ", tenant" // schema version 6: found missing at start-up
-	}
+	all := envelope.EventColumns + ", tenant" + extra // tenant: schema version 6 (MySQL 2), found missing at start-up
 	b := sqlBuilder{d: dialect, t: t, columns: leaseColumns + extra, allColumns: all, async: cfg.AsyncCommit}
 	st, fargs := b.build(f)
 	var my mysqlStatements
 	if dialect == envelope.MySQL {
 		st, my, fargs = b.buildMySQL(f)
 	}
+	f2, _, _ := b.filterCondition(f, 2)
+	st.backlogByTenant = b.render(backlogByTenantSQL, f2, "")
 	r := &Relay{
 		db: db, d: d, cfg: cfg, dialect: dialect, table: t, filter: f, sql: st, my: my, fargs: fargs,
 		extra: cfg.ExtraColumns, log: cfg.Logger, now: time.Now, jitter: mrand.Float64,
@@ -229,7 +228,7 @@ func (r *Relay) checkTable(ctx context.Context) error {
 	}
 	if err != nil {
 		return &envelope.Error{Kind: envelope.ErrConfiguration, Where: "relay.Config.Table",
-			Msg: fmt.Sprintf("outbox table %s is missing, lacks a column the relay reads (%s%s) or its table of paused topics %s (schema version 5); create or migrate it with envelope.Migrate(ctx, db, %q, %q) or the statements of envelope.DDL%s",
+			Msg: fmt.Sprintf("outbox table %s is missing, lacks a column the relay reads (%s, tenant%s) or its table of paused topics %s (the relay needs schema version 6, on MySQL 2); create or migrate it with envelope.Migrate(ctx, db, %q, %q) or the statements of envelope.DDL%s",
 				r.table.Name, envelope.EventColumns, extraList(r.extra), r.table.PausedTable(), r.dialect, r.table.Name, poolerHint(err)),
 			Err: err}
 	}

@@ -18,8 +18,10 @@ import (
 // leaseColumns are the columns the lease returns: envelope.EventColumns
 // without the three whose values the relay knows already (leased_by it
 // just set; published_at and dead_lettered_at are NULL for any event it
-// can lease). leaseScanner reads them; Config.ExtraColumns follow.
-const leaseColumns = "sequence, id, topic, payload, headers, ordering_key, idempotency_key, created_at, attempts, last_error, next_attempt_at, lease_until"
+// can lease) and with tenant (schema version 6; MySQL 2), which
+// EventColumns leaves out. leaseScanner reads them; Config.ExtraColumns
+// follow.
+const leaseColumns = "sequence, id, topic, payload, headers, ordering_key, idempotency_key, created_at, attempts, last_error, next_attempt_at, lease_until, tenant"
 
 // leaseColumnNames are leaseColumns one by one, for DecodeError.
 var leaseColumnNames = strings.Split(leaseColumns, ", ")
@@ -56,7 +58,7 @@ type leaseScanner struct {
 
 	seq                 int64
 	id                  uuid.UUID
-	topic               string
+	topic, tenant       string
 	payload             []byte
 	headers             bufBytes // copied into a reused buffer, parsed before the next row
 	okey, ikey, lastErr sql.NullString
@@ -70,7 +72,7 @@ type leaseScanner struct {
 
 func newLeaseScanner(extra []string, name string, checkPayload bool) *leaseScanner {
 	s := &leaseScanner{extra: extra, name: name, checkPayload: checkPayload}
-	s.dest = []any{&s.seq, &s.id, &s.topic, &s.payload, &s.headers, &s.okey, &s.ikey, &s.created, &s.attempts, &s.lastErr, &s.next, &s.leaseUntil}
+	s.dest = []any{&s.seq, &s.id, &s.topic, &s.payload, &s.headers, &s.okey, &s.ikey, &s.created, &s.attempts, &s.lastErr, &s.next, &s.leaseUntil, &s.tenant}
 	if len(extra) > 0 {
 		s.xv = make([]any, len(extra))
 		for i := range s.xv {
@@ -98,7 +100,7 @@ func (s *leaseScanner) scan(rows *sql.Rows) (*envelope.Event, error) {
 		Sequence: s.seq, ID: s.id, Topic: s.topic, Payload: json.RawMessage(s.payload),
 		OrderingKey: s.okey.String, IdempotencyKey: s.ikey.String, CreatedAt: s.created.Time,
 		Attempts: s.attempts, LastError: s.lastErr.String, NextAttemptAt: s.next.Ptr(),
-		LeasedBy: s.name,
+		LeasedBy: s.name, Tenant: s.tenant,
 	}
 	if s.leaseUntil.valid {
 		lu := s.leaseUntil.t
@@ -156,7 +158,7 @@ func (s *leaseScanner) rescan(rows *sql.Rows) ([]error, error) {
 	}
 	// Reset what a failed conversion may have left half-set, then scan the
 	// good columns for real.
-	s.seq, s.id, s.topic, s.payload = 0, uuid.UUID{}, "", nil
+	s.seq, s.id, s.topic, s.tenant, s.payload = 0, uuid.UUID{}, "", "", nil
 	s.headers = s.headers[:0]
 	s.okey, s.ikey, s.lastErr = sql.NullString{}, sql.NullString{}, sql.NullString{}
 	s.created, s.next, s.attempts, s.leaseUntil = envelope.NullTime{}, envelope.NullTime{}, 0, leaseTime{}

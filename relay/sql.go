@@ -413,6 +413,18 @@ const backlogByTopicSQL = `SELECT b.topic, sum(b.pending), min(b.oldest), sum(b.
 GROUP BY b.topic
 ORDER BY b.topic`
 
+// backlogByTenantSQL is backlogSQL by tenant (schema version 6), in one
+// statement: the rows not yet published, grouped by the tenant column;
+// published history is never scanned. The same on every dialect.
+const backlogByTenantSQL = `SELECT e.tenant,
+    sum(CASE WHEN e.dead_lettered_at IS NULL THEN 1 ELSE 0 END),
+    min(CASE WHEN e.dead_lettered_at IS NULL THEN e.created_at END),
+    sum(CASE WHEN e.dead_lettered_at IS NULL THEN 0 ELSE 1 END), {now}
+FROM {table} e
+WHERE e.published_at IS NULL {filter}
+GROUP BY e.tenant
+ORDER BY e.tenant`
+
 // cleanupPublishedPostgres deletes one batch of published events published
 // more than $2 microseconds before the database's now; the caller repeats
 // it until a batch comes back short, so no statement holds many locks for
@@ -502,6 +514,7 @@ type statements struct {
 	fusedMark, fusedDelete                                         string // the marks carried into a lease's transaction (pending.go; PostgreSQL)
 	renew, release                                                 string
 	backlog, backlogByTopic, cleanupPublished, cleanupDeadLettered string
+	backlogByTenant                                                string // every dialect's: rendered by relay.New
 	retry, checkTable                                              string
 }
 

@@ -15,7 +15,15 @@ import (
 )
 
 func init() {
-	commands["backlog"] = command{summary: "pending events, oldest pending age and dead letters by topic", run: runBacklog}
+	commands["backlog"] = command{summary: "pending events, oldest pending age and dead letters by topic (or tenant)", run: runBacklog}
+}
+
+// tenantBacklogRow is one tenant of `herald backlog --by-tenant --json`.
+type tenantBacklogRow struct {
+	Tenant                  string  `json:"tenant"`
+	Pending                 int64   `json:"pending"`
+	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
+	DeadLettered            int64   `json:"dead_lettered"`
 }
 
 // backlogRow is one topic of `herald backlog --json`.
@@ -33,12 +41,16 @@ func runBacklog(ctx context.Context, args []string, out, errOut io.Writer) error
 		asJSON  bool
 		topics  listFlag
 		exclude listFlag
+		tenants listFlag
+		byTen   bool
 	)
 	fs := flagSet("backlog", errOut)
 	db.register(fs)
 	fs.BoolVar(&asJSON, "json", false, "write a JSON array instead of a table")
 	fs.Var(&topics, "topics", "only these topics (comma-separated names or prefix patterns ending in *)")
 	fs.Var(&exclude, "exclude-topics", "leave out these topics (same patterns)")
+	fs.Var(&tenants, "tenant", "only these tenants (comma-separated; the outbox's tenant column)")
+	fs.BoolVar(&byTen, "by-tenant", false, "one row per tenant instead of per topic")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -58,10 +70,16 @@ func runBacklog(ctx context.Context, args []string, out, errOut io.Writer) error
 	defer cancel()
 	// A relay that is never started reads the backlog: the one statement
 	// of BacklogByTopic, with the relay's own topic filter.
-	r, err := relay.New(sqlDB, delivery.Func(func(context.Context, *envelope.Event) error { return nil }),
-		relay.Config{Dialect: d, Table: db.table, Topics: topics, ExcludeTopics: exclude, Name: "herald-backlog"})
+	cfg := relay.Config{Dialect: d, Table: db.table, Topics: topics, ExcludeTopics: exclude, Name: "herald-backlog"}
+	if len(tenants) > 0 {
+		cfg.Tenants = tenants
+	}
+	r, err := relay.New(sqlDB, delivery.Func(func(context.Context, *envelope.Event) error { return nil }), cfg)
 	if err != nil {
 		return err
+	}
+	if byTen {
+		return backlogByTenant(ctx, r, asJSON, out)
 	}
 	bl, err := r.BacklogByTopic(ctx)
 	if err != nil {
@@ -92,6 +110,38 @@ func runBacklog(ctx context.Context, args []string, out, errOut io.Writer) error
 			paused = "paused"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\n", clean(b.Topic, 200), b.Pending, age, b.DeadLettered, paused)
+	}
+	return tw.Flush()
+}
+
+// backlogByTenant writes `herald backlog --by-tenant`: BacklogByTenant,
+// within the relay's topics and tenants.
+func backlogByTenant(ctx context.Context, r *relay.Relay, asJSON bool, out io.Writer) error {
+	bl, err := r.BacklogByTenant(ctx)
+	if err != nil {
+		return err
+	}
+	rows := make([]tenantBacklogRow, 0, len(bl))
+	for _, b := range bl {
+		rows = append(rows, tenantBacklogRow{Tenant: b.Tenant, Pending: b.Pending, OldestPendingAgeSeconds: b.OldestPendingAge.Seconds(), DeadLettered: b.DeadLettered})
+	}
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(out, "no pending or dead-lettered events")
+		return nil
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TENANT\tPENDING\tOLDEST PENDING\tDEAD")
+	for _, b := range bl {
+		age := "-"
+		if b.Pending > 0 {
+			age = b.OldestPendingAge.Round(time.Second).String()
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\n", orDash(clean(b.Tenant, 200)), b.Pending, age, b.DeadLettered)
 	}
 	return tw.Flush()
 }

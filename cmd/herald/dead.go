@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -40,16 +41,18 @@ var stdin = os.Stdin
 
 // queryFlags are the filters of the listing and batch commands.
 type queryFlags struct {
-	topics listFlag
-	key    string
-	since  string
-	until  string
-	errTxt string
+	topics  listFlag
+	tenants listFlag
+	key     string
+	since   string
+	until   string
+	errTxt  string
 }
 
 func (f *queryFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.topics, "topics", "only these topics (comma-separated names or prefix patterns ending in *)")
 	fs.StringVar(&f.key, "key", "", "only this ordering key")
+	fs.Var(&f.tenants, "tenant", "only these tenants (comma-separated; the outbox's tenant column)")
 	fs.StringVar(&f.since, "since", "", `only events created at or after this: RFC 3339, "2006-01-02[ 15:04:05]" (UTC) or "24h ago", "7d ago"`)
 	fs.StringVar(&f.until, "until", "", "only events created before this (the same forms)")
 	fs.StringVar(&f.errTxt, "error", "", "only events whose last error contains this text")
@@ -57,13 +60,16 @@ func (f *queryFlags) register(fs *flag.FlagSet) {
 
 // set reports whether any filter is given.
 func (f *queryFlags) set() bool {
-	return len(f.topics) > 0 || f.key != "" || f.since != "" || f.until != "" || f.errTxt != ""
+	return len(f.topics) > 0 || len(f.tenants) > 0 || f.key != "" || f.since != "" || f.until != "" || f.errTxt != ""
 }
 
 func (f *queryFlags) query(now time.Time) (admin.Query, error) {
 	q := admin.Query{OrderingKey: f.key, ErrorContains: f.errTxt}
 	if len(f.topics) > 0 {
 		q.Topics = f.topics
+	}
+	if len(f.tenants) > 0 {
+		q.Tenants = f.tenants
 	}
 	var err error
 	if f.since != "" {
@@ -259,13 +265,23 @@ func writeJSON(out io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// eventTable writes events as a table.
+// eventTable writes events as a table, with a TENANT column when one of
+// them has a tenant.
 func eventTable(out io.Writer, evs []admin.Event) error {
+	tenants := slices.ContainsFunc(evs, func(e admin.Event) bool { return e.Tenant != "" })
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SEQUENCE\tID\tSTATE\tTOPIC\tKEY\tATTEMPTS\tCREATED\tLAST ERROR")
+	if tenants {
+		fmt.Fprintln(tw, "SEQUENCE\tID\tSTATE\tTOPIC\tKEY\tTENANT\tATTEMPTS\tCREATED\tLAST ERROR")
+	} else {
+		fmt.Fprintln(tw, "SEQUENCE\tID\tSTATE\tTOPIC\tKEY\tATTEMPTS\tCREATED\tLAST ERROR")
+	}
 	for _, e := range evs {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", e.Sequence, e.ID, e.State, clean(e.Topic, 60), orDash(clean(e.OrderingKey, 40)),
-			e.Attempts, e.CreatedAt.UTC().Format(time.DateTime), orDash(clean(e.LastError, 60)))
+		tenant := ""
+		if tenants {
+			tenant = orDash(clean(e.Tenant, 40)) + "\t"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s%d\t%s\t%s\n", e.Sequence, e.ID, e.State, clean(e.Topic, 60), orDash(clean(e.OrderingKey, 40)),
+			tenant, e.Attempts, e.CreatedAt.UTC().Format(time.DateTime), orDash(clean(e.LastError, 60)))
 	}
 	return tw.Flush()
 }
@@ -347,6 +363,7 @@ func runShow(ctx context.Context, name string, args []string, out, errOut io.Wri
 	row("topic", clean(d.Topic, 1000))
 	row("ordering key", orDash(clean(d.OrderingKey, 1000)))
 	row("idempotency key", orDash(clean(d.IdempotencyKey, 1000)))
+	row("tenant", orDash(clean(d.Tenant, 1000)))
 	row("created", d.CreatedAt.UTC().Format(time.RFC3339Nano))
 	row("attempts", strconv.Itoa(d.Attempts))
 	row("last error", orDash(clean(d.LastError, 4000)))
@@ -511,6 +528,7 @@ func runTail(ctx context.Context, args []string, out, errOut io.Writer) error {
 	var (
 		db       dbFlags
 		topics   listFlag
+		tenants  listFlag
 		key      string
 		asJSON   bool
 		interval time.Duration
@@ -520,6 +538,7 @@ func runTail(ctx context.Context, args []string, out, errOut io.Writer) error {
 	db.register(fs)
 	fs.Var(&topics, "topics", "only these topics (comma-separated names or prefix patterns ending in *)")
 	fs.StringVar(&key, "key", "", "only this ordering key")
+	fs.Var(&tenants, "tenant", "only these tenants (comma-separated)")
 	fs.BoolVar(&asJSON, "json", false, "write one JSON object per event and line")
 	fs.DurationVar(&interval, "interval", time.Second, "how often to read the table")
 	fs.Int64Var(&from, "from", -1, "show the events after this sequence (default: only those written from now on)")
@@ -535,6 +554,9 @@ func runTail(ctx context.Context, args []string, out, errOut io.Writer) error {
 	q := admin.Query{State: admin.StateAll, OrderingKey: key}
 	if len(topics) > 0 {
 		q.Topics = topics
+	}
+	if len(tenants) > 0 {
+		q.Tenants = tenants
 	}
 	a, sqlDB, err := openAdmin(db, errOut)
 	if err != nil {
@@ -553,8 +575,12 @@ func runTail(ctx context.Context, args []string, out, errOut io.Writer) error {
 		if asJSON {
 			return enc.Encode(e)
 		}
-		_, err := fmt.Fprintf(out, "%d  %s  %s  %s  key=%s  %s\n", e.Sequence, e.CreatedAt.UTC().Format("2006-01-02T15:04:05.000Z"),
-			e.ID, clean(e.Topic, 200), orDash(clean(e.OrderingKey, 200)), e.State)
+		tenant := ""
+		if e.Tenant != "" {
+			tenant = "  tenant=" + clean(e.Tenant, 200)
+		}
+		_, err := fmt.Fprintf(out, "%d  %s  %s  %s  key=%s%s  %s\n", e.Sequence, e.CreatedAt.UTC().Format("2006-01-02T15:04:05.000Z"),
+			e.ID, clean(e.Topic, 200), orDash(clean(e.OrderingKey, 200)), tenant, e.State)
 		return err
 	}))
 }

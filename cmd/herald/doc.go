@@ -38,18 +38,22 @@
 // the database's clock), how many are dead-lettered and whether it is
 // paused: a table, or with --json an array of {"topic", "pending",
 // "oldest_pending_age_seconds", "dead_lettered", "paused"}. It reads them
-// in one statement (relay.BacklogByTopic).
+// in one statement (relay.BacklogByTopic). --by-tenant prints one row per
+// tenant instead (relay.BacklogByTenant; JSON {"tenant", "pending",
+// "oldest_pending_age_seconds", "dead_lettered"}, the events without a
+// tenant as "" or "-"); --tenant a,b counts only those tenants' events.
 //
 // dead list and events list print a page of events (dead letters; events
 // in any --state: all, pending, failed, dead) as a table, or with --json
 // as {"events": […], "next": N}; --limit (50, at most 1000) and --after
 // (the next page's cursor, printed under a full page) page through them.
 // Their filters, shared with retry and discard: --topics (names or
-// "prefix.*" patterns), --key (an ordering key), --since and --until (RFC
+// "prefix.*" patterns), --key (an ordering key), --tenant (tenants,
+// comma-separated: the outbox's tenant column), --since and --until (RFC
 // 3339, "2006-01-02[ 15:04[:05]]" in UTC, "now" or "<duration> ago": "24h
 // ago", "90m ago", "7d ago") and --error (text in last_error). dead show
-// and events show print one event — state, attempts, last error, headers,
-// payload — and the first events its ordering key holds back behind it;
+// and events show print one event — state, tenant, attempts, last error,
+// headers, payload — and the first events its ordering key holds back behind it;
 // --json writes admin.Detail. Control characters in a table (an escape
 // sequence in an error or a topic) are printed as U+FFFD.
 //
@@ -70,7 +74,8 @@
 // one line each (--json: one object a line), reading the table every
 // --interval (1s), until SIGINT or SIGTERM (exit 0). It follows by
 // sequence: an event whose transaction commits after a later-numbered one
-// has been printed is not printed. --topics and --key narrow it.
+// has been printed is not printed. --topics, --key and --tenant narrow
+// it; an event's tenant is shown as tenant=….
 //
 // pause TOPIC records the topic in the table of paused topics: every
 // relay of the table leases none of its events from its next poll;
@@ -104,7 +109,8 @@
 //	                         SQLite file path or file: URI (modernc.org/sqlite, pure Go)
 //	--table   HERALD_TABLE   outbox table, schema.table on PostgreSQL (default herald_outbox)
 //
-// backlog also takes --json, --topics and --exclude-topics; migrate takes
+// backlog also takes --json, --topics, --exclude-topics, --tenant and
+// --by-tenant; migrate takes
 // --version, --down (print) and --dialect (print).
 //
 // The relay (relay.Config; 0 = the relay package's default):
@@ -112,6 +118,7 @@
 //	--name                  HERALD_NAME                  name in leased_by and logs (default host:pid:random)
 //	--topics                HERALD_TOPICS                only these topics: names or prefix patterns ("billing.*")
 //	--exclude-topics        HERALD_EXCLUDE_TOPICS        leave these topics to other relays
+//	--tenant                HERALD_TENANT                only these tenants' events (relay.Config.Tenants)
 //	--batch-size            HERALD_BATCH_SIZE            events one poll leases (1..10000, default 100)
 //	--concurrency           HERALD_CONCURRENCY           events of a batch delivered at once (default 10)
 //	--max-attempts          HERALD_MAX_ATTEMPTS          failures that dead-letter an event (default 5)

@@ -57,10 +57,10 @@ func onTerminal(t *testing.T, env []string, answer string, args ...string) (stri
 	var (
 		mu     sync.Mutex
 		screen bytes.Buffer
-		read   = make(chan struct{}) // closed when the terminal is read to its end
 	)
+	drained := make(chan struct{})
 	go func() {
-		defer close(read)
+		defer close(drained)
 		buf := make([]byte, 4096)
 		for {
 			n, err := m.Read(buf)
@@ -85,12 +85,13 @@ func onTerminal(t *testing.T, env []string, answer string, args ...string) (stri
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	// Everything the process wrote is read once the master reads EIO (no
-	// slave end open any more): wait for that, not for some output.
+	// The process has exited; its last lines may still be in the
+	// terminal's buffer: read until the master reports EIO (no writer
+	// left), not merely until something is on the screen.
 	select {
-	case <-read:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the terminal was not read to its end 30 s after the process exited:\n%s", text())
+	case <-drained:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the terminal was not drained after the process exited:\n%s", text())
 	}
 	return text(), code
 }

@@ -639,6 +639,13 @@ func planOf(g *gen.Graph) (*plan, error) {
 	for _, t := range tables {
 		for _, f := range t.ForeignKeys {
 			parent, ok := byTable[f.RefTable.Name]
+			if child := byTable[t.Name]; ok && child != nil && isCaptured[child.Name] && (f.OnDelete == entschema.SetDefault || f.OnUpdate == entschema.SetDefault) {
+				// The rows the database rewrites would have no events, or
+				// wrong ones (the capture nulls; the default is the
+				// database's): refused here rather than missed at run time.
+				return nil, &envelope.Error{Kind: envelope.ErrUnsupported, Where: child.Name,
+					Msg: fmt.Sprintf("foreign key %s of table %s to %s is ON DELETE/ON UPDATE SET DEFAULT, which entcapture does not follow: use entsql.SetNull or entsql.Cascade (followed), or NoAction/Restrict and change the rows in code", f.Symbol, t.Name, parent.Table())}
+			}
 			if !ok || len(f.Columns) != 1 || (f.OnDelete != entschema.Cascade && f.OnDelete != entschema.SetNull) {
 				continue
 			}

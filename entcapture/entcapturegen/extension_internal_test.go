@@ -16,8 +16,10 @@ import (
 	"testing"
 
 	"entgo.io/ent"
+	entsql "entgo.io/ent/dialect/entsql"
 	"entgo.io/ent/entc/gen"
 	"entgo.io/ent/entc/load"
+	"entgo.io/ent/schema/edge"
 	"entgo.io/ent/schema/field"
 
 	"github.com/heraldgo/herald/entcapture"
@@ -209,5 +211,69 @@ func TestNillablePointerGoType(t *testing.T) {
 		if strings.Contains(src, bad) {
 			t.Errorf("the glue has %q", bad)
 		}
+	}
+}
+
+// Owner and Pet: a captured Pet whose owner foreign key is ON DELETE
+// SET DEFAULT (setDefault) or SET NULL.
+type (
+	Owner struct {
+		ent.Schema
+		setDefault bool
+	}
+	Pet struct{ ent.Schema }
+)
+
+func (o Owner) Edges() []ent.Edge {
+	action := entsql.SetNull
+	if o.setDefault {
+		action = entsql.SetDefault
+	}
+	return []ent.Edge{edge.To("pets", Pet.Type).Annotations(entsql.OnDelete(action))}
+}
+
+func (Pet) Fields() []ent.Field { return []ent.Field{field.String("name")} }
+func (Pet) Edges() []ent.Edge {
+	return []ent.Edge{edge.From("owner", Owner.Type).Ref("pets").Unique()}
+}
+func (Pet) Mixin() []ent.Mixin { return []ent.Mixin{entcapture.Mixin(envelope.Options{})} }
+
+// TestSetDefaultRefused: ent's ON DELETE SET DEFAULT into a captured
+// schema is refused at code generation, naming the schema and the
+// remedy — the database would rewrite captured rows with no event
+// (issue 23, section 3); SET NULL is followed and generates.
+func TestSetDefaultRefused(t *testing.T) {
+	t.Parallel()
+	graph := func(o Owner) *gen.Graph {
+		t.Helper()
+		var ls []*load.Schema
+		for _, s := range []ent.Interface{o, Pet{}} {
+			b, err := load.MarshalSchema(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := load.UnmarshalSchema(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ls = append(ls, l)
+		}
+		storage, err := gen.NewStorage("sql")
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := gen.NewGraph(&gen.Config{Package: "example.com/x/ent", Storage: storage, Features: []gen.Feature{gen.FeatureExecQuery, gen.FeatureUpsert}}, ls...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	_, err := planOf(graph(Owner{setDefault: true}))
+	if !errors.Is(err, envelope.ErrUnsupported) || !strings.Contains(err.Error(), "Pet") || !strings.Contains(err.Error(), "SET DEFAULT") {
+		t.Fatalf("SET DEFAULT into a captured schema: %v; want ErrUnsupported naming Pet and SET DEFAULT", err)
+	}
+	p, err := planOf(graph(Owner{}))
+	if err != nil || len(p.cascades["Owner"]) != 1 {
+		t.Fatalf("SET NULL: plan %+v, %v; want one followed cascade", p, err)
 	}
 }

@@ -165,3 +165,49 @@ func TestInitializeTwice(t *testing.T) {
 		}
 	})
 }
+
+// Keyless has no primary key (GORM's TestCreateWithNoGORMPrimaryKey
+// shape); KeylessDeclared declares its capture with ChangeCapture.
+type (
+	Keyless struct {
+		Name string
+		Code string
+	}
+	KeylessDeclared struct {
+		Name string
+	}
+)
+
+func (KeylessDeclared) ChangeCapture() envelope.Options { return envelope.Options{} }
+
+// TestKeylessModelRefusedAtStartUp: a model without a primary key given to
+// Capture (after db.Use, or before it) or listed in Config.Models with a
+// ChangeCapture method is an ErrConfiguration at start-up naming the
+// model and the missing key — never an accepted declaration whose every
+// write then fails (issue 23, section 3).
+func TestKeylessModelRefusedAtStartUp(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
+		named := func(what string, err error, model string) {
+			t.Helper()
+			if !errors.Is(err, envelope.ErrConfiguration) || !strings.Contains(err.Error(), model) || !strings.Contains(err.Error(), "primary key") {
+				t.Errorf("%s: %v; want ErrConfiguration naming %s and its missing primary key", what, err, model)
+			}
+		}
+		db, _ := openDB(t, d, nil)
+		p := gormcapture.New(gormcapture.Config{})
+		must(t, db.Use(p))
+		named("Capture after db.Use", p.Capture(&Keyless{}, envelope.Options{}), "Keyless")
+
+		db, _ = openDB(t, d, nil)
+		p = gormcapture.New(gormcapture.Config{})
+		if err := p.Capture(&Keyless{}, envelope.Options{}); err != nil {
+			named("Capture before db.Use", err, "Keyless")
+		} else {
+			named("db.Use after Capture", db.Use(p), "Keyless")
+		}
+
+		db, _ = openDB(t, d, nil)
+		named("Config.Models", db.Use(gormcapture.New(gormcapture.Config{Models: []any{&KeylessDeclared{}}})), "KeylessDeclared")
+	})
+}

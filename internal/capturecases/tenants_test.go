@@ -27,7 +27,8 @@ import (
 
 // TestTenants: a model naming its tenant column (Options.Tenant; here the
 // readers' name) through gormcapture and through entcapture writes
-// events whose envelope says the tenant and whose outbox row holds it;
+// events whose envelope says the tenant and whose outbox row holds it
+// (the leased Event.Tenant and its herald-tenant header carry it);
 // relays limited to a tenant (relay.Config.Tenants) each deliver that
 // tenant's events and no other's; a tenant column the table lacks fails
 // at start-up, naming the model and the column (issue 23).
@@ -126,8 +127,8 @@ func TestTenants(t *testing.T) {
 					t.Fatalf("%s: %d events delivered, want 3", tenant, len(got))
 				}
 				for _, e := range got {
-					if !strings.Contains(string(e.Payload), `"tenant":"`+tenant+`"`) {
-						t.Fatalf("%s's relay delivered %s", tenant, e.Payload)
+					if !strings.Contains(string(e.Payload), `"tenant":"`+tenant+`"`) || e.Tenant != tenant || delivery.Headers(e)[delivery.HeaderTenant] != tenant {
+						t.Fatalf("%s's relay delivered %s (Tenant %q)", tenant, e.Payload, e.Tenant)
 					}
 				}
 				mu.Unlock()

@@ -1,8 +1,8 @@
 // Package deliverytest is the conformance suite every herald delivery
 // passes, through a real relay on PostgreSQL: the body is the payload as
-// stored, byte for byte; the event's headers, its id, topic, sequence and
-// ordering key arrive as headers; the events of one ordering key arrive in
-// order (1,000 events over 100 keys); at the transport's defaults, a
+// stored, byte for byte; the event's headers, its id, topic, sequence,
+// ordering key and tenant arrive as headers; the events of one ordering
+// key arrive in order (1,000 events over 100 keys); at the transport's defaults, a
 // captured row's inserted, updated and deleted events arrive in one
 // destination (stream, Kafka topic and partition, queue) in sequence
 // order, read by a plain client of the broker; a receiver that is down
@@ -199,14 +199,14 @@ func content(t *testing.T, s Suite) {
 	rc := s.NewReceiver(t)
 	d := withDelivery(t, rc)
 	es := env.Write(t,
-		envelope.Message{Topic: Topic, OrderingKey: "library.Loan:7",
+		envelope.Message{Topic: Topic, OrderingKey: "library.Loan:7", Tenant: "acme-Zoë",
 			Headers: map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tenant": "Zoë"},
 			Payload: map[string]any{"id": 7, "title": "Мастер и Маргарита", "price": "12.50", "tags": []string{"a", "b"},
 				"nested": map[string]any{"x": nil, "quote": `she said "hi" 🙂`}}},
 		envelope.Message{Topic: Topic},
 		envelope.Message{Topic: Topic, OrderingKey: "library.Loan:8", Payload: "a string payload\twith a tab",
 			// herald's own headers win over the event's, in any case.
-			Headers: map[string]string{"author": "42", "Herald-Event-Id": "forged", "HERALD-TOPIC": "forged"}},
+			Headers: map[string]string{"author": "42", "Herald-Event-Id": "forged", "HERALD-TOPIC": "forged", "Herald-Tenant": "forged"}},
 	)
 	env.StartRelay(t, d, RelayConfig())
 	got := WaitReceived(t, rc, es, 30*time.Second)
@@ -218,7 +218,7 @@ func content(t *testing.T, s Suite) {
 		}
 		want := map[string]string{}
 		for k, v := range e.Headers {
-			if !strings.EqualFold(k, delivery.HeaderEventID) && !strings.EqualFold(k, delivery.HeaderTopic) {
+			if !strings.EqualFold(k, delivery.HeaderEventID) && !strings.EqualFold(k, delivery.HeaderTopic) && !strings.EqualFold(k, delivery.HeaderTenant) {
 				want[k] = v
 			}
 		}
@@ -229,6 +229,15 @@ func content(t *testing.T, s Suite) {
 			want[delivery.HeaderOrderingKey] = e.OrderingKey
 		} else if k, ok := m.Headers[delivery.HeaderOrderingKey]; ok {
 			t.Errorf("event %s is unordered, yet has header %s = %q", e.ID, delivery.HeaderOrderingKey, k)
+		}
+		if e.Tenant != "" {
+			want[delivery.HeaderTenant] = e.Tenant
+		} else {
+			for k, v := range m.Headers {
+				if strings.EqualFold(k, delivery.HeaderTenant) {
+					t.Errorf("event %s has no tenant, yet has header %s = %q", e.ID, k, v)
+				}
+			}
 		}
 		for k, v := range want {
 			if m.Headers[k] != v {

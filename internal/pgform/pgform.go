@@ -26,6 +26,12 @@
 //     of one ring, closed (its first point repeated last).
 //   - box: {"high":[x,y],"low":[x,y]}; circle: {"center":[x,y],"radius":r};
 //     line (Ax + By + C = 0): {"a":A,"b":B,"c":C}.
+//   - MySQL's and MariaDB's spatial types (point, linestring, polygon, the
+//     multi… types, geometrycollection), read as the server's SRID-prefixed
+//     WKB: GeoJSON (Point, LineString, Polygon, MultiPoint,
+//     MultiLineString, MultiPolygon, GeometryCollection), the SRID dropped.
+//     A column declared GEOMETRY (any of them) is not this package's:
+//     PostGIS declares that name too.
 //
 // Elements and bounds: integers are JSON numbers; float4/float8 numbers,
 // NaN and ±Infinity the strings "NaN", "Infinity", "-Infinity"; numeric
@@ -74,6 +80,7 @@ const (
 	kBox
 	kCircle
 	kLine
+	kSpatial // MySQL's spatial types without a PostgreSQL namesake (linestring, multipolygon, geometry, …)
 )
 
 // Type is a declared column type parsed: its base type and how many array
@@ -164,6 +171,10 @@ func kindOf(base string) kind {
 		return kCircle
 	case "line":
 		return kLine
+	case "linestring", "multipoint", "multilinestring", "multipolygon", "geometrycollection", "geomcollection":
+		// Not "geometry": PostGIS declares that name too (out of scope), and
+		// its values keep the form of their Go type.
+		return kSpatial
 	}
 	return kText
 }
@@ -179,7 +190,7 @@ func (t Type) handled() bool {
 		return true
 	}
 	switch t.kind {
-	case kJSON, kRange, kMultirange, kPoint, kLseg, kPath, kPolygon, kBox, kCircle, kLine:
+	case kJSON, kRange, kMultirange, kPoint, kLseg, kPath, kPolygon, kBox, kCircle, kLine, kSpatial:
 		return true
 	}
 	return false
@@ -248,6 +259,18 @@ func appendValue(dst []byte, path string, t Type, v any) ([]byte, error) {
 		return appendText(dst, path, t, string(x))
 	}
 	rv := reflect.ValueOf(v)
+	// A named string or byte type (type WKT string; json.RawMessage) holds
+	// text as a string does: a row read back into the model's field type
+	// holds the database's text (MySQL's WKB for a spatial column).
+	switch {
+	case rv.Kind() == reflect.String:
+		return appendText(dst, path, t, rv.String())
+	case rv.Kind() == reflect.Slice && rv.Type().Elem().Kind() == reflect.Uint8:
+		if rv.IsNil() {
+			return append(dst, "null"...), nil
+		}
+		return appendText(dst, path, t, string(rv.Bytes()))
+	}
 	if t.Dims > 0 {
 		switch rv.Kind() {
 		case reflect.Slice, reflect.Array:
@@ -275,6 +298,19 @@ func appendValue(dst []byte, path string, t Type, v any) ([]byte, error) {
 func appendText(dst []byte, path string, t Type, s string) ([]byte, error) {
 	if t.Dims > 0 {
 		return appendArray(dst, path, t, s)
+	}
+	switch t.kind {
+	case kPoint, kLseg, kPath, kPolygon, kBox, kCircle, kLine, kSpatial:
+		if isMySQLGeometry(s) {
+			out, err := appendMySQLGeometry(dst, s)
+			if err != nil {
+				return dst, fmt.Errorf("herald/pgform: %s: %s value (MySQL geometry): %w", path, t.Base, err)
+			}
+			return out, nil
+		}
+		if t.kind == kSpatial { // not MySQL's format (PostGIS's hex EWKB, WKT): as it is
+			return jsonform.AppendString(dst, s), nil
+		}
 	}
 	out, err := appendScalar(dst, t.Base, t.kind, s)
 	if err != nil {

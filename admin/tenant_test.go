@@ -1,0 +1,116 @@
+package admin_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/heraldgo/herald/admin"
+	"github.com/heraldgo/herald/envelope"
+)
+
+// TestTenants: the admin shows each event's tenant, Query.Tenants selects
+// a tenant's events (List, Retry), and BacklogByTenant counts pending and
+// dead events per tenant, on every dialect (issue 23).
+func TestTenants(t *testing.T) {
+	eachDialect(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		if err := e.adm.Pause(ctx, "held", ""); err != nil {
+			t.Fatal(err)
+		}
+		dead := e.enqueue(t,
+			envelope.Message{Topic: "dead", Tenant: "acme", Payload: map[string]any{"fail": 1}},
+			envelope.Message{Topic: "dead", Tenant: "globex", Payload: map[string]any{"fail": 2}},
+			envelope.Message{Topic: "dead", Payload: map[string]any{"fail": 3}},
+		)
+		e.waitDead(t, dead...)
+		e.enqueue(t,
+			envelope.Message{Topic: "held", Tenant: "acme", Payload: 1},
+			envelope.Message{Topic: "held", Tenant: "acme", Payload: 2},
+		)
+		b, err := e.adm.BacklogByTenant(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []admin.TenantBacklog{{Tenant: "", DeadLettered: 1}, {Tenant: "acme", Pending: 2, DeadLettered: 1}, {Tenant: "globex", DeadLettered: 1}}
+		if len(b) != len(want) {
+			t.Fatalf("BacklogByTenant %+v, want %+v", b, want)
+		}
+		for i, w := range want {
+			if g := b[i]; g.Tenant != w.Tenant || g.Pending != w.Pending || g.DeadLettered != w.DeadLettered || (g.Pending > 0) != (g.OldestPendingAge > 0) {
+				t.Fatalf("BacklogByTenant[%d] = %+v, want %+v", i, g, w)
+			}
+		}
+
+		p, err := e.adm.List(ctx, admin.Query{State: admin.StateAll, Tenants: []string{"acme"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Events) != 3 {
+			t.Fatalf("List of acme: %d events, want 3", len(p.Events))
+		}
+		for _, ev := range p.Events {
+			if ev.Tenant != "acme" {
+				t.Fatalf("List of acme gave %+v", ev)
+			}
+		}
+		p, err = e.adm.List(ctx, admin.Query{Tenants: []string{""}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Events) != 1 || p.Events[0].ID != dead[2].ID || p.Events[0].Tenant != "" {
+			t.Fatalf("List of the dead letters without a tenant: %+v", p.Events)
+		}
+		if d := e.state(t, dead[1].ID); d.Tenant != "globex" {
+			t.Fatalf("Get: tenant %q, want globex", d.Tenant)
+		}
+
+		e.recv.heal()
+		n, err := e.adm.Retry(ctx, admin.Query{Tenants: []string{"globex"}})
+		if err != nil || n != 1 {
+			t.Fatalf("Retry of globex: %d, %v; want 1", n, err)
+		}
+		waitFor(t, "globex's dead letter delivered", func() bool { return e.recv.delivered(dead[1].ID) })
+		if e.recv.delivered(dead[0].ID) || e.recv.delivered(dead[2].ID) {
+			t.Fatal("Retry of globex retried another tenant's dead letter")
+		}
+	})
+}
+
+// TestHandlerTenants: the JSON API filters events by tenant and reports
+// the backlog by tenant (api/backlog?by=tenant); the page shows each dead
+// letter's tenant, a backlog per tenant and a tenant filter.
+func TestHandlerTenants(t *testing.T) {
+	e := newEnv(t, envelope.SQLite)
+	srv := e.server(t, &authLog{})
+	base := srv.URL + "/herald/"
+	evs := e.enqueue(t,
+		envelope.Message{Topic: "dead", Tenant: "acme", Payload: map[string]any{"fail": 1}},
+		envelope.Message{Topic: "dead", Tenant: "globex", Payload: map[string]any{"fail": 2}},
+	)
+	e.waitDead(t, evs...)
+	get := func(path string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, base+path, nil)
+		return do(t, req)
+	}
+	code, body := get("api/events?tenant=globex")
+	var p admin.Page
+	if code != 200 || json.Unmarshal([]byte(body), &p) != nil || len(p.Events) != 1 || p.Events[0].Tenant != "globex" || !strings.Contains(body, `"tenant":"globex"`) {
+		t.Fatalf("GET api/events?tenant=globex: %d %s", code, body)
+	}
+	code, body = get("api/backlog?by=tenant")
+	var tb []admin.TenantBacklog
+	if code != 200 || json.Unmarshal([]byte(body), &tb) != nil || len(tb) != 2 || tb[0].Tenant != "acme" || tb[1].DeadLettered != 1 {
+		t.Fatalf("GET api/backlog?by=tenant: %d %s", code, body)
+	}
+	if code, body = get("api/backlog?by=colour"); code != 400 || !strings.Contains(body, "by") {
+		t.Fatalf("GET api/backlog?by=colour: %d %s; want 400", code, body)
+	}
+	code, body = get("?tenant=acme")
+	if code != 200 || !strings.Contains(body, `id="tenants"`) || !strings.Contains(body, "tenant <code>acme</code>") ||
+		strings.Contains(body, "tenant <code>globex</code>") || !strings.Contains(body, `name="tenant" value="acme"`) {
+		t.Fatalf("page filtered to acme: %d\n%s", code, body)
+	}
+}
