@@ -109,7 +109,7 @@ var mysqlMigrationSources = []migrationSource{
 	},
 	{
 		version: 3, name: "pending-key index as (published_at, ordering_key, sequence): the relay's key walk, head test and runs",
-		pgUp:    mysqlV3,
+		pgUp: mysqlV3,
 		pgDown: `ALTER TABLE {table} DROP INDEX {base}_pending_key_idx,
     ADD KEY {base}_pending_key_idx (ordering_key, published_at)`,
 	},
