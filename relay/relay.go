@@ -68,6 +68,9 @@ type Relay struct {
 	// backlog (both the poll loop's own).
 	lastKeys map[string]struct{}
 	noRuns   bool
+	// walkAfter is the key the next MySQL key walk starts after ("" from
+	// the first key; see leaseCandidatesMySQL); the poll loop's own.
+	walkAfter string
 	// carried is a delivered batch's mark carried into the next lease's
 	// transaction (pending.go); the poll loop's own.
 	carried *carriedMark
