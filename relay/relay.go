@@ -504,8 +504,8 @@ func (r *Relay) loop(soft, hard context.Context, ru *run) {
 		var wait time.Duration
 		// A full batch means more may be waiting: poll again at once. So
 		// may a batch that delivered events with an ordering key, however
-		// small: on SQLite a batch holds one event per key (on PostgreSQL a
-		// run may stop short of its key's end), so the next event of each
+		// small: on SQLite a batch holds one event per key (on PostgreSQL
+		// and MySQL a run may stop short of its key's end), so the next event of each
 		// of those keys became due just now, and a backlog of few keys
 		// never fills a batch — waiting here would deliver one event per
 		// key per poll interval.
