@@ -211,7 +211,7 @@ func explainLeaseMySQL(t *testing.T, db *sql.DB, r *Relay) {
 	t.Helper()
 	args := append([]any{nil, 2 * r.cfg.BatchSize, r.cfg.BatchSize, "", r.cfg.Lease.Microseconds(), r.cfg.BatchSize}, r.fargs...)
 	for _, st := range []struct{ name, q string }{
-		{"candidates (with the key walk)", r.my.candidatesWalk},
+		{"candidates (with the key walk)", r.my.candidates[1][1]},
 		{"lock", strings.Replace(r.my.lockHeads, "{seqs}", "1,2,3", 1)},
 	} {
 		q, a := mysqlArgs("EXPLAIN "+st.q, args)

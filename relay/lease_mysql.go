@@ -86,13 +86,18 @@ func (r *Relay) leaseMySQL(ctx context.Context) ([]*envelope.Event, []error, err
 	defer cancel()
 	runs := r.runs.Load()
 	walk := r.walk.Load()
-	query := r.my.candidates
+	form := 0
 	if walk > 0 {
-		query = r.my.candidatesWalk
+		form = 1
 		if r.walkAfter != "" {
-			query = r.my.candidatesWalkFrom
+			form = 2
 		}
 	}
+	unordered := 1
+	if r.noUnordered {
+		unordered = 0
+	}
+	query := r.my.candidates[unordered][form]
 	var got []leased
 	var walkedTo string // the walk's last key, when it visited walk keys
 	err := r.inMySQLTx(ctx, func(tx *sql.Tx) error {
@@ -131,6 +136,12 @@ func (r *Relay) leaseMySQL(ctx context.Context) ([]*envelope.Event, []error, err
 		r.walkAfter = walkedTo
 	}
 	r.afterLease(got, runs, false)
+	// The unordered source after a full lease of unordered events only
+	// (see leaseCandidatesMySQL) is not needed.
+	r.noUnordered = len(got) == r.cfg.BatchSize
+	for _, l := range got {
+		r.noUnordered = r.noUnordered && l.e.OrderingKey == ""
+	}
 	slices.SortFunc(got, func(a, b leased) int { return cmp.Compare(a.e.Sequence, b.e.Sequence) })
 	batch := make([]*envelope.Event, len(got))
 	errs := make([]error, len(got))
@@ -215,30 +226,8 @@ func (r *Relay) mysqlRuns(ctx context.Context, tx *sql.Tx, heads []leased, args 
 	if per < 1 {
 		return nil, nil
 	}
-	parts := make([]string, len(keyed))
-	pargs := make([]any, 0, 2*len(keyed))
-	for i, h := range keyed {
-		parts[i] = r.my.runsPlan
-		pargs = append(pargs, h.OrderingKey, per+1)
-	}
-	rows, err := tx.QueryContext(ctx, strings.Join(parts, "\nUNION ALL\n"), pargs...)
+	plan, err := r.mysqlRunsPlan(ctx, tx, keyed, per)
 	if err != nil {
-		return nil, err
-	}
-	plan := map[string][]int64{}
-	for rows.Next() {
-		var k string
-		var s int64
-		if err := rows.Scan(&k, &s); err != nil {
-			_ = rows.Close()
-			return nil, err
-		}
-		plan[k] = append(plan[k], s)
-	}
-	if err := rows.Close(); err != nil {
-		return nil, err
-	}
-	if err := rows.Err(); err != nil {
 		return nil, err
 	}
 	pos := map[int64]int64{}
@@ -277,6 +266,33 @@ func (r *Relay) mysqlRuns(ctx context.Context, tx *sql.Tx, heads []leased, args 
 		out = append(out, l)
 	}
 	return out, nil
+}
+
+// mysqlRunsPlan reads, for each keyed head, its key's first per+1
+// unpublished events in sequence order (leaseRunsPlanMySQL, one part per
+// key): the head and the followers a run may take.
+func (r *Relay) mysqlRunsPlan(ctx context.Context, tx *sql.Tx, keyed []*envelope.Event, per int) (map[string][]int64, error) {
+	parts := make([]string, len(keyed))
+	args := make([]any, 0, 2*len(keyed))
+	for i, h := range keyed {
+		parts[i] = r.my.runsPlan
+		args = append(args, h.OrderingKey, per+1)
+	}
+	rows, err := tx.QueryContext(ctx, strings.Join(parts, "\nUNION ALL\n"), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	plan := map[string][]int64{}
+	for rows.Next() {
+		var k string
+		var s int64
+		if err := rows.Scan(&k, &s); err != nil {
+			return nil, err
+		}
+		plan[k] = append(plan[k], s)
+	}
+	return plan, rows.Err()
 }
 
 // seqList is sequences as a literal SQL list: they are integers the

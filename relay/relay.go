@@ -71,6 +71,9 @@ type Relay struct {
 	// walkAfter is the key the next MySQL key walk starts after ("" from
 	// the first key; see leaseCandidatesMySQL); the poll loop's own.
 	walkAfter string
+	// noUnordered: the next MySQL lease leaves out its unordered source
+	// (see leaseCandidatesMySQL); the poll loop's own.
+	noUnordered bool
 	// carried is a delivered batch's mark carried into the next lease's
 	// transaction (pending.go); the poll loop's own.
 	carried *carriedMark

@@ -107,8 +107,15 @@ var (
 	//
 	//   - the first $2 available pending events in sequence order
 	//     ({base}_pending_idx);
-	//   - the first $2 available unordered ones ({base}_pending_key_idx's
-	//     ordering_key IS NULL range), so keyed events never hide them;
+	//   - with {unorderedsource}, the first $2 available unordered ones
+	//     ({base}_pending_key_idx's ordering_key IS NULL range), so keyed
+	//     events never hide them: in every lease but one that follows a
+	//     full lease of unordered events only (Relay.noUnordered), which
+	//     found the first pending events leasable — nothing was hidden,
+	//     and a drain of unordered events reads half the candidates
+	//     (where keyed events come to hide unordered ones, the lease that
+	//     meets them holds keyed events or comes back short, and the next
+	//     takes this source again);
 	//   - with {walk}, the heads of up to $3 keys: the keys with
 	//     unpublished events, read by a loose index scan of
 	//     {base}_pending_key_idx (SELECT DISTINCT … LIMIT: one descent per
@@ -126,16 +133,18 @@ var (
     (SELECT c.sequence FROM {table} c FORCE INDEX ({pendingidx})
      WHERE c.published_at IS NULL AND c.dead_lettered_at IS NULL
        ` + mysqlAvailable + `
-     ORDER BY c.sequence LIMIT $2)
-    UNION
-    (SELECT c.sequence FROM {table} c FORCE INDEX ({keyidx})
-     WHERE c.published_at IS NULL AND c.ordering_key IS NULL
-       ` + mysqlAvailable + `
-     ORDER BY c.sequence LIMIT $2){walksource}) AS c
+     ORDER BY c.sequence LIMIT $2){unorderedsource}{walksource}) AS c
   JOIN {table} e FORCE INDEX (PRIMARY) ON e.sequence = c.sequence
   WHERE ` + mysqlLeasable + mysqlHead + `
   {filter}
   ORDER BY e.sequence LIMIT $2) AS x){walkend}`
+
+	unorderedSourceMySQL = `
+    UNION
+    (SELECT c.sequence FROM {table} c FORCE INDEX ({keyidx})
+     WHERE c.published_at IS NULL AND c.ordering_key IS NULL
+       ` + mysqlAvailable + `
+     ORDER BY c.sequence LIMIT $2)`
 
 	walkKeysMySQL = `SELECT DISTINCT w.published_at, w.ordering_key FROM {table} w FORCE INDEX ({keyidx})
            WHERE w.published_at IS NULL AND {walkfrom} LIMIT $3`
@@ -239,10 +248,10 @@ WHERE t.dead_lettered_at IS NOT NULL`
 // mysqlStatements are the MySQL statements that have no place in
 // statements (the lease's steps and the read-backs).
 type mysqlStatements struct {
-	candidates, candidatesWalk, candidatesWalkFrom string // statement 1: without the key walk, walking from the first key, from $4
-	lockHeads, lockFollowers                       string // statements 2 and 3's locking read ({seqs} to fill)
-	runsPlan, update                               string
-	markedFailed, renewed, revive                  string
+	candidates                    [2][3]string // statement 1: [with the unordered source][without the key walk, walking from the first key, from $4]
+	lockHeads, lockFollowers      string       // statements 2 and 3's locking read ({seqs} to fill)
+	runsPlan, update              string
+	markedFailed, renewed, revive string
 }
 
 // buildMySQL is build for MySQL.
@@ -258,10 +267,16 @@ func (b sqlBuilder) buildMySQL(f filter) (statements, mysqlStatements, []any) {
 		w := strings.NewReplacer("{walkfrom}", from)
 		return strings.NewReplacer("{walksource}", w.Replace(walkSourceMySQL), "{walkend}", w.Replace(walkEndMySQL))
 	}
-	cands := idx.Replace(leaseCandidatesMySQL)
-	my.candidates = b.render(strings.NewReplacer("{walksource}", "", "{walkend}", "").Replace(cands), f7+paused, "")
-	my.candidatesWalk = b.render(idx.Replace(walk("w.ordering_key IS NOT NULL").Replace(cands)), f7+paused, "")
-	my.candidatesWalkFrom = b.render(idx.Replace(walk("w.ordering_key > $4").Replace(cands)), f7+paused, "")
+	for u, src := range []string{"", unorderedSourceMySQL} {
+		cands := strings.NewReplacer("{unorderedsource}", src).Replace(leaseCandidatesMySQL)
+		for w, form := range []*strings.Replacer{
+			strings.NewReplacer("{walksource}", "", "{walkend}", ""),
+			walk("w.ordering_key IS NOT NULL"),
+			walk("w.ordering_key > $4"),
+		} {
+			my.candidates[u][w] = b.render(idx.Replace(form.Replace(cands)), f7+paused, "")
+		}
+	}
 	// The lease's columns with lease_until the lease's end; the end as
 	// text last (after Config.ExtraColumns).
 	lockCols := strings.Replace(b.columns, "lease_until", mysqlLeaseEnd, 1) +
