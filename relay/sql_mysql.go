@@ -31,7 +31,8 @@ func mysqlSeqs(n int) string {
 const mysqlNow = `COALESCE($1, UTC_TIMESTAMP(6))`
 
 // The lease on MySQL (Relay.leaseMySQL) is a READ COMMITTED transaction
-// of four statements — five when it takes runs of keys:
+// of three statements — five when it takes runs of keys (no read-back:
+// the locking reads return the rows):
 //
 //  1. leaseCandidatesMySQL, a plain read (no locks): the events that may
 //     be leased, from bounded candidate sources as on PostgreSQL
@@ -50,10 +51,11 @@ const mysqlNow = `COALESCE($1, UTC_TIMESTAMP(6))`
 // Why two statements where PostgreSQL has one: a locking read with ORDER
 // BY … LIMIT locks only the rows it returns only when it reads them in
 // that order, which InnoDB does for a primary-key range (statement 2:
-// "sequence IN (literal list)"), not for candidates from a derived table,
-// which are sorted after they are read — and locked as they are read:
-// every qualifying candidate, not only the batch, and a second relay then
-// found them all locked (PostgreSQL's TestSecondRelayLeasesPastALeaseInFlight).
+// "sequence IN (literal list)", EXPLAIN: range on PRIMARY, no filesort),
+// not for candidates from a derived table, which are sorted after they
+// are read — and locked as they are read: every qualifying candidate, not
+// only the batch, and a second relay would find them all locked (what
+// TestSecondRelayLeasesPastALeaseInFlight guards against on PostgreSQL).
 //
 // Why per-key order holds, with several relays: as on PostgreSQL
 // (leaseBatchPostgres). In InnoDB at READ COMMITTED a locking read reads
