@@ -18,21 +18,7 @@ import (
 // it. It returns how many heads it held.
 func holdHeads(t *testing.T, e *env) int {
 	t.Helper()
-	rows, err := e.db.Query(`SELECT MIN(sequence) FROM herald_outbox WHERE ordering_key IS NOT NULL AND published_at IS NULL GROUP BY ordering_key`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var heads []string
-	for rows.Next() {
-		var s int64
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		heads = append(heads, strconv.FormatInt(s, 10))
-	}
-	if err := rows.Close(); err != nil {
-		t.Fatal(err)
-	}
+	heads := headSequences(t, e)
 	ph := "?"
 	if e.d == envelope.Postgres {
 		ph = "$1"
@@ -42,6 +28,28 @@ func holdHeads(t *testing.T, e *env) int {
 		t.Fatal(err)
 	}
 	return len(heads)
+}
+
+// headSequences are the sequences of the keys' heads, as text.
+func headSequences(t *testing.T, e *env) []string {
+	t.Helper()
+	rows, err := e.db.Query(`SELECT MIN(sequence) FROM herald_outbox WHERE ordering_key IS NOT NULL AND published_at IS NULL GROUP BY ordering_key`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var heads []string
+	for rows.Next() {
+		var s int64
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		heads = append(heads, strconv.FormatInt(s, 10))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return heads
 }
 
 // TestLeaseWalksPastHeldBackHeads: the heads of a few keys failed and
@@ -215,33 +223,46 @@ func explainLeaseMySQL(t *testing.T, db *sql.DB, r *Relay) {
 		{"lock", strings.Replace(r.my.lockHeads, "{seqs}", "1,2,3", 1)},
 	} {
 		q, a := mysqlArgs("EXPLAIN "+st.q, args)
-		rows, err := db.Query(q, a...)
-		if err != nil {
+		b := explainText(t, db, q, a)
+		t.Logf("EXPLAIN %s:\n%s", st.name, b)
+	}
+}
+
+// explainText runs an EXPLAIN and returns its rows as text.
+func explainText(t *testing.T, db *sql.DB, q string, args []any) string {
+	t.Helper()
+	rows, err := db.Query(q, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	b.WriteString(strings.Join(cols, " | ") + "\n")
+	for rows.Next() {
+		vals := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
 			t.Fatal(err)
 		}
-		cols, _ := rows.Columns()
-		var b strings.Builder
-		b.WriteString(strings.Join(cols, " | ") + "\n")
-		for rows.Next() {
-			vals := make([]sql.NullString, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
+		for i, v := range vals {
+			if i > 0 {
+				b.WriteString(" | ")
 			}
-			if err := rows.Scan(ptrs...); err != nil {
-				t.Fatal(err)
-			}
-			for i, v := range vals {
-				if i > 0 {
-					b.WriteString(" | ")
-				}
-				b.WriteString(v.String)
-			}
-			b.WriteByte('\n')
+			b.WriteString(v.String)
 		}
-		_ = rows.Close()
-		t.Logf("EXPLAIN %s:\n%s", st.name, b.String())
+		b.WriteByte('\n')
 	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }
 
 func mysqlEnabled() bool { return os.Getenv("HERALD_RELAY_MYSQL") == "1" }
