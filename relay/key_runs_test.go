@@ -281,3 +281,61 @@ func TestKeyRunsOffForATrickle(t *testing.T) {
 		step("d2", "d", true) // d leased twice in a row: a backlog behind d
 	})
 }
+
+// TestKeyRunsOneKeyTwoRelays: two relays drain a backlog of one ordering
+// key in runs, concurrently, with failures: the key's events are first
+// delivered in sequence order, none is lost, and the runs carried more
+// than one event a lease.
+func TestKeyRunsOneKeyTwoRelays(t *testing.T) {
+	t.Parallel()
+	eachRunsDialect(t, func(t *testing.T, e *env) {
+		written := enqueueKeyed(t, e, "k", 400)
+		var mu sync.Mutex
+		var log []*envelope.Event
+		tries := 0
+		d := &recorder{fail: func(ev *envelope.Event) error {
+			mu.Lock()
+			defer mu.Unlock()
+			tries++
+			if tries%17 == 0 {
+				return errors.New("every 17th try fails")
+			}
+			log = append(log, ev)
+			return nil
+		}}
+		biggest := 0 // the largest lease, under mu
+		for i := range 2 {
+			start(t, e.newRelay(t, d, Config{Name: fmt.Sprintf("r%d", i), BatchSize: 40, Concurrency: 4,
+				Observer: pollFunc(func(p Poll) {
+					mu.Lock()
+					defer mu.Unlock()
+					biggest = max(biggest, p.Leased)
+				})}))
+		}
+		testkit.Eventually(t, time.Minute, func() bool { return e.count(t, "published_at IS NULL") == 0 }, "every event published")
+		mu.Lock()
+		defer mu.Unlock()
+		first := map[int64]bool{}
+		var order []*envelope.Event
+		for _, ev := range log {
+			if !first[ev.Sequence] {
+				first[ev.Sequence] = true
+				order = append(order, ev)
+			}
+		}
+		if len(order) != len(written) || !inSequence(order) {
+			t.Fatalf("%d of %d events first delivered, in sequence order %v", len(order), len(written), inSequence(order))
+		}
+		if biggest < 2 {
+			t.Fatalf("no lease held more than %d event of the key: no runs", biggest)
+		}
+	})
+}
+
+// pollFunc is an Observer that is told of every poll.
+type pollFunc func(Poll)
+
+func (f pollFunc) Delivered(context.Context, Delivered)       {}
+func (f pollFunc) Failed(context.Context, Failed)             {}
+func (f pollFunc) DeadLettered(context.Context, DeadLettered) {}
+func (f pollFunc) Polled(_ context.Context, p Poll)           { f(p) }
