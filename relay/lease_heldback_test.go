@@ -266,3 +266,54 @@ func explainText(t *testing.T, db *sql.DB, q string, args []any) string {
 }
 
 func mysqlEnabled() bool { return os.Getenv("HERALD_RELAY_MYSQL") == "1" }
+
+// TestMySQLLeaseAtMaxBatchSize: at MaxBatchSize the MySQL lease's
+// statements carry their longest lists — 2 × MaxBatchSize candidates in
+// the locking read, a runs plan of one part per keyed head — and still
+// lease a full batch, each key's events consecutive from its head.
+func TestMySQLLeaseAtMaxBatchSize(t *testing.T) {
+	t.Parallel()
+	if !mysqlEnabled() {
+		t.Skip("MySQL relay tests: HERALD_RELAY_MYSQL=1")
+	}
+	e := newEnv(t, envelope.MySQL)
+	fillKeyed(t, e, 3*MaxBatchSize, 2000)
+	r := e.newRelay(t, &recorder{}, Config{Name: "probe", BatchSize: MaxBatchSize})
+	ctx := context.Background()
+	r.walk.Store(0)
+	r.runs.Store(true)
+	batch, _, err := r.lease(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(batch) != MaxBatchSize {
+		t.Fatalf("leased %d, want a full batch of %d", len(batch), MaxBatchSize)
+	}
+	leasedSeq := map[int64]bool{}
+	for _, ev := range batch {
+		leasedSeq[ev.Sequence] = true
+	}
+	// Of each key, the leased events are a prefix of its events.
+	rows, err := e.db.Query("SELECT sequence, ordering_key FROM herald_outbox ORDER BY sequence")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	ended := map[string]bool{} // a key's run has ended
+	for rows.Next() {
+		var s int64
+		var k string
+		if err := rows.Scan(&s, &k); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case !leasedSeq[s]:
+			ended[k] = true
+		case ended[k]:
+			t.Fatalf("key %s: event %d leased behind one of its key that is not", k, s)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
