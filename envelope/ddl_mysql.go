@@ -8,8 +8,9 @@ import (
 // LatestMySQLVersion is the MySQL outbox table's current schema version.
 // MySQL has a version history of its own: its first version is the table
 // PostgreSQL and SQLite reached in five (LatestVersion), written for MySQL;
-// version 2 is their version 6 (the tenant column).
-const LatestMySQLVersion = 2
+// version 2 is their version 6 (the tenant column); version 3 redefines
+// {base}_pending_key_idx for the relay's lease (mysqlV3).
+const LatestMySQLVersion = 3
 
 // LatestVersionFor is the current schema version of the dialect's outbox
 // table: LatestMySQLVersion on MySQL, LatestVersion elsewhere.
@@ -42,7 +43,8 @@ func LatestVersionFor(d Dialect) int {
 //     secondary index, so "published_at IS NULL AND dead_lettered_at IS
 //     NULL ORDER BY sequence" is one index range in sequence order) and
 //     also serves cleanup's published_at range; (ordering_key,
-//     published_at) for the pending events of a key; (dead_lettered_at) for
+//     published_at) for the pending events of a key (version 3 makes it
+//     (published_at, ordering_key, sequence): mysqlV3); (dead_lettered_at) for
 //     the dead letters. The idempotency key's unique index holds the NULLs
 //     too (InnoDB allows any number of them in a unique index).
 //   - {base}_keylock holds mysqlKeyLockBuckets rows the writer locks to
@@ -105,7 +107,40 @@ var mysqlMigrationSources = []migrationSource{
     DROP INDEX {base}_tenant_idempotency_key_idx,
     DROP COLUMN tenant`,
 	},
+	{
+		version: 3, name: "pending-key index as (published_at, ordering_key, sequence): the relay's key walk, head test and runs",
+		pgUp: mysqlV3,
+		pgDown: `ALTER TABLE {table} DROP INDEX {base}_pending_key_idx,
+    ADD KEY {base}_pending_key_idx (ordering_key, published_at)`,
+	},
 }
+
+// mysqlV3 redefines {base}_pending_key_idx from (ordering_key,
+// published_at) to (published_at, ordering_key, sequence), in one ALTER
+// (atomic in InnoDB; run again, it builds the same index again).
+//
+// MySQL has no partial indexes; leading with published_at makes the
+// index's NULL section — the unpublished events, dead ones included —
+// a partial index of its own, ordered by key and then sequence, which the
+// published history (published_at set, further on) never enters. It gives
+// the relay's lease what PostgreSQL's {base}_pending_key_idx and
+// {base}_pending_unordered_idx give it (relay/sql_mysql.go):
+//
+//   - a key's head, "published_at IS NULL AND ordering_key = k ORDER BY
+//     sequence LIMIT 1": one descent, however many events the key holds;
+//   - the walk over the keys with unpublished events, "SELECT DISTINCT
+//     published_at, ordering_key … LIMIT n": a loose index scan, one
+//     descent per key (MySQL's and MariaDB's "Using index for group-by");
+//   - a key's next events (a run), the same range read on from the head;
+//   - the unordered pending events in sequence order ("ordering_key IS
+//     NULL", the section's start).
+//
+// The old (ordering_key, published_at) answered the head test too (the
+// primary key is appended to every InnoDB index) but not the walk: "the
+// next key after k with an unpublished event" stepped over every
+// published event of the keys between.
+const mysqlV3 = `ALTER TABLE {table} DROP INDEX {base}_pending_key_idx,
+    ADD KEY {base}_pending_key_idx (published_at, ordering_key, sequence)`
 
 // mysqlBucketRows is the VALUES list of every key-lock bucket.
 var mysqlBucketRows = func() string {

@@ -312,3 +312,39 @@ func sharedKeySequences(ctx context.Context, t *testing.T, db *sql.DB) []int64 {
 	}
 	return seqs
 }
+
+// Version 3 redefines {base}_pending_key_idx as (published_at,
+// ordering_key, sequence), and its down migration restores version 2's
+// (ordering_key, published_at).
+func TestMySQLPendingKeyIndexVersion3(t *testing.T) {
+	t.Parallel()
+	db, _ := testkit.MySQL(t)
+	ctx := context.Background()
+	columns := func() string {
+		t.Helper()
+		var cols string
+		if err := db.QueryRowContext(ctx, `SELECT GROUP_CONCAT(column_name ORDER BY seq_in_index) FROM information_schema.statistics
+			WHERE table_schema = DATABASE() AND table_name = 'herald_outbox' AND index_name = 'herald_outbox_pending_key_idx'`).Scan(&cols); err != nil {
+			t.Fatal(err)
+		}
+		return cols
+	}
+	if err := envelope.MigrateTo(ctx, db, envelope.MySQL, "", 2); err != nil {
+		t.Fatal(err)
+	}
+	if got := columns(); got != "ordering_key,published_at" {
+		t.Fatalf("version 2: pending_key_idx on %s", got)
+	}
+	if err := envelope.Migrate(ctx, db, envelope.MySQL, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := columns(); got != "published_at,ordering_key,sequence" {
+		t.Fatalf("version 3: pending_key_idx on %s, want published_at,ordering_key,sequence", got)
+	}
+	if err := envelope.MigrateTo(ctx, db, envelope.MySQL, "", 2); err != nil {
+		t.Fatal(err)
+	}
+	if got := columns(); got != "ordering_key,published_at" {
+		t.Fatalf("down to version 2: pending_key_idx on %s", got)
+	}
+}

@@ -15,11 +15,19 @@
 //     not dead, due, not under a live lease — in sequence order (PostgreSQL:
 //     UPDATE … WHERE sequence = ANY(ARRAY(SELECT … ORDER BY sequence LIMIT n
 //     FOR UPDATE SKIP LOCKED)) RETURNING …; SQLite: UPDATE … WHERE sequence
-//     IN (SELECT …) RETURNING … under its single writer). The conditions
-//     are checked on a bounded set of candidates — the first BatchSize
-//     pending events, the first BatchSize unordered ones and, after a short
-//     lease, the heads of up to BatchSize keys walked through the
-//     pending-key index — so a lease costs the same however large a backlog
+//     IN (SELECT …) RETURNING … under its single writer; MySQL: one READ
+//     COMMITTED transaction — the candidates by a plain read, the first
+//     BatchSize of them locked by primary key FOR UPDATE SKIP LOCKED and
+//     checked again, then one UPDATE, as sql_mysql.go explains; a
+//     deadlock (1213) or lock wait timeout (1205) runs the transaction
+//     again, and is never an event's failure). The conditions are
+//     checked on a bounded set of candidates — the first BatchSize
+//     pending events, the first BatchSize unordered ones and, after a
+//     short lease, the heads of up to BatchSize keys walked through the
+//     pending-key index (on MySQL, whose indexes cannot be
+//     partial, its section of unpublished events: MySQL schema version 3;
+//     and the walk goes on from the last key of a walk that visited
+//     BatchSize keys) — so a lease costs the same however large a backlog
 //     waits behind a few keys. Where PostgreSQL can JIT-compile (JIT
 //     available and jit on, as the relay's connections see it when it
 //     checks its table), each lease runs in a transaction of its own that
@@ -35,9 +43,11 @@
 //     the runs share BatchSize), so a backlog of few keys drains a batch
 //     per poll, not one event per key. A runs lease that finds no
 //     followers turns runs off until a key is leased twice in a row, so a
-//     trickle of one event per key keeps the cheaper plain lease. On
-//     SQLite a batch holds one event per key. A failure holds back only
-//     its key. Topics listed in the table of paused topics ({base}_paused,
+//     trickle of one event per key keeps the cheaper plain lease. MySQL
+//     does the same, a run read by one index range per key and locked
+//     SKIP LOCKED, cut where an event is not leasable or is locked by
+//     another transaction. On SQLite a batch holds one event per key. A
+//     failure holds back only its key. Topics listed in the table of paused topics ({base}_paused,
 //     schema version 5, written by the admin package's Pause) are not
 //     leased: their events, and the later events of their keys, wait in
 //     order, unattempted, until the topic is resumed.

@@ -3,6 +3,8 @@ package relay
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -83,5 +85,44 @@ func TestMySQLArgs(t *testing.T) {
 		if args[i] != want[i] {
 			t.Fatalf("args %v, want %v", args, want)
 		}
+	}
+}
+
+// The MySQL lease names its indexes (FORCE INDEX): a table without one
+// is a configuration error naming it, at New; a table of MySQL version 2
+// (the pending-key index leading with ordering_key) still leases, in
+// order.
+func TestMySQLLeaseIndexes(t *testing.T) {
+	t.Parallel()
+	if !mysqlEnabled() {
+		t.Skip("MySQL relay tests: HERALD_RELAY_MYSQL=1")
+	}
+	e := newEnv(t, envelope.MySQL)
+	ctx := context.Background()
+	if err := envelope.MigrateTo(ctx, e.db, envelope.MySQL, "", 2); err != nil {
+		t.Fatal(err)
+	}
+	e.enqueue(t, msg("a1", "a", 1), msg("a2", "a", 2), msg("u", "", 3))
+	rec := &recorder{}
+	r := e.newRelay(t, rec, Config{Name: "v2"})
+	for polls := 0; rec.count() < 3 && polls < 5; polls++ {
+		if _, err := r.poll(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := rec.events()
+	at := map[string]int{}
+	for i, ev := range got {
+		at[ev.Topic] = i
+	}
+	if len(got) != 3 || at["a1"] > at["a2"] {
+		t.Fatalf("on a version 2 table: delivered %s, want a1, a2 in order and u", describe(got))
+	}
+	if _, err := e.db.Exec("ALTER TABLE herald_outbox DROP INDEX herald_outbox_pending_key_idx"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := New(e.db, &recorder{}, Config{Name: "none"})
+	if !errors.Is(err, envelope.ErrConfiguration) || !strings.Contains(err.Error(), "herald_outbox_pending_key_idx") {
+		t.Fatalf("New on a table without the pending-key index: %v", err)
 	}
 }

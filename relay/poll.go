@@ -185,11 +185,6 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 		return nil, nil, stmtErr(ctx, "lease query", err)
 	}
 	defer rows.Close()
-	type leased struct {
-		e   *envelope.Event
-		err error
-		pos int64 // position in its key's run: 1 for a head (and an unordered event)
-	}
 	got := make([]leased, 0, r.cfg.BatchSize)
 	sc := newLeaseScanner(r.extra, r.cfg.Name, r.dialect != envelope.Postgres)
 	if runs {
@@ -230,6 +225,60 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 	if carried != nil {
 		r.observeDelivered(ctx, carried.delivered, carried.at)
 	}
+	r.afterLease(got, runs, floored)
+	slices.SortFunc(got, func(a, b leased) int { return cmp.Compare(a.e.Sequence, b.e.Sequence) })
+	// Of each key, keep the run's positions 1, 2, 3… without a gap: an
+	// event whose predecessor in its run is not in the batch (a follower
+	// changed under the statement) must not be delivered before it.
+	var next map[string]int64
+	var cut []*envelope.Event
+	if runs {
+		next = map[string]int64{}
+		kept := got[:0]
+		for _, l := range got {
+			if k := l.e.OrderingKey; k != "" {
+				if want := next[k] + 1; l.pos != want {
+					cut = append(cut, l.e)
+					next[k] = -1 << 62 // nothing more of this key
+					continue
+				}
+				next[k]++
+			}
+			kept = append(kept, l)
+		}
+		got = kept
+	}
+	if len(cut) > 0 {
+		r.log.DebugContext(ctx, "herald/relay: released events leased behind a gap in their key's run",
+			slog.String("relay", r.cfg.Name), slog.Int("events", len(cut)))
+		r.releaseEvents(ctx, cut)
+	}
+	batch := make([]*envelope.Event, len(got))
+	errs := make([]error, len(got))
+	for i, l := range got {
+		batch[i], errs[i] = l.e, l.err
+		if l.err != nil {
+			r.log.WarnContext(ctx, "herald/relay: leased an event it cannot decode; recording it as the event's failure",
+				slog.String("relay", r.cfg.Name), slog.Int64("sequence", l.e.Sequence), slog.Any("error", l.err))
+		}
+	}
+	return batch, errs, nil
+}
+
+// leased is one event a lease returned: the event, why it could not be
+// decoded (nil when it could), its position in its key's run (1 for a
+// head and an unordered event).
+type leased struct {
+	e   *envelope.Event
+	err error
+	pos int64
+}
+
+// afterLease sets, from what a lease returned, where the next lease's
+// candidate scans start (leaseFloor), whether it walks keys and whether
+// it takes runs. runs: this lease took runs; floored: it ran without the
+// key walk, from the floor.
+func (r *Relay) afterLease(got []leased, runs, floored bool) {
 	var lowest int64
 	for i, l := range got {
 		if i == 0 || l.e.Sequence < lowest {
@@ -292,43 +341,6 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 		fullPlain := !runs && len(got) == r.cfg.BatchSize
 		r.runs.Store(keyed && !r.noRuns && !fullPlain)
 	}
-	slices.SortFunc(got, func(a, b leased) int { return cmp.Compare(a.e.Sequence, b.e.Sequence) })
-	// Of each key, keep the run's positions 1, 2, 3… without a gap: an
-	// event whose predecessor in its run is not in the batch (a follower
-	// changed under the statement) must not be delivered before it.
-	var next map[string]int64
-	var cut []*envelope.Event
-	if runs {
-		next = map[string]int64{}
-		kept := got[:0]
-		for _, l := range got {
-			if k := l.e.OrderingKey; k != "" {
-				if want := next[k] + 1; l.pos != want {
-					cut = append(cut, l.e)
-					next[k] = -1 << 62 // nothing more of this key
-					continue
-				}
-				next[k]++
-			}
-			kept = append(kept, l)
-		}
-		got = kept
-	}
-	if len(cut) > 0 {
-		r.log.DebugContext(ctx, "herald/relay: released events leased behind a gap in their key's run",
-			slog.String("relay", r.cfg.Name), slog.Int("events", len(cut)))
-		r.releaseEvents(ctx, cut)
-	}
-	batch := make([]*envelope.Event, len(got))
-	errs := make([]error, len(got))
-	for i, l := range got {
-		batch[i], errs[i] = l.e, l.err
-		if l.err != nil {
-			r.log.WarnContext(ctx, "herald/relay: leased an event it cannot decode; recording it as the event's failure",
-				slog.String("relay", r.cfg.Name), slog.Int64("sequence", l.e.Sequence), slog.Any("error", l.err))
-		}
-	}
-	return batch, errs, nil
 }
 
 // hold makes sure the batch is still this relay's before it is delivered.

@@ -68,6 +68,12 @@ type Relay struct {
 	// backlog (both the poll loop's own).
 	lastKeys map[string]struct{}
 	noRuns   bool
+	// walkAfter is the key the next MySQL key walk starts after ("" from
+	// the first key; see leaseCandidatesMySQL); the poll loop's own.
+	walkAfter string
+	// noUnordered: the next MySQL lease leaves out its unordered source
+	// (see leaseCandidatesMySQL); the poll loop's own.
+	noUnordered bool
 	// carried is a delivered batch's mark carried into the next lease's
 	// transaction (pending.go); the poll loop's own.
 	carried *carriedMark
@@ -246,7 +252,50 @@ func (r *Relay) checkTable(ctx context.Context) error {
 		}
 		r.noJIT.Store(jit)
 	}
+	if r.dialect == envelope.MySQL {
+		if err := r.checkMySQLIndexes(ctx); err != nil {
+			return err
+		}
+	}
 	r.tableOK.Store(true)
+	return nil
+}
+
+// checkMySQLIndexes makes sure the indexes the MySQL lease names (FORCE
+// INDEX, sql_mysql.go) exist: without one every lease would fail. A
+// {base}_pending_key_idx of a table older than MySQL version 3 works but
+// leads with ordering_key, and the key walk then reads published events
+// too: a WARN says to migrate.
+func (r *Relay) checkMySQLIndexes(ctx context.Context) error {
+	rows, err := r.db.QueryContext(ctx, `SELECT index_name, column_name FROM information_schema.statistics
+WHERE table_schema = DATABASE() AND table_name = ? AND index_name IN (?, ?) AND seq_in_index = 1`,
+		r.table.Name, r.table.Base+"_pending_idx", r.table.Base+"_pending_key_idx")
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUnreachable, err)
+	}
+	defer rows.Close()
+	first := map[string]string{}
+	for rows.Next() {
+		var idx, col string
+		if err := rows.Scan(&idx, &col); err != nil {
+			return fmt.Errorf("%w: %w", errUnreachable, err)
+		}
+		first[idx] = col
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("%w: %w", errUnreachable, err)
+	}
+	for _, idx := range []string{r.table.Base + "_pending_idx", r.table.Base + "_pending_key_idx"} {
+		if _, ok := first[idx]; !ok {
+			return &envelope.Error{Kind: envelope.ErrConfiguration, Where: "relay.Config.Table",
+				Msg: fmt.Sprintf("outbox table %s has no index %s, which the MySQL lease reads; create or migrate it with envelope.Migrate(ctx, db, %q, %q) or the statements of envelope.DDL",
+					r.table.Name, idx, r.dialect, r.table.Name)}
+		}
+	}
+	if col := first[r.table.Base+"_pending_key_idx"]; !strings.EqualFold(col, "published_at") {
+		r.log.WarnContext(ctx, "herald/relay: the outbox's pending-key index is older than MySQL schema version 3: leases walk published events too; migrate with envelope.Migrate",
+			slog.String("relay", r.cfg.Name), slog.String("table", r.table.Name), slog.Int("want_version", envelope.LatestMySQLVersion))
+	}
 	return nil
 }
 
@@ -457,8 +506,8 @@ func (r *Relay) loop(soft, hard context.Context, ru *run) {
 		var wait time.Duration
 		// A full batch means more may be waiting: poll again at once. So
 		// may a batch that delivered events with an ordering key, however
-		// small: on SQLite a batch holds one event per key (on PostgreSQL a
-		// run may stop short of its key's end), so the next event of each
+		// small: on SQLite a batch holds one event per key (on PostgreSQL
+		// and MySQL a run may stop short of its key's end), so the next event of each
 		// of those keys became due just now, and a backlog of few keys
 		// never fills a batch — waiting here would deliver one event per
 		// key per poll interval.

@@ -8,6 +8,7 @@
 //
 //	go run ./integration/cmd/mysqlbench                      # 10,000 events, 3 rounds
 //	go run ./integration/cmd/mysqlbench -events 100000 -batch 1000 -relays 1,2
+//	go run ./integration/cmd/mysqlbench -keys 0,16                 # unordered, then 16 ordering keys
 //
 // HERALD_MYSQL_DSN (default root@tcp(127.0.0.1:3306)/, the machine's
 // MariaDB) points it at a server; it works in a database of its own,
@@ -46,6 +47,7 @@ func main() {
 		batches = flag.String("batch", "100,1000", "batch sizes")
 		relays  = flag.String("relays", "1,2", "relay (worker) counts")
 		modes   = flag.String("modes", "bare,relay", "bare (the SQL loop), relay (herald's relay, delivery.Func no-op)")
+		keys    = flag.String("keys", "0", "ordering keys the events are spread over, round-robin (0: unordered events)")
 	)
 	flag.Parse()
 	ctx := context.Background()
@@ -70,40 +72,43 @@ func main() {
 	check(db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version))
 
 	fmt.Printf("server %s, %d events per drain, median of %d, load average before: %s\n\n", version, *events, *rounds, loadavg())
-	fmt.Println("| mode | batch | relays | events/s |")
-	fmt.Println("|---|---:|---:|---:|")
-	for _, bs := range ints(*batches) {
-		for _, rc := range ints(*relays) {
-			for _, mode := range strings.Split(*modes, ",") {
-				var rates []float64
-				for range *rounds {
-					fill(ctx, db, *events)
-					start := time.Now()
-					switch mode {
-					case "bare":
-						bare(ctx, db, bs, rc)
-					case "relay":
-						drainRelay(ctx, db, bs, rc, *events)
-					default:
-						log.Fatalf("unknown mode %q", mode)
+	fmt.Println("| mode | keys | batch | relays | events/s |")
+	fmt.Println("|---|---:|---:|---:|---:|")
+	for _, nk := range ints(*keys) {
+		for _, bs := range ints(*batches) {
+			for _, rc := range ints(*relays) {
+				for _, mode := range strings.Split(*modes, ",") {
+					var rates []float64
+					for range *rounds {
+						fill(ctx, db, *events, nk)
+						start := time.Now()
+						switch mode {
+						case "bare":
+							bare(ctx, db, bs, rc)
+						case "relay":
+							drainRelay(ctx, db, bs, rc, *events)
+						default:
+							log.Fatalf("unknown mode %q", mode)
+						}
+						rates = append(rates, float64(*events)/time.Since(start).Seconds())
+						left := 0
+						check(db.QueryRowContext(ctx, "SELECT count(*) FROM herald_outbox WHERE published_at IS NULL").Scan(&left))
+						if left != 0 {
+							log.Fatalf("%s: %d events left undelivered", mode, left)
+						}
 					}
-					rates = append(rates, float64(*events)/time.Since(start).Seconds())
-					left := 0
-					check(db.QueryRowContext(ctx, "SELECT count(*) FROM herald_outbox WHERE published_at IS NULL").Scan(&left))
-					if left != 0 {
-						log.Fatalf("%s: %d events left undelivered", mode, left)
-					}
+					slices.Sort(rates)
+					fmt.Printf("| %s | %d | %d | %d | %.0f |\n", mode, nk, bs, rc, rates[len(rates)/2])
 				}
-				slices.Sort(rates)
-				fmt.Printf("| %s | %d | %d | %.0f |\n", mode, bs, rc, rates[len(rates)/2])
 			}
 		}
 	}
 	fmt.Printf("\nload average after: %s\n", loadavg())
 }
 
-// fill empties the table and writes n unordered events.
-func fill(ctx context.Context, db *sql.DB, n int) {
+// fill empties the table and writes n events: unordered, or spread
+// round-robin over keys ordering keys.
+func fill(ctx context.Context, db *sql.DB, n, keys int) {
 	_, err := db.ExecContext(ctx, "TRUNCATE TABLE herald_outbox")
 	check(err)
 	w, err := envelope.NewWriter(envelope.MySQL, "")
@@ -111,7 +116,11 @@ func fill(ctx context.Context, db *sql.DB, n int) {
 	for i := 0; i < n; i += 1000 {
 		var ms []envelope.Message
 		for j := i; j < min(n, i+1000); j++ {
-			ms = append(ms, envelope.Message{Topic: "bench.event", Payload: map[string]int{"i": j}})
+			m := envelope.Message{Topic: "bench.event", Payload: map[string]int{"i": j}}
+			if keys > 0 {
+				m.OrderingKey = "k" + strconv.Itoa(j%keys)
+			}
+			ms = append(ms, m)
 		}
 		_, err := w.Write(ctx, db, ms)
 		check(err)
