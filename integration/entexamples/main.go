@@ -46,6 +46,10 @@ var examples = []string{
 }
 
 func main() {
+	// The go commands this harness runs build modules of its own work
+	// tree, which the repository's go.work does not list: workspace mode
+	// off for them (it also refuses their -mod=mod).
+	_ = os.Setenv("GOWORK", "off")
 	run := flag.String("run", "", "comma-separated examples to run (default: all)")
 	keep := flag.Bool("keep", false, "keep the work tree and print its path")
 	j := flag.Int("j", 2, "examples generated at once")

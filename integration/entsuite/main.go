@@ -120,6 +120,10 @@ func skipPattern(tests []string) string {
 }
 
 func main() {
+	// The go commands this harness runs build modules of its own work
+	// tree, which the repository's go.work does not list: workspace mode
+	// off for them (it also refuses their -mod=mod).
+	_ = os.Setenv("GOWORK", "off")
 	var (
 		suite     = flag.String("suite", os.Getenv("HERALD_ENT_SUITE"), "ent's entc/integration folder (default: ../shared/thirdparty/ent-integration-v0.14.5/entc/integration beside the repository root)")
 		dialects  = flag.String("dialects", "sqlite,postgres", "comma-separated: sqlite, postgres, mysql (the machine's MariaDB in TestMaria's 10.5 slot; no oracle run)")

@@ -83,6 +83,10 @@ type report struct {
 }
 
 func main() {
+	// The go commands this harness runs build modules of its own work
+	// tree, which the repository's go.work does not list: workspace mode
+	// off for them (it also refuses their -mod=mod).
+	_ = os.Setenv("GOWORK", "off")
 	var (
 		suite    = flag.String("suite", os.Getenv("HERALD_GORM_SUITE"), "GORM's tests/ folder (default: ../shared/thirdparty/gorm-tests-v1.31.2/tests beside the repository root)")
 		dialects = flag.String("dialects", "sqlite,postgres", "comma-separated: sqlite, postgres, mysql (MariaDB/MySQL at HERALD_MYSQL_DSN, default root@tcp(127.0.0.1:3306)/)")

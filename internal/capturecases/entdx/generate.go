@@ -4,4 +4,4 @@
 // generated client (ent/), generated with entcapturegen.Extension().
 package entdx
 
-//go:generate go run -mod=mod entc.go
+//go:generate go run entc.go
