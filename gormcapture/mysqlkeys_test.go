@@ -26,14 +26,14 @@ import (
 // parents' DELETE (by the parents' keys).
 type KeyParent struct {
 	ID       int64
-	Name     string `gorm:"size:40"`
-	Code     string `gorm:"size:40;uniqueIndex"`
+	Name     string     `gorm:"size:40"`
+	Code     string     `gorm:"size:40;uniqueIndex"`
 	Children []KeyChild `gorm:"foreignKey:ParentID;constraint:OnDelete:CASCADE"`
 }
 
 type KeyChild struct {
 	ID       int64
-	ParentID int64 `gorm:"index"`
+	ParentID int64  `gorm:"index"`
 	Name     string `gorm:"size:40"`
 }
 
