@@ -241,7 +241,13 @@ func mysqlPin(qc []string, tuples [][]any) *sql.Predicate {
 //	DELETE FROM `t` WHERE …   →   DELETE `t` FROM `t` JOIN J ON c WHERE …
 //
 // moving the pin's one parameter first. A statement without a pin, or of
-// another shape, is returned as it is.
+// another shape, is returned as it is. The join matches each row at most
+// once (the keys are the rows' own, distinct), and the server writes only
+// t. One difference of the multi-table form: MySQL evaluates a
+// single-table UPDATE's assignments left to right, a multi-table one's in
+// no set order — it matters only to a SET that reads a column the same
+// statement assigns before it, which ent's setters do not write (an Add
+// reads the column it assigns).
 func pinJoin(query string, args any) (string, any) {
 	open := strings.Index(query, pinOpen)
 	if open < 0 || strings.Count(query, pinOpen) != 1 {
