@@ -291,8 +291,9 @@ func TestMySQLPinnedWriteLocksOnlyItsRows(t *testing.T) {
 	} {
 		err := probe(c.id)
 		var me *gomysql.MySQLError
+		lockErr := errors.As(err, &me) && (me.Number == 1205 || me.Number == 3572)
 		switch {
-		case c.locked && !(errors.As(err, &me) && (me.Number == 1205 || me.Number == 3572)):
+		case c.locked && !lockErr:
 			t.Errorf("tag %s: %v, want it locked by the open transaction", c.id, err)
 		case !c.locked && err != nil:
 			t.Errorf("tag %s: %v: a row outside the writes' sets is locked", c.id, err)

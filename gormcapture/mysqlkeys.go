@@ -44,13 +44,13 @@ func (p *Plugin) mysqlKeysIn(ctx context.Context, q gorm.ConnPool, table string,
 	if err != nil || arg == "" {
 		return keysIn(keyCols, keys), err
 	}
-	cols := make([]any, len(keyCols))
+	vars := make([]any, 0, len(keyCols)+1)
 	marks := make([]string, len(keyCols))
 	for i, c := range keyCols {
-		cols[i] = clause.Column{Table: clause.CurrentTable, Name: c}
+		vars = append(vars, clause.Column{Table: clause.CurrentTable, Name: c})
 		marks[i] = "?"
 	}
-	return clause.Expr{SQL: "(" + strings.Join(marks, ", ") + ") IN " + mysqlKeysSelect(types), Vars: append(cols, arg)}, nil
+	return clause.Expr{SQL: "(" + strings.Join(marks, ", ") + ") IN " + mysqlKeysSelect(types), Vars: append(vars, arg)}, nil
 }
 
 // mysqlKeysSelect is the subquery of a key set: SELECT the JSON table's
@@ -186,7 +186,7 @@ func (p *Plugin) mysqlKeyJSON(ctx context.Context, q gorm.ConnPool, table string
 	}
 	b, err := json.Marshal(out)
 	if err != nil {
-		return "", nil, nil
+		return "", nil, fmt.Errorf("herald/gormcapture: keys of %s as JSON: %w", table, err)
 	}
 	return string(b), types, nil
 }

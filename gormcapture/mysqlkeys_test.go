@@ -259,7 +259,7 @@ func TestMySQLBulkWriteLocksOnlyItsRows(t *testing.T) {
 		defer conn.Close()
 		ptx, err := conn.BeginTx(ctx, nil)
 		must(t, err)
-		defer ptx.Rollback()
+		defer func() { _ = ptx.Rollback() }()
 		var got int
 		return ptx.QueryRowContext(ctx, q, id).Scan(&got)
 	}
@@ -276,8 +276,9 @@ func TestMySQLBulkWriteLocksOnlyItsRows(t *testing.T) {
 	} {
 		err := probe(c.q, c.id)
 		var me *gomysql.MySQLError
+		lockErr := errors.As(err, &me) && (me.Number == 1205 || me.Number == 3572 || me.Number == 1213)
 		switch {
-		case c.locked && !(errors.As(err, &me) && (me.Number == 1205 || me.Number == 3572 || me.Number == 1213)):
+		case c.locked && !lockErr:
 			t.Errorf("%s [%d]: %v, want the row locked by the open transaction", c.q, c.id, err)
 		case !c.locked && err != nil:
 			t.Errorf("%s [%d]: %v: a row outside the write's set is locked", c.q, c.id, err)

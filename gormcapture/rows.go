@@ -378,7 +378,7 @@ func (p *Plugin) selectByKeys(ctx context.Context, db *gorm.DB, q gorm.ConnPool,
 	var out []image
 	for start := 0; start < len(keys); start += per {
 		chunk := keys[start:min(len(keys), start+per)]
-		var where clause.Expression = keysIn(keyCols, chunk)
+		where := keysIn(keyCols, chunk)
 		if p.dialect == envelope.MySQL {
 			var err error
 			if where, err = p.mysqlKeysIn(ctx, q, table, keyCols, chunk, nil); err != nil {
