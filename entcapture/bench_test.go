@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -93,14 +95,19 @@ func BenchmarkCreate(b *testing.B) {
 	}
 }
 
-// BenchmarkUpdateWhere: Update().Where() matching 10,000 rows,
+// BenchmarkUpdateWhere: Update().Where() matching 10,000 rows
+// (HERALD_BENCH_ROWS sets another number; HERALD_ENTCAPTURE_MYSQL=1 adds
+// MariaDB/MySQL, where both captured variants read around the write),
 // BeforeAndAfter, without a caller transaction. A third database's client
 // captures the same update without the RETURNING the wrapper adds (the
 // rows read by id after the write, as on a client without the wrapper):
 // noreturning-ns/op, and noreturning-ratio against the plain write. The
 // two captured variants alternate which goes first.
 func BenchmarkUpdateWhere(b *testing.B) {
-	const rows = 10000
+	rows := 10000
+	if v, err := strconv.Atoi(os.Getenv("HERALD_BENCH_ROWS")); err == nil && v > 0 {
+		rows = v
+	}
 	for _, d := range dialects {
 		b.Run(d.name, func(b *testing.B) {
 			bp := newBenchPair(b, d.dialect, envelope.BeforeAndAfter)
@@ -113,7 +120,7 @@ func BenchmarkUpdateWhere(b *testing.B) {
 			ctx := context.Background()
 			for _, c := range []*ent.Client{bp.plain, bp.captured, reading} {
 				for start := 0; start < rows; start += 2000 {
-					bs := make([]*ent.LoanCreate, 2000)
+					bs := make([]*ent.LoanCreate, min(2000, rows-start))
 					for i := range bs {
 						bs[i] = c.Loan.Create().SetStatus("lent").SetDays(start + i).SetReturned(false)
 					}

@@ -10,12 +10,14 @@ import (
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
+	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/heraldgo/herald/entcapture"
 	"github.com/heraldgo/herald/envelope"
 	cc "github.com/heraldgo/herald/internal/capturecases"
 	"github.com/heraldgo/herald/internal/capturecases/entcc/ent"
 	"github.com/heraldgo/herald/internal/capturecases/entcc/ent/reader"
+	"github.com/heraldgo/herald/internal/capturecases/entcc/ent/tag"
 	"github.com/heraldgo/herald/internal/testkit"
 )
 
@@ -206,9 +208,10 @@ func nameOf(m map[string]any) any {
 	return m["name"]
 }
 
-// TestMySQLManyKeysOneParameter: a bulk update, a delete and their
-// snapshot reads pinned to more rows than mysqlInlineBinds bind the keys
-// as one JSON parameter (JSON_TABLE) and capture every row.
+// TestMySQLManyKeysOneParameter: a bulk update and a delete of 9,000
+// rows (string keys), pinned to the rows read before them, capture every
+// row (their key sets are one JSON parameter at any size:
+// TestMySQLLargeCascade counts them).
 func TestMySQLManyKeysOneParameter(t *testing.T) {
 	if testing.Short() {
 		t.Skip("server test")
@@ -240,6 +243,79 @@ func TestMySQLManyKeysOneParameter(t *testing.T) {
 	must(t, err)
 	if del != n || e.count(t, "herald_outbox") != 2*n {
 		t.Fatalf("deleted %d, %d events; want %d, %d", del, e.count(t, "herald_outbox"), n, 2*n)
+	}
+}
+
+// TestMySQLPinnedWriteLocksOnlyItsRows: while a transaction holds a
+// captured bulk update and a bulk delete open (BeforeAndAfter: each read
+// FOR UPDATE by its WHERE, then run pinned to those rows — joined to
+// their key set), another transaction locks a row of the same table
+// outside both sets at once (NOWAIT fails rather than wait): the pinned
+// writes reach their rows by the key's index, no scan that locks the
+// table. A row inside a set is locked (the same NOWAIT fails), which
+// shows that the probe sees locks.
+func TestMySQLPinnedWriteLocksOnlyItsRows(t *testing.T) {
+	if testing.Short() {
+		t.Skip("server test")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, envelope.MySQL, entcapture.Config{Options: map[string]envelope.Options{"Tag": {Payload: envelope.BeforeAndAfter}}})
+	const n = 4000
+	code := func(i int) string { return fmt.Sprintf("t%05d", i) }
+	q := `INSERT INTO tags (code, label) VALUES `
+	for i := range n {
+		if i > 0 {
+			q += ", "
+		}
+		q += fmt.Sprintf("('%s', 'x')", code(i))
+	}
+	_, err := e.db.Exec(q)
+	must(t, err)
+	_, err = e.db.Exec(`ANALYZE TABLE tags`)
+	must(t, err)
+
+	tx, err := e.client.Tx(ctx)
+	must(t, err)
+	defer func() { _ = tx.Rollback() }()
+	got, err := tx.Tag.Update().Where(tag.IDLT(code(n / 4))).SetLabel("y").Save(ctx)
+	must(t, err)
+	if got != n/4 {
+		t.Fatalf("updated %d, want %d", got, n/4)
+	}
+	del, err := tx.Tag.Delete().Where(tag.IDGTE(code(n/2)), tag.IDLT(code(n/2+n/4))).Exec(ctx)
+	must(t, err)
+	if del != n/4 {
+		t.Fatalf("deleted %d, want %d", del, n/4)
+	}
+	probe := func(id string) error {
+		conn, err := e.db.Conn(ctx)
+		must(t, err)
+		defer conn.Close()
+		ptx, err := conn.BeginTx(ctx, nil)
+		must(t, err)
+		defer func() { _ = ptx.Rollback() }()
+		var got string
+		return ptx.QueryRowContext(ctx, "SELECT code FROM tags WHERE code = ? FOR UPDATE NOWAIT", id).Scan(&got)
+	}
+	for _, c := range []struct {
+		id     string
+		locked bool
+	}{
+		{code(n - 1), false},
+		{code(n/2 - 10), false},
+		{code(10), true},
+		{code(n/2 + 10), true},
+	} {
+		err := probe(c.id)
+		var me *gomysql.MySQLError
+		lockErr := errors.As(err, &me) && (me.Number == 1205 || me.Number == 3572)
+		switch {
+		case c.locked && !lockErr:
+			t.Errorf("tag %s: %v, want it locked by the open transaction", c.id, err)
+		case !c.locked && err != nil:
+			t.Errorf("tag %s: %v: a row outside the writes' sets is locked", c.id, err)
+		}
 	}
 }
 

@@ -218,8 +218,9 @@
 // read before it, the rows a cascade reaches, join rows, the children of
 // an edge setter, the rows an upsert conflicts with — bind their keys,
 // single or composite, as ONE JSON parameter (json_each on SQLite,
-// jsonb_populate_recordset on PostgreSQL), so they work at any number of
-// rows (beyond SQLite's 32766 and PostgreSQL's 65535 bind parameters).
+// jsonb_populate_recordset on PostgreSQL, JSON_TABLE on MySQL), so they
+// work at any number of rows (beyond SQLite's 32766 and PostgreSQL's and
+// MySQL's 65535 bind parameters) and cost one parameter, not one per row.
 //
 // Each bulk write costs the same number of statements whatever its number
 // of rows: at most one snapshot statement (two for an upsert in a caller
@@ -281,9 +282,22 @@
 // COMMITTED there is no gap lock, and such a race is classified
 // inserted. A row conflicting on another unique key than the named one
 // is not seen. UpdateWhere is refused (MySQL's upsert has no WHERE).
-// Sets of keys are bound one parameter per value up to 8192 values and
-// beyond as one JSON parameter through JSON_TABLE (strings compared
-// under utf8mb4_bin, ent's default collation on MySQL).
+// Every set of keys — the rows a write is pinned to, those a cascade or
+// an edge setter reaches, join rows, an upsert's conflict values — is ONE
+// JSON parameter through JSON_TABLE at any size (integers as BIGINT,
+// strings compared under utf8mb4_bin, ent's default collation on MySQL; a
+// key that is neither, such as bytes or a time, is bound per value). In
+// a read, `col IN (SELECT … FROM JSON_TABLE(?, …))` is a semi-join the
+// JSON table drives, reaching each row by the key's index, so FOR UPDATE
+// locks the rows reached and no others; an OR of key sets is one
+// semi-join over a UNION of per-set semi-joins (an OR of semi-joins would
+// scan the table). A pinned UPDATE or DELETE is run by Driver as a
+// multi-table statement joined to the key set (`UPDATE t JOIN
+// JSON_TABLE(?, …) AS k ON t.id = k.c0 SET …`): a single-table UPDATE or
+// DELETE cannot use a semi-join on MariaDB before 11.1 and would
+// evaluate the subquery once per row it scans. Without Driver (a caller
+// transaction on a client not opened on it) the pinned write keeps the
+// subquery form: correct, but slow for large sets on those servers.
 //
 // # Not captured
 //

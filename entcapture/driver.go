@@ -242,6 +242,8 @@ func (d *CaptureDriver) Exec(ctx context.Context, query string, args, v any) err
 	if err != nil {
 		return err
 	}
+	// A pinned write on MySQL (capture_mysql.go).
+	query, args = pinJoin(query, args)
 	ex := d.route(ctx)
 	if ok, err := d.execUpsert(ctx, ex, query, args, v); ok { // upsert.go
 		return err
@@ -394,6 +396,8 @@ func (t captureTx) Exec(ctx context.Context, query string, args, v any) error {
 	if err != nil {
 		return err
 	}
+	// A pinned write on MySQL (capture_mysql.go).
+	query, args = pinJoin(query, args)
 	if ok, err := t.d.execUpsert(ctx, t.Tx, query, args, v); ok { // upsert.go
 		return err
 	}

@@ -72,18 +72,17 @@ func (s *scope) joinRows(ew *edgeWrite, owners []any, lock bool) (map[string]map
 		qc[i] = sel.C(c)
 	}
 	rowType := quotedTable(s.d, s.g, t)
-	side := func(own, other string) *sql.Predicate {
-		in := inSetP(s.d, rowType, sel, []string{own}, tuplesOf(owners))
+	side := func(own, other string) []keySet {
 		if ew.cleared {
-			return in
+			return []keySet{{[]string{own}, tuplesOf(owners)}}
 		}
-		return sql.And(in, inSetP(s.d, rowType, sel, []string{other}, tuplesOf(ew.others)))
+		return []keySet{{[]string{own}, tuplesOf(owners)}, {[]string{other}, tuplesOf(ew.others)}}
 	}
-	where := side(ew.e.Own, ew.e.Other)
+	ors := [][]keySet{side(ew.e.Own, ew.e.Other)}
 	if ew.e.Bidi {
-		where = sql.Or(where, side(ew.e.Other, ew.e.Own))
+		ors = append(ors, side(ew.e.Other, ew.e.Own))
 	}
-	sel.Select(qc...).Where(where)
+	sel.Select(qc...).Where(inSetsOrP(s.d, rowType, sel, t.KeyColumns(), ors...))
 	if lock && locks(s.d) {
 		sel.ForUpdate()
 	}
@@ -204,11 +203,11 @@ func (s *scope) childRows(cw *childWrite, owners, also []any, lock bool) (map[st
 		qc[i] = sel.C(col)
 	}
 	rowType := quotedTable(s.d, s.g, c)
-	ps := []*sql.Predicate{inSetP(s.d, rowType, sel, []string{c.PK}, tuplesOf(slices.Concat(cw.ids, also)))}
-	if cw.cleared && len(owners) > 0 {
-		ps = append(ps, inSetP(s.d, rowType, sel, []string{cw.e.Column}, tuplesOf(owners)))
+	ors := [][]keySet{{{[]string{c.PK}, tuplesOf(slices.Concat(cw.ids, also))}}}
+	if cw.cleared {
+		ors = append(ors, []keySet{{[]string{cw.e.Column}, tuplesOf(owners)}})
 	}
-	sel.Select(qc...).Where(sql.Or(ps...))
+	sel.Select(qc...).Where(inSetsOrP(s.d, rowType, sel, c.KeyColumns(), ors...))
 	if lock && locks(s.d) {
 		sel.ForUpdate()
 	}

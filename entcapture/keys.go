@@ -3,6 +3,7 @@ package entcapture
 import (
 	"database/sql/driver"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -156,4 +157,77 @@ func tuplesOf(vs []any) [][]any {
 // parameter (inSet).
 func keysIn(d envelope.Dialect, rowType, pk string, ids []any) func(*sql.Selector) {
 	return inSet(d, rowType, []string{pk}, tuplesOf(ids))
+}
+
+// keySet is a set of keys: cols hold one of tuples.
+type keySet struct {
+	cols   []string
+	tuples [][]any
+}
+
+// inSetsOrP is "the row is in every set of one of ors" (an OR of ANDs of
+// key sets; an operand with an empty set matches nothing and is left
+// out). key is the table's key (its columns), rowType the table as
+// inSetP takes it. On MySQL an OR of semi-joins cannot reach the rows by
+// index (the server scans the table, and FOR UPDATE would lock every row
+// it scans), so two or more operands become one semi-join on the key
+// over a UNION of the operands, each a semi-join the JSON table drives:
+//
+//	`t`.`id` IN (SELECT `herald_u`.`id` FROM (SELECT `herald_r`.`id` FROM `t` AS `herald_r` WHERE `herald_r`.`a` IN (SELECT … JSON_TABLE(?, …) …) UNION SELECT …) AS `herald_u`)
+//
+// each set still one JSON parameter.
+func inSetsOrP(d envelope.Dialect, rowType string, s *sql.Selector, key []string, ors ...[]keySet) *sql.Predicate {
+	live := slices.DeleteFunc(slices.Clone(ors), func(and []keySet) bool {
+		return slices.ContainsFunc(and, func(k keySet) bool { return len(k.tuples) == 0 })
+	})
+	if len(live) == 0 {
+		return sql.False()
+	}
+	if d != envelope.MySQL || len(live) == 1 {
+		ps := make([]*sql.Predicate, len(live))
+		for i, and := range live {
+			as := make([]*sql.Predicate, len(and))
+			for j, k := range and {
+				as[j] = inSetP(d, rowType, s, k.cols, k.tuples)
+			}
+			ps[i] = sql.And(as...)
+			if len(as) == 1 {
+				ps[i] = as[0]
+			}
+		}
+		if len(ps) == 1 {
+			return ps[0]
+		}
+		return sql.Or(ps...)
+	}
+	q := func(alias, c string) string { return "`" + alias + "`." + envelope.MySQL.QuoteIdent(c) }
+	lhs := make([]string, len(key))
+	inner := make([]string, len(key))
+	outer := make([]string, len(key))
+	for i, c := range key {
+		lhs[i] = s.C(c)
+		inner[i] = q("herald_r", c)
+		outer[i] = q("herald_u", c)
+	}
+	return sql.P(func(b *sql.Builder) {
+		b.WriteString("(" + strings.Join(lhs, ", ") + ") IN (SELECT " + strings.Join(outer, ", ") + " FROM (")
+		for i, and := range live {
+			if i > 0 {
+				b.WriteString(" UNION ")
+			}
+			b.WriteString("SELECT " + strings.Join(inner, ", ") + " FROM " + rowType + " AS `herald_r` WHERE ")
+			for j, k := range and {
+				if j > 0 {
+					b.WriteString(" AND ")
+				}
+				qc := make([]string, len(k.cols))
+				for x, c := range k.cols {
+					qc[x] = q("herald_r", c)
+				}
+				w, _, _ := mysqlKeySet(qc, k.tuples)
+				w(b)
+			}
+		}
+		b.WriteString(") AS `herald_u`)")
+	})
 }

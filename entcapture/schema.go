@@ -154,10 +154,36 @@ func quotedTable(dl envelope.Dialect, g Glue, sch *Schema) string {
 // pin returns the predicate that narrows a write to rows (their keys),
 // one bind parameter for all of them (inSet): the id, or each column of
 // a composite key (composite-id edge schemas). rowType is the table as
-// the statements name it.
+// the statements name it. On MySQL the pin is marked for the driver
+// wrapper, which joins the write to the key set (mysqlPin, pinJoin).
 func (s *Schema) pin(d envelope.Dialect, rowType string, rows []map[string]any) func(*sql.Selector) {
-	if len(s.Key) == 0 {
+	if len(s.Key) == 0 && d != envelope.MySQL {
 		return keysIn(d, rowType, s.PK, pks(rows, s.PK))
+	}
+	cols := s.Key
+	if len(cols) == 0 {
+		cols = []string{s.PK}
+	}
+	if d == envelope.MySQL {
+		tuples := make([][]any, len(rows))
+		for i, r := range rows {
+			t := make([]any, len(cols))
+			for j, c := range cols {
+				t[j] = r[c]
+			}
+			tuples[i] = t
+		}
+		return func(sel *sql.Selector) {
+			if len(tuples) == 0 {
+				sel.Where(sql.False())
+				return
+			}
+			qc := make([]string, len(cols))
+			for i, c := range cols {
+				qc[i] = sel.C(c)
+			}
+			sel.Where(mysqlPin(qc, tuples))
+		}
 	}
 	tuples := make([][]any, len(rows))
 	for i, r := range rows {

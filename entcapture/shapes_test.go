@@ -740,76 +740,120 @@ func TestLargeCascade(t *testing.T) {
 	if v := os.Getenv("HERALD_LARGE_N"); v != "" { // to measure
 		n, _ = strconv.Atoi(v)
 	}
-	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
-		db := openDB(t, d)
-		cnt := &countingDriver{Driver: entsql.OpenDB(entDialect(d), db)}
-		s := shapesEnvOn(t, cnt, db, d, envelope.Keys)
-		ctx := context.Background()
-		setBased := func(what string) {
-			t.Helper()
-			stmts, most := cnt.take()
-			if most > 16 || stmts > 40 {
-				t.Errorf("%s of %d rows: %d statements, the largest with %d parameters: not set-based", what, n, stmts, most)
-			}
-		}
-		series := func(q string) string { // q selects from a series of i = 1..n
-			if d == envelope.Postgres {
-				return strings.ReplaceAll(q, "FROM s", "FROM generate_series(1, "+fmt.Sprint(n)+") AS s(i)")
-			}
-			return "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < " + fmt.Sprint(n) + ") " + q
-		}
-		counts := func() map[string]int {
-			t.Helper()
-			rows, err := s.env.db.Query(`SELECT topic, COUNT(*) FROM herald_outbox GROUP BY topic`)
-			must(t, err)
-			defer rows.Close()
-			out := map[string]int{}
-			for rows.Next() {
-				var topic string
-				var c int
-				must(t, rows.Scan(&topic, &c))
-				out[topic] = c
-			}
-			must(t, rows.Err())
-			_, err = s.env.db.Exec(`DELETE FROM herald_outbox`)
-			must(t, err)
-			return out
-		}
-		// Without an index on the foreign key the database's own cascade
-		// scans the notes once per deleted memo.
-		_, err := s.env.db.Exec(`CREATE INDEX memo_notes_memo ON memo_notes (memo_notes)`)
-		must(t, err)
-		m := s.c.Memo.Create().SetText("one").SaveX(ctx)
-		counts()
-		_, err = s.env.db.Exec(series(`INSERT INTO memo_notes (text, memo_notes) SELECT 'n', ` + fmt.Sprint(m.ID) + ` FROM s`))
-		must(t, err)
-		cnt.take()
-		must(t, s.c.Memo.UpdateOne(m).ClearNotes().Exec(ctx))
-		setBased("ClearNotes")
-		if got := counts(); got["memo_note.updated"] != n || len(got) != 1 {
-			t.Errorf("ClearNotes of %d notes: events %v", n, got)
-		}
-		if c := s.count(t, "memo_notes WHERE memo_notes IS NULL"); c != n {
-			t.Errorf("%d notes cleared, want %d", c, n)
-		}
+	eachDialect(t, func(t *testing.T, d envelope.Dialect) { largeCascade(t, d, n, envelope.Keys) })
+}
 
-		_, err = s.env.db.Exec(`DELETE FROM memo_notes`)
-		must(t, err)
-		_, err = s.env.db.Exec(series(`INSERT INTO memos (id, text) SELECT i + 10, 'bulk' FROM s`))
-		must(t, err)
-		_, err = s.env.db.Exec(series(`INSERT INTO memo_notes (text, memo_notes) SELECT 'n', i + 10 FROM s`))
-		must(t, err)
-		cnt.take()
-		_, err = s.c.Memo.Delete().Where(memo.Text("bulk")).Exec(ctx)
-		must(t, err)
-		setBased("delete")
-		if got := counts(); got["memo.deleted"] != n || got["memo_note.deleted"] != n || len(got) != 2 {
-			t.Errorf("delete of %d memos with a note each: events %v", n, got)
+// TestMySQLLargeCascade is TestLargeCascade on MySQL (the machine's
+// MariaDB), always, in BeforeAndAfter: every key set the capture binds —
+// the rows a bulk update and a delete are pinned to, the notes a cascade
+// and a ClearNotes reach — is one JSON parameter (no statement below the
+// capture binds more than a handful), and each pinned UPDATE or DELETE
+// runs joined to its key set (JOIN JSON_TABLE). A regression to one
+// parameter per key fails it.
+func TestMySQLLargeCascade(t *testing.T) {
+	if testing.Short() {
+		t.Skip("thousands of rows")
+	}
+	t.Parallel()
+	largeCascade(t, envelope.MySQL, 3_000, envelope.BeforeAndAfter)
+}
+
+// largeCascade is TestLargeCascade's body: n notes cleared, n notes
+// updated in bulk, n memos with a note each deleted.
+func largeCascade(t *testing.T, d envelope.Dialect, n int, mode envelope.PayloadMode) {
+	db := openDB(t, d)
+	cnt := &countingDriver{Driver: entsql.OpenDB(entDialect(d), db)}
+	s := shapesEnvOn(t, cnt, db, d, mode)
+	ctx := context.Background()
+	setBased := func(what string) {
+		t.Helper()
+		stmts, most := cnt.take()
+		if most > 16 || stmts > 40 {
+			t.Errorf("%s of %d rows: %d statements, the largest with %d parameters: not set-based", what, n, stmts, most)
 		}
-		if c := s.count(t, "memo_notes"); c != 0 {
-			t.Errorf("%d notes left", c)
+	}
+	series := func(q string) string { // q selects from a series of i = 1..n
+		if d == envelope.Postgres {
+			return strings.ReplaceAll(q, "FROM s", "FROM generate_series(1, "+fmt.Sprint(n)+") AS s(i)")
 		}
-	})
+		if d == envelope.MySQL { // the product of decimal digits (no recursion limit to raise)
+			digits := "(SELECT 0 AS i UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9)"
+			var from, sum []string
+			for k, p := 0, 1; p < n; k, p = k+1, p*10 {
+				from = append(from, digits+" AS d"+fmt.Sprint(k))
+				sum = append(sum, fmt.Sprintf("%d * d%d.i", p, k))
+			}
+			return strings.ReplaceAll(q, "FROM s", "FROM (SELECT "+strings.Join(sum, " + ")+" + 1 AS i FROM "+strings.Join(from, " CROSS JOIN ")+") AS s WHERE s.i <= "+fmt.Sprint(n))
+		}
+		return "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < " + fmt.Sprint(n) + ") " + q
+	}
+	counts := func() map[string]int {
+		t.Helper()
+		rows, err := s.env.db.Query(`SELECT topic, COUNT(*) FROM herald_outbox GROUP BY topic`)
+		must(t, err)
+		defer rows.Close()
+		out := map[string]int{}
+		for rows.Next() {
+			var topic string
+			var c int
+			must(t, rows.Scan(&topic, &c))
+			out[topic] = c
+		}
+		must(t, rows.Err())
+		_, err = s.env.db.Exec(`DELETE FROM herald_outbox`)
+		must(t, err)
+		return out
+	}
+	// Without an index on the foreign key the database's own cascade
+	// scans the notes once per deleted memo.
+	_, err := s.env.db.Exec(`CREATE INDEX memo_notes_memo ON memo_notes (memo_notes)`)
+	must(t, err)
+	m := s.c.Memo.Create().SetText("one").SaveX(ctx)
+	counts()
+	_, err = s.env.db.Exec(series(`INSERT INTO memo_notes (text, memo_notes) SELECT 'n', ` + fmt.Sprint(m.ID) + ` FROM s`))
+	must(t, err)
+	cnt.take()
+	must(t, s.c.Memo.UpdateOne(m).ClearNotes().Exec(ctx))
+	setBased("ClearNotes")
+	if got := counts(); got["memo_note.updated"] != n || len(got) != 1 {
+		t.Errorf("ClearNotes of %d notes: events %v", n, got)
+	}
+	if c := s.count(t, "memo_notes WHERE memo_notes IS NULL"); c != n {
+		t.Errorf("%d notes cleared, want %d", c, n)
+	}
+	cnt.take()
+	cnt.joins()
+	if got := s.c.MemoNote.Update().SetText("u").SaveX(ctx); got != n {
+		t.Errorf("updated %d notes, want %d", got, n)
+	}
+	setBased("bulk update")
+	if got := counts(); got["memo_note.updated"] != n || len(got) != 1 {
+		t.Errorf("bulk update of %d notes: events %v", n, got)
+	}
+	if d == envelope.MySQL && mode == envelope.BeforeAndAfter && cnt.joins() != 1 {
+		t.Errorf("the pinned UPDATE did not run joined to its key set (JOIN JSON_TABLE)")
+	}
+
+	_, err = s.env.db.Exec(`DELETE FROM memo_notes`)
+	must(t, err)
+	_, err = s.env.db.Exec(series(`INSERT INTO memos (id, text) SELECT i + 10, 'bulk' FROM s`))
+	must(t, err)
+	_, err = s.env.db.Exec(series(`INSERT INTO memo_notes (text, memo_notes) SELECT 'n', i + 10 FROM s`))
+	must(t, err)
+	cnt.take()
+	cnt.joins()
+	_, err = s.c.Memo.Delete().Where(memo.Text("bulk")).Exec(ctx)
+	must(t, err)
+	setBased("delete")
+	if d == envelope.MySQL && cnt.joins() != 1 {
+		t.Errorf("the pinned DELETE did not run joined to its key set (JOIN JSON_TABLE)")
+	}
+	if got := counts(); got["memo.deleted"] != n || got["memo_note.deleted"] != n || len(got) != 2 {
+		t.Errorf("delete of %d memos with a note each: events %v", n, got)
+	}
+	if c := s.count(t, "memo_notes"); c != 0 {
+		t.Errorf("%d notes left", c)
+	}
 }
 
 var attachSeq atomic.Int64
@@ -896,12 +940,26 @@ type countingDriver struct {
 	dialect.Driver
 	mu          sync.Mutex
 	stmts, most int
+	joined      int // UPDATEs and DELETEs joined to a JSON key set (MySQL)
+}
+
+// joins returns the number of UPDATEs and DELETEs joined to a JSON key
+// set since the last call.
+func (c *countingDriver) joins() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.joined
+	c.joined = 0
+	return n
 }
 
 func (c *countingDriver) note(q string, args any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.stmts++
+	if (strings.HasPrefix(q, "UPDATE ") || strings.HasPrefix(q, "DELETE ")) && strings.Contains(q, " JOIN JSON_TABLE(") {
+		c.joined++
+	}
 	// The events' multi-row INSERT binds columns per event on SQLite, in
 	// chunks below its limit (envelope.Writer): not a read by keys.
 	if a, ok := args.([]any); ok && len(a) > c.most && !strings.Contains(q, "herald_outbox") {

@@ -253,11 +253,7 @@ func (s *scope) rowsByTarget(w *write, u *upsert, lock bool, ids []any) (map[str
 		}
 		tuples = append(tuples, vs)
 	}
-	ps := []*sql.Predicate{inSetP(s.d, rowType, sel, u.target, tuples)}
-	if len(ids) > 0 {
-		ps = append(ps, inSetP(s.d, rowType, sel, []string{w.sch.PK}, tuplesOf(ids)))
-	}
-	sel.Where(sql.Or(ps...))
+	sel.Where(inSetsOrP(s.d, rowType, sel, w.sch.KeyColumns(), []keySet{{u.target, tuples}}, []keySet{{[]string{w.sch.PK}, tuplesOf(ids)}}))
 	if lock && locks(s.d) {
 		sel.ForUpdate()
 	}

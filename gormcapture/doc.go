@@ -249,4 +249,19 @@
 // rows only), while an event is written for every row the UPDATE matched,
 // as on PostgreSQL. An UPDATE that sets a key column to an expression is
 // envelope.ErrUnsupported on MySQL.
+//
+// Every set of keys the plugin reads by on MySQL — an UPDATE's rows after
+// it, a create's rows read back, the children a cascade reaches, an
+// upsert's rows by unique value — is ONE JSON parameter through
+// JSON_TABLE whatever the number of rows, never a parameter per row:
+// `(t.id) IN (SELECT k.c0 FROM JSON_TABLE(?, '$[*]' COLUMNS(c0 BIGINT
+// PATH '$[0]')) AS k)`, which both servers run as a semi-join the JSON
+// table drives, reaching each row by the key's index (so FOR UPDATE locks
+// those rows, not the table). A string key column of the JSON table takes
+// the character set and collation of the table's column (read from
+// information_schema once per table; with them an upsert's unique keys):
+// another character set would make the server convert the column and
+// scan. The rows holding any of several unique keys (an upsert) are one
+// semi-join over a UNION of per-key semi-joins. Keys that are neither
+// integers nor strings (bytes, times) are bound per value.
 package gormcapture

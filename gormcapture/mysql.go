@@ -57,6 +57,7 @@ func (p *Plugin) insertMySQL(db *gorm.DB, spec *envelope.Spec, lent *schema.Sche
 		upsert    bool
 		existing  []image
 		uniq      [][]string
+		strs      map[string]string
 		allCols   []string
 		readFirst bool
 	)
@@ -76,12 +77,15 @@ func (p *Plugin) insertMySQL(db *gorm.DB, spec *envelope.Spec, lent *schema.Sche
 			return nil
 		}
 		var err error
-		if uniq, err = p.mysqlUniqueKeys(ctx, own(ip.ConnPool), st.Table, sch); err != nil {
+		if uniq, strs, err = p.mysqlUniqueKeys(ctx, own(ip.ConnPool), st.Table, sch); err != nil {
 			return err
 		}
 		allCols = readableColumns(sch)
 		values, _ := st.Clauses["VALUES"].Expression.(clause.Values)
-		w := uniqueMatch(uniq, values, nil, nil)
+		w, err := p.uniqueMatch(ctx, own(ip.ConnPool), st.Table, keyColumns(sch), uniq, strs, values, nil, nil)
+		if err != nil {
+			return err
+		}
 		existing, err = p.selectWhereExpr(ctx, db, own(ip.ConnPool), target{st.Table, st.TableExpr, sch}, allCols, w, true)
 		return err
 	}
@@ -146,7 +150,10 @@ func (p *Plugin) insertMySQL(db *gorm.DB, spec *envelope.Spec, lent *schema.Sche
 		}
 		keys = append(keys, k)
 	}
-	w := uniqueMatch(uniq, values, pk, keys)
+	w, err := p.uniqueMatch(ctx, own(st.ConnPool), st.Table, pk, uniq, strs, values, pk, keys)
+	if err != nil {
+		return err
+	}
 	imgs, err := p.selectWhereExpr(ctx, db, own(st.ConnPool), target{st.Table, st.TableExpr, sch}, allCols, w, true)
 	if err != nil {
 		return err
@@ -407,28 +414,37 @@ func (p *Plugin) createdKeys(st *gorm.Statement, sch *schema.Schema, values clau
 }
 
 // mysqlUniqueKeys returns the table's unique keys as the server has them
-// (PRIMARY first), the column names as the model spells them.
-func (p *Plugin) mysqlUniqueKeys(ctx context.Context, q gorm.ConnPool, table string, sch *schema.Schema) ([][]string, error) {
+// (PRIMARY first), the column names as the model spells them, and the
+// JSON_TABLE types of their string columns (mysqlStringType, by
+// lower-cased name), read with them.
+func (p *Plugin) mysqlUniqueKeys(ctx context.Context, q gorm.ConnPool, table string, sch *schema.Schema) ([][]string, map[string]string, error) {
 	dbName, name := "", table
 	if i := strings.LastIndexByte(table, '.'); i >= 0 {
 		dbName, name = table[:i], table[i+1:]
 	}
-	text := `SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS
-WHERE TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ? AND NON_UNIQUE = 0
-ORDER BY INDEX_NAME = 'PRIMARY' DESC, INDEX_NAME, SEQ_IN_INDEX`
+	text := `SELECT s.INDEX_NAME, s.COLUMN_NAME, c.CHARACTER_SET_NAME, c.COLLATION_NAME
+FROM information_schema.STATISTICS s JOIN information_schema.COLUMNS c
+ON c.TABLE_SCHEMA = s.TABLE_SCHEMA AND c.TABLE_NAME = s.TABLE_NAME AND c.COLUMN_NAME = s.COLUMN_NAME
+WHERE s.TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND s.TABLE_NAME = ? AND s.NON_UNIQUE = 0
+ORDER BY s.INDEX_NAME = 'PRIMARY' DESC, s.INDEX_NAME, s.SEQ_IN_INDEX`
 	rows, err := q.QueryContext(ctx, text, dbName, name)
 	if err != nil {
-		return nil, fmt.Errorf("herald/gormcapture: read the unique keys of %s: %w", table, err)
+		return nil, nil, fmt.Errorf("herald/gormcapture: read the unique keys of %s: %w", table, err)
 	}
 	defer rows.Close()
 	var (
 		out  [][]string
 		last string
 	)
+	strs := map[string]string{}
 	for rows.Next() {
 		var idx, col string
-		if err := rows.Scan(&idx, &col); err != nil {
-			return nil, fmt.Errorf("herald/gormcapture: read the unique keys of %s: %w", table, err)
+		var cs, coll sql.NullString
+		if err := rows.Scan(&idx, &col, &cs, &coll); err != nil {
+			return nil, nil, fmt.Errorf("herald/gormcapture: read the unique keys of %s: %w", table, err)
+		}
+		if cs.Valid && coll.Valid {
+			strs[strings.ToLower(col)] = mysqlStringType(cs.String, coll.String)
 		}
 		for _, n := range sch.DBNames {
 			if strings.EqualFold(n, col) {
@@ -442,12 +458,12 @@ ORDER BY INDEX_NAME = 'PRIMARY' DESC, INDEX_NAME, SEQ_IN_INDEX`
 		out[len(out)-1] = append(out[len(out)-1], col)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("herald/gormcapture: read the unique keys of %s: %w", table, err)
+		return nil, nil, fmt.Errorf("herald/gormcapture: read the unique keys of %s: %w", table, err)
 	}
 	if len(out) == 0 {
 		out = [][]string{keyColumns(sch)}
 	}
-	return out, nil
+	return out, strs, nil
 }
 
 // uniqueTuples returns, per unique key, the literal non-NULL values of it
@@ -500,25 +516,17 @@ func isNullValue(v any) bool {
 	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
 
-// uniqueMatch is "the row holds one of VALUES' unique values, or one of
-// keys" (pk): an OR of key IN lists; nothing matches nothing.
-func uniqueMatch(uniq [][]string, values clause.Values, pk []string, keys [][]any) clause.Expression {
-	var ors []clause.Expression
+// uniqueMatch is "the row of table holds one of VALUES' unique values, or
+// one of keys" (pk): one semi-join on the table's key (key) over the
+// UNION of the sets, each one JSON parameter (mysqlKeysOr; strs: the
+// string columns' types); nothing matches nothing.
+func (p *Plugin) uniqueMatch(ctx context.Context, q gorm.ConnPool, table string, key []string, uniq [][]string, strs map[string]string, values clause.Values, pk []string, keys [][]any) (clause.Expression, error) {
+	var sets []keySet
 	for u, tuples := range uniqueTuples(uniq, values) {
-		if len(tuples) > 0 {
-			ors = append(ors, keysIn(uniq[u], tuples))
-		}
+		sets = append(sets, keySet{uniq[u], tuples})
 	}
-	if len(keys) > 0 {
-		ors = append(ors, keysIn(pk, keys))
-	}
-	switch len(ors) {
-	case 0:
-		return clause.Expr{SQL: "1 = 0"}
-	case 1:
-		return ors[0]
-	}
-	return clause.Or(ors...)
+	sets = append(sets, keySet{pk, keys})
+	return p.mysqlKeysOr(ctx, q, table, key, sets, strs)
 }
 
 // selectWhereExpr reads the rows of t matching w, ORDER BY its key,

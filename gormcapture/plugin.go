@@ -98,6 +98,8 @@ type Plugin struct {
 	colTypes sync.Map // table name -> *columnTypes (PostgreSQL), for fused inserts
 	shapes   sync.Map // fusedShapeKey -> *fusedShape (PostgreSQL), for fused inserts
 	tables   sync.Map // table name -> *schema.Schema: the first captured model seen on it (tableModel)
+	// table name -> map[string]string: string columns' JSON_TABLE types (MySQL, mysqlkeys.go)
+	mysqlStrings sync.Map
 
 	spSeq         atomic.Uint64
 	foreignWarned atomic.Bool

@@ -363,16 +363,28 @@ func (p *Plugin) selectWhereFrom(sel *gorm.Statement, from clause.From, cols []s
 }
 
 // selectByKeys reads the rows of t whose keyCols equal one of keys, in
-// chunks under the bind-parameter limit, locked on PostgreSQL when lock.
+// chunks under the bind-parameter limit (on MySQL in one statement, the
+// keys one JSON parameter: mysqlkeys.go), locked (FOR UPDATE) on
+// PostgreSQL and MySQL when lock.
 func (p *Plugin) selectByKeys(ctx context.Context, db *gorm.DB, q gorm.ConnPool, t target, cols, keyCols []string, keys [][]any, lock bool) ([]image, error) {
 	sch, table := t.sch, t.table
 	if len(keys) == 0 {
 		return nil, nil
 	}
 	per := maxBindKeys / max(1, len(keyCols))
+	if p.dialect == envelope.MySQL {
+		per = len(keys) // one JSON parameter for any number (mysqlkeys.go)
+	}
 	var out []image
 	for start := 0; start < len(keys); start += per {
 		chunk := keys[start:min(len(keys), start+per)]
+		where := keysIn(keyCols, chunk)
+		if p.dialect == envelope.MySQL {
+			var err error
+			if where, err = p.mysqlKeysIn(ctx, q, table, keyCols, chunk, nil); err != nil {
+				return nil, err
+			}
+		}
 		st := &gorm.Statement{DB: db, Table: table, TableExpr: t.expr, Schema: sch, Context: ctx, Clauses: map[string]clause.Clause{}}
 		sc := make([]clause.Column, len(cols))
 		for i, c := range cols {
@@ -380,7 +392,7 @@ func (p *Plugin) selectByKeys(ctx context.Context, db *gorm.DB, q gorm.ConnPool,
 		}
 		st.AddClause(clause.Select{Columns: sc})
 		st.AddClause(clause.From{})
-		st.AddClause(clause.Where{Exprs: []clause.Expression{keysIn(keyCols, chunk)}})
+		st.AddClause(clause.Where{Exprs: []clause.Expression{where}})
 		if lock && p.dialect != envelope.SQLite {
 			st.AddClause(clause.Locking{Strength: clause.LockingStrengthUpdate})
 		}

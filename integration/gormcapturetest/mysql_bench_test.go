@@ -2,6 +2,8 @@ package gormcapture_test
 
 import (
 	"fmt"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -36,12 +38,18 @@ func BenchmarkMySQLCreate(b *testing.B) {
 	report(b, tp, tc, b.N)
 }
 
-// BenchmarkMySQLUpdateWhere: Updates with a Where matching 2,000 rows,
-// BeforeAndAfter, captured (one locking SELECT, the UPDATE, one SELECT by
-// key, one multi-row event INSERT), alternated with the same Updates on a
-// database without the plugin.
+// BenchmarkMySQLUpdateWhere: Updates with a Where matching 2,000 rows
+// (HERALD_BENCH_ROWS sets another number), BeforeAndAfter, captured (one
+// locking SELECT, the UPDATE, one SELECT by key, one multi-row event
+// INSERT), alternated with the same Updates on a database without the
+// plugin.
+//
+//	HERALD_BENCH_ROWS=10000 go test -run '^$' -bench 'BenchmarkMySQLUpdateWhere' -benchtime 5x ./gormcapture/
 func BenchmarkMySQLUpdateWhere(b *testing.B) {
-	const rows = 2000
+	rows := 2000
+	if v, err := strconv.Atoi(os.Getenv("HERALD_BENCH_ROWS")); err == nil && v > 0 {
+		rows = v
+	}
 	bp := benchPair(b, envelope.MySQL, envelope.BeforeAndAfter)
 	for _, db := range []*gorm.DB{bp.plain, bp.captured} {
 		batch := make([]BenchRow, rows)
@@ -54,7 +62,7 @@ func BenchmarkMySQLUpdateWhere(b *testing.B) {
 	update := func(db *gorm.DB, i int) {
 		tx := db.Model(&BenchRow{}).Where("amount >= ?", 0).Updates(map[string]any{"status": fmt.Sprint("s", i), "version": gorm.Expr("version + 1")})
 		must(b, tx.Error)
-		if tx.RowsAffected != rows {
+		if tx.RowsAffected != int64(rows) {
 			b.Fatalf("RowsAffected = %d", tx.RowsAffected)
 		}
 	}
