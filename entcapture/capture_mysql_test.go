@@ -173,9 +173,15 @@ func TestMySQLConcurrentUpsertOfOneNewKey(t *testing.T) {
 			return true
 		default:
 		}
+		// Waiting: in InnoDB's lock wait, or any other wait that keeps a
+		// statement of this database running for a second or more (a
+		// locked read of one row takes microseconds unblocked).
 		var n int
-		lastErr = e.db.QueryRow(`SELECT COUNT(*) FROM information_schema.INNODB_TRX t JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id
-			WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()`).Scan(&n)
+		lastErr = e.db.QueryRow(`SELECT
+			(SELECT COUNT(*) FROM information_schema.INNODB_TRX t JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id
+				WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE())
+			+ (SELECT COUNT(*) FROM information_schema.PROCESSLIST
+				WHERE DB = DATABASE() AND ID <> CONNECTION_ID() AND COMMAND = 'Query' AND TIME >= 1)`).Scan(&n)
 		return lastErr == nil && n > 0
 	})
 	switch {
@@ -184,7 +190,18 @@ func TestMySQLConcurrentUpsertOfOneNewKey(t *testing.T) {
 		t.Fatalf("the second upsert ended (err %v) while the first, holding the key, was still open: it never waited for the first's lock", second)
 	case !waited:
 		_ = tx1.Rollback()
-		t.Fatalf("the second upsert was not seen waiting for the first's lock within 2 minutes (last look at information_schema: err %v)", lastErr)
+		var states []string
+		if rows, err := e.db.Query(`SELECT COMMAND, COALESCE(STATE, ''), TIME, COALESCE(LEFT(INFO, 200), '') FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND ID <> CONNECTION_ID()`); err == nil {
+			for rows.Next() {
+				var cmd, state, info string
+				var secs int
+				if rows.Scan(&cmd, &state, &secs, &info) == nil {
+					states = append(states, fmt.Sprintf("%s %q %ds %q", cmd, state, secs, info))
+				}
+			}
+			_ = rows.Close()
+		}
+		t.Fatalf("the second upsert was not seen waiting for the first's lock within 2 minutes (last look at information_schema: err %v); connections: %q", lastErr, states)
 	}
 	must(t, tx1.Commit())
 	must(t, <-done)
