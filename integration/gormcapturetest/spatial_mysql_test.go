@@ -1,4 +1,4 @@
-package capturecases_test
+package gormcapture_test
 
 import (
 	"context"
