@@ -17,6 +17,7 @@ import (
 	"entgo.io/ent/dialect/sql"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/names"
 	"github.com/heraldgo/herald/wakeup"
 )
 
@@ -494,7 +495,7 @@ func (s *scope) writeLock(sch *Schema) error {
 	if s.d != envelope.SQLite || s.locked {
 		return nil
 	}
-	col := envelope.QuoteIdent(sch.KeyColumns()[0])
+	col := names.Quote(sch.KeyColumns()[0])
 	if _, err := s.g.ExecContext(s.ctx, "UPDATE "+quotedTable(s.d, s.g, sch)+" SET "+col+"="+col+" WHERE 0"); err != nil {
 		return fmt.Errorf("herald/entcapture: take the write lock: %w", err)
 	}
@@ -510,7 +511,7 @@ func comparePK(a, b any) int {
 			return cmp.Compare(x, y)
 		}
 	}
-	return strings.Compare(envelope.KeyText(a), envelope.KeyText(b))
+	return strings.Compare(names.KeyText(a), names.KeyText(b))
 }
 
 func asInt(v any) (int64, bool) {

@@ -12,6 +12,7 @@ import (
 	"entgo.io/ent/dialect/sql"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/names"
 )
 
 // write is one captured mutation.
@@ -584,7 +585,7 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 	afterByKey := map[string]map[string]any{}
 	if returned {
 		for _, a := range after {
-			afterByKey[envelope.KeyText(w.sch.keyOf(a))] = a
+			afterByKey[names.KeyText(w.sch.keyOf(a))] = a
 		}
 	}
 	children = selfChildren(w.sch, children, afterByKey, cs, returned)

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/heraldgo/herald/internal/names"
 )
 
 // The outbox table's schema is versioned, as River's rivermigrate versions
@@ -306,12 +308,12 @@ func migrationScript(d Dialect, t Table, what string, m Migration, down bool) st
 // table per schema).
 func migrationTable(t Table) (quoted, name string) {
 	if i := strings.LastIndexByte(t.Name, '.'); i >= 0 {
-		return QuoteIdent(t.Name[:i]) + "." + QuoteIdent(MigrationTable), t.Name[i+1:]
+		return names.Quote(t.Name[:i]) + "." + names.Quote(MigrationTable), t.Name[i+1:]
 	}
 	if strings.HasPrefix(t.Quoted, "`") {
 		return MySQL.QuoteIdent(MigrationTable), t.Name
 	}
-	return QuoteIdent(MigrationTable), t.Name
+	return names.Quote(MigrationTable), t.Name
 }
 
 func createMigrationTableSQL(d Dialect, t Table) string {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/heraldgo/herald/internal/pgform"
 	"github.com/heraldgo/herald/jsonform"
+
+	"github.com/heraldgo/herald/internal/names"
 )
 
 // The envelope's own keys, in the order they are written. Extension keys
@@ -175,7 +177,7 @@ func Compile(m ModelInfo, o Options) (*Spec, error) {
 		}
 	}
 	s := &Spec{Options: o, Model: m, Namespace: orDefault(o.Namespace, m.DefaultNamespace)}
-	s.Label = Label(s.Namespace, m.Name)
+	s.Label = names.Label(s.Namespace, m.Name)
 	switch {
 	case o.Fields != nil:
 		for _, c := range m.Columns { // table order, whatever order Fields has
@@ -309,7 +311,7 @@ func (s *Spec) OrderingKey(c *Change) (string, error) {
 		}
 		return k, nil
 	}
-	return LimitKey(s.key.Render(s.vars(c))), nil
+	return names.LimitKey(s.key.Render(s.vars(c)), MaxKeyLength), nil
 }
 
 // Messages turns one statement's changes of this model into outbox

@@ -59,14 +59,6 @@ func (t Table) PausedTable() string {
 	return schema + t.Base + "_paused"
 }
 
-// IsIdentifier reports whether s is a plain SQL identifier herald will
-// quote and use as a column name.
-func IsIdentifier(s string) bool { return identRE.MatchString(s) }
-
-// QuoteIdent quotes a validated identifier for PostgreSQL and SQLite
-// (double quotes); Dialect.QuoteIdent quotes for any dialect.
-func QuoteIdent(s string) string { return `"` + s + `"` }
-
 // QuoteIdent quotes a validated identifier for the dialect: backticks on
 // MySQL, double quotes elsewhere.
 func (d Dialect) QuoteIdent(s string) string {

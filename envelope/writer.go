@@ -17,6 +17,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/heraldgo/herald/jsonform"
+
+	"github.com/heraldgo/herald/internal/names"
 )
 
 // Writer inserts events into the outbox table. It is safe for concurrent
@@ -302,7 +304,7 @@ func (w *Writer) prepare(r *row, m *Message, ch map[string]string, i, n int) err
 			switch {
 			case IsOwnColumn(c):
 				return Validationf(where("Extra"), "column %q is one of the outbox table's own columns; Extra fills only your extra columns", c)
-			case !IsIdentifier(c):
+			case !names.IsIdentifier(c):
 				return Validationf(where("Extra"), "column %q is not an identifier", c)
 			}
 			if why := checkExtraValue(m.Extra[c]); why != "" {

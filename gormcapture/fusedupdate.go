@@ -312,13 +312,13 @@ func splitKey(key string, sentinels map[string]any, text []string) ([]keyPart, b
 		}
 	}
 	if len(hits) == 0 && utf8.RuneCountInString(key) == envelope.MaxKeyLength && strings.Contains(key, "#") {
-		return nil, false // maybe cut by envelope.LimitKey, sentinels and all
+		return nil, false // maybe cut by names.LimitKey, sentinels and all
 	}
 	return parts, true
 }
 
 // keyExpr renders the key's SQL: the parts concatenated, made to fit
-// envelope.MaxKeyLength as envelope.LimitKey does (the start, '#', and the
+// envelope.MaxKeyLength as names.LimitKey does (the start, '#', and the
 // SHA-256 of the whole key) when it may be longer.
 func keyExpr(parts []keyPart, ph func(any) string) string {
 	var ps []string

@@ -20,6 +20,7 @@ import (
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/ctxhdr"
 	"github.com/heraldgo/herald/internal/fusedsql"
+	"github.com/heraldgo/herald/internal/names"
 )
 
 // insertSingle captures a single-row INSERT without ON CONFLICT. Its
@@ -288,10 +289,10 @@ func (p *Plugin) fusedShapeOf(st *gorm.Statement, spec *envelope.Spec, pk []stri
 	render := func(c string, key bool) (string, bool) {
 		f := sch.FieldsByDBName[c]
 		dbType := types.(*columnTypes).get(c)
-		if f == nil || dbType == "" || !envelope.IsIdentifier(c) {
+		if f == nil || dbType == "" || !names.IsIdentifier(c) {
 			return "", false
 		}
-		return renderJSON(f, dbType, `"herald_row".`+envelope.QuoteIdent(c), key, pgx)
+		return renderJSON(f, dbType, `"herald_row".`+names.Quote(c), key, pgx)
 	}
 	shape := &fusedShape{marks: fusedsql.Marks{}}
 	pkMarks := make(map[string]any, len(pk))

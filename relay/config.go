@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/names"
 	"github.com/heraldgo/herald/wakeup"
 )
 
@@ -360,7 +361,7 @@ func (c Config) validate() (filter, error) {
 	}
 	for i, col := range c.ExtraColumns {
 		switch {
-		case !envelope.IsIdentifier(col):
+		case !names.IsIdentifier(col):
 			return f, cfgErr(fmt.Sprintf("ExtraColumns[%d]", i), "%q is not an identifier", col)
 		case envelope.IsOwnColumn(col):
 			return f, cfgErr(fmt.Sprintf("ExtraColumns[%d]", i), "%q is one of the outbox table's own columns, loaded anyway", col)

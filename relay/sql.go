@@ -15,7 +15,7 @@ import (
 // quoted table, {columns} the columns a lease returns (leaseColumns plus
 // Config.ExtraColumns), {filter} the relay's topic filter over alias e.
 // Every value is bound; identifiers come from envelope.ParseTable and
-// envelope.IsIdentifier.
+// names.IsIdentifier.
 //
 // Times are the database's clock, never the relay host's: every lease,
 // renewal, due check, mark and cleanup cutoff is computed from one "now"

@@ -21,6 +21,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/names"
 	"github.com/heraldgo/herald/jsonform"
 )
 
@@ -106,7 +107,7 @@ func (e *Event) WriteCTE(b *strings.Builder, ph func(any) string) error {
 	keySQL := "NULL"
 	switch {
 	case e.Key.hasPK:
-		keySQL = "(" + ph(e.Key.pre) + "::text||" + Row + "." + envelope.QuoteIdent(e.GenCol) + "::text||" + ph(e.Key.post) + "::text)"
+		keySQL = "(" + ph(e.Key.pre) + "::text||" + Row + "." + names.Quote(e.GenCol) + "::text||" + ph(e.Key.post) + "::text)"
 	case e.Key.text != "":
 		keySQL = ph(e.Key.text) + "::text"
 	}
