@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // Route sends the events whose topic matches Pattern to Delivery. Pattern
@@ -106,18 +107,18 @@ func RouterOf(routes []Route, fallback Delivery) (*Routing, error) {
 			return nil, err
 		}
 		if rt.Delivery == nil {
-			return nil, envelope.Configurationf(where, "nil Delivery")
+			return nil, outbox.Configurationf(where, "nil Delivery")
 		}
 		if p.Prefix {
 			for _, q := range r.prefixes {
 				if q.prefix == p.Text {
-					return nil, envelope.Configurationf(where, "pattern listed twice (route %d)", i)
+					return nil, outbox.Configurationf(where, "pattern listed twice (route %d)", i)
 				}
 			}
 			r.prefixes = append(r.prefixes, prefixRoute{p.Text, add(rt.Delivery)})
 		} else {
 			if _, dup := r.exact[p.Text]; dup {
-				return nil, envelope.Configurationf(where, "topic listed twice (route %d)", i)
+				return nil, outbox.Configurationf(where, "topic listed twice (route %d)", i)
 			}
 			r.exact[p.Text] = add(rt.Delivery)
 		}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/names"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/wakeup"
 )
 
@@ -78,7 +79,7 @@ func (h *hook) spec(s *Schema, cd *CaptureDriver, w *envelope.Writer) (*envelope
 
 func compileSpec(s *Schema, opts envelope.Options, namespace string, w *envelope.Writer) (*envelope.Spec, error) {
 	if strings.EqualFold(s.Table, unqualified(w.Table().Name)) {
-		return nil, envelope.Configurationf(s.Name, "table %s is the outbox table: the outbox cannot capture its own events; drop entcapture.Mixin from schema %s", s.Table, s.Name)
+		return nil, outbox.Configurationf(s.Name, "table %s is the outbox table: the outbox cannot capture its own events; drop entcapture.Mixin from schema %s", s.Table, s.Name)
 	}
 	return envelope.Compile(envelope.ModelInfo{
 		Name:             s.Name,
@@ -178,7 +179,7 @@ func opOf(op ent.Op) envelope.Operation {
 
 // errNoGlue is returned for a captured schema generated without Extension.
 func errNoGlue(m ent.Mutation) error {
-	return envelope.Configurationf(m.Type(), "schema %s uses entcapture.Mixin, but its generated code has no entcapture glue: "+
+	return outbox.Configurationf(m.Type(), "schema %s uses entcapture.Mixin, but its generated code has no entcapture glue: "+
 		"generate it with entc.go (starting with //go:build ignore) calling entc.Generate(\"./schema\", &gen.Config{}, entc.Extensions(entcapturegen.Extension())), "+
 		"and make generate.go's line //go:generate go run -mod=mod entc.go — ent's default line (go run -mod=mod entgo.io/ent/cmd/ent generate ./schema) "+
 		"runs ent's CLI, which never runs extensions — then run go generate", m.Type())
@@ -334,7 +335,7 @@ func open(ctx context.Context, g Glue, cd *CaptureDriver, w *envelope.Writer, d 
 		return s, nil
 	}
 	if cd == nil {
-		return nil, envelope.Configurationf(g.Type(), "a write to captured schema %s outside a transaction cannot commit atomically with its events: "+
+		return nil, outbox.Configurationf(g.Type(), "a write to captured schema %s outside a transaction cannot commit atomically with its events: "+
 			"open the client on entcapture.Driver — ent.NewClient(ent.Driver(entcapture.Driver(drv))) — or run the write in client.Tx "+
 			"(ent.Open and enttest.Open add a driver of their own after their options, which replaces an ent.Driver option: "+
 			"in tests use enttest.NewClient(t, enttest.WithOptions(ent.Driver(entcapture.Driver(entsql.OpenDB(…))))))", g.Type())
@@ -405,9 +406,9 @@ func (s *scope) flush() error {
 	if len(ms) == 0 {
 		return nil
 	}
-	write := s.writer.WriteCaptured
+	write := s.writer.Write
 	if len(ms) > 1 && s.cd != nil && s.cd.bindsArrays() {
-		write = s.writer.WriteCapturedArrays
+		write = outbox.WriteArrays(s.writer)
 	}
 	res, err := write(s.ctx, s.querier(), ms)
 	if err != nil {

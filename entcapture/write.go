@@ -13,6 +13,7 @@ import (
 
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/names"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // write is one captured mutation.
@@ -175,7 +176,7 @@ func (s *scope) finishCreates() error {
 		w := it.w
 		row, ok := w.g.HeraldRow(it.v)
 		if !ok {
-			return envelope.Configurationf(w.sch.Name, "create returned %T, not the schema's entity: regenerate the code with entcapturegen.Extension()", it.v)
+			return outbox.Configurationf(w.sch.Name, "create returned %T, not the schema's entity: regenerate the code with entcapturegen.Extension()", it.v)
 		}
 		for c, v := range it.fields {
 			row[c] = v

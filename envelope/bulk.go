@@ -31,13 +31,13 @@ const maxArrayRows = 100000
 // a failing chunk leaves none of the call's events committed. On SQLite,
 // and for messages with an idempotency key or Extra columns, it is
 // WriteCaptured.
-func (w *Writer) WriteCapturedArrays(ctx context.Context, q Querier, ms []Message) (*WriteResult, error) {
+func (w *Writer) writeCapturedArrays(ctx context.Context, q Querier, ms []Message) (*WriteResult, error) {
 	if w.d != Postgres || len(ms) < 2 {
-		return w.WriteCaptured(ctx, q, ms)
+		return w.write(ctx, q, ms)
 	}
 	for i := range ms {
 		if ms[i].IdempotencyKey != "" || len(ms[i].Extra) > 0 {
-			return w.WriteCaptured(ctx, q, ms)
+			return w.write(ctx, q, ms)
 		}
 	}
 	now := w.now().UTC().Truncate(time.Microsecond)
@@ -187,7 +187,7 @@ func (w *Writer) insertArrays(ctx context.Context, q Querier, rows []row, now ti
 	b.WriteString(" ORDER BY u.ord RETURNING sequence, id")
 	res, err := q.QueryContext(ctx, b.String(), args...)
 	if err != nil {
-		return nil, PoolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
+		return nil, poolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
 	}
 	defer res.Close()
 	seq := make(map[uuid.UUID]int64, n)
@@ -195,12 +195,12 @@ func (w *Writer) insertArrays(ctx context.Context, q Querier, rows []row, now ti
 		var s int64
 		var id uuid.UUID
 		if err := res.Scan(&s, &id); err != nil {
-			return nil, PoolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
+			return nil, poolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
 		}
 		seq[id] = s
 	}
 	if err := res.Err(); err != nil {
-		return nil, PoolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
+		return nil, poolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
 	}
 	return seq, nil
 }

@@ -9,7 +9,7 @@ var OwnColumns = []string{
 }
 
 // IsOwnColumn reports whether c is one of the outbox table's own columns.
-func IsOwnColumn(c string) bool {
+func isOwnColumn(c string) bool {
 	for _, o := range OwnColumns {
 		if o == c {
 			return true

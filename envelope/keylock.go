@@ -209,7 +209,7 @@ func (w *Writer) lockCond(l keyLocks, args []any, scan bool) (string, []any) {
 	if len(l) == 1 {
 		for k, excl := range l {
 			args = append(args, k)
-			cond := w.KeyLockSQL(w.d.Placeholder(len(args))+"::text", !excl)
+			cond := w.keyLockSQL(w.d.placeholder(len(args))+"::text", !excl)
 			if scan {
 				cond = "(SELECT " + cond + ")"
 			}
@@ -218,7 +218,7 @@ func (w *Writer) lockCond(l keyLocks, args []any, scan bool) (string, []any) {
 	}
 	keys, excl := l.args()
 	args = append(args, keys, excl)
-	return w.lockKeysSQL(w.d.Placeholder(len(args)-1), w.d.Placeholder(len(args))) + " >= 0", args
+	return w.lockKeysSQL(w.d.placeholder(len(args)-1), w.d.placeholder(len(args))) + " >= 0", args
 }
 
 // KeyLockSQL returns a boolean SQL condition, always true, that takes the
@@ -229,7 +229,7 @@ func (w *Writer) lockCond(l keyLocks, args []any, scan bool) (string, []any) {
 // it is evaluated before the event's sequence value is drawn: the WHERE
 // clause of "INSERT INTO outbox … SELECT … FROM … WHERE <cond>". See the
 // comment at keyLockBuckets for why.
-func (w *Writer) KeyLockSQL(keyExpr string, rowKeyed bool) string {
+func (w *Writer) keyLockSQL(keyExpr string, rowKeyed bool) string {
 	f := "pg_advisory_xact_lock("
 	if rowKeyed {
 		f = "pg_advisory_xact_lock_shared("
@@ -250,7 +250,7 @@ func (w *Writer) KeyLockSQL(keyExpr string, rowKeyed bool) string {
 // that writes the events of many rows itself (gormcapture's fused bulk
 // update) uses it instead of one KeyLockSQL per row, which would lock the
 // buckets in row order.
-func (w *Writer) KeyLocksSQL(keysQuery string, rowKeyed bool) string {
+func (w *Writer) keyLocksSQL(keysQuery string, rowKeyed bool) string {
 	f := "pg_advisory_xact_lock("
 	if rowKeyed {
 		f = "pg_advisory_xact_lock_shared("

@@ -220,7 +220,7 @@ func parseOutbox(d Dialect, table string) (Table, error) {
 		return Table{}, err
 	}
 	if t.Base == MigrationTable || strings.HasSuffix(t.Name, "."+MigrationTable) {
-		return Table{}, Configurationf("Table", "%q is herald's record of migrations; name the outbox table otherwise", t.Name)
+		return Table{}, configurationf("Table", "%q is herald's record of migrations; name the outbox table otherwise", t.Name)
 	}
 	return t, nil
 }
@@ -277,7 +277,7 @@ func MigrationSQL(d Dialect, table string, version int, down bool) (string, erro
 		return "", err
 	}
 	if version < 1 || version > len(ms) {
-		return "", Configurationf("version", "%d: herald's %s outbox versions are 1 to %d", version, d, LatestVersionFor(d))
+		return "", configurationf("version", "%d: herald's %s outbox versions are 1 to %d", version, d, LatestVersionFor(d))
 	}
 	t, _ := ParseTable(d, table)
 	return migrationScript(d, t, "outbox", ms[version-1], down), nil
@@ -379,7 +379,7 @@ func MigrateTo(ctx context.Context, db *sql.DB, d Dialect, table string, version
 		return err
 	}
 	if version < 0 || version > LatestVersionFor(d) {
-		return Configurationf("version", "%d: herald's %s outbox versions are 0 (no table) to %d", version, d, LatestVersionFor(d))
+		return configurationf("version", "%d: herald's %s outbox versions are 0 (no table) to %d", version, d, LatestVersionFor(d))
 	}
 	ms, _ := Migrations(d, table)
 	return migrateTable(ctx, db, d, t, ms, version, unrecordedVersion)
@@ -394,7 +394,7 @@ func MigrateTo(ctx context.Context, db *sql.DB, d Dialect, table string, version
 // Migrate.
 func MigrateTable(ctx context.Context, db *sql.DB, d Dialect, t Table, ms []Migration, version int) error {
 	if version < 0 || version > len(ms) {
-		return Configurationf("version", "%d: %s's versions are 0 (no table) to %d", version, t.Name, len(ms))
+		return configurationf("version", "%d: %s's versions are 0 (no table) to %d", version, t.Name, len(ms))
 	}
 	return migrateTable(ctx, db, d, t, ms, version, existsAsVersion1)
 }
@@ -408,7 +408,7 @@ func TableVersion(ctx context.Context, db *sql.DB, d Dialect, t Table) (int, err
 // what names the kind of table in the script's first line ("inbox").
 func TableMigrationSQL(d Dialect, t Table, what string, ms []Migration, version int, down bool) (string, error) {
 	if version < 1 || version > len(ms) {
-		return "", Configurationf("version", "%d: herald's %s versions are 1 to %d", version, what, len(ms))
+		return "", configurationf("version", "%d: herald's %s versions are 1 to %d", version, what, len(ms))
 	}
 	return migrationScript(d, t, what, ms[version-1], down), nil
 }
@@ -565,7 +565,7 @@ func appliedVersion(ctx context.Context, conn *sql.Conn, d Dialect, t Table, unr
 			return v, err
 		}
 		q, name := migrationTable(t)
-		if _, err := conn.ExecContext(ctx, `DELETE FROM `+q+` WHERE table_name = `+d.Placeholder(1), name); err != nil {
+		if _, err := conn.ExecContext(ctx, `DELETE FROM `+q+` WHERE table_name = `+d.placeholder(1), name); err != nil {
 			return 0, err
 		}
 		return 0, nil
@@ -593,7 +593,7 @@ func recordedVersion(ctx context.Context, conn *sql.Conn, d Dialect, t Table) (i
 		return -1, err
 	}
 	var v sql.NullInt64
-	err = conn.QueryRowContext(ctx, `SELECT max(version) FROM `+q+` WHERE table_name = `+d.Placeholder(1), name).Scan(&v)
+	err = conn.QueryRowContext(ctx, `SELECT max(version) FROM `+q+` WHERE table_name = `+d.placeholder(1), name).Scan(&v)
 	if err != nil {
 		return 0, err
 	}
@@ -621,7 +621,7 @@ func unrecordedVersion(ctx context.Context, conn *sql.Conn, d Dialect, t Table) 
 	err = conn.QueryRowContext(ctx, `SELECT format_type(atttypid, atttypmod) FROM pg_attribute
 WHERE attrelid = to_regclass($1) AND attname = 'payload' AND NOT attisdropped`, t.Quoted).Scan(&typ)
 	if errors.Is(err, sql.ErrNoRows) {
-		return 0, Configurationf("Table", "%s exists but has no payload column: it is not a herald outbox table", t.Name)
+		return 0, configurationf("Table", "%s exists but has no payload column: it is not a herald outbox table", t.Name)
 	}
 	if err != nil {
 		return 0, err

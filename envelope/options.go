@@ -20,30 +20,30 @@ import (
 var envelopeKeys = []string{"model", "operation", "pk", "changed", "before", "after", "occurred_at"}
 
 // IsEnvelopeKey reports whether k is one of the envelope's own keys.
-func IsEnvelopeKey(k string) bool { return slices.Contains(envelopeKeys, k) }
+func isEnvelopeKey(k string) bool { return slices.Contains(envelopeKeys, k) }
 
 // Validate checks the declaration on its own (the column names are checked
 // by Compile, where the model is known). Errors match ErrConfiguration and
 // name the option.
 func (o Options) Validate() error {
 	if o.Operations != nil && len(o.Operations) == 0 {
-		return Configurationf("Options.Operations", "empty list captures nothing; leave it nil for all operations or drop the declaration")
+		return configurationf("Options.Operations", "empty list captures nothing; leave it nil for all operations or drop the declaration")
 	}
 	seen := map[Operation]bool{}
 	for i, op := range o.Operations {
 		if !op.valid() {
-			return Configurationf("Options.Operations["+itoa(int64(i))+"]", "unknown operation %q (want inserted, updated or deleted)", string(op))
+			return configurationf("Options.Operations["+itoa(int64(i))+"]", "unknown operation %q (want inserted, updated or deleted)", string(op))
 		}
 		if seen[op] {
-			return Configurationf("Options.Operations["+itoa(int64(i))+"]", "operation %q listed twice", string(op))
+			return configurationf("Options.Operations["+itoa(int64(i))+"]", "operation %q listed twice", string(op))
 		}
 		seen[op] = true
 	}
 	if o.Payload < After || o.Payload > BeforeAndAfter {
-		return Configurationf("Options.Payload", "unknown payload mode %d (want After, Keys or BeforeAndAfter)", int(o.Payload))
+		return configurationf("Options.Payload", "unknown payload mode %d (want After, Keys or BeforeAndAfter)", int(o.Payload))
 	}
 	if o.Fields != nil && len(o.Exclude) > 0 {
-		return Configurationf("Options.Fields", "Fields and Exclude are mutually exclusive: list the columns to keep in Fields, or the ones to drop in Exclude")
+		return configurationf("Options.Fields", "Fields and Exclude are mutually exclusive: list the columns to keep in Fields, or the ones to drop in Exclude")
 	}
 	if err := noDuplicates("Options.Fields", o.Fields); err != nil {
 		return err
@@ -52,23 +52,23 @@ func (o Options) Validate() error {
 		return err
 	}
 	if o.Topic != "" && o.TopicFunc != nil {
-		return Configurationf("Options.Topic", "Topic and TopicFunc are mutually exclusive")
+		return configurationf("Options.Topic", "Topic and TopicFunc are mutually exclusive")
 	}
 	if o.OrderingKey != "" && o.OrderingKeyFunc != nil {
-		return Configurationf("Options.OrderingKey", "OrderingKey and OrderingKeyFunc are mutually exclusive")
+		return configurationf("Options.OrderingKey", "OrderingKey and OrderingKeyFunc are mutually exclusive")
 	}
 	if o.Unordered && (o.OrderingKey != "" || o.OrderingKeyFunc != nil) {
-		return Configurationf("Options.Unordered", "Unordered contradicts OrderingKey/OrderingKeyFunc")
+		return configurationf("Options.Unordered", "Unordered contradicts OrderingKey/OrderingKeyFunc")
 	}
 	if o.Extend != nil && o.ExtendMany != nil {
-		return Configurationf("Options.Extend", "Extend and ExtendMany are mutually exclusive")
+		return configurationf("Options.Extend", "Extend and ExtendMany are mutually exclusive")
 	}
 	if o.Tenant != "" {
 		if o.Payload == Keys {
-			return Configurationf("Options.Tenant", "a tenant column is read from the row, and Payload Keys reads none: use After or BeforeAndAfter")
+			return configurationf("Options.Tenant", "a tenant column is read from the row, and Payload Keys reads none: use After or BeforeAndAfter")
 		}
 		if slices.Contains(o.Exclude, o.Tenant) {
-			return Configurationf("Options.Tenant", "column %q is also in Exclude: the tenant column is always read", o.Tenant)
+			return configurationf("Options.Tenant", "column %q is also in Exclude: the tenant column is always read", o.Tenant)
 		}
 	}
 	if _, err := ParseTemplate("Options.Topic", orDefault(o.Topic, DefaultTopic)); err != nil {
@@ -84,10 +84,10 @@ func noDuplicates(option string, names []string) error {
 	seen := make(map[string]bool, len(names))
 	for _, n := range names {
 		if n == "" {
-			return Configurationf(option, "empty column name")
+			return configurationf(option, "empty column name")
 		}
 		if seen[n] {
-			return Configurationf(option, "column %q listed twice", n)
+			return configurationf(option, "column %q listed twice", n)
 		}
 		seen[n] = true
 	}
@@ -151,7 +151,7 @@ func Compile(m ModelInfo, o Options) (*Spec, error) {
 		return nil, err
 	}
 	if m.Name == "" || m.Table == "" || len(m.PrimaryKey) == 0 {
-		return nil, Configurationf(m.Name, "model needs a name, a table and a primary key to be captured")
+		return nil, configurationf(m.Name, "model needs a name, a table and a primary key to be captured")
 	}
 	cols := make(map[string]bool, len(m.Columns))
 	for _, c := range m.Columns {
@@ -160,7 +160,7 @@ func Compile(m ModelInfo, o Options) (*Spec, error) {
 	check := func(option string, names []string) error {
 		for _, n := range names {
 			if !cols[n] {
-				return Configurationf(m.Name+" Options."+option, "no column %q in table %s (columns: %v)", n, m.Table, m.Columns)
+				return configurationf(m.Name+" Options."+option, "no column %q in table %s (columns: %v)", n, m.Table, m.Columns)
 			}
 		}
 		return nil
@@ -288,13 +288,13 @@ func (s *Spec) Topic(c *Change) (string, error) {
 	if s.Options.TopicFunc != nil {
 		t := s.Options.TopicFunc(*c)
 		if t == "" || utf8.RuneCountInString(t) > MaxTopicLength {
-			return "", Validationf(s.Label+" TopicFunc", "returned topic %q: want 1 to %d characters", truncate(t, 80), MaxTopicLength)
+			return "", validationf(s.Label+" TopicFunc", "returned topic %q: want 1 to %d characters", truncate(t, 80), MaxTopicLength)
 		}
 		return t, nil
 	}
 	t := s.topic.Render(s.vars(c))
 	if t == "" || utf8.RuneCountInString(t) > MaxTopicLength {
-		return "", Validationf(s.Label+" Topic", "template %q gives topic %q: want 1 to %d characters", s.topic.src, truncate(t, 80), MaxTopicLength)
+		return "", validationf(s.Label+" Topic", "template %q gives topic %q: want 1 to %d characters", s.topic.src, truncate(t, 80), MaxTopicLength)
 	}
 	return t, nil
 }
@@ -307,7 +307,7 @@ func (s *Spec) OrderingKey(c *Change) (string, error) {
 	case s.Options.OrderingKeyFunc != nil:
 		k := s.Options.OrderingKeyFunc(*c)
 		if utf8.RuneCountInString(k) > MaxKeyLength {
-			return "", Validationf(s.Label+" OrderingKeyFunc", "returned a key of %d characters, longer than %d", utf8.RuneCountInString(k), MaxKeyLength)
+			return "", validationf(s.Label+" OrderingKeyFunc", "returned a key of %d characters, longer than %d", utf8.RuneCountInString(k), MaxKeyLength)
 		}
 		return k, nil
 	}
@@ -381,7 +381,7 @@ func (s *Spec) extensions(ctx context.Context, cs []Change) ([]*Extension, error
 			return nil, wrapValidation(s.Label+" ExtendMany", "failed", err)
 		}
 		if len(exts) != len(cs) {
-			return nil, Validationf(s.Label+" ExtendMany", "returned %d extensions for %d changes: want one (or nil) per change", len(exts), len(cs))
+			return nil, validationf(s.Label+" ExtendMany", "returned %d extensions for %d changes: want one (or nil) per change", len(exts), len(cs))
 		}
 		return exts, nil
 	}
@@ -457,8 +457,8 @@ func (s *Spec) AppendEnvelope(dst []byte, c *Change, ext *Extension) ([]byte, er
 	if ext != nil && len(ext.Payload) > 0 {
 		keys := make([]string, 0, len(ext.Payload))
 		for k := range ext.Payload {
-			if IsEnvelopeKey(k) || (k == "tenant" && s.Options.Tenant != "") {
-				return nil, Validationf(s.Label+" Extension.Payload", "key %q is the envelope's own (model, operation, pk, changed, before, after, occurred_at)", k)
+			if isEnvelopeKey(k) || (k == "tenant" && s.Options.Tenant != "") {
+				return nil, validationf(s.Label+" Extension.Payload", "key %q is the envelope's own (model, operation, pk, changed, before, after, occurred_at)", k)
 			}
 			keys = append(keys, k)
 		}

@@ -17,7 +17,7 @@ import (
 // caches every statement by default (default_query_exec_mode
 // cache_statement); herald sends more statements than a plain GORM write,
 // so it meets this sooner.
-func PoolerHint(err error) error {
+func poolerHint(err error) error {
 	var st interface{ SQLState() string }
 	if err == nil || !errors.As(err, &st) {
 		return err

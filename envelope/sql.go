@@ -35,12 +35,12 @@ func ParseTable(d Dialect, name string) (Table, error) {
 	}
 	parts := strings.Split(name, ".")
 	if len(parts) > 2 || (len(parts) == 2 && d != Postgres) {
-		return Table{}, Configurationf("Table", "%q: want an identifier (letters, digits, _), or schema.table on PostgreSQL", name)
+		return Table{}, configurationf("Table", "%q: want an identifier (letters, digits, _), or schema.table on PostgreSQL", name)
 	}
 	q := make([]string, len(parts))
 	for i, p := range parts {
 		if !identRE.MatchString(p) {
-			return Table{}, Configurationf("Table", "%q: %q is not an identifier (letters, digits and _, not starting with a digit, at most 63)", name, p)
+			return Table{}, configurationf("Table", "%q: %q is not an identifier (letters, digits and _, not starting with a digit, at most 63)", name, p)
 		}
 		q[i] = d.QuoteIdent(p)
 	}
@@ -73,7 +73,7 @@ func (d Dialect) QuoteIdent(s string) string {
 func (t Table) KeyLockTable() string { return t.Base + "_keylock" }
 
 // Placeholder returns the n-th (1-based) bind placeholder of the dialect.
-func (d Dialect) Placeholder(n int) string {
+func (d Dialect) placeholder(n int) string {
 	if d == Postgres {
 		return "$" + strconv.Itoa(n)
 	}
@@ -81,7 +81,7 @@ func (d Dialect) Placeholder(n int) string {
 }
 
 // MaxBindParams is the most bind parameters one statement may carry.
-func (d Dialect) MaxBindParams() int {
+func (d Dialect) maxBindParams() int {
 	if d == Postgres || d == MySQL {
 		return 65535
 	}
@@ -94,7 +94,7 @@ const sqliteTimeFormat = "2006-01-02T15:04:05.000000Z"
 
 // TimeArg returns t as a bind argument for the dialect. On SQLite times are
 // stored as fixed-width UTC text so that they compare correctly as text.
-func (d Dialect) TimeArg(t time.Time) any {
+func (d Dialect) timeArg(t time.Time) any {
 	switch d {
 	case SQLite:
 		return t.UTC().Format(sqliteTimeFormat)

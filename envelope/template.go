@@ -54,20 +54,20 @@ func ParseTemplate(option, s string) (*Template, error) {
 			break
 		}
 		if rest[i] == '}' {
-			return nil, Configurationf(option, "template %q has '}' without '{'", s)
+			return nil, configurationf(option, "template %q has '}' without '{'", s)
 		}
 		if i > 0 {
 			t.parts = append(t.parts, tmplPart{lit: rest[:i]})
 		}
 		j := strings.IndexByte(rest[i:], '}')
 		if j < 0 {
-			return nil, Configurationf(option, "template %q has an unclosed '{'", s)
+			return nil, configurationf(option, "template %q has an unclosed '{'", s)
 		}
 		name := rest[i+1 : i+j]
 		switch name {
 		case VarNamespace, VarModel, VarLabel, VarTable, VarOperation, VarPK:
 		default:
-			return nil, Configurationf(option, "template %q names unknown {%s} (known: {namespace} {model} {label} {table} {operation} {pk})", s, name)
+			return nil, configurationf(option, "template %q names unknown {%s} (known: {namespace} {model} {label} {table} {operation} {pk})", s, name)
 		}
 		t.parts = append(t.parts, tmplPart{v: name})
 		rest = rest[i+j+1:]

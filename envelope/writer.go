@@ -95,17 +95,6 @@ func (w *Writer) Write(ctx context.Context, q Querier, ms []Message) (*WriteResu
 	return w.write(ctx, q, ms)
 }
 
-// WriteCaptured is Write for the events of captured row changes (the
-// messages Spec.Messages returns); it is Write itself. It used to skip the
-// key locks, relying on the rows' locks, which ordered a row's captured
-// events but not against an Enqueue of the row's key nor the events of a
-// key template shared by several rows; now the messages of a row-keyed
-// spec take their key's lock shared, which costs no wait between writers
-// of rows (see Spec.RowKeyed).
-func (w *Writer) WriteCaptured(ctx context.Context, q Querier, ms []Message) (*WriteResult, error) {
-	return w.write(ctx, q, ms)
-}
-
 // row is one validated message, ready to bind.
 type row struct {
 	id      uuid.UUID
@@ -238,34 +227,34 @@ func (w *Writer) prepare(r *row, m *Message, ch map[string]string, i, n int) err
 	where := r.where
 	switch l := utf8.RuneCountInString(m.Topic); {
 	case l == 0:
-		return Validationf(where("Topic"), "empty topic")
+		return validationf(where("Topic"), "empty topic")
 	case l > MaxTopicLength:
-		return Validationf(where("Topic"), "%d characters, longer than %d", l, MaxTopicLength)
+		return validationf(where("Topic"), "%d characters, longer than %d", l, MaxTopicLength)
 	}
 	if why := checkText(m.Topic); why != "" {
-		return Validationf(where("Topic"), "%s", why)
+		return validationf(where("Topic"), "%s", why)
 	}
 	if l := utf8.RuneCountInString(m.IdempotencyKey); l > MaxKeyLength {
-		return Validationf(where("IdempotencyKey"), "%d characters, longer than %d", l, MaxKeyLength)
+		return validationf(where("IdempotencyKey"), "%d characters, longer than %d", l, MaxKeyLength)
 	}
 	if why := checkText(m.IdempotencyKey); why != "" {
-		return Validationf(where("IdempotencyKey"), "%s", why)
+		return validationf(where("IdempotencyKey"), "%s", why)
 	}
 	if l := utf8.RuneCountInString(m.Tenant); l > MaxKeyLength {
-		return Validationf(where("Tenant"), "%d characters, longer than %d", l, MaxKeyLength)
+		return validationf(where("Tenant"), "%d characters, longer than %d", l, MaxKeyLength)
 	}
 	if why := checkText(m.Tenant); why != "" {
-		return Validationf(where("Tenant"), "%s", why)
+		return validationf(where("Tenant"), "%s", why)
 	}
 	if l := utf8.RuneCountInString(m.OrderingKey); l > MaxKeyLength {
-		return Validationf(where("OrderingKey"), "%d characters, longer than %d", l, MaxKeyLength)
+		return validationf(where("OrderingKey"), "%d characters, longer than %d", l, MaxKeyLength)
 	}
 	if why := checkText(m.OrderingKey); why != "" {
-		return Validationf(where("OrderingKey"), "%s", why)
+		return validationf(where("OrderingKey"), "%s", why)
 	}
 	if !m.DeliverAt.IsZero() {
 		if why := checkTime(m.DeliverAt); why != "" {
-			return Validationf(where("DeliverAt"), "%s", why)
+			return validationf(where("DeliverAt"), "%s", why)
 		}
 	}
 	switch p := m.Payload.(type) {
@@ -279,17 +268,17 @@ func (w *Writer) prepare(r *row, m *Message, ch map[string]string, i, n int) err
 		r.payload = string(b)
 	}
 	if why := checkJSONText([]byte(r.payload)); why != "" {
-		return Validationf(where("Payload"), "%s", why)
+		return validationf(where("Payload"), "%s", why)
 	}
 	for k := range m.Headers {
 		if k == "" {
-			return Validationf(where("Headers"), "empty header name")
+			return validationf(where("Headers"), "empty header name")
 		}
 		if why := checkText(k); why != "" {
-			return Validationf(where("Headers"), "header name %q %s", k, why)
+			return validationf(where("Headers"), "header name %q %s", k, why)
 		}
 		if why := checkText(m.Headers[k]); why != "" {
-			return Validationf(where("Headers"), "header %q: value %s", k, why)
+			return validationf(where("Headers"), "header %q: value %s", k, why)
 		}
 	}
 	hdrs := withContextHeaders(m.Headers, ch)
@@ -302,13 +291,13 @@ func (w *Writer) prepare(r *row, m *Message, ch map[string]string, i, n int) err
 		cols := make([]string, 0, len(m.Extra))
 		for c := range m.Extra {
 			switch {
-			case IsOwnColumn(c):
-				return Validationf(where("Extra"), "column %q is one of the outbox table's own columns; Extra fills only your extra columns", c)
+			case isOwnColumn(c):
+				return validationf(where("Extra"), "column %q is one of the outbox table's own columns; Extra fills only your extra columns", c)
 			case !names.IsIdentifier(c):
-				return Validationf(where("Extra"), "column %q is not an identifier", c)
+				return validationf(where("Extra"), "column %q is not an identifier", c)
 			}
 			if why := checkExtraValue(m.Extra[c]); why != "" {
-				return Validationf(where("Extra"), "column %q: value %s", c, why)
+				return validationf(where("Extra"), "column %q: value %s", c, why)
 			}
 			cols = append(cols, c)
 		}
@@ -382,7 +371,7 @@ func (w *Writer) runs(rows []row) []run {
 
 func (w *Writer) chunkRows(r run) int {
 	per := r.ownColumns() + len(r.extras)
-	return (w.d.MaxBindParams() - 2) / per // 2: the key locks' arrays
+	return (w.d.maxBindParams() - 2) / per // 2: the key locks' arrays
 }
 
 func (w *Writer) statements(rows []row) int {
@@ -504,7 +493,7 @@ func (w *Writer) insert(ctx context.Context, q Querier, rows []row, batch []int,
 	} else {
 		b.WriteString(") VALUES ")
 	}
-	created := w.d.TimeArg(now)
+	created := w.d.timeArg(now)
 	for bi, i := range batch {
 		if bi > 0 {
 			b.WriteByte(',')
@@ -516,7 +505,7 @@ func (w *Writer) insert(ctx context.Context, q Querier, rows []row, batch []int,
 			if c > 0 {
 				b.WriteByte(',')
 			}
-			ph := w.d.Placeholder(len(args) + c + 1)
+			ph := w.d.placeholder(len(args) + c + 1)
 			if bi == 0 && c == 6 && lockSQL != "" && !single { // created_at
 				ph = "CASE WHEN " + lockSQL + " THEN " + ph + "::timestamptz END"
 			}
@@ -528,7 +517,7 @@ func (w *Writer) insert(ctx context.Context, q Querier, rows []row, batch []int,
 		row := &rows[i]
 		var next any
 		if !row.at.IsZero() {
-			next = w.d.TimeArg(row.at)
+			next = w.d.timeArg(row.at)
 			if w.d == Postgres {
 				// Microseconds, truncated: pgx does so, lib/pq sends
 				// nanoseconds that PostgreSQL rounds; the same instant
@@ -604,7 +593,7 @@ func (w *Writer) insertUnnest(ctx context.Context, q Querier, rows []row, batch 
 	u.optional(c.ikeys, "idempotency_key", "NULL", "text::varchar", func() any {
 		return literal(0, func(b *strings.Builder, r *row) { appendNullableElement(b, r.ikey) })
 	})
-	u.scalar("created_at", w.d.TimeArg(now))
+	u.scalar("created_at", w.d.timeArg(now))
 	if r.tenant {
 		u.array("tenant", "text::varchar", literal(0, func(b *strings.Builder, r *row) { appendArrayElement(b, r.tenant) }))
 	}
@@ -639,19 +628,19 @@ func (w *Writer) insertUnnest(ctx context.Context, q Querier, rows []row, batch 
 func (w *Writer) returning(ctx context.Context, q Querier, query string, args []any, seq map[uuid.UUID]int64) error {
 	res, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
-		return PoolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
+		return poolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
 	}
 	defer res.Close()
 	for res.Next() {
 		var s int64
 		var id uuid.UUID
 		if err := res.Scan(&s, &id); err != nil {
-			return PoolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
+			return poolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
 		}
 		seq[id] = s
 	}
 	if err := res.Err(); err != nil {
-		return PoolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
+		return poolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
 	}
 	return nil
 }
@@ -672,8 +661,8 @@ func (w *Writer) selectByIdempotencyKey(ctx context.Context, q Querier, keys []s
 	if w.d == Postgres {
 		return out, w.selectEvents(ctx, q, base+"= ANY($1::text[])", []any{textArray(keys)}, out)
 	}
-	for start := 0; start < len(keys); start += w.d.MaxBindParams() {
-		chunk := keys[start:min(len(keys), start+w.d.MaxBindParams())]
+	for start := 0; start < len(keys); start += w.d.maxBindParams() {
+		chunk := keys[start:min(len(keys), start+w.d.maxBindParams())]
 		var b strings.Builder
 		b.WriteString(base)
 		b.WriteString("IN (")
@@ -682,7 +671,7 @@ func (w *Writer) selectByIdempotencyKey(ctx context.Context, q Querier, keys []s
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			b.WriteString(w.d.Placeholder(i + 1))
+			b.WriteString(w.d.placeholder(i + 1))
 			args[i] = k
 		}
 		b.WriteByte(')')
@@ -701,11 +690,11 @@ func (w *Writer) selectByIdempotencyKey(ctx context.Context, q Querier, keys []s
 func (w *Writer) selectEvents(ctx context.Context, q Querier, query string, args []any, out map[string]*Event) error {
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
-		return PoolerHint(fmt.Errorf("herald/envelope: select stored idempotency keys: %w", err))
+		return poolerHint(fmt.Errorf("herald/envelope: select stored idempotency keys: %w", err))
 	}
 	defer rows.Close()
 	for rows.Next() {
-		e, err := ScanEvent(rows, []string{"tenant"})
+		e, err := scanEvent(rows, []string{"tenant"})
 		if err != nil {
 			return err
 		}
@@ -714,7 +703,7 @@ func (w *Writer) selectEvents(ctx context.Context, q Querier, query string, args
 		out[tenantKey(e.Tenant, e.IdempotencyKey)] = e
 	}
 	if err := rows.Err(); err != nil {
-		return PoolerHint(fmt.Errorf("herald/envelope: select stored idempotency keys: %w", err))
+		return poolerHint(fmt.Errorf("herald/envelope: select stored idempotency keys: %w", err))
 	}
 	return nil
 }
@@ -722,12 +711,9 @@ func (w *Writer) selectEvents(ctx context.Context, q Querier, query string, args
 // EventColumns lists the outbox columns ScanEvent reads, in its order.
 const EventColumns = "sequence, id, topic, payload, headers, ordering_key, idempotency_key, created_at, attempts, last_error, next_attempt_at, lease_until, leased_by, published_at, dead_lettered_at"
 
-// Scanner is *sql.Rows or *sql.Row.
-type Scanner interface{ Scan(dest ...any) error }
-
 // ScanEvent scans one row selected as EventColumns followed by the extra
 // columns named in extra (loaded into Event.Extra).
-func ScanEvent(s Scanner, extra []string) (*Event, error) {
+func scanEvent(s interface{ Scan(dest ...any) error }, extra []string) (*Event, error) {
 	var (
 		e                                       Event
 		payload, headers                        []byte

@@ -13,6 +13,8 @@ import (
 
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/testkit"
+
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // BenchmarkWrite measures one Write in its own transaction: a single event,
@@ -221,7 +223,7 @@ func BenchmarkInsertForms(b *testing.B) {
 			})
 		}},
 		{"writer", func() {
-			benchTx(b, db, func(tx *sql.Tx) error { _, err := w.WriteCapturedArrays(ctx, tx, ms); return err })
+			benchTx(b, db, func(tx *sql.Tx) error { _, err := outbox.WriteArrays(w)(ctx, tx, ms); return err })
 		}},
 		{"writer-no-returning", func() {
 			ids, topics, payloads := columns()

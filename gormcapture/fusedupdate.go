@@ -23,6 +23,8 @@ import (
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/ctxhdr"
 	"github.com/heraldgo/herald/internal/fusedsql"
+
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // fusedUpdate writes a captured UPDATE of any number of rows and its
@@ -53,7 +55,7 @@ import (
 // events are exactly the rows the UPDATE changed (they come from its
 // RETURNING); in BeforeAndAfter the rows are locked, in key order, before
 // they are read; the events are inserted in primary-key order (as emit
-// sorts them), and their keys' advisory locks (envelope.Writer.KeyLocksSQL,
+// sorts them), and their keys' advisory locks (outbox.KeyLocksSQL,
 // each bucket once, in bucket order) are taken before the first sequence
 // value is drawn. Event ids are UUID v7: the statement's base id (drawn in
 // Go) with its random low 61 bits incremented per row (RFC 9562 §6.2,
@@ -218,7 +220,7 @@ func (c *capturePool) fusedUpdate(ctx context.Context, q string, args []any) (n 
 	b.WriteString(`::timestamptz FROM "herald_row"`)
 	if key != "" {
 		b.WriteString(` WHERE `)
-		b.WriteString(p.writer.KeyLocksSQL(`SELECT `+keySQL+` FROM "herald_row"`, spec.RowKeyed()))
+		b.WriteString(outbox.KeyLocksSQL(p.writer, `SELECT `+keySQL+` FROM "herald_row"`, spec.RowKeyed()))
 	}
 	b.WriteString(` ORDER BY ` + order + `) SELECT count(*) FROM "herald_row"`)
 
@@ -639,7 +641,7 @@ func (c *capturePool) fusedUpdateSQLite(ctx context.Context, q string, args []an
 			}
 			b.WriteString("(" + strings.Join(ps, "||") + ")")
 		}
-		b.WriteString(`,` + ph(envelope.SQLite.TimeArg(c.at.Truncate(time.Microsecond))))
+		b.WriteString(`,` + ph(outbox.TimeArg(envelope.SQLite, c.at.Truncate(time.Microsecond))))
 		b.WriteString(` FROM ` + tmp + ` AS b JOIN ` + table + ` ON ` + pkSQL + ` = b.k ORDER BY b.k`)
 		if _, err := own.ExecContext(ctx, b.String(), vars...); err != nil {
 			return 0, true, fmt.Errorf("herald/gormcapture: insert events: %w", p.writer.Unmigrated(err))

@@ -12,6 +12,8 @@ import (
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/inbox"
 	"github.com/heraldgo/herald/internal/testkit"
+
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }
@@ -69,7 +71,7 @@ func newInbox(t *testing.T, db *sql.DB, d envelope.Dialect, mod func(*inbox.Conf
 }
 
 func effect(ctx context.Context, tx envelope.Querier, d envelope.Dialect, id string) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO effects (id) VALUES (`+d.Placeholder(1)+`)`, id)
+	_, err := tx.ExecContext(ctx, `INSERT INTO effects (id) VALUES (`+outbox.Placeholder(d, 1)+`)`, id)
 	return err
 }
 

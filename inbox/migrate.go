@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // DefaultTable is the inbox table's name when none is given.
@@ -128,7 +129,7 @@ func parseTable(d envelope.Dialect, name string) (table, error) {
 		return table{}, err
 	}
 	if t.Base == envelope.MigrationTable {
-		return table{}, envelope.Configurationf("Table", "%q is herald's record of migrations; name the inbox table otherwise", t.Name)
+		return table{}, outbox.Configurationf("Table", "%q is herald's record of migrations; name the inbox table otherwise", t.Name)
 	}
 	return table{Table: t, keys: schemaPrefix(t) + d.QuoteIdent(t.Base+"_keys")}, nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/internal/testkit"
 )
 
@@ -182,7 +183,7 @@ func (e *env) row(t testing.TB, id uuid.UUID) *envelope.Event {
 		ph = "$1"
 	}
 	tbl, _ := envelope.ParseTable(e.d, e.table)
-	ev, err := envelope.ScanEvent(e.db.QueryRow(`SELECT `+envelope.EventColumns+` FROM `+tbl.Quoted+` WHERE id = `+ph, id.String()), nil)
+	ev, err := outbox.ScanEvent(e.db.QueryRow(`SELECT `+envelope.EventColumns+` FROM `+tbl.Quoted+` WHERE id = `+ph, id.String()), nil)
 	if err != nil {
 		t.Fatalf("read event %s: %v", id, err)
 	}

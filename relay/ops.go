@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/wakeup"
 )
 
@@ -49,7 +50,7 @@ func (r *Relay) RetryDeadLettered(ctx context.Context, f Filter) (int64, error) 
 	if f.Topics != nil {
 		for i, p := range f.Topics {
 			if !utf8.ValidString(p) || strings.IndexByte(p, 0) >= 0 {
-				return 0, envelope.Validationf(fmt.Sprintf("relay.Filter.Topics[%d]", i), "%q is not valid UTF-8 without NUL bytes", p)
+				return 0, outbox.Validationf(fmt.Sprintf("relay.Filter.Topics[%d]", i), "%q is not valid UTF-8 without NUL bytes", p)
 			}
 		}
 		ps, err := envelope.ParseTopicPatterns("relay.Filter.Topics", f.Topics)
@@ -191,13 +192,13 @@ func (r *Relay) CleanupDeadLettered(ctx context.Context, olderThan time.Duration
 
 func (r *Relay) cleanup(ctx context.Context, q string, olderThan time.Duration, what string) (int64, error) {
 	if olderThan < 0 {
-		return 0, envelope.Validationf("olderThan", "negative (%s)", olderThan)
+		return 0, outbox.Validationf("olderThan", "negative (%s)", olderThan)
 	}
 	var args []any
 	if r.dialect == envelope.Postgres || r.dialect == envelope.MySQL {
 		args = []any{r.nowArg(), olderThan.Microseconds(), r.cfg.CleanupBatchSize}
 	} else {
-		args = []any{r.dialect.TimeArg(r.sqliteNow().Add(-olderThan)), r.cfg.CleanupBatchSize}
+		args = []any{outbox.TimeArg(r.dialect, r.sqliteNow().Add(-olderThan)), r.cfg.CleanupBatchSize}
 	}
 	args = append(args, r.fargs...)
 	var total int64

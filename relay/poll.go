@@ -17,6 +17,8 @@ import (
 
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
+
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // markTimeout bounds the statements that mark a batch. They run under
@@ -142,7 +144,7 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 		args = append(args, r.cfg.Lease.Microseconds(), r.cfg.Name, r.nowArg(), r.cfg.BatchSize)
 	} else {
 		now := r.sqliteNow()
-		args = append(args, r.dialect.TimeArg(now.Add(r.cfg.Lease)), r.cfg.Name, r.dialect.TimeArg(now), r.cfg.BatchSize)
+		args = append(args, outbox.TimeArg(r.dialect, now.Add(r.cfg.Lease)), r.cfg.Name, outbox.TimeArg(r.dialect, now), r.cfg.BatchSize)
 	}
 	// After a lease that held keyed events, lease runs of their keys
 	// (leaseRunsPostgres): the heads' next events are the work at hand.
@@ -618,7 +620,7 @@ func (r *Relay) renew(ctx context.Context, seqs string) (map[int64]bool, error) 
 	if r.dialect == envelope.Postgres {
 		args = []any{r.cfg.Lease.Microseconds(), seqs, r.cfg.Name, r.nowArg()}
 	} else {
-		args = []any{r.dialect.TimeArg(r.sqliteNow().Add(r.cfg.Lease)), seqs, r.cfg.Name}
+		args = []any{outbox.TimeArg(r.dialect, r.sqliteNow().Add(r.cfg.Lease)), seqs, r.cfg.Name}
 	}
 	rows, err := r.query(c, r.sql.renew, args...)
 	if err != nil {
@@ -667,7 +669,7 @@ func (r *Relay) nowArg() any {
 		}
 		return nil
 	}
-	return r.dialect.TimeArg(r.sqliteNow())
+	return outbox.TimeArg(r.dialect, r.sqliteNow())
 }
 
 // sqliteNow is SQLite's clock: the machine's (a test's dbClock instead).
@@ -780,14 +782,14 @@ func (r *Relay) markCarry(runCtx context.Context, batch []*envelope.Event, errs 
 			if f.Attempts >= r.cfg.MaxAttempts || errors.Is(err, delivery.ErrPermanent) {
 				f.Dead = true
 				if r.dialect != envelope.Postgres {
-					f.DeadLettered = r.dialect.TimeArg(dbNow)
+					f.DeadLettered = outbox.TimeArg(r.dialect, dbNow)
 				}
 			} else {
 				b := r.backoff(f.Attempts)
 				f.next = now.Add(b)
 				f.BackoffUS = b.Microseconds()
 				if r.dialect != envelope.Postgres {
-					f.NextAttemptAt = r.dialect.TimeArg(dbNow.Add(b))
+					f.NextAttemptAt = outbox.TimeArg(r.dialect, dbNow.Add(b))
 				}
 			}
 			failures = append(failures, f)

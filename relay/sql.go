@@ -26,7 +26,7 @@ import (
 // as microseconds. SQLite runs inside the relay's process, on the machine
 // that holds the database file: its clock is that machine's clock, read by
 // the relay right before the statement and bound as fixed-width UTC text
-// (envelope.Dialect.TimeArg) that compares correctly as text.
+// (outbox.TimeArg) that compares correctly as text.
 
 // leaseBatchPostgres leases the next batch in one statement.
 //

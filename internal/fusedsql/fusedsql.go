@@ -23,6 +23,8 @@ import (
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/names"
 	"github.com/heraldgo/herald/jsonform"
+
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // Row is the name of the CTE that holds the inserted row.
@@ -117,8 +119,8 @@ func (e *Event) WriteCTE(b *strings.Builder, ph func(any) string) error {
 	b.WriteString(` FROM ` + Row)
 	if keySQL != "NULL" {
 		// The key's advisory lock, evaluated before the event's sequence
-		// value is drawn (see envelope.Writer.KeyLockSQL).
-		b.WriteString(` WHERE ` + e.Writer.KeyLockSQL(keySQL, e.RowKeyed))
+		// value is drawn (see outbox.KeyLockSQL).
+		b.WriteString(` WHERE ` + outbox.KeyLockSQL(e.Writer, keySQL, e.RowKeyed))
 	}
 	b.WriteByte(')')
 	return nil

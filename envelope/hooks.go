@@ -1,0 +1,25 @@
+package envelope
+
+import (
+	"time"
+
+	"github.com/heraldgo/herald/internal/envhook"
+)
+
+// The plumbing herald's own packages call (through internal/outbox) and
+// users do not.
+func init() {
+	envhook.ScanEvent = func(s interface{ Scan(dest ...any) error }, extra []string) (any, error) {
+		return scanEvent(s, extra)
+	}
+	envhook.Placeholder = func(d any, n int) string { return d.(Dialect).placeholder(n) }
+	envhook.MaxBindParams = func(d any) int { return d.(Dialect).maxBindParams() }
+	envhook.TimeArg = func(d any, t time.Time) any { return d.(Dialect).timeArg(t) }
+	envhook.KeyLockSQL = func(w any, keyExpr string, rowKeyed bool) string {
+		return w.(*Writer).keyLockSQL(keyExpr, rowKeyed)
+	}
+	envhook.KeyLocksSQL = func(w any, keysQuery string, rowKeyed bool) string {
+		return w.(*Writer).keyLocksSQL(keysQuery, rowKeyed)
+	}
+	envhook.WriteArrays = func(w any) any { return w.(*Writer).writeCapturedArrays }
+}
