@@ -13,3 +13,8 @@ func MySQLKeyBucket(key string) int { return mysqlKeyBucket(key) }
 
 // TrustedJSONForTest is a payload written as its bytes, as Spec.Messages's are.
 func TrustedJSONForTest(s string) any { return trustedJSON(s) }
+
+// The template parser, for TestTemplateRender and TestTemplateErrors.
+type TemplateVars = templateVars
+
+var ParseTemplate = parseTemplate

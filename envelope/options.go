@@ -71,10 +71,10 @@ func (o Options) Validate() error {
 			return configurationf("Options.Tenant", "column %q is also in Exclude: the tenant column is always read", o.Tenant)
 		}
 	}
-	if _, err := ParseTemplate("Options.Topic", orDefault(o.Topic, DefaultTopic)); err != nil {
+	if _, err := parseTemplate("Options.Topic", orDefault(o.Topic, DefaultTopic)); err != nil {
 		return err
 	}
-	if _, err := ParseTemplate("Options.OrderingKey", orDefault(o.OrderingKey, DefaultOrderingKey)); err != nil {
+	if _, err := parseTemplate("Options.OrderingKey", orDefault(o.OrderingKey, DefaultOrderingKey)); err != nil {
 		return err
 	}
 	return nil
@@ -135,8 +135,8 @@ type Spec struct {
 
 	columns []string // payload columns, in table order
 	typed   bool     // a payload column has a type of pgform's
-	topic   *Template
-	key     *Template
+	topic   *template
+	key     *template
 	ops     map[Operation]bool
 }
 
@@ -209,8 +209,8 @@ func Compile(m ModelInfo, o Options) (*Spec, error) {
 			s.typed = true
 		}
 	}
-	s.topic, _ = ParseTemplate("Options.Topic", orDefault(o.Topic, DefaultTopic))
-	s.key, _ = ParseTemplate("Options.OrderingKey", orDefault(o.OrderingKey, DefaultOrderingKey))
+	s.topic, _ = parseTemplate("Options.Topic", orDefault(o.Topic, DefaultTopic))
+	s.key, _ = parseTemplate("Options.OrderingKey", orDefault(o.OrderingKey, DefaultOrderingKey))
 	s.ops = map[Operation]bool{}
 	for _, op := range o.Operations {
 		s.ops[op] = true
@@ -271,8 +271,8 @@ func (s *Spec) NeedsAfter(op Operation) bool {
 	return op != Deleted && s.Options.Payload != Keys
 }
 
-func (s *Spec) vars(c *Change) TemplateVars {
-	v := TemplateVars{Namespace: s.Namespace, Model: s.Model.Name, Table: s.Model.Table, Operation: c.Operation}
+func (s *Spec) vars(c *Change) templateVars {
+	v := templateVars{Namespace: s.Namespace, Model: s.Model.Name, Table: s.Model.Table, Operation: c.Operation}
 	if m, ok := c.PK.(map[string]any); ok {
 		for _, k := range s.Model.PrimaryKey {
 			v.PK = append(v.PK, m[k])

@@ -6,14 +6,14 @@ import (
 	"github.com/heraldgo/herald/internal/names"
 )
 
-// The names a topic or ordering-key template may use.
+// The names a topic or ordering-key template may use (Options.Topic).
 const (
-	VarNamespace = "namespace" // the model's namespace
-	VarModel     = "model"     // the model's name in snake_case: loan_item
-	VarLabel     = "label"     // the envelope's model label: library.LoanItem
-	VarTable     = "table"     // the model's table
-	VarOperation = "operation" // inserted, updated, deleted
-	VarPK        = "pk"        // the primary key; composite parts joined by ':'
+	varNamespace = "namespace" // the model's namespace
+	varModel     = "model"     // the model's name in snake_case: loan_item
+	varLabel     = "label"     // the envelope's model label: library.LoanItem
+	varTable     = "table"     // the model's table
+	varOperation = "operation" // inserted, updated, deleted
+	varPK        = "pk"        // the primary key; composite parts joined by ':'
 )
 
 // Default templates.
@@ -22,8 +22,8 @@ const (
 	DefaultOrderingKey = "{label}:{pk}"
 )
 
-// Template is a parsed topic or ordering-key template.
-type Template struct {
+// template is a parsed topic or ordering-key template.
+type template struct {
 	src   string
 	parts []tmplPart
 }
@@ -33,8 +33,8 @@ type tmplPart struct {
 	v   string // variable name
 }
 
-// TemplateVars are the values a Template is rendered with.
-type TemplateVars struct {
+// templateVars are the values a template is rendered with.
+type templateVars struct {
 	Namespace string
 	Model     string // the Go model name; rendered in snake_case
 	Table     string
@@ -42,10 +42,10 @@ type TemplateVars struct {
 	PK        []any // key parts in primary-key column order
 }
 
-// ParseTemplate parses s. Names are written in braces; an unknown name or
+// parseTemplate parses s. Names are written in braces; an unknown name or
 // an unclosed brace is an ErrConfiguration error naming option.
-func ParseTemplate(option, s string) (*Template, error) {
-	t := &Template{src: s}
+func parseTemplate(option, s string) (*template, error) {
+	t := &template{src: s}
 	rest := s
 	for rest != "" {
 		i := strings.IndexAny(rest, "{}")
@@ -65,7 +65,7 @@ func ParseTemplate(option, s string) (*Template, error) {
 		}
 		name := rest[i+1 : i+j]
 		switch name {
-		case VarNamespace, VarModel, VarLabel, VarTable, VarOperation, VarPK:
+		case varNamespace, varModel, varLabel, varTable, varOperation, varPK:
 		default:
 			return nil, configurationf(option, "template %q names unknown {%s} (known: {namespace} {model} {label} {table} {operation} {pk})", s, name)
 		}
@@ -76,12 +76,12 @@ func ParseTemplate(option, s string) (*Template, error) {
 }
 
 // String returns the template's source text.
-func (t *Template) String() string { return t.src }
+func (t *template) String() string { return t.src }
 
 // Render fills the template. With an empty namespace a {namespace}
 // followed by a literal dot drops that dot too, so the default topic is
 // "loan.updated" rather than ".loan.updated".
-func (t *Template) Render(v TemplateVars) string {
+func (t *template) Render(v templateVars) string {
 	var b strings.Builder
 	dropDot := false
 	for _, p := range t.parts {
@@ -92,17 +92,17 @@ func (t *Template) Render(v TemplateVars) string {
 				lit = strings.TrimPrefix(lit, ".")
 			}
 			b.WriteString(lit)
-		case VarNamespace:
+		case varNamespace:
 			b.WriteString(v.Namespace)
-		case VarModel:
+		case varModel:
 			b.WriteString(names.SnakeCase(v.Model))
-		case VarLabel:
+		case varLabel:
 			b.WriteString(names.Label(v.Namespace, v.Model))
-		case VarTable:
+		case varTable:
 			b.WriteString(v.Table)
-		case VarOperation:
+		case varOperation:
 			b.WriteString(string(v.Operation))
-		case VarPK:
+		case varPK:
 			for i, part := range v.PK {
 				if i > 0 {
 					b.WriteByte(':')
@@ -110,7 +110,7 @@ func (t *Template) Render(v TemplateVars) string {
 				b.WriteString(names.KeyText(part))
 			}
 		}
-		dropDot = p.v == VarNamespace && v.Namespace == ""
+		dropDot = p.v == varNamespace && v.Namespace == ""
 	}
 	return b.String()
 }
