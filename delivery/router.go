@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/deliverycall"
 	"github.com/heraldgo/herald/internal/outbox"
 )
 
@@ -36,13 +37,9 @@ type Routing struct {
 	targets  []Delivery // each distinct delivery once
 
 	// Concurrency bounds how many events of plain (non-batch) routes are
-	// delivered at once within one batch; 0 = DefaultConcurrency.
+	// delivered at once within one batch; 0 = 10, as relay.DefaultConcurrency.
 	Concurrency int
 }
-
-// DefaultConcurrency is Routing.Concurrency when it is zero: the relay's
-// own default.
-const DefaultConcurrency = 10
 
 type prefixRoute struct {
 	prefix string
@@ -197,7 +194,7 @@ func (r *Routing) DeliverBatch(ctx context.Context, es []*envelope.Event) []erro
 	}
 	conc := r.Concurrency
 	if conc <= 0 {
-		conc = DefaultConcurrency
+		conc = deliverycall.DefaultConcurrency
 	}
 	done := make(chan struct{}, len(shares))
 	for _, s := range shares {
@@ -209,9 +206,9 @@ func (r *Routing) DeliverBatch(ctx context.Context, es []*envelope.Event) []erro
 			}
 			var got []error
 			if b, ok := s.d.(BatchDelivery); ok {
-				got = CallBatch(ctx, b, sub)
+				got = callBatch(ctx, b, sub)
 			} else {
-				got = Each(ctx, s.d, sub, conc, 0)
+				got = each(ctx, s.d, sub, conc, 0)
 			}
 			for j, i := range s.idx {
 				errs[i] = got[j]

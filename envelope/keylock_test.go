@@ -8,9 +8,8 @@ import (
 	"time"
 
 	"github.com/heraldgo/herald/envelope"
-	"github.com/heraldgo/herald/internal/testkit"
-
 	"github.com/heraldgo/herald/internal/outbox"
+	"github.com/heraldgo/herald/internal/testkit"
 )
 
 // TestKeyLockFormsBeforeSequence: every form of the key locks a write can

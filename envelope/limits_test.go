@@ -7,9 +7,8 @@ import (
 	"testing"
 
 	"github.com/heraldgo/herald/envelope"
-	"github.com/heraldgo/herald/internal/testkit"
-
 	"github.com/heraldgo/herald/internal/outbox"
+	"github.com/heraldgo/herald/internal/testkit"
 )
 
 // TestWriteManyOrderingKeys: a PostgreSQL Write with 65,536 distinct

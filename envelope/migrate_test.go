@@ -15,10 +15,9 @@ import (
 
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/relay"
-
-	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // migrateDialects runs f on a fresh PostgreSQL schema and a fresh SQLite

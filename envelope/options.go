@@ -9,10 +9,9 @@ import (
 	"sort"
 	"unicode/utf8"
 
+	"github.com/heraldgo/herald/internal/names"
 	"github.com/heraldgo/herald/internal/pgform"
 	"github.com/heraldgo/herald/jsonform"
-
-	"github.com/heraldgo/herald/internal/names"
 )
 
 // The envelope's own keys, in the order they are written. Extension keys

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/heraldgo/herald/envelope"
-
 	"github.com/heraldgo/herald/internal/outbox"
 )
 

@@ -16,9 +16,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/heraldgo/herald/jsonform"
-
 	"github.com/heraldgo/herald/internal/names"
+	"github.com/heraldgo/herald/jsonform"
 )
 
 // Writer inserts events into the outbox table. It is safe for concurrent

@@ -12,9 +12,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/heraldgo/herald/envelope"
-	"github.com/heraldgo/herald/internal/testkit"
-
 	"github.com/heraldgo/herald/internal/outbox"
+	"github.com/heraldgo/herald/internal/testkit"
 )
 
 // BenchmarkWrite measures one Write in its own transaction: a single event,

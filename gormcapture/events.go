@@ -9,7 +9,6 @@ import (
 	"gorm.io/gorm/schema"
 
 	"github.com/heraldgo/herald/envelope"
-
 	"github.com/heraldgo/herald/internal/outbox"
 )
 

@@ -23,7 +23,6 @@ import (
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/ctxhdr"
 	"github.com/heraldgo/herald/internal/fusedsql"
-
 	"github.com/heraldgo/herald/internal/outbox"
 )
 

@@ -10,7 +10,6 @@ import (
 
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/inbox"
-
 	"github.com/heraldgo/herald/internal/outbox"
 )
 

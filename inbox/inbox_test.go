@@ -13,9 +13,8 @@ import (
 
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/inbox"
-	"github.com/heraldgo/herald/relay"
-
 	"github.com/heraldgo/herald/internal/outbox"
+	"github.com/heraldgo/herald/relay"
 )
 
 func TestMigrateVersions(t *testing.T) {

@@ -11,9 +11,8 @@ import (
 
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/inbox"
-	"github.com/heraldgo/herald/internal/testkit"
-
 	"github.com/heraldgo/herald/internal/outbox"
+	"github.com/heraldgo/herald/internal/testkit"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }

@@ -17,11 +17,10 @@ import (
 
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/otelherald"
 	"github.com/heraldgo/herald/relay"
-
-	"github.com/heraldgo/herald/internal/outbox"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/deliverycall"
 	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/internal/testkit"
 )
@@ -262,7 +263,7 @@ type batchFunc struct {
 }
 
 func (b *batchFunc) Deliver(ctx context.Context, e *envelope.Event) error {
-	return delivery.CallBatch(ctx, b, []*envelope.Event{e})[0]
+	return deliverycall.CallBatch(ctx, b, []*envelope.Event{e})[0]
 }
 func (b *batchFunc) DeliverBatch(_ context.Context, es []*envelope.Event) []error { return b.fn(es) }
 func (b *batchFunc) Close() error                                                 { return nil }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/heraldgo/herald/envelope"
-
 	"github.com/heraldgo/herald/internal/outbox"
 )
 

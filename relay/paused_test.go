@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/heraldgo/herald/envelope"
-
 	"github.com/heraldgo/herald/internal/outbox"
 )
 

@@ -18,6 +18,7 @@ import (
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
 
+	"github.com/heraldgo/herald/internal/deliverycall"
 	"github.com/heraldgo/herald/internal/outbox"
 )
 
@@ -519,11 +520,11 @@ func (r *Relay) deliver(ctx context.Context, batch []*envelope.Event, errs []err
 // delivery and returns one error per event.
 func (r *Relay) deliverEvents(ctx context.Context, es []*envelope.Event) []error {
 	if r.batch == nil {
-		return delivery.Each(ctx, r.d, es, r.cfg.Concurrency, r.cfg.DeliveryTimeout)
+		return deliverycall.Each(ctx, r.d, es, r.cfg.Concurrency, r.cfg.DeliveryTimeout)
 	}
 	dctx, cancel := context.WithTimeoutCause(ctx, r.cfg.DeliveryTimeout, &delivery.TimeoutError{Timeout: r.cfg.DeliveryTimeout})
 	defer cancel()
-	got := delivery.CallBatch(dctx, r.batch, es)
+	got := deliverycall.CallBatch(dctx, r.batch, es)
 	if dctx.Err() != nil && ctx.Err() == nil {
 		for i, err := range got {
 			if err != nil && errors.Is(err, context.DeadlineExceeded) {

@@ -18,9 +18,8 @@ import (
 	"github.com/heraldgo/herald/admin"
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/migrate"
-	"github.com/heraldgo/herald/internal/testkit"
-
 	"github.com/heraldgo/herald/internal/outbox"
+	"github.com/heraldgo/herald/internal/testkit"
 )
 
 // writeEvents writes ms and returns the events.

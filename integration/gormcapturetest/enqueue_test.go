@@ -14,7 +14,6 @@ import (
 
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/gormcapture"
-
 	"github.com/heraldgo/herald/internal/outbox"
 )
 

@@ -22,9 +22,8 @@ import (
 
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/names"
-	"github.com/heraldgo/herald/jsonform"
-
 	"github.com/heraldgo/herald/internal/outbox"
+	"github.com/heraldgo/herald/jsonform"
 )
 
 // Row is the name of the CTE that holds the inserted row.
