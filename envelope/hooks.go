@@ -1,6 +1,8 @@
 package envelope
 
 import (
+	"context"
+	"database/sql"
 	"time"
 
 	"github.com/heraldgo/herald/internal/envhook"
@@ -22,4 +24,13 @@ func init() {
 		return w.(*Writer).keyLocksSQL(keysQuery, rowKeyed)
 	}
 	envhook.WriteArrays = func(w any) any { return w.(*Writer).writeCapturedArrays }
+	envhook.MigrateTable = func(ctx context.Context, db *sql.DB, d, t, ms any, version int) error {
+		return migrateTableTo(ctx, db, d.(Dialect), t.(Table), ms.([]Migration), version)
+	}
+	envhook.TableVersion = func(ctx context.Context, db *sql.DB, d, t any) (int, error) {
+		return tableVersionOf(ctx, db, d.(Dialect), t.(Table))
+	}
+	envhook.TableMigrationSQL = func(d, t any, what string, ms any, version int, down bool) (string, error) {
+		return tableMigrationSQL(d.(Dialect), t.(Table), what, ms.([]Migration), version, down)
+	}
 }

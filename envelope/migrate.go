@@ -189,9 +189,9 @@ ALTER TABLE {table} DROP COLUMN tenant`,
 	},
 }
 
-// Migrations returns every version of the outbox table's schema, oldest
+// migrations returns every version of the outbox table's schema, oldest
 // first, rendered for the dialect and table ("" means DefaultTable).
-func Migrations(d Dialect, table string) ([]Migration, error) {
+func migrations(d Dialect, table string) ([]Migration, error) {
 	t, err := parseOutbox(d, table)
 	if err != nil {
 		return nil, err
@@ -242,37 +242,12 @@ func render(src string, t Table) []string {
 	return out
 }
 
-// DDL returns the statements that create the outbox table at
-// LatestVersion, for the dialect: the Up statements of every version in
-// order (the version record left out; see MigrationSQL for scripts that
-// keep it). table "" means DefaultTable.
-func DDL(d Dialect, table string) ([]string, error) {
-	ms, err := Migrations(d, table)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, m := range ms {
-		out = append(out, m.Up...)
-	}
-	return out, nil
-}
-
-// DDLText returns DDL as one SQL script.
-func DDLText(d Dialect, table string) (string, error) {
-	stmts, err := DDL(d, table)
-	if err != nil {
-		return "", err
-	}
-	return strings.Join(stmts, ";\n\n") + ";\n", nil
-}
-
 // MigrationSQL returns the SQL script of one version for migration tools
 // (goose, atlas, golang-migrate): its Up statements (or, with down, its
 // Down statements) and the statements that keep MigrationTable's record,
 // so that Migrate, run later on the same table, finds the version applied.
 func MigrationSQL(d Dialect, table string, version int, down bool) (string, error) {
-	ms, err := Migrations(d, table)
+	ms, err := migrations(d, table)
 	if err != nil {
 		return "", err
 	}
@@ -381,32 +356,27 @@ func MigrateTo(ctx context.Context, db *sql.DB, d Dialect, table string, version
 	if version < 0 || version > LatestVersionFor(d) {
 		return configurationf("version", "%d: herald's %s outbox versions are 0 (no table) to %d", version, d, LatestVersionFor(d))
 	}
-	ms, _ := Migrations(d, table)
+	ms, _ := migrations(d, table)
 	return migrateTable(ctx, db, d, t, ms, version, unrecordedVersion)
 }
 
-// MigrateTable brings a herald table other than the outbox (the inbox
-// package's) to version through ms, its own versions oldest first, with
-// the outbox's machinery: one transaction under the migration lock, each
-// version recorded in MigrationTable under t's name. A table that exists
-// with no record counts as version 1 (its version 1 must be IF NOT
-// EXISTS statements). Packages of herald call it; a service calls their
-// Migrate.
-func MigrateTable(ctx context.Context, db *sql.DB, d Dialect, t Table, ms []Migration, version int) error {
+// migrateTableTo brings a herald table other than the outbox (the inbox
+// package's) to version through ms (internal/outbox.MigrateTable).
+func migrateTableTo(ctx context.Context, db *sql.DB, d Dialect, t Table, ms []Migration, version int) error {
 	if version < 0 || version > len(ms) {
 		return configurationf("version", "%d: %s's versions are 0 (no table) to %d", version, t.Name, len(ms))
 	}
 	return migrateTable(ctx, db, d, t, ms, version, existsAsVersion1)
 }
 
-// TableVersion is Version for a table MigrateTable migrates.
-func TableVersion(ctx context.Context, db *sql.DB, d Dialect, t Table) (int, error) {
+// tableVersionOf is Version for a table migrateTableTo migrates.
+func tableVersionOf(ctx context.Context, db *sql.DB, d Dialect, t Table) (int, error) {
 	return tableVersion(ctx, db, d, t, existsAsVersion1)
 }
 
-// TableMigrationSQL is MigrationSQL for a table MigrateTable migrates;
+// tableMigrationSQL is MigrationSQL for a table migrateTableTo migrates;
 // what names the kind of table in the script's first line ("inbox").
-func TableMigrationSQL(d Dialect, t Table, what string, ms []Migration, version int, down bool) (string, error) {
+func tableMigrationSQL(d Dialect, t Table, what string, ms []Migration, version int, down bool) (string, error) {
 	if version < 1 || version > len(ms) {
 		return "", configurationf("version", "%d: herald's %s versions are 1 to %d", version, what, len(ms))
 	}

@@ -215,7 +215,7 @@ func (w *Writer) Unmigrated(err error) error {
 		return err
 	}
 	return &Error{Kind: ErrConfiguration, Where: "outbox table " + w.t.Name,
-		Msg: fmt.Sprintf("does not exist: create it before the first write with envelope.Migrate(ctx, db, %q, %q) (or the statements of envelope.DDL)", string(w.d), w.t.Name),
+		Msg: fmt.Sprintf("does not exist: create it before the first write with envelope.Migrate(ctx, db, %q, %q) (or the scripts of envelope.MigrationSQL)", string(w.d), w.t.Name),
 		Err: err}
 }
 

@@ -197,7 +197,7 @@ func MigrationSQL(d envelope.Dialect, tableName string, version int, down bool) 
 		return "", err
 	}
 	t, _ := parseTable(d, tableName)
-	return envelope.TableMigrationSQL(d, t.Table, "inbox", ms, version, down)
+	return outbox.TableMigrationSQL(d, t.Table, "inbox", ms, version, down)
 }
 
 // Migrate brings the inbox tables to LatestVersion, creating them when
@@ -215,7 +215,7 @@ func MigrateTo(ctx context.Context, db *sql.DB, d envelope.Dialect, tableName st
 		return err
 	}
 	t, _ := parseTable(d, tableName)
-	return envelope.MigrateTable(ctx, db, d, t.Table, ms, version)
+	return outbox.MigrateTable(ctx, db, d, t.Table, ms, version)
 }
 
 // Version returns the inbox table's schema version: 0 when it does not
@@ -225,5 +225,5 @@ func Version(ctx context.Context, db *sql.DB, d envelope.Dialect, tableName stri
 	if err != nil {
 		return 0, err
 	}
-	return envelope.TableVersion(ctx, db, d, t.Table)
+	return outbox.TableVersion(ctx, db, d, t.Table)
 }

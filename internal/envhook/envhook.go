@@ -4,7 +4,11 @@
 // types. Nothing else should use this package: call internal/outbox.
 package envhook
 
-import "time"
+import (
+	"context"
+	"database/sql"
+	"time"
+)
 
 // Set by envelope's init. The any arguments and results are envelope types
 // (*envelope.Writer, *envelope.Event, envelope.Dialect); internal/outbox
@@ -17,4 +21,9 @@ var (
 	KeyLockSQL    func(w any, keyExpr string, rowKeyed bool) string
 	KeyLocksSQL   func(w any, keysQuery string, rowKeyed bool) string
 	WriteArrays   func(w any) any // the method value (*Writer).writeCapturedArrays
+
+	// d is an envelope.Dialect, t an envelope.Table, ms an []envelope.Migration.
+	MigrateTable      func(ctx context.Context, db *sql.DB, d, t, ms any, version int) error
+	TableVersion      func(ctx context.Context, db *sql.DB, d, t any) (int, error)
+	TableMigrationSQL func(d, t any, what string, ms any, version int, down bool) (string, error)
 )

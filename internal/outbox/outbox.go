@@ -7,6 +7,7 @@ package outbox
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 	"time"
@@ -102,3 +103,25 @@ type WriteFunc = func(ctx context.Context, q envelope.Querier, ms []envelope.Mes
 // or Extra columns, it is Write. The capture packages choose it for a
 // batch of several rows when their connection binds arrays.
 func WriteArrays(w *envelope.Writer) WriteFunc { return envhook.WriteArrays(w).(WriteFunc) }
+
+// MigrateTable migrates a table of herald's own (the inbox's) to version
+// through ms, its versions oldest first, with the outbox's machinery: one
+// transaction under the migration lock, each version recorded in
+// envelope.MigrationTable under t's name. A table that exists with no
+// record counts as version 1 (its version 1 must be IF NOT EXISTS
+// statements).
+func MigrateTable(ctx context.Context, db *sql.DB, d envelope.Dialect, t envelope.Table, ms []envelope.Migration, version int) error {
+	return envhook.MigrateTable(ctx, db, d, t, ms, version)
+}
+
+// TableVersion is envelope.Version for a table MigrateTable migrates.
+func TableVersion(ctx context.Context, db *sql.DB, d envelope.Dialect, t envelope.Table) (int, error) {
+	return envhook.TableVersion(ctx, db, d, t)
+}
+
+// TableMigrationSQL is envelope.MigrationSQL for a table MigrateTable
+// migrates; what names the kind of table in the script's first line
+// ("inbox").
+func TableMigrationSQL(d envelope.Dialect, t envelope.Table, what string, ms []envelope.Migration, version int, down bool) (string, error) {
+	return envhook.TableMigrationSQL(d, t, what, ms, version, down)
+}
