@@ -15,7 +15,7 @@ import (
 // maxArrayRows bounds the events of one array INSERT.
 const maxArrayRows = 100000
 
-// WriteCapturedArrays is WriteCaptured for large batches on PostgreSQL
+// writeCapturedArrays (internal/outbox.WriteArrays) is Write for large batches on PostgreSQL
 // through a driver that binds Go slices as arrays (pgx's database/sql
 // driver does; lib/pq does not): each chunk of up to 100,000 messages is
 // one
@@ -23,14 +23,14 @@ const maxArrayRows = 100000
 //	INSERT INTO outbox (…) SELECT … FROM unnest($1::uuid[], $2::varchar[], …) WITH ORDINALITY … RETURNING sequence, id
 //
 // binding nine parameters whatever the number of events, where
-// WriteCaptured's multi-row VALUES binds eight per event and the server
+// Write's multi-row VALUES binds eight per event and the server
 // parses them all: for ten thousand events it costs about a third. The
 // first chunk takes the key locks as Write does. The events, their order
-// and the result are those of WriteCaptured, and so is atomicity: given a
+// and the result are those of Write, and so is atomicity: given a
 // *sql.DB or *sql.Conn, the chunks run in one transaction of its own, so
 // a failing chunk leaves none of the call's events committed. On SQLite,
 // and for messages with an idempotency key or Extra columns, it is
-// WriteCaptured.
+// Write.
 func (w *Writer) writeCapturedArrays(ctx context.Context, q Querier, ms []Message) (*WriteResult, error) {
 	if w.d != Postgres || len(ms) < 2 {
 		return w.write(ctx, q, ms)

@@ -232,7 +232,7 @@ func render(src string, t Table) []string {
 		schema = t.Quoted[:i+2]
 	}
 	src = strings.NewReplacer("{table}", t.Quoted, "{base}", t.Base, "{schema}", schema, "{paused}", t.PausedTable(),
-		"{keylock}", t.KeyLockTable(), "{buckets}", mysqlBucketRows).Replace(src)
+		"{keylock}", t.keyLockTable(), "{buckets}", mysqlBucketRows).Replace(src)
 	var out []string
 	for _, s := range strings.Split(src, ";\n") {
 		if s = strings.TrimSpace(s); s != "" {

@@ -18,7 +18,7 @@ import (
 // must not collide with them.
 var envelopeKeys = []string{"model", "operation", "pk", "changed", "before", "after", "occurred_at"}
 
-// IsEnvelopeKey reports whether k is one of the envelope's own keys.
+// isEnvelopeKey reports whether k is one of the envelope's own keys.
 func isEnvelopeKey(k string) bool { return slices.Contains(envelopeKeys, k) }
 
 // Validate checks the declaration on its own (the column names are checked

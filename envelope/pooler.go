@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// PoolerHint turns the errors a connection pooler in transaction mode
+// poolerHint turns the errors a connection pooler in transaction mode
 // causes into an ErrConfiguration that says what to change, and returns
 // any other error as it is.
 //

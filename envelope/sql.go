@@ -68,9 +68,9 @@ func (d Dialect) QuoteIdent(s string) string {
 	return `"` + s + `"`
 }
 
-// KeyLockTable is the MySQL table of ordering-key lock rows that goes with
+// keyLockTable is the MySQL table of ordering-key lock rows that goes with
 // the outbox table ({base}_keylock; see the comment at mysqlKeyLockBuckets).
-func (t Table) KeyLockTable() string { return t.Base + "_keylock" }
+func (t Table) keyLockTable() string { return t.Base + "_keylock" }
 
 // Placeholder returns the n-th (1-based) bind placeholder of the dialect.
 func (d Dialect) placeholder(n int) string {

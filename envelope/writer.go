@@ -29,7 +29,7 @@ type Writer struct {
 	newID     func() (uuid.UUID, error)
 	lockClass string // advisory lock classid of the table's key locks, as SQL
 
-	maxArrayRows int  // tests: WriteCapturedArrays's chunk size; 0 = maxArrayRows
+	maxArrayRows int  // tests: writeCapturedArrays's chunk size; 0 = maxArrayRows
 	noKeyLocks   bool // tests: a MySQL writer that takes no key locks
 
 	mu   sync.Mutex
@@ -548,7 +548,7 @@ func (w *Writer) insert(ctx context.Context, q Querier, rows []row, batch []int,
 //	INSERT INTO outbox (…) SELECT … FROM unnest($1::text::uuid[], …) WITH ORDINALITY AS u(…) ORDER BY u.ord RETURNING sequence, id
 //
 // binding each column as one array literal in a text parameter, so that
-// every driver sends it (pgx, lib/pq; WriteCapturedArrays binds Go slices,
+// every driver sends it (pgx, lib/pq; writeCapturedArrays binds Go slices,
 // which only pgx can): at most ten parameters whatever the number of
 // events, where a multi-row VALUES binds eight per event and the server
 // parses, binds and plans them all (1000 events: about 1.3× the time of a
@@ -707,10 +707,11 @@ func (w *Writer) selectEvents(ctx context.Context, q Querier, query string, args
 	return nil
 }
 
-// EventColumns lists the outbox columns ScanEvent reads, in its order.
+// EventColumns lists the outbox table's columns of an Event, in the order
+// of Event's fields, for a SELECT of your own.
 const EventColumns = "sequence, id, topic, payload, headers, ordering_key, idempotency_key, created_at, attempts, last_error, next_attempt_at, lease_until, leased_by, published_at, dead_lettered_at"
 
-// ScanEvent scans one row selected as EventColumns followed by the extra
+// scanEvent (internal/outbox.ScanEvent) scans one row selected as EventColumns followed by the extra
 // columns named in extra (loaded into Event.Extra).
 func scanEvent(s interface{ Scan(dest ...any) error }, extra []string) (*Event, error) {
 	var (

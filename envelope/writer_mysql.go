@@ -63,7 +63,7 @@ func (w *Writer) lockMySQL(ctx context.Context, q Querier, l keyLocks) error {
 		}
 		var b strings.Builder
 		b.WriteString("SELECT bucket FROM ")
-		b.WriteString(w.t.KeyLockTable())
+		b.WriteString(w.t.keyLockTable())
 		b.WriteString(" WHERE bucket IN (")
 		args := make([]any, j-i)
 		for k := i; k < j; k++ {
@@ -84,7 +84,7 @@ func (w *Writer) lockMySQL(ctx context.Context, q Querier, l keyLocks) error {
 			return fmt.Errorf("herald/envelope: lock the ordering keys' rows of %s: %w", w.t.Name, err)
 		}
 		if n != j-i {
-			return configurationf("Table", "%s has %d of the %d key-lock rows this write needs: bring the outbox table up to date with envelope.Migrate", w.t.KeyLockTable(), n, j-i)
+			return configurationf("Table", "%s has %d of the %d key-lock rows this write needs: bring the outbox table up to date with envelope.Migrate", w.t.keyLockTable(), n, j-i)
 		}
 		i = j
 	}
