@@ -17,6 +17,7 @@ import (
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/outbox"
+	"github.com/heraldgo/herald/internal/sqltime"
 	"github.com/heraldgo/herald/relay"
 )
 
@@ -560,7 +561,7 @@ GROUP BY b.topic ORDER BY b.topic`
 	for rows.Next() {
 		var (
 			b           TopicBacklog
-			oldest, now envelope.NullTime
+			oldest, now sqltime.NullTime
 			paused      int
 		)
 		if err := rows.Scan(&b.Topic, &b.Pending, &oldest, &b.DeadLettered, &paused, &now); err != nil {
@@ -607,7 +608,7 @@ GROUP BY e.tenant ORDER BY e.tenant`
 	for rows.Next() {
 		var (
 			b           TenantBacklog
-			oldest, now envelope.NullTime
+			oldest, now sqltime.NullTime
 		)
 		if err := rows.Scan(&b.Tenant, &b.Pending, &oldest, &b.DeadLettered, &now); err != nil {
 			return nil, fmt.Errorf("herald/admin: backlog by tenant: %w", err)
@@ -713,7 +714,7 @@ func (a *Admin) Paused(ctx context.Context) ([]PausedTopic, error) {
 	out := []PausedTopic{}
 	for rows.Next() {
 		var p PausedTopic
-		var at envelope.NullTime
+		var at sqltime.NullTime
 		if err := rows.Scan(&p.Topic, &at, &p.Reason); err != nil {
 			return nil, fmt.Errorf("herald/admin: paused topics: %w", err)
 		}

@@ -4,7 +4,7 @@
 // uses to turn an event into a message body, headers and a key.
 //
 //	d := delivery.Func(func(ctx context.Context, e *envelope.Event) error {
-//		return mail.Send(ctx, e.Payload) // nil only once the event is handed over
+//		return publish(ctx, e.Topic, e.Payload) // nil only once the event is handed over
 //	})
 //	r, err := relay.New(db, d, relay.Config{})
 //

@@ -3,11 +3,12 @@ package envelope
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/heraldgo/herald/internal/sqltime"
 )
 
 // Querier runs statements: *sql.DB, *sql.Tx and *sql.Conn all are one.
@@ -72,7 +73,7 @@ func (d Dialect) QuoteIdent(s string) string {
 // the outbox table ({base}_keylock; see the comment at mysqlKeyLockBuckets).
 func (t Table) keyLockTable() string { return t.Base + "_keylock" }
 
-// Placeholder returns the n-th (1-based) bind placeholder of the dialect.
+// placeholder returns the n-th (1-based) bind placeholder of the dialect.
 func (d Dialect) placeholder(n int) string {
 	if d == Postgres {
 		return "$" + strconv.Itoa(n)
@@ -80,7 +81,7 @@ func (d Dialect) placeholder(n int) string {
 	return "?"
 }
 
-// MaxBindParams is the most bind parameters one statement may carry.
+// maxBindParams is the most bind parameters one statement may carry.
 func (d Dialect) maxBindParams() int {
 	if d == Postgres || d == MySQL {
 		return 65535
@@ -88,65 +89,18 @@ func (d Dialect) maxBindParams() int {
 	return 32766
 }
 
-// sqliteTimeFormat is how SQLite stores times: fixed width, UTC, so text
-// comparison is time comparison, whichever driver reads it.
-const sqliteTimeFormat = "2006-01-02T15:04:05.000000Z"
-
-// TimeArg returns t as a bind argument for the dialect. On SQLite times are
+// timeArg returns t as a bind argument for the dialect. On SQLite times are
 // stored as fixed-width UTC text so that they compare correctly as text.
 func (d Dialect) timeArg(t time.Time) any {
 	switch d {
 	case SQLite:
-		return t.UTC().Format(sqliteTimeFormat)
+		return t.UTC().Format(sqltime.SQLiteFormat)
 	case MySQL:
 		// DATETIME(6) holds no zone: herald's are UTC, to the microsecond
 		// (go-sql-driver/mysql formats a time in its loc, UTC by default).
 		return t.UTC().Truncate(time.Microsecond)
 	}
 	return t
-}
-
-// NullTime is a nullable time column value that scans from either dialect's
-// storage (time.Time on PostgreSQL, text on SQLite).
-type NullTime struct {
-	Time  time.Time
-	Valid bool
-}
-
-// Scan implements sql.Scanner.
-func (n *NullTime) Scan(v any) error {
-	switch x := v.(type) {
-	case nil:
-		*n = NullTime{}
-		return nil
-	case time.Time:
-		*n = NullTime{Time: x, Valid: true}
-		return nil
-	case string:
-		return n.parse(x)
-	case []byte:
-		return n.parse(string(x))
-	}
-	return fmt.Errorf("herald/envelope: cannot scan %T into a time", v)
-}
-
-func (n *NullTime) parse(s string) error {
-	for _, layout := range []string{sqliteTimeFormat, time.RFC3339Nano, "2006-01-02 15:04:05.999999999-07:00", "2006-01-02 15:04:05.999999999"} {
-		if t, err := time.Parse(layout, s); err == nil {
-			*n = NullTime{Time: t, Valid: true}
-			return nil
-		}
-	}
-	return fmt.Errorf("herald/envelope: cannot parse time %q", s)
-}
-
-// Ptr returns the time, or nil when NULL.
-func (n NullTime) Ptr() *time.Time {
-	if !n.Valid {
-		return nil
-	}
-	t := n.Time
-	return &t
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

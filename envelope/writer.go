@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/heraldgo/herald/internal/names"
+	"github.com/heraldgo/herald/internal/sqltime"
 	"github.com/heraldgo/herald/jsonform"
 )
 
@@ -718,7 +719,7 @@ func scanEvent(s interface{ Scan(dest ...any) error }, extra []string) (*Event, 
 		e                                       Event
 		payload, headers                        []byte
 		okey, ikey, lastErr, leasedBy           sql.NullString
-		created, next, lease, published, killed NullTime
+		created, next, lease, published, killed sqltime.NullTime
 	)
 	dest := []any{&e.Sequence, &e.ID, &e.Topic, &payload, &headers, &okey, &ikey, &created, &e.Attempts,
 		&lastErr, &next, &lease, &leasedBy, &published, &killed}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/outbox"
+	"github.com/heraldgo/herald/internal/sqltime"
 )
 
 // Defaults of Config's zero fields.
@@ -325,7 +326,7 @@ type Record struct {
 // longer) recorded.
 func (in *Inbox) Lookup(ctx context.Context, id string) (Record, bool, error) {
 	var r Record
-	var at envelope.NullTime
+	var at sqltime.NullTime
 	var res sql.NullString
 	err := in.db.QueryRowContext(ctx, in.lookupSQL, in.cfg.Consumer, id).Scan(&at, &res)
 	if errors.Is(err, sql.ErrNoRows) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/outbox"
+	"github.com/heraldgo/herald/internal/sqltime"
 	"github.com/heraldgo/herald/wakeup"
 )
 
@@ -298,7 +299,7 @@ func (r *Relay) BacklogByTopic(ctx context.Context) ([]TopicBacklog, error) {
 	for rows.Next() {
 		var (
 			t           TopicBacklog
-			oldest, now envelope.NullTime
+			oldest, now sqltime.NullTime
 			paused      int64
 		)
 		if err := rows.Scan(&t.Topic, &t.Pending, &oldest, &t.DeadLettered, &paused, &now); err != nil {
@@ -339,7 +340,7 @@ func (r *Relay) BacklogByTenant(ctx context.Context) ([]TenantBacklog, error) {
 	for rows.Next() {
 		var (
 			t           TenantBacklog
-			oldest, now envelope.NullTime
+			oldest, now sqltime.NullTime
 		)
 		if err := rows.Scan(&t.Tenant, &t.Pending, &oldest, &t.DeadLettered, &now); err != nil {
 			return nil, fmt.Errorf("herald/relay: backlog by tenant: %w", err)
@@ -360,7 +361,7 @@ func (r *Relay) BacklogByTenant(ctx context.Context) ([]TenantBacklog, error) {
 func (r *Relay) Backlog(ctx context.Context) (Backlog, error) {
 	var (
 		b           Backlog
-		oldest, now envelope.NullTime
+		oldest, now sqltime.NullTime
 	)
 	args := append([]any{r.nowArg()}, r.fargs...)
 	if err := r.queryRow(ctx, r.sql.backlog, args...).Scan(&b.Pending, &oldest, &b.DeadLettered, &now); err != nil {

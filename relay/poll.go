@@ -20,6 +20,7 @@ import (
 
 	"github.com/heraldgo/herald/internal/deliverycall"
 	"github.com/heraldgo/herald/internal/outbox"
+	"github.com/heraldgo/herald/internal/sqltime"
 )
 
 // markTimeout bounds the statements that mark a batch. They run under
@@ -809,7 +810,7 @@ func (r *Relay) markCarry(runCtx context.Context, batch []*envelope.Event, errs 
 		}
 	}
 	if len(failures) > 0 {
-		var recorded map[int64]envelope.NullTime
+		var recorded map[int64]sqltime.NullTime
 		err := retryMark(ctx, func() (err error) {
 			recorded, err = r.markFailed(ctx, failures)
 			return err
@@ -901,7 +902,7 @@ func retryMark(ctx context.Context, mark func() error) error {
 	return err
 }
 
-func (r *Relay) markFailed(ctx context.Context, failures []failure) (map[int64]envelope.NullTime, error) {
+func (r *Relay) markFailed(ctx context.Context, failures []failure) (map[int64]sqltime.NullTime, error) {
 	if r.dialect == envelope.MySQL {
 		return r.markFailedMySQL(ctx, failures)
 	}
@@ -918,10 +919,10 @@ func (r *Relay) markFailed(ctx context.Context, failures []failure) (map[int64]e
 		return nil, stmtErr(ctx, "mark failed", err)
 	}
 	defer rows.Close()
-	recorded := make(map[int64]envelope.NullTime, len(failures))
+	recorded := make(map[int64]sqltime.NullTime, len(failures))
 	for rows.Next() {
 		var s int64
-		var next envelope.NullTime
+		var next sqltime.NullTime
 		if err := rows.Scan(&s, &next); err != nil {
 			return nil, stmtErr(ctx, "mark failed", err)
 		}
