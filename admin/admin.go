@@ -117,7 +117,7 @@ func New(cfg Config) (*Admin, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Admin{db: cfg.DB, r: r, d: r.Dialect(), t: t, paused: t.PausedTable(), log: log, sqlNow: time.Now,
+	return &Admin{db: cfg.DB, r: r, d: r.Dialect(), t: t, paused: outbox.PausedTable(t), log: log, sqlNow: time.Now,
 		columns: "e." + strings.ReplaceAll(envelope.EventColumns, ", ", ", e.") + ", e.tenant"}, nil
 }
 
@@ -280,7 +280,7 @@ func (a *Admin) where(q Query, s *sqlArgs) (string, error) {
 				case p.Text == "":
 					or = append(or, "1 = 1")
 				case a.d == envelope.Postgres:
-					or = append(or, "e.topic LIKE "+s.add(p.LikePattern())+` ESCAPE '\'`)
+					or = append(or, "e.topic LIKE "+s.add(outbox.LikePattern(p))+` ESCAPE '\'`)
 				default: // SQLite's LIKE ignores ASCII case; MySQL's LIKE escapes with a backslash in the literal
 					or = append(or, "substr(e.topic, 1, "+s.add(utf8.RuneCountInString(p.Text))+") = "+s.add(p.Text))
 				}

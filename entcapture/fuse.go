@@ -15,6 +15,7 @@ import (
 	"github.com/heraldgo/herald/internal/ctxhdr"
 	"github.com/heraldgo/herald/internal/fusedsql"
 	"github.com/heraldgo/herald/internal/names"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/wakeup"
 )
 
@@ -310,7 +311,7 @@ func (f *fusion) run(next ent.Mutator) (ent.Value, error) {
 	}
 	if err != nil {
 		if f.done { // the fused statement inserts the event: an outbox not migrated shows here
-			err = f.writer.Unmigrated(err)
+			err = outbox.Unmigrated(f.writer, err)
 		}
 		return v, err
 	}

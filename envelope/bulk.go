@@ -65,7 +65,7 @@ func (w *Writer) writeCapturedArrays(ctx context.Context, q Querier, ms []Messag
 		res, err := w.writeArrays(ctx, tx, rows, locks, now)
 		if err != nil {
 			_ = tx.Rollback()
-			return nil, w.Unmigrated(err)
+			return nil, w.unmigrated(err)
 		}
 		if err := tx.Commit(); err != nil {
 			return nil, fmt.Errorf("herald/envelope: commit: %w", err)
@@ -73,7 +73,7 @@ func (w *Writer) writeCapturedArrays(ctx context.Context, q Querier, ms []Messag
 		return res, nil
 	}
 	res, err := w.writeArrays(ctx, q, rows, locks, now)
-	return res, w.Unmigrated(err)
+	return res, w.unmigrated(err)
 }
 
 // arrayRows bounds the events of one array INSERT; a variable so that a

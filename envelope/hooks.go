@@ -24,6 +24,9 @@ func init() {
 		return w.(*Writer).keyLocksSQL(keysQuery, rowKeyed)
 	}
 	envhook.WriteArrays = func(w any) any { return w.(*Writer).writeCapturedArrays }
+	envhook.Unmigrated = func(w any, err error) error { return w.(*Writer).unmigrated(err) }
+	envhook.PausedTable = func(t any) string { return t.(Table).pausedTable() }
+	envhook.LikePattern = func(p any) string { return p.(TopicPattern).likePattern() }
 	envhook.MigrateTable = func(ctx context.Context, db *sql.DB, d, t, ms any, version int) error {
 		return migrateTableTo(ctx, db, d.(Dialect), t.(Table), ms.([]Migration), version)
 	}

@@ -231,7 +231,7 @@ func render(src string, t Table) []string {
 	if i := strings.LastIndex(t.Quoted, `"."`); i >= 0 {
 		schema = t.Quoted[:i+2]
 	}
-	src = strings.NewReplacer("{table}", t.Quoted, "{base}", t.Base, "{schema}", schema, "{paused}", t.PausedTable(),
+	src = strings.NewReplacer("{table}", t.Quoted, "{base}", t.Base, "{schema}", schema, "{paused}", t.pausedTable(),
 		"{keylock}", t.keyLockTable(), "{buckets}", mysqlBucketRows).Replace(src)
 	var out []string
 	for _, s := range strings.Split(src, ";\n") {

@@ -60,9 +60,9 @@ func (p TopicPattern) String() string {
 	return p.Text
 }
 
-// LikePattern returns the pattern for SQL `LIKE ? ESCAPE '\'`: the prefix
+// likePattern returns the pattern for SQL `LIKE ? ESCAPE '\'`: the prefix
 // with '\', '%' and '_' escaped, then '%'. For a name it is the escaped name.
-func (p TopicPattern) LikePattern() string {
+func (p TopicPattern) likePattern() string {
 	r := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
 	s := r.Replace(p.Text)
 	if p.Prefix {

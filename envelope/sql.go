@@ -48,11 +48,11 @@ func ParseTable(d Dialect, name string) (Table, error) {
 	return Table{Name: name, Quoted: strings.Join(q, "."), Base: strings.Join(parts, "_")}, nil
 }
 
-// PausedTable is the table of paused topics that goes with the outbox
+// pausedTable is the table of paused topics that goes with the outbox
 // table (schema version 5), written for SQL: {base}_paused in the outbox
 // table's schema. The relay leases no event of a topic it lists; the
 // admin package writes it.
-func (t Table) PausedTable() string {
+func (t Table) pausedTable() string {
 	schema := ""
 	if i := strings.LastIndex(t.Quoted, `"."`); i >= 0 {
 		schema = t.Quoted[:i+2]

@@ -173,7 +173,7 @@ func (w *Writer) write(ctx context.Context, q Querier, ms []Message) (*WriteResu
 		res, err := w.run(ctx, tx, rows, locks, now)
 		if err != nil {
 			_ = tx.Rollback()
-			return nil, w.Unmigrated(err)
+			return nil, w.unmigrated(err)
 		}
 		if err := tx.Commit(); err != nil {
 			return nil, fmt.Errorf("herald/envelope: commit: %w", err)
@@ -181,16 +181,16 @@ func (w *Writer) write(ctx context.Context, q Querier, ms []Message) (*WriteResu
 		return res, nil
 	}
 	res, err := w.run(ctx, q, rows, locks, now)
-	return res, w.Unmigrated(err)
+	return res, w.unmigrated(err)
 }
 
-// Unmigrated returns err as an ErrConfiguration naming envelope.Migrate
+// unmigrated (internal/outbox.Unmigrated) returns err as an ErrConfiguration naming envelope.Migrate
 // when it is the database's answer that the outbox table does not exist
 // (PostgreSQL's undefined_table, 42P01, about it; SQLite's "no such
 // table"): a write or Enqueue before the outbox was migrated. Any other
 // error, and nil, is returned as it is. Capture paths that insert events
 // in a statement of their own pass its error through it.
-func (w *Writer) Unmigrated(err error) error {
+func (w *Writer) unmigrated(err error) error {
 	if err == nil {
 		return nil
 	}

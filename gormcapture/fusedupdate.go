@@ -230,7 +230,7 @@ func (c *capturePool) fusedUpdate(ctx context.Context, q string, args []any) (n 
 	}
 	rows, err := c.ConnPool.QueryContext(ctx, b.String(), vars...)
 	if err != nil {
-		return 0, true, p.writer.Unmigrated(err) // the statement inserts the events too
+		return 0, true, outbox.Unmigrated(p.writer, err) // the statement inserts the events too
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -643,7 +643,7 @@ func (c *capturePool) fusedUpdateSQLite(ctx context.Context, q string, args []an
 		b.WriteString(`,` + ph(outbox.TimeArg(envelope.SQLite, c.at.Truncate(time.Microsecond))))
 		b.WriteString(` FROM ` + tmp + ` AS b JOIN ` + table + ` ON ` + pkSQL + ` = b.k ORDER BY b.k`)
 		if _, err := own.ExecContext(ctx, b.String(), vars...); err != nil {
-			return 0, true, fmt.Errorf("herald/gormcapture: insert events: %w", p.writer.Unmigrated(err))
+			return 0, true, fmt.Errorf("herald/gormcapture: insert events: %w", outbox.Unmigrated(p.writer, err))
 		}
 	}
 	if _, err := own.ExecContext(ctx, `DELETE FROM `+tmp); err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/heraldgo/herald/internal/ctxhdr"
 	"github.com/heraldgo/herald/internal/fusedsql"
 	"github.com/heraldgo/herald/internal/names"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // insertSingle captures a single-row INSERT without ON CONFLICT. Its
@@ -72,7 +73,7 @@ func (p *Plugin) insertSingle(db *gorm.DB, spec *envelope.Spec, values clause.Va
 			st.Vars = args
 			rows, err := st.ConnPool.QueryContext(ctx, sqlText, args...)
 			if err != nil {
-				return p.writer.Unmigrated(err) // the statement inserts the event too
+				return outbox.Unmigrated(p.writer, err) // the statement inserts the event too
 			}
 			// The event was built from the row in SQL: only what the
 			// instance gets back is read.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/wakeup"
 )
 
@@ -235,7 +236,7 @@ func (r *Relay) checkTable(ctx context.Context) error {
 	if err != nil {
 		return &envelope.Error{Kind: envelope.ErrConfiguration, Where: "relay.Config.Table",
 			Msg: fmt.Sprintf("outbox table %s is missing, lacks a column the relay reads (%s, tenant%s) or its table of paused topics %s (the relay needs schema version 6, on MySQL 2); create or migrate it with envelope.Migrate(ctx, db, %q, %q) or the scripts of envelope.MigrationSQL (herald migrate print)%s",
-				r.table.Name, envelope.EventColumns, extraList(r.extra), r.table.PausedTable(), r.dialect, r.table.Name, poolerHint(err)),
+				r.table.Name, envelope.EventColumns, extraList(r.extra), outbox.PausedTable(r.table), r.dialect, r.table.Name, poolerHint(err)),
 			Err: err}
 	}
 	if r.dialect == envelope.Postgres {

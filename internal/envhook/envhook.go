@@ -22,6 +22,10 @@ var (
 	KeyLocksSQL   func(w any, keysQuery string, rowKeyed bool) string
 	WriteArrays   func(w any) any // the method value (*Writer).writeCapturedArrays
 
+	Unmigrated  func(w any, err error) error
+	PausedTable func(t any) string
+	LikePattern func(p any) string
+
 	// d is an envelope.Dialect, t an envelope.Table, ms an []envelope.Migration.
 	MigrateTable      func(ctx context.Context, db *sql.DB, d, t, ms any, version int) error
 	TableVersion      func(ctx context.Context, db *sql.DB, d, t any) (int, error)

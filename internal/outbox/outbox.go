@@ -125,3 +125,20 @@ func TableVersion(ctx context.Context, db *sql.DB, d envelope.Dialect, t envelop
 func TableMigrationSQL(d envelope.Dialect, t envelope.Table, what string, ms []envelope.Migration, version int, down bool) (string, error) {
 	return envhook.TableMigrationSQL(d, t, what, ms, version, down)
 }
+
+// Unmigrated returns err as an envelope.ErrConfiguration naming
+// envelope.Migrate when it is the database's answer that w's outbox table
+// does not exist (PostgreSQL's undefined_table, 42P01, about it; SQLite's
+// "no such table"): a write before the outbox was migrated. Any other
+// error, and nil, is returned as it is. Capture paths that insert events
+// in a statement of their own pass its error through it.
+func Unmigrated(w *envelope.Writer, err error) error { return envhook.Unmigrated(w, err) }
+
+// PausedTable is the table of paused topics that goes with the outbox
+// table t ({base}_paused, in t's schema), quoted.
+func PausedTable(t envelope.Table) string { return envhook.PausedTable(t) }
+
+// LikePattern returns p as a pattern for SQL `LIKE ? ESCAPE '\'`: the
+// prefix with '\', '%' and '_' escaped, then '%'; for a name, the escaped
+// name.
+func LikePattern(p envelope.TopicPattern) string { return envhook.LikePattern(p) }
