@@ -12,6 +12,8 @@ import (
 	"github.com/heraldgo/herald/relay"
 )
 
+var _ = []any{envelopeDocWrite, deliveryDocFunc, relayDocStart}
+
 // envelope's package documentation.
 func envelopeDocWrite(ctx context.Context, db *sql.DB, tx *sql.Tx, loan any) error {
 	if err := envelope.Migrate(ctx, db, envelope.Postgres, ""); err != nil { // herald_outbox, up to date

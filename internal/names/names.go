@@ -95,16 +95,16 @@ func KeyText(v any) string {
 	return string(b)
 }
 
-// LimitKey makes a key built from a template fit max characters
+// LimitKey makes a key built from a template fit maxLen characters
 // (envelope.MaxKeyLength):
 // a longer key keeps its start and ends with '#' and the SHA-256 (hex) of
 // the whole key, so distinct long keys stay distinct.
-func LimitKey(k string, max int) string {
-	if utf8.RuneCountInString(k) <= max {
+func LimitKey(k string, maxLen int) string {
+	if utf8.RuneCountInString(k) <= maxLen {
 		return k
 	}
 	sum := sha256.Sum256([]byte(k))
-	keep := max - 1 - 2*sha256.Size // characters of the start to keep
+	keep := maxLen - 1 - 2*sha256.Size // characters of the start to keep
 	n := 0
 	for i := range k {
 		if n == keep {
@@ -112,5 +112,5 @@ func LimitKey(k string, max int) string {
 		}
 		n++
 	}
-	return k // unreachable: k has more than max runes
+	return k // unreachable: k has more than maxLen runes
 }
