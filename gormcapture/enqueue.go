@@ -46,8 +46,8 @@ func Enqueue(db *gorm.DB, m envelope.Message) (*envelope.Event, error) {
 // given to gorm.Open).
 //
 // On PostgreSQL through pgx, many events without idempotency keys or Extra
-// columns are one INSERT … SELECT FROM unnest(…) (envelope's
-// WriteCapturedArrays). The configured Wakeup is signalled with the topics
+// columns are one INSERT … SELECT FROM unnest(…) binding one array per
+// column, whatever their number. The configured Wakeup is signalled with the topics
 // of the events actually inserted, once, after the outermost commit, and
 // never after a rollback (a wakeup.TxSignaler is signalled inside the
 // transaction instead).
