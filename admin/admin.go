@@ -16,6 +16,8 @@ import (
 
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
+	"github.com/heraldgo/herald/internal/sqltime"
 	"github.com/heraldgo/herald/relay"
 )
 
@@ -115,7 +117,7 @@ func New(cfg Config) (*Admin, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Admin{db: cfg.DB, r: r, d: r.Dialect(), t: t, paused: t.PausedTable(), log: log, sqlNow: time.Now,
+	return &Admin{db: cfg.DB, r: r, d: r.Dialect(), t: t, paused: outbox.PausedTable(t), log: log, sqlNow: time.Now,
 		columns: "e." + strings.ReplaceAll(envelope.EventColumns, ", ", ", e.") + ", e.tenant"}, nil
 }
 
@@ -234,7 +236,7 @@ func (s *sqlArgs) add(v any) string {
 }
 
 func badQuery(field, format string, args ...any) error {
-	return envelope.Validationf("admin.Query."+field, format, args...)
+	return outbox.Validationf("admin.Query."+field, format, args...)
 }
 
 // where renders q's conditions over alias e ("AND …" each), its state
@@ -278,7 +280,7 @@ func (a *Admin) where(q Query, s *sqlArgs) (string, error) {
 				case p.Text == "":
 					or = append(or, "1 = 1")
 				case a.d == envelope.Postgres:
-					or = append(or, "e.topic LIKE "+s.add(p.LikePattern())+` ESCAPE '\'`)
+					or = append(or, "e.topic LIKE "+s.add(outbox.LikePattern(p))+` ESCAPE '\'`)
 				default: // SQLite's LIKE ignores ASCII case; MySQL's LIKE escapes with a backslash in the literal
 					or = append(or, "substr(e.topic, 1, "+s.add(utf8.RuneCountInString(p.Text))+") = "+s.add(p.Text))
 				}
@@ -310,10 +312,10 @@ func (a *Admin) where(q Query, s *sqlArgs) (string, error) {
 		return "", badQuery("Until", "%s is not after Since (%s)", q.Until.Format(time.RFC3339Nano), q.Since.Format(time.RFC3339Nano))
 	}
 	if !q.Since.IsZero() {
-		c = append(c, "e.created_at >= "+s.add(a.d.TimeArg(q.Since)))
+		c = append(c, "e.created_at >= "+s.add(outbox.TimeArg(a.d, q.Since)))
 	}
 	if !q.Until.IsZero() {
-		c = append(c, "e.created_at < "+s.add(a.d.TimeArg(q.Until)))
+		c = append(c, "e.created_at < "+s.add(outbox.TimeArg(a.d, q.Until)))
 	}
 	if q.ErrorContains != "" {
 		if !utf8.ValidString(q.ErrorContains) || strings.IndexByte(q.ErrorContains, 0) >= 0 {
@@ -394,7 +396,7 @@ func (a *Admin) query(ctx context.Context, stmt string, args ...any) ([]Event, e
 	defer rows.Close()
 	out := []Event{}
 	for rows.Next() {
-		e, err := envelope.ScanEvent(rows, []string{"tenant"})
+		e, err := outbox.ScanEvent(rows, []string{"tenant"})
 		if err != nil {
 			return nil, err
 		}
@@ -559,7 +561,7 @@ GROUP BY b.topic ORDER BY b.topic`
 	for rows.Next() {
 		var (
 			b           TopicBacklog
-			oldest, now envelope.NullTime
+			oldest, now sqltime.NullTime
 			paused      int
 		)
 		if err := rows.Scan(&b.Topic, &b.Pending, &oldest, &b.DeadLettered, &paused, &now); err != nil {
@@ -606,7 +608,7 @@ GROUP BY e.tenant ORDER BY e.tenant`
 	for rows.Next() {
 		var (
 			b           TenantBacklog
-			oldest, now envelope.NullTime
+			oldest, now sqltime.NullTime
 		)
 		if err := rows.Scan(&b.Tenant, &b.Pending, &oldest, &b.DeadLettered, &now); err != nil {
 			return nil, fmt.Errorf("herald/admin: backlog by tenant: %w", err)
@@ -626,7 +628,7 @@ GROUP BY e.tenant ORDER BY e.tenant`
 func (a *Admin) nowSQL() (string, []any) {
 	switch a.d {
 	case envelope.SQLite:
-		return "?1", []any{a.d.TimeArg(a.sqlNow())}
+		return "?1", []any{outbox.TimeArg(a.d, a.sqlNow())}
 	case envelope.MySQL:
 		return "UTC_TIMESTAMP(6)", nil // created_at is UTC, whatever the session's time_zone
 	}
@@ -643,11 +645,11 @@ type PausedTopic struct {
 func checkTopic(where, topic string) error {
 	switch {
 	case topic == "":
-		return envelope.Validationf(where, "empty topic")
+		return outbox.Validationf(where, "empty topic")
 	case !utf8.ValidString(topic) || strings.IndexByte(topic, 0) >= 0:
-		return envelope.Validationf(where, "%q is not valid UTF-8 without NUL bytes", topic)
+		return outbox.Validationf(where, "%q is not valid UTF-8 without NUL bytes", topic)
 	case utf8.RuneCountInString(topic) > envelope.MaxTopicLength:
-		return envelope.Validationf(where, "longer than %d characters", envelope.MaxTopicLength)
+		return outbox.Validationf(where, "longer than %d characters", envelope.MaxTopicLength)
 	}
 	return nil
 }
@@ -667,7 +669,7 @@ func (a *Admin) Pause(ctx context.Context, topic, reason string) error {
 	at := "now()" // SQLite: the process's clock, as the relay's
 	switch a.d {
 	case envelope.SQLite:
-		at = s.add(a.d.TimeArg(a.sqlNow()))
+		at = s.add(outbox.TimeArg(a.d, a.sqlNow()))
 	case envelope.MySQL:
 		at = "UTC_TIMESTAMP(6)"
 	}
@@ -712,7 +714,7 @@ func (a *Admin) Paused(ctx context.Context) ([]PausedTopic, error) {
 	out := []PausedTopic{}
 	for rows.Next() {
 		var p PausedTopic
-		var at envelope.NullTime
+		var at sqltime.NullTime
 		if err := rows.Scan(&p.Topic, &at, &p.Reason); err != nil {
 			return nil, fmt.Errorf("herald/admin: paused topics: %w", err)
 		}

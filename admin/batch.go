@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/relay"
 )
 
@@ -33,7 +34,7 @@ func (o BatchOptions) size() (int, error) {
 	case o.Size == 0:
 		return DefaultBatchSize, nil
 	case o.Size < 0 || o.Size > MaxBatchSize:
-		return 0, envelope.Validationf("admin.BatchOptions.Size", "%d: want 1 to %d (0 means %d)", o.Size, MaxBatchSize, DefaultBatchSize)
+		return 0, outbox.Validationf("admin.BatchOptions.Size", "%d: want 1 to %d (0 means %d)", o.Size, MaxBatchSize, DefaultBatchSize)
 	}
 	return o.Size, nil
 }
@@ -233,7 +234,7 @@ func (a *Admin) Follow(ctx context.Context, q Query, interval time.Duration, fn 
 		interval = time.Second
 	}
 	if interval < 10*time.Millisecond {
-		return envelope.Validationf("admin.Follow.interval", "%s: want at least 10ms", interval)
+		return outbox.Validationf("admin.Follow.interval", "%s: want at least 10ms", interval)
 	}
 	q.Limit = MaxLimit
 	t := time.NewTicker(interval)

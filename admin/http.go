@@ -20,6 +20,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // HandlerConfig configures NewHandler.
@@ -210,7 +211,7 @@ func queryFrom(v url.Values) (Query, error) {
 		if s := v.Get(f.name); s != "" {
 			t, err := time.Parse(time.RFC3339Nano, s)
 			if err != nil {
-				return q, envelope.Validationf(f.name, "%q is not an RFC 3339 time", s)
+				return q, outbox.Validationf(f.name, "%q is not an RFC 3339 time", s)
 			}
 			*f.dst = t
 		}
@@ -225,7 +226,7 @@ func queryFrom(v url.Values) (Query, error) {
 				n, err = strconv.ParseInt(s, 10, 64)
 			}
 			if err != nil {
-				return q, envelope.Validationf(f.name, "%q is not a whole number", s)
+				return q, outbox.Validationf(f.name, "%q is not a whole number", s)
 			}
 			f.set(n)
 		}
@@ -233,7 +234,7 @@ func queryFrom(v url.Values) (Query, error) {
 	for _, s := range nonEmpty(v["id"]) {
 		id, err := uuid.Parse(s)
 		if err != nil {
-			return q, envelope.Validationf("id", "%q is not an event id (a UUID)", s)
+			return q, outbox.Validationf("id", "%q is not an event id (a UUID)", s)
 		}
 		q.IDs = append(q.IDs, id)
 	}
@@ -265,7 +266,7 @@ func (h *Handler) apiList(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) apiGet(w http.ResponseWriter, r *http.Request) {
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil {
-		h.failErr(w, r, envelope.Validationf("id", "%q is not an event id (a UUID)", r.PathValue("id")))
+		h.failErr(w, r, outbox.Validationf("id", "%q is not an event id (a UUID)", r.PathValue("id")))
 		return
 	}
 	d, err := h.a.Get(r.Context(), id)
@@ -288,7 +289,7 @@ func (h *Handler) apiBacklog(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, b)
 		return
 	default:
-		h.failErr(w, r, envelope.Validationf("by", "%q: want topic (the default) or tenant", by))
+		h.failErr(w, r, outbox.Validationf("by", "%q: want topic (the default) or tenant", by))
 		return
 	}
 	b, err := h.a.Backlog(r.Context())
@@ -312,7 +313,7 @@ func decodeBody(r *http.Request, v any) error {
 	dec := json.NewDecoder(io.LimitReader(r.Body, 16<<20))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return envelope.Validationf("request body", "not the JSON expected: %v", err)
+		return outbox.Validationf("request body", "not the JSON expected: %v", err)
 	}
 	return nil
 }

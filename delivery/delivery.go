@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/deliverycall"
+
+	"database/sql"
 )
 
 // ErrDelivery marks a delivery that was refused rather than one that broke
@@ -105,8 +108,8 @@ func (e *PanicError) Unwrap() error {
 	return nil
 }
 
-// Call calls d.Deliver(ctx, e) and turns a panic into a *PanicError.
-func Call(ctx context.Context, d Delivery, e *envelope.Event) (err error) {
+// call calls d.Deliver(ctx, e) and turns a panic into a *PanicError.
+func call(ctx context.Context, d Delivery, e *envelope.Event) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = &PanicError{Value: v, Stack: debug.Stack()}
@@ -115,10 +118,10 @@ func Call(ctx context.Context, d Delivery, e *envelope.Event) (err error) {
 	return d.Deliver(ctx, e)
 }
 
-// CallBatch calls d.DeliverBatch(ctx, es) and checks what it returns: a
+// callBatch calls d.DeliverBatch(ctx, es) and checks what it returns: a
 // panic becomes a *PanicError for every event, and a result of the wrong
 // length an error for every event. It always returns len(es) errors.
-func CallBatch(ctx context.Context, d BatchDelivery, es []*envelope.Event) (errs []error) {
+func callBatch(ctx context.Context, d BatchDelivery, es []*envelope.Event) (errs []error) {
 	defer func() {
 		if v := recover(); v != nil {
 			p := &PanicError{Value: v, Stack: debug.Stack()}
@@ -143,12 +146,12 @@ func CallBatch(ctx context.Context, d BatchDelivery, es []*envelope.Event) (errs
 	return errs
 }
 
-// Each delivers es through d, up to concurrency at once (at least one),
+// each delivers es through d, up to concurrency at once (at least one),
 // each call bounded by timeout (none when timeout <= 0) and a panic turned
 // into a *PanicError. It returns one error per event, in the order of es.
 // It is what the relay does with a plain Delivery, and what a BatchDelivery
 // wrapping plain deliveries (the Router) does with their share of a batch.
-func Each(ctx context.Context, d Delivery, es []*envelope.Event, concurrency int, timeout time.Duration) []error {
+func each(ctx context.Context, d Delivery, es []*envelope.Event, concurrency int, timeout time.Duration) []error {
 	errs := make([]error, len(es))
 	if len(es) == 0 {
 		return errs
@@ -164,7 +167,7 @@ func Each(ctx context.Context, d Delivery, es []*envelope.Event, concurrency int
 			c, cancel = context.WithTimeoutCause(ctx, timeout, cause)
 			defer cancel()
 		}
-		errs[i] = Call(c, d, es[i])
+		errs[i] = call(c, d, es[i])
 		if errs[i] != nil && c.Err() != nil && ctx.Err() == nil && errors.Is(errs[i], context.DeadlineExceeded) {
 			errs[i] = &TimeoutError{Timeout: timeout, Err: errs[i]}
 		}
@@ -213,4 +216,21 @@ func (e *TimeoutError) Unwrap() []error {
 		return []error{context.DeadlineExceeded}
 	}
 	return []error{context.DeadlineExceeded, e.Err}
+}
+
+// The relay, the Router, otelherald and the tests call deliveries through
+// internal/deliverycall; these are its functions.
+func init() {
+	deliverycall.Hooks.Call = func(ctx context.Context, d deliverycall.Delivery, e *envelope.Event) error {
+		return call(ctx, d, e)
+	}
+	deliverycall.Hooks.CallBatch = func(ctx context.Context, d deliverycall.BatchDelivery, es []*envelope.Event) []error {
+		return callBatch(ctx, d, es)
+	}
+	deliverycall.Hooks.CallTx = func(ctx context.Context, d deliverycall.TxDelivery, tx *sql.Tx, es []*envelope.Event) []error {
+		return callTx(ctx, d, tx, es)
+	}
+	deliverycall.Hooks.Each = func(ctx context.Context, d deliverycall.Delivery, es []*envelope.Event, concurrency int, timeout time.Duration) []error {
+		return each(ctx, d, es, concurrency, timeout)
+	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/deliverycall"
 	"github.com/heraldgo/herald/internal/testkit"
 )
 
@@ -192,7 +193,7 @@ func TestEachBoundsConcurrencyAndTime(t *testing.T) {
 		es = append(es, ev("fast"))
 	}
 	done := make(chan []error)
-	go func() { done <- delivery.Each(context.Background(), d, es, 3, 50*time.Millisecond) }()
+	go func() { done <- deliverycall.Each(context.Background(), d, es, 3, 50*time.Millisecond) }()
 	testkit.Eventually(t, 10*time.Second, func() bool { return running.Load() == 3 }, "3 deliveries running")
 	close(release)
 	errs := <-done
@@ -218,11 +219,11 @@ func (b *badBatch) DeliverBatch(context.Context, []*envelope.Event) []error {
 
 func TestCallBatchChecksItsResult(t *testing.T) {
 	t.Parallel()
-	errs := delivery.CallBatch(context.Background(), &badBatch{}, []*envelope.Event{ev("a"), ev("b")})
+	errs := deliverycall.CallBatch(context.Background(), &badBatch{}, []*envelope.Event{ev("a"), ev("b")})
 	if len(errs) != 2 || errs[0] == nil || errs[1] == nil {
 		t.Fatalf("wrong-length result must fail every event: %v", errs)
 	}
-	errs = delivery.CallBatch(context.Background(), &batcher{}, []*envelope.Event{ev("a"), ev("b")})
+	errs = deliverycall.CallBatch(context.Background(), &batcher{}, []*envelope.Event{ev("a"), ev("b")})
 	if len(errs) != 2 || errs[0] != nil || errs[1] != nil {
 		t.Fatalf("nil result means all delivered: %v", errs)
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/deliverycall"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // Route sends the events whose topic matches Pattern to Delivery. Pattern
@@ -35,13 +37,9 @@ type Routing struct {
 	targets  []Delivery // each distinct delivery once
 
 	// Concurrency bounds how many events of plain (non-batch) routes are
-	// delivered at once within one batch; 0 = DefaultConcurrency.
+	// delivered at once within one batch; 0 = 10, as relay.DefaultConcurrency.
 	Concurrency int
 }
-
-// DefaultConcurrency is Routing.Concurrency when it is zero: the relay's
-// own default.
-const DefaultConcurrency = 10
 
 type prefixRoute struct {
 	prefix string
@@ -106,18 +104,18 @@ func RouterOf(routes []Route, fallback Delivery) (*Routing, error) {
 			return nil, err
 		}
 		if rt.Delivery == nil {
-			return nil, envelope.Configurationf(where, "nil Delivery")
+			return nil, outbox.Configurationf(where, "nil Delivery")
 		}
 		if p.Prefix {
 			for _, q := range r.prefixes {
 				if q.prefix == p.Text {
-					return nil, envelope.Configurationf(where, "pattern listed twice (route %d)", i)
+					return nil, outbox.Configurationf(where, "pattern listed twice (route %d)", i)
 				}
 			}
 			r.prefixes = append(r.prefixes, prefixRoute{p.Text, add(rt.Delivery)})
 		} else {
 			if _, dup := r.exact[p.Text]; dup {
-				return nil, envelope.Configurationf(where, "topic listed twice (route %d)", i)
+				return nil, outbox.Configurationf(where, "topic listed twice (route %d)", i)
 			}
 			r.exact[p.Text] = add(rt.Delivery)
 		}
@@ -196,7 +194,7 @@ func (r *Routing) DeliverBatch(ctx context.Context, es []*envelope.Event) []erro
 	}
 	conc := r.Concurrency
 	if conc <= 0 {
-		conc = DefaultConcurrency
+		conc = deliverycall.DefaultConcurrency
 	}
 	done := make(chan struct{}, len(shares))
 	for _, s := range shares {
@@ -208,9 +206,9 @@ func (r *Routing) DeliverBatch(ctx context.Context, es []*envelope.Event) []erro
 			}
 			var got []error
 			if b, ok := s.d.(BatchDelivery); ok {
-				got = CallBatch(ctx, b, sub)
+				got = callBatch(ctx, b, sub)
 			} else {
-				got = Each(ctx, s.d, sub, conc, 0)
+				got = each(ctx, s.d, sub, conc, 0)
 			}
 			for j, i := range s.idx {
 				errs[i] = got[j]

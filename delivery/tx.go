@@ -35,10 +35,10 @@ type TxDelivery interface {
 	DeliverTx(ctx context.Context, tx *sql.Tx, es []*envelope.Event) []error
 }
 
-// CallTx calls d.DeliverTx(ctx, tx, es) and checks what it returns: a
+// callTx calls d.DeliverTx(ctx, tx, es) and checks what it returns: a
 // panic becomes a *PanicError for every event, and a result of the wrong
 // length an error for every event. It always returns len(es) errors.
-func CallTx(ctx context.Context, d TxDelivery, tx *sql.Tx, es []*envelope.Event) (errs []error) {
+func callTx(ctx context.Context, d TxDelivery, tx *sql.Tx, es []*envelope.Event) (errs []error) {
 	defer func() {
 		if v := recover(); v != nil {
 			p := &PanicError{Value: v, Stack: debug.Stack()}
@@ -130,7 +130,7 @@ func (r txRouting) DeliverTx(ctx context.Context, tx *sql.Tx, es []*envelope.Eve
 		for j, i := range idx {
 			sub[j] = es[i]
 		}
-		for j, err := range CallTx(ctx, td, tx, sub) {
+		for j, err := range callTx(ctx, td, tx, sub) {
 			if err != nil {
 				errs[idx[j]] = err
 				failed = true

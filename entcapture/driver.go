@@ -15,6 +15,7 @@ import (
 	"entgo.io/ent/dialect"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/wakeup"
 )
 
@@ -79,7 +80,7 @@ func Driver(drv dialect.Driver, cfg ...Config) *CaptureDriver {
 		d.cfg = cfg[0]
 	}
 	if len(cfg) > 1 {
-		d.cfgErr = envelope.Configurationf("entcapture.Driver", "at most one Config, got %d (merge them into one)", len(cfg))
+		d.cfgErr = outbox.Configurationf("entcapture.Driver", "at most one Config, got %d (merge them into one)", len(cfg))
 	} else {
 		d.cfgErr = checkOptions(d.cfg.Options)
 	}
@@ -160,14 +161,14 @@ func checkOptions(opts map[string]envelope.Options) error {
 		for _, name := range slices.Sorted(maps.Keys(opts)) {
 			o := opts[name]
 			if cols := registered.cols[name]; o.Tenant != "" && !slices.Contains(cols, o.Tenant) {
-				return envelope.Configurationf("entcapture.Config.Options["+strconv.Quote(name)+"].Tenant", "no column %q in schema %s (columns: %v)", o.Tenant, name, cols)
+				return outbox.Configurationf("entcapture.Config.Options["+strconv.Quote(name)+"].Tenant", "no column %q in schema %s (columns: %v)", o.Tenant, name, cols)
 			}
 		}
 		return nil
 	}
 	slices.Sort(bad)
 	known := slices.Sorted(maps.Keys(registered.names))
-	return envelope.Configurationf("entcapture.Config.Options", "no captured schema named %q (Options is keyed by the Go name of a schema that uses entcapture.Mixin; captured schemas: %s)",
+	return outbox.Configurationf("entcapture.Config.Options", "no captured schema named %q (Options is keyed by the Go name of a schema that uses entcapture.Mixin; captured schemas: %s)",
 		bad[0], strings.Join(known, ", "))
 }
 

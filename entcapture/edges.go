@@ -7,6 +7,7 @@ import (
 	"entgo.io/ent/dialect/sql"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/names"
 )
 
 // Join rows that an edge setter (AddClubs, RemoveClubs, ClearClubs) writes
@@ -223,7 +224,7 @@ func (s *scope) childRows(cw *childWrite, owners, also []any, lock bool) (map[st
 	}
 	out := make(map[string]map[string]any, len(got))
 	for _, r := range got {
-		out[envelope.KeyText(r[c.PK])] = r
+		out[names.KeyText(r[c.PK])] = r
 	}
 	return out, nil
 }
@@ -270,7 +271,7 @@ func (s *scope) childChanges(cws []*childWrite, owners []any) ([]batch, error) {
 		var cs []envelope.Change
 		for k, a := range after {
 			b, ok := cw.before[k]
-			if !ok || envelope.KeyText(b[cw.e.Column]) == envelope.KeyText(a[cw.e.Column]) && (b[cw.e.Column] == nil) == (a[cw.e.Column] == nil) {
+			if !ok || names.KeyText(b[cw.e.Column]) == names.KeyText(a[cw.e.Column]) && (b[cw.e.Column] == nil) == (a[cw.e.Column] == nil) {
 				continue
 			}
 			ch := envelope.Change{Model: cw.spec.Label, Table: c.Table, Operation: envelope.Updated, PK: a[c.PK],
@@ -299,18 +300,18 @@ func (s *scope) childChanges(cws []*childWrite, owners []any) ([]batch, error) {
 func selfChildren(sch *Schema, bs []batch, rows map[string]map[string]any, cs []envelope.Change, returned bool) []batch {
 	byKey := map[string]int{}
 	for i, c := range cs {
-		byKey[envelope.KeyText(c.PK)] = i
+		byKey[names.KeyText(c.PK)] = i
 	}
 	for bi := range bs {
 		kept := bs[bi].changes[:0]
 		for _, ch := range bs[bi].changes {
-			i, ok := byKey[envelope.KeyText(ch.PK)]
+			i, ok := byKey[names.KeyText(ch.PK)]
 			if ch.Table != sch.Table || !ok {
 				kept = append(kept, ch)
 				continue
 			}
 			col := ch.Changed[0]
-			r, ok := rows[envelope.KeyText(ch.PK)]
+			r, ok := rows[names.KeyText(ch.PK)]
 			if _, has := r[col]; !returned || !ok || !has || ch.After == nil {
 				// No RETURNING, or not of that column (Keys mode): one
 				// event of the row, naming both UPDATEs' columns.
@@ -320,7 +321,7 @@ func selfChildren(sch *Schema, bs []batch, rows map[string]map[string]any, cs []
 				}
 				continue
 			}
-			if v := r[col]; envelope.KeyText(v) == envelope.KeyText(ch.After[col]) && (v == nil) == (ch.After[col] == nil) {
+			if v := r[col]; names.KeyText(v) == names.KeyText(ch.After[col]) && (v == nil) == (ch.After[col] == nil) {
 				continue // the UPDATE already wrote it
 			}
 			ch.Before = r

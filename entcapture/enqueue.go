@@ -9,6 +9,7 @@ import (
 	"entgo.io/ent/dialect"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // Conn is a generated *ent.Client or *ent.Tx of a code generation that
@@ -74,7 +75,7 @@ func Enqueue(ctx context.Context, c Conn, m envelope.Message) (*envelope.Event, 
 // writes nothing.
 func EnqueueMany(ctx context.Context, c Conn, ms []envelope.Message) ([]*envelope.Event, error) {
 	if c == nil {
-		return nil, envelope.Validationf("entcapture.EnqueueMany", "nil Conn")
+		return nil, outbox.Validationf("entcapture.EnqueueMany", "nil Conn")
 	}
 	drv := c.HeraldDriver()
 	cd := captureOf(drv)

@@ -14,6 +14,8 @@ import (
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/ctxhdr"
 	"github.com/heraldgo/herald/internal/fusedsql"
+	"github.com/heraldgo/herald/internal/names"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/wakeup"
 )
 
@@ -117,7 +119,7 @@ func (h *hook) fuse(ctx context.Context, w *write, cd *CaptureDriver, cfg Config
 		}
 	}
 	n, ok := g.(newer)
-	if !ok || !envelope.IsIdentifier(sch.Table) || !envelope.IsIdentifier(sch.PK) || !captureIsLast(sch, h) {
+	if !ok || !names.IsIdentifier(sch.Table) || !names.IsIdentifier(sch.PK) || !captureIsLast(sch, h) {
 		return nil
 	}
 	row, ok := g.HeraldRow(n.HeraldNew())
@@ -126,7 +128,7 @@ func (h *hook) fuse(ctx context.Context, w *write, cd *CaptureDriver, cfg Config
 	}
 	unsetNullable(g, sch, row)
 	f := &fusion{ctx: ctx, w: w, cd: cd, cfg: cfg, writer: wr,
-		prefix: `INSERT INTO ` + envelope.QuoteIdent(sch.Table) + ` `, nargs: len(g.Fields())}
+		prefix: `INSERT INTO ` + names.Quote(sch.Table) + ` `, nargs: len(g.Fields())}
 	at := now()
 	c := envelope.Change{Model: spec.Label, Table: sch.Table, Operation: envelope.Inserted, OccurredAt: at}
 	if id, ok := g.HeraldID(); ok {
@@ -163,7 +165,7 @@ func (h *hook) fuse(ctx context.Context, w *write, cd *CaptureDriver, cfg Config
 		}
 	}
 	if f.genPK {
-		c.PK = marks.Mark("pk", sch.PK, `to_jsonb(`+fusedsql.Row+`.`+envelope.QuoteIdent(sch.PK)+`)`)
+		c.PK = marks.Mark("pk", sch.PK, `to_jsonb(`+fusedsql.Row+`.`+names.Quote(sch.PK)+`)`)
 		row[sch.PK] = c.PK
 	} else {
 		row[sch.PK] = c.PK
@@ -188,10 +190,10 @@ func (h *hook) fuse(ctx context.Context, w *write, cd *CaptureDriver, cfg Config
 func storedColumns(g Glue, sch *Schema, cd *CaptureDriver, row map[string]any, marks fusedsql.Marks) []string {
 	var cols []string
 	render := func(c string) bool {
-		if !envelope.IsIdentifier(c) || c == sch.PK {
+		if !names.IsIdentifier(c) || c == sch.PK {
 			return false
 		}
-		col := fusedsql.Row + `.` + envelope.QuoteIdent(c)
+		col := fusedsql.Row + `.` + names.Quote(c)
 		var expr string
 		switch v := row[c].(type) {
 		case string, bool, int, int8, int16, int32, int64:
@@ -309,7 +311,7 @@ func (f *fusion) run(next ent.Mutator) (ent.Value, error) {
 	}
 	if err != nil {
 		if f.done { // the fused statement inserts the event: an outbox not migrated shows here
-			err = f.writer.Unmigrated(err)
+			err = outbox.Unmigrated(f.writer, err)
 		}
 		return v, err
 	}
@@ -399,13 +401,13 @@ func (f *fusion) matches(query string, args []any, exec bool) bool {
 		return false
 	}
 	if f.genPK {
-		return strings.HasSuffix(query, ` RETURNING `+envelope.QuoteIdent(f.w.sch.PK)) && strings.Count(query, " RETURNING ") == 1
+		return strings.HasSuffix(query, ` RETURNING `+names.Quote(f.w.sch.PK)) && strings.Count(query, " RETURNING ") == 1
 	}
 	return !strings.Contains(query, " RETURNING ")
 }
 
 func (f *fusion) statement(insert string, args []any, exec bool) (string, []any, error) {
-	pk := envelope.QuoteIdent(f.w.sch.PK)
+	pk := names.Quote(f.w.sch.PK)
 	args = args[:len(args):len(args)]
 	ph := func(v any) string {
 		args = append(args, v)
@@ -419,7 +421,7 @@ func (f *fusion) statement(insert string, args []any, exec bool) (string, []any,
 		b.WriteString(` RETURNING ` + pk)
 	}
 	for _, c := range f.stored {
-		b.WriteString(`, ` + envelope.QuoteIdent(c))
+		b.WriteString(`, ` + names.Quote(c))
 	}
 	b.WriteByte(')')
 	if err := f.ev.WriteCTE(&b, ph); err != nil {

@@ -17,6 +17,8 @@ import (
 	"entgo.io/ent/dialect/sql"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/names"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/wakeup"
 )
 
@@ -77,7 +79,7 @@ func (h *hook) spec(s *Schema, cd *CaptureDriver, w *envelope.Writer) (*envelope
 
 func compileSpec(s *Schema, opts envelope.Options, namespace string, w *envelope.Writer) (*envelope.Spec, error) {
 	if strings.EqualFold(s.Table, unqualified(w.Table().Name)) {
-		return nil, envelope.Configurationf(s.Name, "table %s is the outbox table: the outbox cannot capture its own events; drop entcapture.Mixin from schema %s", s.Table, s.Name)
+		return nil, outbox.Configurationf(s.Name, "table %s is the outbox table: the outbox cannot capture its own events; drop entcapture.Mixin from schema %s", s.Table, s.Name)
 	}
 	return envelope.Compile(envelope.ModelInfo{
 		Name:             s.Name,
@@ -177,7 +179,7 @@ func opOf(op ent.Op) envelope.Operation {
 
 // errNoGlue is returned for a captured schema generated without Extension.
 func errNoGlue(m ent.Mutation) error {
-	return envelope.Configurationf(m.Type(), "schema %s uses entcapture.Mixin, but its generated code has no entcapture glue: "+
+	return outbox.Configurationf(m.Type(), "schema %s uses entcapture.Mixin, but its generated code has no entcapture glue: "+
 		"generate it with entc.go (starting with //go:build ignore) calling entc.Generate(\"./schema\", &gen.Config{}, entc.Extensions(entcapturegen.Extension())), "+
 		"and make generate.go's line //go:generate go run -mod=mod entc.go — ent's default line (go run -mod=mod entgo.io/ent/cmd/ent generate ./schema) "+
 		"runs ent's CLI, which never runs extensions — then run go generate", m.Type())
@@ -333,7 +335,7 @@ func open(ctx context.Context, g Glue, cd *CaptureDriver, w *envelope.Writer, d 
 		return s, nil
 	}
 	if cd == nil {
-		return nil, envelope.Configurationf(g.Type(), "a write to captured schema %s outside a transaction cannot commit atomically with its events: "+
+		return nil, outbox.Configurationf(g.Type(), "a write to captured schema %s outside a transaction cannot commit atomically with its events: "+
 			"open the client on entcapture.Driver — ent.NewClient(ent.Driver(entcapture.Driver(drv))) — or run the write in client.Tx "+
 			"(ent.Open and enttest.Open add a driver of their own after their options, which replaces an ent.Driver option: "+
 			"in tests use enttest.NewClient(t, enttest.WithOptions(ent.Driver(entcapture.Driver(entsql.OpenDB(…))))))", g.Type())
@@ -404,9 +406,9 @@ func (s *scope) flush() error {
 	if len(ms) == 0 {
 		return nil
 	}
-	write := s.writer.WriteCaptured
+	write := s.writer.Write
 	if len(ms) > 1 && s.cd != nil && s.cd.bindsArrays() {
-		write = s.writer.WriteCapturedArrays
+		write = outbox.WriteArrays(s.writer)
 	}
 	res, err := write(s.ctx, s.querier(), ms)
 	if err != nil {
@@ -494,7 +496,7 @@ func (s *scope) writeLock(sch *Schema) error {
 	if s.d != envelope.SQLite || s.locked {
 		return nil
 	}
-	col := envelope.QuoteIdent(sch.KeyColumns()[0])
+	col := names.Quote(sch.KeyColumns()[0])
 	if _, err := s.g.ExecContext(s.ctx, "UPDATE "+quotedTable(s.d, s.g, sch)+" SET "+col+"="+col+" WHERE 0"); err != nil {
 		return fmt.Errorf("herald/entcapture: take the write lock: %w", err)
 	}
@@ -510,7 +512,7 @@ func comparePK(a, b any) int {
 			return cmp.Compare(x, y)
 		}
 	}
-	return strings.Compare(envelope.KeyText(a), envelope.KeyText(b))
+	return strings.Compare(names.KeyText(a), names.KeyText(b))
 }
 
 func asInt(v any) (int64, bool) {

@@ -10,6 +10,7 @@ import (
 	"entgo.io/ent/dialect/sql"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/names"
 )
 
 // inSet returns the predicate "cols hold one of tuples" (one value per
@@ -72,7 +73,7 @@ func inSetP(d envelope.Dialect, rowType string, s *sql.Selector, cols []string, 
 		if d == envelope.Postgres {
 			r := make([]string, len(cols))
 			for i, c := range cols {
-				r[i] = `"r".` + envelope.QuoteIdent(c)
+				r[i] = `"r".` + names.Quote(c)
 			}
 			b.WriteString(` IN (SELECT ` + strings.Join(r, ", ") + ` FROM jsonb_populate_recordset(NULL::` + rowType + `, `)
 			b.Arg(arg)

@@ -12,6 +12,7 @@ import (
 	"entgo.io/ent/dialect/sql"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/names"
 )
 
 // RETURNING for captured updates and deletes, as gormcapture adds it to
@@ -69,7 +70,7 @@ func (r *returning) matches(query string) bool {
 func (r *returning) list() string {
 	q := make([]string, len(r.cols))
 	for i, c := range r.cols {
-		q[i] = envelope.QuoteIdent(c)
+		q[i] = names.Quote(c)
 	}
 	return strings.Join(q, ", ")
 }

@@ -17,6 +17,7 @@ import (
 	"entgo.io/ent/dialect/sql"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/names"
 )
 
 // Schema is what the generated glue tells the capture hook about one
@@ -107,14 +108,14 @@ func (s *Schema) keyOf(row map[string]any) any {
 // keyText is a row's key as text, to tell rows apart.
 func (s *Schema) keyText(row map[string]any) string {
 	if len(s.Key) == 0 {
-		return envelope.KeyText(row[s.PK])
+		return names.KeyText(row[s.PK])
 	}
 	var b strings.Builder
 	for i, c := range s.Key {
 		if i > 0 {
 			b.WriteByte(0)
 		}
-		b.WriteString(envelope.KeyText(row[c]))
+		b.WriteString(names.KeyText(row[c]))
 	}
 	return b.String()
 }

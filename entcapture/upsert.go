@@ -14,6 +14,7 @@ import (
 	"entgo.io/ent/dialect/sql"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/names"
 )
 
 // An ent upsert reaches the hook as a plain create: its ON CONFLICT
@@ -165,7 +166,7 @@ func targetValues(w *write, target []string) ([]any, error) {
 func keyOf(vs []any) string {
 	parts := make([]string, len(vs))
 	for i, v := range vs {
-		parts[i] = envelope.KeyText(v)
+		parts[i] = names.KeyText(v)
 	}
 	return strings.Join(parts, "\x00")
 }
@@ -509,7 +510,7 @@ func (r *upsertReturning) statement(query string, nothing bool) (q string, n int
 				if j > 0 {
 					b.WriteString(`, `)
 				}
-				b.WriteString(`'` + strings.ReplaceAll(c, `'`, `''`) + `', ` + table + `.` + envelope.QuoteIdent(c))
+				b.WriteString(`'` + strings.ReplaceAll(c, `'`, `''`) + `', ` + table + `.` + names.Quote(c))
 			}
 			b.WriteString(`)`)
 		}
@@ -520,7 +521,7 @@ func (r *upsertReturning) statement(query string, nothing bool) (q string, n int
 		if j > 0 || own != "" {
 			b.WriteString(`, `)
 		}
-		b.WriteString(envelope.QuoteIdent(c))
+		b.WriteString(names.Quote(c))
 	}
 	if r.dialect == envelope.SQLite {
 		b.WriteString(`, rowid`)
@@ -529,7 +530,7 @@ func (r *upsertReturning) statement(query string, nothing bool) (q string, n int
 	}
 	if before {
 		for _, c := range r.cols {
-			b.WriteString(`, (jsonb_populate_record(NULL::` + table + `, NULLIF(current_setting(` + beforeSetting + `, true), '')::jsonb)).` + envelope.QuoteIdent(c))
+			b.WriteString(`, (jsonb_populate_record(NULL::` + table + `, NULLIF(current_setting(` + beforeSetting + `, true), '')::jsonb)).` + names.Quote(c))
 		}
 	}
 	return b.String(), n, true

@@ -12,6 +12,8 @@ import (
 	"entgo.io/ent/dialect/sql"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/names"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // write is one captured mutation.
@@ -174,7 +176,7 @@ func (s *scope) finishCreates() error {
 		w := it.w
 		row, ok := w.g.HeraldRow(it.v)
 		if !ok {
-			return envelope.Configurationf(w.sch.Name, "create returned %T, not the schema's entity: regenerate the code with entcapturegen.Extension()", it.v)
+			return outbox.Configurationf(w.sch.Name, "create returned %T, not the schema's entity: regenerate the code with entcapturegen.Extension()", it.v)
 		}
 		for c, v := range it.fields {
 			row[c] = v
@@ -584,7 +586,7 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 	afterByKey := map[string]map[string]any{}
 	if returned {
 		for _, a := range after {
-			afterByKey[envelope.KeyText(w.sch.keyOf(a))] = a
+			afterByKey[names.KeyText(w.sch.keyOf(a))] = a
 		}
 	}
 	children = selfChildren(w.sch, children, afterByKey, cs, returned)

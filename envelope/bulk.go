@@ -15,7 +15,7 @@ import (
 // maxArrayRows bounds the events of one array INSERT.
 const maxArrayRows = 100000
 
-// WriteCapturedArrays is WriteCaptured for large batches on PostgreSQL
+// writeCapturedArrays (internal/outbox.WriteArrays) is Write for large batches on PostgreSQL
 // through a driver that binds Go slices as arrays (pgx's database/sql
 // driver does; lib/pq does not): each chunk of up to 100,000 messages is
 // one
@@ -23,21 +23,21 @@ const maxArrayRows = 100000
 //	INSERT INTO outbox (…) SELECT … FROM unnest($1::uuid[], $2::varchar[], …) WITH ORDINALITY … RETURNING sequence, id
 //
 // binding nine parameters whatever the number of events, where
-// WriteCaptured's multi-row VALUES binds eight per event and the server
+// Write's multi-row VALUES binds eight per event and the server
 // parses them all: for ten thousand events it costs about a third. The
 // first chunk takes the key locks as Write does. The events, their order
-// and the result are those of WriteCaptured, and so is atomicity: given a
+// and the result are those of Write, and so is atomicity: given a
 // *sql.DB or *sql.Conn, the chunks run in one transaction of its own, so
 // a failing chunk leaves none of the call's events committed. On SQLite,
 // and for messages with an idempotency key or Extra columns, it is
-// WriteCaptured.
-func (w *Writer) WriteCapturedArrays(ctx context.Context, q Querier, ms []Message) (*WriteResult, error) {
+// Write.
+func (w *Writer) writeCapturedArrays(ctx context.Context, q Querier, ms []Message) (*WriteResult, error) {
 	if w.d != Postgres || len(ms) < 2 {
-		return w.WriteCaptured(ctx, q, ms)
+		return w.write(ctx, q, ms)
 	}
 	for i := range ms {
 		if ms[i].IdempotencyKey != "" || len(ms[i].Extra) > 0 {
-			return w.WriteCaptured(ctx, q, ms)
+			return w.write(ctx, q, ms)
 		}
 	}
 	now := w.now().UTC().Truncate(time.Microsecond)
@@ -65,7 +65,7 @@ func (w *Writer) WriteCapturedArrays(ctx context.Context, q Querier, ms []Messag
 		res, err := w.writeArrays(ctx, tx, rows, locks, now)
 		if err != nil {
 			_ = tx.Rollback()
-			return nil, w.Unmigrated(err)
+			return nil, w.unmigrated(err)
 		}
 		if err := tx.Commit(); err != nil {
 			return nil, fmt.Errorf("herald/envelope: commit: %w", err)
@@ -73,7 +73,7 @@ func (w *Writer) WriteCapturedArrays(ctx context.Context, q Querier, ms []Messag
 		return res, nil
 	}
 	res, err := w.writeArrays(ctx, q, rows, locks, now)
-	return res, w.Unmigrated(err)
+	return res, w.unmigrated(err)
 }
 
 // arrayRows bounds the events of one array INSERT; a variable so that a
@@ -187,7 +187,7 @@ func (w *Writer) insertArrays(ctx context.Context, q Querier, rows []row, now ti
 	b.WriteString(" ORDER BY u.ord RETURNING sequence, id")
 	res, err := q.QueryContext(ctx, b.String(), args...)
 	if err != nil {
-		return nil, PoolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
+		return nil, poolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
 	}
 	defer res.Close()
 	seq := make(map[uuid.UUID]int64, n)
@@ -195,12 +195,12 @@ func (w *Writer) insertArrays(ctx context.Context, q Querier, rows []row, now ti
 		var s int64
 		var id uuid.UUID
 		if err := res.Scan(&s, &id); err != nil {
-			return nil, PoolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
+			return nil, poolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
 		}
 		seq[id] = s
 	}
 	if err := res.Err(); err != nil {
-		return nil, PoolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
+		return nil, poolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
 	}
 	return seq, nil
 }

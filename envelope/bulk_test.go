@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // WriteCapturedArrays writes exactly what WriteCaptured writes, in the
@@ -40,7 +41,7 @@ func TestWriteCapturedArrays(t *testing.T) {
 			defer rows.Close()
 			var out []envelope.Event
 			for rows.Next() {
-				e, err := envelope.ScanEvent(rows, nil)
+				e, err := outbox.ScanEvent(rows, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -77,8 +78,8 @@ func TestWriteCapturedArrays(t *testing.T) {
 			}
 			return read()
 		}
-		want := write(w.WriteCaptured)
-		got := write(w.WriteCapturedArrays)
+		want := write(w.Write)
+		got := write(outbox.WriteArrays(w))
 		if len(got) != len(ms) || !reflect.DeepEqual(got, want) {
 			t.Errorf("WriteCapturedArrays wrote\n%+v\nWriteCaptured\n%+v", got[:3], want[:3])
 		}
@@ -88,13 +89,13 @@ func TestWriteCapturedArrays(t *testing.T) {
 		for i := range ms {
 			ms[i] = envelope.Message{Topic: fmt.Sprint("t", i%3), Payload: map[string]any{"i": i}}
 		}
-		want = write(w.WriteCaptured)
-		got = write(w.WriteCapturedArrays)
+		want = write(w.Write)
+		got = write(outbox.WriteArrays(w))
 		if len(got) != len(ms) || !reflect.DeepEqual(got, want) {
 			t.Errorf("messages without headers, keys or DeliverAt: WriteCapturedArrays wrote\n%+v\nWriteCaptured\n%+v", got[:3], want[:3])
 		}
 		// A rejected message writes nothing.
-		_, err := w.WriteCapturedArrays(ctx, db, []envelope.Message{{Topic: "a", Payload: 1}, {Topic: ""}})
+		_, err := outbox.WriteArrays(w)(ctx, db, []envelope.Message{{Topic: "a", Payload: 1}, {Topic: ""}})
 		if !errors.Is(err, envelope.ErrValidation) {
 			t.Errorf("empty topic: %v", err)
 		}

@@ -20,10 +20,9 @@ type ContextHeaders func(ctx context.Context) map[string]string
 
 var contextHeaders atomic.Pointer[ContextHeaders]
 
-// SetContextHeaders installs f for every Writer of the process (Write,
-// WriteCaptured, WriteCapturedArrays, hence Enqueue and every captured
-// write of gormcapture and entcapture, including the writes they fuse into
-// one SQL statement); nil removes it. It returns a function that restores
+// SetContextHeaders installs f for every write of the process (Write,
+// hence Enqueue and every captured write of gormcapture and entcapture,
+// including the writes they fuse into one SQL statement); nil removes it. It returns a function that restores
 // the previous one.
 //
 // A header f returns is added to an event only when the event's message

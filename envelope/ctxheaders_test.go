@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 type ctxHeadersKey struct{}
@@ -59,7 +60,7 @@ func TestContextHeaders(t *testing.T) {
 		})
 		mine := map[string]string{"tracestate": "mine"}
 		ms := []envelope.Message{{Topic: "ctx.h", Payload: 1}, {Topic: "ctx.h", Payload: 2, Headers: mine}}
-		for _, write := range []func(context.Context, envelope.Querier, []envelope.Message) (*envelope.WriteResult, error){w.Write, w.WriteCapturedArrays} {
+		for _, write := range []func(context.Context, envelope.Querier, []envelope.Message) (*envelope.WriteResult, error){w.Write, outbox.WriteArrays(w)} {
 			res, err := write(ctx, db, ms)
 			if err != nil {
 				t.Fatal(err)

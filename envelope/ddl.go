@@ -9,7 +9,7 @@ var OwnColumns = []string{
 }
 
 // IsOwnColumn reports whether c is one of the outbox table's own columns.
-func IsOwnColumn(c string) bool {
+func isOwnColumn(c string) bool {
 	for _, o := range OwnColumns {
 		if o == c {
 			return true
@@ -77,7 +77,7 @@ CREATE INDEX IF NOT EXISTS {base}_topic_idx ON {table} (topic, sequence)
     WHERE published_at IS NULL;
 `
 
-// Version 1 of the SQLite table. Times are fixed-width UTC text (see Dialect.TimeArg);
+// Version 1 of the SQLite table. Times are fixed-width UTC text (see Dialect.timeArg);
 // AUTOINCREMENT keeps a sequence from ever being reused after cleanup.
 const sqliteV1 = `CREATE TABLE IF NOT EXISTS {table} (
     sequence         INTEGER PRIMARY KEY AUTOINCREMENT,

@@ -9,7 +9,7 @@ import (
 // MySQL has a version history of its own: its first version is the table
 // PostgreSQL and SQLite reached in five (LatestVersion), written for MySQL;
 // version 2 is their version 6 (the tenant column); version 3 redefines
-// {base}_pending_key_idx for the relay's lease (mysqlV3).
+// {base}_pending_key_idx for the relay's lease.
 const LatestMySQLVersion = 3
 
 // LatestVersionFor is the current schema version of the dialect's outbox

@@ -50,12 +50,12 @@ func (e *Error) Unwrap() []error {
 }
 
 // Validationf returns an ErrValidation error about where.
-func Validationf(where, format string, args ...any) error {
+func validationf(where, format string, args ...any) error {
 	return &Error{Kind: ErrValidation, Where: where, Msg: fmt.Sprintf(format, args...)}
 }
 
 // Configurationf returns an ErrConfiguration error about where.
-func Configurationf(where, format string, args ...any) error {
+func configurationf(where, format string, args ...any) error {
 	return &Error{Kind: ErrConfiguration, Where: where, Msg: fmt.Sprintf(format, args...)}
 }
 

@@ -3,6 +3,7 @@ package envelope_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/heraldgo/herald/envelope"
@@ -54,9 +55,18 @@ func ExampleParseTopicPattern() {
 	// herald: Topics: topic pattern "lib*.loan" has '*' at position 3: only a trailing '*' is a wildcard ("library.*")
 }
 
-func ExampleDDLText() {
-	ddl, _ := envelope.DDLText(envelope.SQLite, "")
-	fmt.Println(ddl[:46])
+// MigrationSQL is the SQL of one schema version for a migration tool,
+// with the statements that record it, so that a later Migrate agrees.
+func ExampleMigrationSQL() {
+	for v := 1; v <= envelope.LatestVersionFor(envelope.SQLite); v++ {
+		script, _ := envelope.MigrationSQL(envelope.SQLite, "", v, false)
+		fmt.Println(strings.SplitN(script, "\n", 2)[0])
+	}
 	// Output:
-	// CREATE TABLE IF NOT EXISTS "herald_outbox" (
+	// -- herald outbox herald_outbox, version 1: create the outbox table
+	// -- herald outbox herald_outbox, version 2: payload and headers as json, not jsonb (the writer's bytes, unchanged)
+	// -- herald outbox herald_outbox, version 3: index of pending unordered events (the relay's lease)
+	// -- herald outbox herald_outbox, version 4: no topic index (nothing reads it; every insert paid for it), headers default '{}' as json
+	// -- herald outbox herald_outbox, version 5: table of paused topics (the relay leases none of their events)
+	// -- herald outbox herald_outbox, version 6: tenant column; idempotency keys unique per tenant
 }

@@ -1,5 +1,7 @@
 package envelope
 
+import "strings"
+
 // SetMaxArrayRows makes WriteCapturedArrays split its INSERTs every n
 // events, so that a test can make several chunks cheaply.
 func SetMaxArrayRows(w *Writer, n int) { w.maxArrayRows = n }
@@ -13,3 +15,33 @@ func MySQLKeyBucket(key string) int { return mysqlKeyBucket(key) }
 
 // TrustedJSONForTest is a payload written as its bytes, as Spec.Messages's are.
 func TrustedJSONForTest(s string) any { return trustedJSON(s) }
+
+// The template parser, for TestTemplateRender and TestTemplateErrors.
+type TemplateVars = templateVars
+
+var ParseTemplate = parseTemplate
+
+// Migrations returns every version of the outbox table's schema, rendered.
+var Migrations = migrations
+
+// DDL is the Up statements of every version, in order.
+func DDL(d Dialect, table string) ([]string, error) {
+	ms, err := migrations(d, table)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.Up...)
+	}
+	return out, nil
+}
+
+// DDLText returns DDL as one SQL script.
+func DDLText(d Dialect, table string) (string, error) {
+	stmts, err := DDL(d, table)
+	if err != nil {
+		return "", err
+	}
+	return strings.Join(stmts, ";\n\n") + ";\n", nil
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/internal/testkit"
 )
 
@@ -104,7 +105,7 @@ func FuzzWriteValidation(f *testing.F) {
 				continue
 			}
 			row := tx.QueryRowContext(ctx, `SELECT `+envelope.EventColumns+`, note FROM herald_outbox WHERE sequence = `+itoa(int(res.Events[0].Sequence)))
-			got, err := envelope.ScanEvent(row, []string{"note"})
+			got, err := outbox.ScanEvent(row, []string{"note"})
 			_ = tx.Rollback()
 			if err != nil {
 				t.Fatalf("%s: %+v: written, but reading it back fails: %v", tg.name, m, err)

@@ -192,12 +192,12 @@ func (w *Writer) lockKeysSQL(keys, exclusive string) string {
 // lockCond returns a boolean SQL condition, always true, that takes the
 // locks, and args with its parameters appended (numbered after args'
 // own). One key — the common case: an Enqueue, a row's captured event —
-// is one pg_advisory_xact_lock call on one text parameter (KeyLockSQL);
+// is one pg_advisory_xact_lock call on one text parameter (keyLockSQL);
 // several are the lockKeysSQL subquery over two array parameters, which
 // costs the server an unnest, a sort and an aggregate on every statement
 // (BenchmarkKeyLockForms measures both: BENCHMARKS.md, "Producer").
 // Both lock the same bucket for a key, so
-// writers of either form serialize with each other and with KeyLockSQL's
+// writers of either form serialize with each other and with keyLockSQL's
 // users.
 //
 // scan is true when the statement reads rows (INSERT … SELECT … FROM
@@ -209,7 +209,7 @@ func (w *Writer) lockCond(l keyLocks, args []any, scan bool) (string, []any) {
 	if len(l) == 1 {
 		for k, excl := range l {
 			args = append(args, k)
-			cond := w.KeyLockSQL(w.d.Placeholder(len(args))+"::text", !excl)
+			cond := w.keyLockSQL(w.d.placeholder(len(args))+"::text", !excl)
 			if scan {
 				cond = "(SELECT " + cond + ")"
 			}
@@ -218,10 +218,10 @@ func (w *Writer) lockCond(l keyLocks, args []any, scan bool) (string, []any) {
 	}
 	keys, excl := l.args()
 	args = append(args, keys, excl)
-	return w.lockKeysSQL(w.d.Placeholder(len(args)-1), w.d.Placeholder(len(args))) + " >= 0", args
+	return w.lockKeysSQL(w.d.placeholder(len(args)-1), w.d.placeholder(len(args))) + " >= 0", args
 }
 
-// KeyLockSQL returns a boolean SQL condition, always true, that takes the
+// keyLockSQL (internal/outbox.KeyLockSQL) returns a boolean SQL condition, always true, that takes the
 // advisory lock of the ordering key keyExpr (a SQL text expression) on
 // PostgreSQL: shared for an event whose key is its row's own key and whose
 // row the statement locks (Spec.RowKeyed), exclusive otherwise. A
@@ -229,7 +229,7 @@ func (w *Writer) lockCond(l keyLocks, args []any, scan bool) (string, []any) {
 // it is evaluated before the event's sequence value is drawn: the WHERE
 // clause of "INSERT INTO outbox … SELECT … FROM … WHERE <cond>". See the
 // comment at keyLockBuckets for why.
-func (w *Writer) KeyLockSQL(keyExpr string, rowKeyed bool) string {
+func (w *Writer) keyLockSQL(keyExpr string, rowKeyed bool) string {
 	f := "pg_advisory_xact_lock("
 	if rowKeyed {
 		f = "pg_advisory_xact_lock_shared("
@@ -238,7 +238,7 @@ func (w *Writer) KeyLockSQL(keyExpr string, rowKeyed bool) string {
 		strconv.Itoa(keyLockBuckets-1) + `)::int)::text = ''`
 }
 
-// KeyLocksSQL returns a boolean SQL condition, always true, that takes the
+// keyLocksSQL (internal/outbox.KeyLocksSQL) returns a boolean SQL condition, always true, that takes the
 // advisory locks of the ordering keys keysQuery returns (a SQL query of
 // one text column, NULLs ignored) on PostgreSQL: each key's bucket once,
 // in ascending bucket order (as Write takes them), shared for events whose
@@ -248,9 +248,9 @@ func (w *Writer) KeyLockSQL(keyExpr string, rowKeyed bool) string {
 // one-time filter: the locks are taken before the first row is read, so
 // before any sequence value is drawn (see keyLockBuckets). A statement
 // that writes the events of many rows itself (gormcapture's fused bulk
-// update) uses it instead of one KeyLockSQL per row, which would lock the
+// update) uses it instead of one keyLockSQL per row, which would lock the
 // buckets in row order.
-func (w *Writer) KeyLocksSQL(keysQuery string, rowKeyed bool) string {
+func (w *Writer) keyLocksSQL(keysQuery string, rowKeyed bool) string {
 	f := "pg_advisory_xact_lock("
 	if rowKeyed {
 		f = "pg_advisory_xact_lock_shared("

@@ -34,7 +34,7 @@ func BenchmarkKeyLockForms(b *testing.B) {
 	w, _ := NewWriter(Postgres, "")
 	const cols = `INSERT INTO "herald_outbox" (id, topic, payload, headers, ordering_key, idempotency_key, created_at, next_attempt_at)`
 	floor := cols + ` VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
-	one := cols + ` SELECT $2, $3, $4, $5, $6, $7, $8, $9 WHERE ` + w.KeyLockSQL("$1::text", false) + ` RETURNING sequence, id`
+	one := cols + ` SELECT $2, $3, $4, $5, $6, $7, $8, $9 WHERE ` + w.keyLockSQL("$1::text", false) + ` RETURNING sequence, id`
 	arrays := cols + ` SELECT $3, $4, $5, $6, $7, $8, $9, $10 WHERE ` + w.lockKeysSQL("$1", "$2") + ` >= 0 RETURNING sequence, id`
 	forms := []string{"floor", "one-key", "array-subquery"}
 	run := func(form, i int) {

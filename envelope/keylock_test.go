@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/internal/testkit"
 )
 
@@ -44,8 +45,8 @@ func TestKeyLockFormsBeforeSequence(t *testing.T) {
 		{"one row, one key", w.Write, msgs("k")},
 		{"VALUES, one key", w.Write, msgs("k", "k", "k")},
 		{"VALUES, two keys", w.Write, msgs("k2", "k", "k2")},
-		{"unnest, one key", w.WriteCapturedArrays, msgs("k", "k", "k")},
-		{"unnest, two keys", w.WriteCapturedArrays, msgs("k", "k2", "k")},
+		{"unnest, one key", outbox.WriteArrays(w), msgs("k", "k", "k")},
+		{"unnest, two keys", outbox.WriteArrays(w), msgs("k", "k2", "k")},
 	}
 	for _, first := range forms {
 		for _, second := range forms {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/internal/testkit"
 )
 
@@ -63,7 +64,7 @@ func TestResendManyIdempotencyKeys(t *testing.T) {
 	}
 	eachDB(t, func(t *testing.T, db *sql.DB, d envelope.Dialect, w *envelope.Writer) {
 		ctx := context.Background()
-		ms := make([]envelope.Message, d.MaxBindParams()+10)
+		ms := make([]envelope.Message, outbox.MaxBindParams(d)+10)
 		for i := range ms {
 			ms[i] = envelope.Message{Topic: "t", Payload: i, IdempotencyKey: fmt.Sprint("idem-", i)}
 		}
@@ -118,7 +119,7 @@ func TestWriteCapturedArraysAtomic(t *testing.T) {
 		name string
 		q    envelope.Querier
 	}{{"*sql.DB", db}, {"*sql.Conn", conn}} {
-		if _, err := w.WriteCapturedArrays(ctx, q.q, ms); err == nil {
+		if _, err := outbox.WriteArrays(w)(ctx, q.q, ms); err == nil {
 			t.Fatalf("%s: the failing chunk returned no error", q.name)
 		}
 		if n := count(t, db, ""); n != 0 {
@@ -126,7 +127,7 @@ func TestWriteCapturedArraysAtomic(t *testing.T) {
 		}
 	}
 	ms[15].Topic = "t"
-	res, err := w.WriteCapturedArrays(ctx, db, ms)
+	res, err := outbox.WriteArrays(w)(ctx, db, ms)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/heraldgo/herald/internal/names"
 )
 
 // The outbox table's schema is versioned, as River's rivermigrate versions
@@ -187,9 +189,9 @@ ALTER TABLE {table} DROP COLUMN tenant`,
 	},
 }
 
-// Migrations returns every version of the outbox table's schema, oldest
+// migrations returns every version of the outbox table's schema, oldest
 // first, rendered for the dialect and table ("" means DefaultTable).
-func Migrations(d Dialect, table string) ([]Migration, error) {
+func migrations(d Dialect, table string) ([]Migration, error) {
 	t, err := parseOutbox(d, table)
 	if err != nil {
 		return nil, err
@@ -218,7 +220,7 @@ func parseOutbox(d Dialect, table string) (Table, error) {
 		return Table{}, err
 	}
 	if t.Base == MigrationTable || strings.HasSuffix(t.Name, "."+MigrationTable) {
-		return Table{}, Configurationf("Table", "%q is herald's record of migrations; name the outbox table otherwise", t.Name)
+		return Table{}, configurationf("Table", "%q is herald's record of migrations; name the outbox table otherwise", t.Name)
 	}
 	return t, nil
 }
@@ -229,8 +231,8 @@ func render(src string, t Table) []string {
 	if i := strings.LastIndex(t.Quoted, `"."`); i >= 0 {
 		schema = t.Quoted[:i+2]
 	}
-	src = strings.NewReplacer("{table}", t.Quoted, "{base}", t.Base, "{schema}", schema, "{paused}", t.PausedTable(),
-		"{keylock}", t.KeyLockTable(), "{buckets}", mysqlBucketRows).Replace(src)
+	src = strings.NewReplacer("{table}", t.Quoted, "{base}", t.Base, "{schema}", schema, "{paused}", t.pausedTable(),
+		"{keylock}", t.keyLockTable(), "{buckets}", mysqlBucketRows).Replace(src)
 	var out []string
 	for _, s := range strings.Split(src, ";\n") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -240,42 +242,17 @@ func render(src string, t Table) []string {
 	return out
 }
 
-// DDL returns the statements that create the outbox table at
-// LatestVersion, for the dialect: the Up statements of every version in
-// order (the version record left out; see MigrationSQL for scripts that
-// keep it). table "" means DefaultTable.
-func DDL(d Dialect, table string) ([]string, error) {
-	ms, err := Migrations(d, table)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, m := range ms {
-		out = append(out, m.Up...)
-	}
-	return out, nil
-}
-
-// DDLText returns DDL as one SQL script.
-func DDLText(d Dialect, table string) (string, error) {
-	stmts, err := DDL(d, table)
-	if err != nil {
-		return "", err
-	}
-	return strings.Join(stmts, ";\n\n") + ";\n", nil
-}
-
 // MigrationSQL returns the SQL script of one version for migration tools
 // (goose, atlas, golang-migrate): its Up statements (or, with down, its
 // Down statements) and the statements that keep MigrationTable's record,
 // so that Migrate, run later on the same table, finds the version applied.
 func MigrationSQL(d Dialect, table string, version int, down bool) (string, error) {
-	ms, err := Migrations(d, table)
+	ms, err := migrations(d, table)
 	if err != nil {
 		return "", err
 	}
 	if version < 1 || version > len(ms) {
-		return "", Configurationf("version", "%d: herald's %s outbox versions are 1 to %d", version, d, LatestVersionFor(d))
+		return "", configurationf("version", "%d: herald's %s outbox versions are 1 to %d", version, d, LatestVersionFor(d))
 	}
 	t, _ := ParseTable(d, table)
 	return migrationScript(d, t, "outbox", ms[version-1], down), nil
@@ -306,12 +283,12 @@ func migrationScript(d Dialect, t Table, what string, m Migration, down bool) st
 // table per schema).
 func migrationTable(t Table) (quoted, name string) {
 	if i := strings.LastIndexByte(t.Name, '.'); i >= 0 {
-		return QuoteIdent(t.Name[:i]) + "." + QuoteIdent(MigrationTable), t.Name[i+1:]
+		return names.Quote(t.Name[:i]) + "." + names.Quote(MigrationTable), t.Name[i+1:]
 	}
 	if strings.HasPrefix(t.Quoted, "`") {
 		return MySQL.QuoteIdent(MigrationTable), t.Name
 	}
-	return QuoteIdent(MigrationTable), t.Name
+	return names.Quote(MigrationTable), t.Name
 }
 
 func createMigrationTableSQL(d Dialect, t Table) string {
@@ -377,36 +354,31 @@ func MigrateTo(ctx context.Context, db *sql.DB, d Dialect, table string, version
 		return err
 	}
 	if version < 0 || version > LatestVersionFor(d) {
-		return Configurationf("version", "%d: herald's %s outbox versions are 0 (no table) to %d", version, d, LatestVersionFor(d))
+		return configurationf("version", "%d: herald's %s outbox versions are 0 (no table) to %d", version, d, LatestVersionFor(d))
 	}
-	ms, _ := Migrations(d, table)
+	ms, _ := migrations(d, table)
 	return migrateTable(ctx, db, d, t, ms, version, unrecordedVersion)
 }
 
-// MigrateTable brings a herald table other than the outbox (the inbox
-// package's) to version through ms, its own versions oldest first, with
-// the outbox's machinery: one transaction under the migration lock, each
-// version recorded in MigrationTable under t's name. A table that exists
-// with no record counts as version 1 (its version 1 must be IF NOT
-// EXISTS statements). Packages of herald call it; a service calls their
-// Migrate.
-func MigrateTable(ctx context.Context, db *sql.DB, d Dialect, t Table, ms []Migration, version int) error {
+// migrateTableTo brings a herald table other than the outbox (the inbox
+// package's) to version through ms (internal/outbox.MigrateTable).
+func migrateTableTo(ctx context.Context, db *sql.DB, d Dialect, t Table, ms []Migration, version int) error {
 	if version < 0 || version > len(ms) {
-		return Configurationf("version", "%d: %s's versions are 0 (no table) to %d", version, t.Name, len(ms))
+		return configurationf("version", "%d: %s's versions are 0 (no table) to %d", version, t.Name, len(ms))
 	}
 	return migrateTable(ctx, db, d, t, ms, version, existsAsVersion1)
 }
 
-// TableVersion is Version for a table MigrateTable migrates.
-func TableVersion(ctx context.Context, db *sql.DB, d Dialect, t Table) (int, error) {
+// tableVersionOf is Version for a table migrateTableTo migrates.
+func tableVersionOf(ctx context.Context, db *sql.DB, d Dialect, t Table) (int, error) {
 	return tableVersion(ctx, db, d, t, existsAsVersion1)
 }
 
-// TableMigrationSQL is MigrationSQL for a table MigrateTable migrates;
+// tableMigrationSQL is MigrationSQL for a table migrateTableTo migrates;
 // what names the kind of table in the script's first line ("inbox").
-func TableMigrationSQL(d Dialect, t Table, what string, ms []Migration, version int, down bool) (string, error) {
+func tableMigrationSQL(d Dialect, t Table, what string, ms []Migration, version int, down bool) (string, error) {
 	if version < 1 || version > len(ms) {
-		return "", Configurationf("version", "%d: herald's %s versions are 1 to %d", version, what, len(ms))
+		return "", configurationf("version", "%d: herald's %s versions are 1 to %d", version, what, len(ms))
 	}
 	return migrationScript(d, t, what, ms[version-1], down), nil
 }
@@ -563,7 +535,7 @@ func appliedVersion(ctx context.Context, conn *sql.Conn, d Dialect, t Table, unr
 			return v, err
 		}
 		q, name := migrationTable(t)
-		if _, err := conn.ExecContext(ctx, `DELETE FROM `+q+` WHERE table_name = `+d.Placeholder(1), name); err != nil {
+		if _, err := conn.ExecContext(ctx, `DELETE FROM `+q+` WHERE table_name = `+d.placeholder(1), name); err != nil {
 			return 0, err
 		}
 		return 0, nil
@@ -591,7 +563,7 @@ func recordedVersion(ctx context.Context, conn *sql.Conn, d Dialect, t Table) (i
 		return -1, err
 	}
 	var v sql.NullInt64
-	err = conn.QueryRowContext(ctx, `SELECT max(version) FROM `+q+` WHERE table_name = `+d.Placeholder(1), name).Scan(&v)
+	err = conn.QueryRowContext(ctx, `SELECT max(version) FROM `+q+` WHERE table_name = `+d.placeholder(1), name).Scan(&v)
 	if err != nil {
 		return 0, err
 	}
@@ -619,7 +591,7 @@ func unrecordedVersion(ctx context.Context, conn *sql.Conn, d Dialect, t Table) 
 	err = conn.QueryRowContext(ctx, `SELECT format_type(atttypid, atttypmod) FROM pg_attribute
 WHERE attrelid = to_regclass($1) AND attname = 'payload' AND NOT attisdropped`, t.Quoted).Scan(&typ)
 	if errors.Is(err, sql.ErrNoRows) {
-		return 0, Configurationf("Table", "%s exists but has no payload column: it is not a herald outbox table", t.Name)
+		return 0, configurationf("Table", "%s exists but has no payload column: it is not a herald outbox table", t.Name)
 	}
 	if err != nil {
 		return 0, err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/relay"
 )
@@ -121,9 +122,9 @@ func TestMigrateFromVersion1(t *testing.T) {
 		}
 
 		ts := func(offset time.Duration) any {
-			return d.TimeArg(time.Now().Add(offset).UTC().Truncate(time.Microsecond))
+			return outbox.TimeArg(d, time.Now().Add(offset).UTC().Truncate(time.Microsecond))
 		}
-		p := d.Placeholder
+		p := func(n int) string { return outbox.Placeholder(d, n) }
 		ins := `INSERT INTO herald_outbox (id, topic, payload, headers, ordering_key, idempotency_key, created_at,
     attempts, last_error, next_attempt_at, lease_until, leased_by, published_at, dead_lettered_at)
 VALUES (` + p(1) + `, ` + p(2) + `, ` + p(3) + `, ` + p(4) + `, ` + p(5) + `, ` + p(6) + `, ` + p(7) + `, ` + p(8) + `, ` + p(9) + `, ` + p(10) + `, ` + p(11) + `, ` + p(12) + `, ` + p(13) + `, ` + p(14) + `)`

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"unicode/utf8"
 
+	"github.com/heraldgo/herald/internal/names"
 	"github.com/heraldgo/herald/internal/pgform"
 	"github.com/heraldgo/herald/jsonform"
 )
@@ -17,31 +18,31 @@ import (
 // must not collide with them.
 var envelopeKeys = []string{"model", "operation", "pk", "changed", "before", "after", "occurred_at"}
 
-// IsEnvelopeKey reports whether k is one of the envelope's own keys.
-func IsEnvelopeKey(k string) bool { return slices.Contains(envelopeKeys, k) }
+// isEnvelopeKey reports whether k is one of the envelope's own keys.
+func isEnvelopeKey(k string) bool { return slices.Contains(envelopeKeys, k) }
 
 // Validate checks the declaration on its own (the column names are checked
 // by Compile, where the model is known). Errors match ErrConfiguration and
 // name the option.
 func (o Options) Validate() error {
 	if o.Operations != nil && len(o.Operations) == 0 {
-		return Configurationf("Options.Operations", "empty list captures nothing; leave it nil for all operations or drop the declaration")
+		return configurationf("Options.Operations", "empty list captures nothing; leave it nil for all operations or drop the declaration")
 	}
 	seen := map[Operation]bool{}
 	for i, op := range o.Operations {
 		if !op.valid() {
-			return Configurationf("Options.Operations["+itoa(int64(i))+"]", "unknown operation %q (want inserted, updated or deleted)", string(op))
+			return configurationf("Options.Operations["+itoa(int64(i))+"]", "unknown operation %q (want inserted, updated or deleted)", string(op))
 		}
 		if seen[op] {
-			return Configurationf("Options.Operations["+itoa(int64(i))+"]", "operation %q listed twice", string(op))
+			return configurationf("Options.Operations["+itoa(int64(i))+"]", "operation %q listed twice", string(op))
 		}
 		seen[op] = true
 	}
 	if o.Payload < After || o.Payload > BeforeAndAfter {
-		return Configurationf("Options.Payload", "unknown payload mode %d (want After, Keys or BeforeAndAfter)", int(o.Payload))
+		return configurationf("Options.Payload", "unknown payload mode %d (want After, Keys or BeforeAndAfter)", int(o.Payload))
 	}
 	if o.Fields != nil && len(o.Exclude) > 0 {
-		return Configurationf("Options.Fields", "Fields and Exclude are mutually exclusive: list the columns to keep in Fields, or the ones to drop in Exclude")
+		return configurationf("Options.Fields", "Fields and Exclude are mutually exclusive: list the columns to keep in Fields, or the ones to drop in Exclude")
 	}
 	if err := noDuplicates("Options.Fields", o.Fields); err != nil {
 		return err
@@ -50,29 +51,29 @@ func (o Options) Validate() error {
 		return err
 	}
 	if o.Topic != "" && o.TopicFunc != nil {
-		return Configurationf("Options.Topic", "Topic and TopicFunc are mutually exclusive")
+		return configurationf("Options.Topic", "Topic and TopicFunc are mutually exclusive")
 	}
 	if o.OrderingKey != "" && o.OrderingKeyFunc != nil {
-		return Configurationf("Options.OrderingKey", "OrderingKey and OrderingKeyFunc are mutually exclusive")
+		return configurationf("Options.OrderingKey", "OrderingKey and OrderingKeyFunc are mutually exclusive")
 	}
 	if o.Unordered && (o.OrderingKey != "" || o.OrderingKeyFunc != nil) {
-		return Configurationf("Options.Unordered", "Unordered contradicts OrderingKey/OrderingKeyFunc")
+		return configurationf("Options.Unordered", "Unordered contradicts OrderingKey/OrderingKeyFunc")
 	}
 	if o.Extend != nil && o.ExtendMany != nil {
-		return Configurationf("Options.Extend", "Extend and ExtendMany are mutually exclusive")
+		return configurationf("Options.Extend", "Extend and ExtendMany are mutually exclusive")
 	}
 	if o.Tenant != "" {
 		if o.Payload == Keys {
-			return Configurationf("Options.Tenant", "a tenant column is read from the row, and Payload Keys reads none: use After or BeforeAndAfter")
+			return configurationf("Options.Tenant", "a tenant column is read from the row, and Payload Keys reads none: use After or BeforeAndAfter")
 		}
 		if slices.Contains(o.Exclude, o.Tenant) {
-			return Configurationf("Options.Tenant", "column %q is also in Exclude: the tenant column is always read", o.Tenant)
+			return configurationf("Options.Tenant", "column %q is also in Exclude: the tenant column is always read", o.Tenant)
 		}
 	}
-	if _, err := ParseTemplate("Options.Topic", orDefault(o.Topic, DefaultTopic)); err != nil {
+	if _, err := parseTemplate("Options.Topic", orDefault(o.Topic, DefaultTopic)); err != nil {
 		return err
 	}
-	if _, err := ParseTemplate("Options.OrderingKey", orDefault(o.OrderingKey, DefaultOrderingKey)); err != nil {
+	if _, err := parseTemplate("Options.OrderingKey", orDefault(o.OrderingKey, DefaultOrderingKey)); err != nil {
 		return err
 	}
 	return nil
@@ -82,10 +83,10 @@ func noDuplicates(option string, names []string) error {
 	seen := make(map[string]bool, len(names))
 	for _, n := range names {
 		if n == "" {
-			return Configurationf(option, "empty column name")
+			return configurationf(option, "empty column name")
 		}
 		if seen[n] {
-			return Configurationf(option, "column %q listed twice", n)
+			return configurationf(option, "column %q listed twice", n)
 		}
 		seen[n] = true
 	}
@@ -133,8 +134,8 @@ type Spec struct {
 
 	columns []string // payload columns, in table order
 	typed   bool     // a payload column has a type of pgform's
-	topic   *Template
-	key     *Template
+	topic   *template
+	key     *template
 	ops     map[Operation]bool
 }
 
@@ -149,7 +150,7 @@ func Compile(m ModelInfo, o Options) (*Spec, error) {
 		return nil, err
 	}
 	if m.Name == "" || m.Table == "" || len(m.PrimaryKey) == 0 {
-		return nil, Configurationf(m.Name, "model needs a name, a table and a primary key to be captured")
+		return nil, configurationf(m.Name, "model needs a name, a table and a primary key to be captured")
 	}
 	cols := make(map[string]bool, len(m.Columns))
 	for _, c := range m.Columns {
@@ -158,7 +159,7 @@ func Compile(m ModelInfo, o Options) (*Spec, error) {
 	check := func(option string, names []string) error {
 		for _, n := range names {
 			if !cols[n] {
-				return Configurationf(m.Name+" Options."+option, "no column %q in table %s (columns: %v)", n, m.Table, m.Columns)
+				return configurationf(m.Name+" Options."+option, "no column %q in table %s (columns: %v)", n, m.Table, m.Columns)
 			}
 		}
 		return nil
@@ -175,7 +176,7 @@ func Compile(m ModelInfo, o Options) (*Spec, error) {
 		}
 	}
 	s := &Spec{Options: o, Model: m, Namespace: orDefault(o.Namespace, m.DefaultNamespace)}
-	s.Label = Label(s.Namespace, m.Name)
+	s.Label = names.Label(s.Namespace, m.Name)
 	switch {
 	case o.Fields != nil:
 		for _, c := range m.Columns { // table order, whatever order Fields has
@@ -207,8 +208,8 @@ func Compile(m ModelInfo, o Options) (*Spec, error) {
 			s.typed = true
 		}
 	}
-	s.topic, _ = ParseTemplate("Options.Topic", orDefault(o.Topic, DefaultTopic))
-	s.key, _ = ParseTemplate("Options.OrderingKey", orDefault(o.OrderingKey, DefaultOrderingKey))
+	s.topic, _ = parseTemplate("Options.Topic", orDefault(o.Topic, DefaultTopic))
+	s.key, _ = parseTemplate("Options.OrderingKey", orDefault(o.OrderingKey, DefaultOrderingKey))
 	s.ops = map[Operation]bool{}
 	for _, op := range o.Operations {
 		s.ops[op] = true
@@ -269,8 +270,8 @@ func (s *Spec) NeedsAfter(op Operation) bool {
 	return op != Deleted && s.Options.Payload != Keys
 }
 
-func (s *Spec) vars(c *Change) TemplateVars {
-	v := TemplateVars{Namespace: s.Namespace, Model: s.Model.Name, Table: s.Model.Table, Operation: c.Operation}
+func (s *Spec) vars(c *Change) templateVars {
+	v := templateVars{Namespace: s.Namespace, Model: s.Model.Name, Table: s.Model.Table, Operation: c.Operation}
 	if m, ok := c.PK.(map[string]any); ok {
 		for _, k := range s.Model.PrimaryKey {
 			v.PK = append(v.PK, m[k])
@@ -286,13 +287,13 @@ func (s *Spec) Topic(c *Change) (string, error) {
 	if s.Options.TopicFunc != nil {
 		t := s.Options.TopicFunc(*c)
 		if t == "" || utf8.RuneCountInString(t) > MaxTopicLength {
-			return "", Validationf(s.Label+" TopicFunc", "returned topic %q: want 1 to %d characters", truncate(t, 80), MaxTopicLength)
+			return "", validationf(s.Label+" TopicFunc", "returned topic %q: want 1 to %d characters", truncate(t, 80), MaxTopicLength)
 		}
 		return t, nil
 	}
 	t := s.topic.Render(s.vars(c))
 	if t == "" || utf8.RuneCountInString(t) > MaxTopicLength {
-		return "", Validationf(s.Label+" Topic", "template %q gives topic %q: want 1 to %d characters", s.topic.src, truncate(t, 80), MaxTopicLength)
+		return "", validationf(s.Label+" Topic", "template %q gives topic %q: want 1 to %d characters", s.topic.src, truncate(t, 80), MaxTopicLength)
 	}
 	return t, nil
 }
@@ -305,11 +306,11 @@ func (s *Spec) OrderingKey(c *Change) (string, error) {
 	case s.Options.OrderingKeyFunc != nil:
 		k := s.Options.OrderingKeyFunc(*c)
 		if utf8.RuneCountInString(k) > MaxKeyLength {
-			return "", Validationf(s.Label+" OrderingKeyFunc", "returned a key of %d characters, longer than %d", utf8.RuneCountInString(k), MaxKeyLength)
+			return "", validationf(s.Label+" OrderingKeyFunc", "returned a key of %d characters, longer than %d", utf8.RuneCountInString(k), MaxKeyLength)
 		}
 		return k, nil
 	}
-	return LimitKey(s.key.Render(s.vars(c))), nil
+	return names.LimitKey(s.key.Render(s.vars(c)), MaxKeyLength), nil
 }
 
 // Messages turns one statement's changes of this model into outbox
@@ -379,7 +380,7 @@ func (s *Spec) extensions(ctx context.Context, cs []Change) ([]*Extension, error
 			return nil, wrapValidation(s.Label+" ExtendMany", "failed", err)
 		}
 		if len(exts) != len(cs) {
-			return nil, Validationf(s.Label+" ExtendMany", "returned %d extensions for %d changes: want one (or nil) per change", len(exts), len(cs))
+			return nil, validationf(s.Label+" ExtendMany", "returned %d extensions for %d changes: want one (or nil) per change", len(exts), len(cs))
 		}
 		return exts, nil
 	}
@@ -455,8 +456,8 @@ func (s *Spec) AppendEnvelope(dst []byte, c *Change, ext *Extension) ([]byte, er
 	if ext != nil && len(ext.Payload) > 0 {
 		keys := make([]string, 0, len(ext.Payload))
 		for k := range ext.Payload {
-			if IsEnvelopeKey(k) || (k == "tenant" && s.Options.Tenant != "") {
-				return nil, Validationf(s.Label+" Extension.Payload", "key %q is the envelope's own (model, operation, pk, changed, before, after, occurred_at)", k)
+			if isEnvelopeKey(k) || (k == "tenant" && s.Options.Tenant != "") {
+				return nil, validationf(s.Label+" Extension.Payload", "key %q is the envelope's own (model, operation, pk, changed, before, after, occurred_at)", k)
 			}
 			keys = append(keys, k)
 		}

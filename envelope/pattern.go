@@ -15,18 +15,18 @@ type TopicPattern struct {
 // at the end, is an ErrConfiguration error naming option.
 func ParseTopicPattern(option, p string) (TopicPattern, error) {
 	if p == "" {
-		return TopicPattern{}, Configurationf(option, "empty topic pattern")
+		return TopicPattern{}, configurationf(option, "empty topic pattern")
 	}
 	text, prefix := p, false
 	if strings.HasSuffix(p, "*") {
 		text, prefix = p[:len(p)-1], true
 	}
 	if i := strings.IndexAny(text, "*?"); i >= 0 {
-		return TopicPattern{}, Configurationf(option,
+		return TopicPattern{}, configurationf(option,
 			"topic pattern %q has %q at position %d: only a trailing '*' is a wildcard (\"library.*\")", p, text[i], i)
 	}
 	if len(text) > MaxTopicLength {
-		return TopicPattern{}, Configurationf(option, "topic pattern %q is longer than %d characters", p, MaxTopicLength)
+		return TopicPattern{}, configurationf(option, "topic pattern %q is longer than %d characters", p, MaxTopicLength)
 	}
 	return TopicPattern{Text: text, Prefix: prefix}, nil
 }
@@ -60,23 +60,13 @@ func (p TopicPattern) String() string {
 	return p.Text
 }
 
-// LikePattern returns the pattern for SQL `LIKE ? ESCAPE '\'`: the prefix
+// likePattern returns the pattern for SQL `LIKE ? ESCAPE '\'`: the prefix
 // with '\', '%' and '_' escaped, then '%'. For a name it is the escaped name.
-func (p TopicPattern) LikePattern() string {
+func (p TopicPattern) likePattern() string {
 	r := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
 	s := r.Replace(p.Text)
 	if p.Prefix {
 		s += "%"
 	}
 	return s
-}
-
-// MatchAny reports whether topic matches one of ps.
-func MatchAny(ps []TopicPattern, topic string) bool {
-	for _, p := range ps {
-		if p.Match(topic) {
-			return true
-		}
-	}
-	return false
 }

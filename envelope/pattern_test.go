@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 func TestTopicPattern(t *testing.T) {
@@ -67,7 +68,7 @@ func TestLikePattern(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := p.LikePattern(); got != want {
+		if got := outbox.LikePattern(p); got != want {
 			t.Errorf("LikePattern(%q) = %q, want %q", in, got, want)
 		}
 	}

@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// PoolerHint turns the errors a connection pooler in transaction mode
+// poolerHint turns the errors a connection pooler in transaction mode
 // causes into an ErrConfiguration that says what to change, and returns
 // any other error as it is.
 //
@@ -17,7 +17,7 @@ import (
 // caches every statement by default (default_query_exec_mode
 // cache_statement); herald sends more statements than a plain GORM write,
 // so it meets this sooner.
-func PoolerHint(err error) error {
+func poolerHint(err error) error {
 	var st interface{ SQLState() string }
 	if err == nil || !errors.As(err, &st) {
 		return err

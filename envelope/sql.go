@@ -3,11 +3,12 @@ package envelope
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/heraldgo/herald/internal/sqltime"
 )
 
 // Querier runs statements: *sql.DB, *sql.Tx and *sql.Conn all are one.
@@ -35,37 +36,29 @@ func ParseTable(d Dialect, name string) (Table, error) {
 	}
 	parts := strings.Split(name, ".")
 	if len(parts) > 2 || (len(parts) == 2 && d != Postgres) {
-		return Table{}, Configurationf("Table", "%q: want an identifier (letters, digits, _), or schema.table on PostgreSQL", name)
+		return Table{}, configurationf("Table", "%q: want an identifier (letters, digits, _), or schema.table on PostgreSQL", name)
 	}
 	q := make([]string, len(parts))
 	for i, p := range parts {
 		if !identRE.MatchString(p) {
-			return Table{}, Configurationf("Table", "%q: %q is not an identifier (letters, digits and _, not starting with a digit, at most 63)", name, p)
+			return Table{}, configurationf("Table", "%q: %q is not an identifier (letters, digits and _, not starting with a digit, at most 63)", name, p)
 		}
 		q[i] = d.QuoteIdent(p)
 	}
 	return Table{Name: name, Quoted: strings.Join(q, "."), Base: strings.Join(parts, "_")}, nil
 }
 
-// PausedTable is the table of paused topics that goes with the outbox
+// pausedTable is the table of paused topics that goes with the outbox
 // table (schema version 5), written for SQL: {base}_paused in the outbox
 // table's schema. The relay leases no event of a topic it lists; the
 // admin package writes it.
-func (t Table) PausedTable() string {
+func (t Table) pausedTable() string {
 	schema := ""
 	if i := strings.LastIndex(t.Quoted, `"."`); i >= 0 {
 		schema = t.Quoted[:i+2]
 	}
 	return schema + t.Base + "_paused"
 }
-
-// IsIdentifier reports whether s is a plain SQL identifier herald will
-// quote and use as a column name.
-func IsIdentifier(s string) bool { return identRE.MatchString(s) }
-
-// QuoteIdent quotes a validated identifier for PostgreSQL and SQLite
-// (double quotes); Dialect.QuoteIdent quotes for any dialect.
-func QuoteIdent(s string) string { return `"` + s + `"` }
 
 // QuoteIdent quotes a validated identifier for the dialect: backticks on
 // MySQL, double quotes elsewhere.
@@ -76,85 +69,38 @@ func (d Dialect) QuoteIdent(s string) string {
 	return `"` + s + `"`
 }
 
-// KeyLockTable is the MySQL table of ordering-key lock rows that goes with
+// keyLockTable is the MySQL table of ordering-key lock rows that goes with
 // the outbox table ({base}_keylock; see the comment at mysqlKeyLockBuckets).
-func (t Table) KeyLockTable() string { return t.Base + "_keylock" }
+func (t Table) keyLockTable() string { return t.Base + "_keylock" }
 
-// Placeholder returns the n-th (1-based) bind placeholder of the dialect.
-func (d Dialect) Placeholder(n int) string {
+// placeholder returns the n-th (1-based) bind placeholder of the dialect.
+func (d Dialect) placeholder(n int) string {
 	if d == Postgres {
 		return "$" + strconv.Itoa(n)
 	}
 	return "?"
 }
 
-// MaxBindParams is the most bind parameters one statement may carry.
-func (d Dialect) MaxBindParams() int {
+// maxBindParams is the most bind parameters one statement may carry.
+func (d Dialect) maxBindParams() int {
 	if d == Postgres || d == MySQL {
 		return 65535
 	}
 	return 32766
 }
 
-// sqliteTimeFormat is how SQLite stores times: fixed width, UTC, so text
-// comparison is time comparison, whichever driver reads it.
-const sqliteTimeFormat = "2006-01-02T15:04:05.000000Z"
-
-// TimeArg returns t as a bind argument for the dialect. On SQLite times are
+// timeArg returns t as a bind argument for the dialect. On SQLite times are
 // stored as fixed-width UTC text so that they compare correctly as text.
-func (d Dialect) TimeArg(t time.Time) any {
+func (d Dialect) timeArg(t time.Time) any {
 	switch d {
 	case SQLite:
-		return t.UTC().Format(sqliteTimeFormat)
+		return t.UTC().Format(sqltime.SQLiteFormat)
 	case MySQL:
 		// DATETIME(6) holds no zone: herald's are UTC, to the microsecond
 		// (go-sql-driver/mysql formats a time in its loc, UTC by default).
 		return t.UTC().Truncate(time.Microsecond)
 	}
 	return t
-}
-
-// NullTime is a nullable time column value that scans from either dialect's
-// storage (time.Time on PostgreSQL, text on SQLite).
-type NullTime struct {
-	Time  time.Time
-	Valid bool
-}
-
-// Scan implements sql.Scanner.
-func (n *NullTime) Scan(v any) error {
-	switch x := v.(type) {
-	case nil:
-		*n = NullTime{}
-		return nil
-	case time.Time:
-		*n = NullTime{Time: x, Valid: true}
-		return nil
-	case string:
-		return n.parse(x)
-	case []byte:
-		return n.parse(string(x))
-	}
-	return fmt.Errorf("herald/envelope: cannot scan %T into a time", v)
-}
-
-func (n *NullTime) parse(s string) error {
-	for _, layout := range []string{sqliteTimeFormat, time.RFC3339Nano, "2006-01-02 15:04:05.999999999-07:00", "2006-01-02 15:04:05.999999999"} {
-		if t, err := time.Parse(layout, s); err == nil {
-			*n = NullTime{Time: t, Valid: true}
-			return nil
-		}
-	}
-	return fmt.Errorf("herald/envelope: cannot parse time %q", s)
-}
-
-// Ptr returns the time, or nil when NULL.
-func (n NullTime) Ptr() *time.Time {
-	if !n.Valid {
-		return nil
-	}
-	t := n.Time
-	return &t
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/names"
 )
 
 func TestTemplateRender(t *testing.T) {
@@ -63,7 +64,7 @@ func TestSnakeCase(t *testing.T) {
 		"Loan": "loan", "LoanItem": "loan_item", "HTTPRequest": "http_request", "UserID": "user_id",
 		"A": "a", "ABC": "abc", "Item2Go": "item2_go", "already_snake": "already_snake",
 	} {
-		if got := envelope.SnakeCase(in); got != want {
+		if got := names.SnakeCase(in); got != want {
 			t.Errorf("SnakeCase(%q) = %q, want %q", in, got, want)
 		}
 	}
@@ -72,11 +73,11 @@ func TestSnakeCase(t *testing.T) {
 func TestLimitKey(t *testing.T) {
 	t.Parallel()
 	short := strings.Repeat("k", 255)
-	if got := envelope.LimitKey(short); got != short {
+	if got := names.LimitKey(short, envelope.MaxKeyLength); got != short {
 		t.Fatalf("a 255-character key changed")
 	}
 	for _, long := range []string{strings.Repeat("k", 256), strings.Repeat("ключ", 100)} {
-		got := envelope.LimitKey(long)
+		got := names.LimitKey(long, envelope.MaxKeyLength)
 		if n := utf8.RuneCountInString(got); n != 255 {
 			t.Fatalf("limited key has %d characters, want 255", n)
 		}
@@ -92,7 +93,7 @@ func TestLimitKey(t *testing.T) {
 			t.Fatalf("limited key is not valid UTF-8")
 		}
 	}
-	if envelope.LimitKey(strings.Repeat("a", 300)) == envelope.LimitKey(strings.Repeat("a", 299)+"b") {
+	if names.LimitKey(strings.Repeat("a", 300), envelope.MaxKeyLength) == names.LimitKey(strings.Repeat("a", 299)+"b", envelope.MaxKeyLength) {
 		t.Fatal("two long keys with the same start collide")
 	}
 }
@@ -113,7 +114,7 @@ func FuzzTemplate(f *testing.F) {
 		if strings.ContainsAny(tmpl, "{}") == false && out != tmpl {
 			t.Fatalf("literal template %q rendered as %q", tmpl, out)
 		}
-		k := envelope.LimitKey(out)
+		k := names.LimitKey(out, envelope.MaxKeyLength)
 		if utf8.ValidString(out) && utf8.RuneCountInString(k) > envelope.MaxKeyLength {
 			t.Fatalf("LimitKey gave %d characters", utf8.RuneCountInString(k))
 		}

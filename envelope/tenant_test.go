@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // TestTenantIdempotencyKeys: a key is unique per tenant (schema version 6),
@@ -53,7 +54,7 @@ func TestTenantIdempotencyKeys(t *testing.T) {
 		if _, err := w.Write(ctx, db, many); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := w.WriteCapturedArrays(ctx, db, many); err != nil {
+		if _, err := outbox.WriteArrays(w)(ctx, db, many); err != nil {
 			t.Fatal(err)
 		}
 		if n := count(t, db, "WHERE topic = 'm' AND tenant = 'acme'"); n != 4 {

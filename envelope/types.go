@@ -174,11 +174,18 @@ type Options struct {
 	Fields []string
 	// Exclude removes columns from the default set; not together with Fields.
 	Exclude []string
-	// Topic is a template; "" = "{namespace}.{model}.{operation}".
+	// Topic is a template: each name in braces is replaced by its value —
+	// {namespace}, {model} (the model's name in snake_case: loan_item),
+	// {label} (the envelope's model label: library.LoanItem), {table},
+	// {operation} (inserted, updated, deleted) and {pk} (the primary key,
+	// composite parts joined by ':'). "" = DefaultTopic,
+	// "{namespace}.{model}.{operation}"; an empty namespace drops the dot
+	// after it.
 	Topic string
 	// TopicFunc computes the topic instead of Topic; not together with it.
 	TopicFunc func(Change) string
-	// OrderingKey is a template; "" = "{label}:{pk}", the row's own key.
+	// OrderingKey is a template, with the names of Topic; "" =
+	// DefaultOrderingKey, "{label}:{pk}", the row's own key.
 	OrderingKey string
 	// OrderingKeyFunc computes the key instead of OrderingKey.
 	OrderingKeyFunc func(Change) string

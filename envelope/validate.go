@@ -158,7 +158,7 @@ func (w *Writer) extraColumns(ctx context.Context, q Querier, rows []row) error 
 			return nil
 		}
 		if reload {
-			return Validationf(where, "table %s has no column %q", w.t.Name, missing)
+			return validationf(where, "table %s has no column %q", w.t.Name, missing)
 		}
 	}
 }
@@ -200,7 +200,7 @@ func (w *Writer) tableColumns(ctx context.Context, q Querier, reload bool) (map[
 		return nil, fmt.Errorf("herald/envelope: read the columns of %s: %w", w.t.Name, err)
 	}
 	if len(cols) == 0 {
-		return nil, Configurationf("Table", "outbox table %s is missing; create it with envelope.Migrate", w.t.Name)
+		return nil, configurationf("Table", "outbox table %s is missing; create it with envelope.Migrate", w.t.Name)
 	}
 	w.mu.Lock()
 	w.cols = cols

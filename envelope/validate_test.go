@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // hostileCases are messages PostgreSQL would refuse (and SQLite would
@@ -139,7 +140,7 @@ func TestDeliverAtRange(t *testing.T) {
 			t.Fatal(err)
 		}
 		// What the relay asks: which events are due at 2026-06-01?
-		now := d.TimeArg(time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC))
+		now := outbox.TimeArg(d, time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC))
 		q := `SELECT payload FROM herald_outbox WHERE next_attempt_at <= $1 ORDER BY next_attempt_at`
 		if d != envelope.Postgres {
 			q = strings.ReplaceAll(q, "$1", "?")
@@ -167,7 +168,7 @@ func TestDeliverAtRange(t *testing.T) {
 		if d == envelope.MySQL {
 			byPayload = strings.ReplaceAll(byPayload, "CAST(payload AS TEXT)", "payload")
 		}
-		e, err := envelope.ScanEvent(db.QueryRowContext(ctx, byPayload), nil)
+		e, err := outbox.ScanEvent(db.QueryRowContext(ctx, byPayload), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

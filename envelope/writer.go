@@ -16,6 +16,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/heraldgo/herald/internal/names"
+	"github.com/heraldgo/herald/internal/sqltime"
 	"github.com/heraldgo/herald/jsonform"
 )
 
@@ -28,7 +30,7 @@ type Writer struct {
 	newID     func() (uuid.UUID, error)
 	lockClass string // advisory lock classid of the table's key locks, as SQL
 
-	maxArrayRows int  // tests: WriteCapturedArrays's chunk size; 0 = maxArrayRows
+	maxArrayRows int  // tests: writeCapturedArrays's chunk size; 0 = maxArrayRows
 	noKeyLocks   bool // tests: a MySQL writer that takes no key locks
 
 	mu   sync.Mutex
@@ -90,17 +92,6 @@ type WriteResult struct {
 // when a message is rejected (ErrValidation): every check runs before the
 // first statement.
 func (w *Writer) Write(ctx context.Context, q Querier, ms []Message) (*WriteResult, error) {
-	return w.write(ctx, q, ms)
-}
-
-// WriteCaptured is Write for the events of captured row changes (the
-// messages Spec.Messages returns); it is Write itself. It used to skip the
-// key locks, relying on the rows' locks, which ordered a row's captured
-// events but not against an Enqueue of the row's key nor the events of a
-// key template shared by several rows; now the messages of a row-keyed
-// spec take their key's lock shared, which costs no wait between writers
-// of rows (see Spec.RowKeyed).
-func (w *Writer) WriteCaptured(ctx context.Context, q Querier, ms []Message) (*WriteResult, error) {
 	return w.write(ctx, q, ms)
 }
 
@@ -182,7 +173,7 @@ func (w *Writer) write(ctx context.Context, q Querier, ms []Message) (*WriteResu
 		res, err := w.run(ctx, tx, rows, locks, now)
 		if err != nil {
 			_ = tx.Rollback()
-			return nil, w.Unmigrated(err)
+			return nil, w.unmigrated(err)
 		}
 		if err := tx.Commit(); err != nil {
 			return nil, fmt.Errorf("herald/envelope: commit: %w", err)
@@ -190,16 +181,16 @@ func (w *Writer) write(ctx context.Context, q Querier, ms []Message) (*WriteResu
 		return res, nil
 	}
 	res, err := w.run(ctx, q, rows, locks, now)
-	return res, w.Unmigrated(err)
+	return res, w.unmigrated(err)
 }
 
-// Unmigrated returns err as an ErrConfiguration naming envelope.Migrate
+// unmigrated (internal/outbox.Unmigrated) returns err as an ErrConfiguration naming envelope.Migrate
 // when it is the database's answer that the outbox table does not exist
 // (PostgreSQL's undefined_table, 42P01, about it; SQLite's "no such
 // table"): a write or Enqueue before the outbox was migrated. Any other
 // error, and nil, is returned as it is. Capture paths that insert events
 // in a statement of their own pass its error through it.
-func (w *Writer) Unmigrated(err error) error {
+func (w *Writer) unmigrated(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -225,7 +216,7 @@ func (w *Writer) Unmigrated(err error) error {
 		return err
 	}
 	return &Error{Kind: ErrConfiguration, Where: "outbox table " + w.t.Name,
-		Msg: fmt.Sprintf("does not exist: create it before the first write with envelope.Migrate(ctx, db, %q, %q) (or the statements of envelope.DDL)", string(w.d), w.t.Name),
+		Msg: fmt.Sprintf("does not exist: create it before the first write with envelope.Migrate(ctx, db, %q, %q) (or the scripts of envelope.MigrationSQL)", string(w.d), w.t.Name),
 		Err: err}
 }
 
@@ -236,34 +227,34 @@ func (w *Writer) prepare(r *row, m *Message, ch map[string]string, i, n int) err
 	where := r.where
 	switch l := utf8.RuneCountInString(m.Topic); {
 	case l == 0:
-		return Validationf(where("Topic"), "empty topic")
+		return validationf(where("Topic"), "empty topic")
 	case l > MaxTopicLength:
-		return Validationf(where("Topic"), "%d characters, longer than %d", l, MaxTopicLength)
+		return validationf(where("Topic"), "%d characters, longer than %d", l, MaxTopicLength)
 	}
 	if why := checkText(m.Topic); why != "" {
-		return Validationf(where("Topic"), "%s", why)
+		return validationf(where("Topic"), "%s", why)
 	}
 	if l := utf8.RuneCountInString(m.IdempotencyKey); l > MaxKeyLength {
-		return Validationf(where("IdempotencyKey"), "%d characters, longer than %d", l, MaxKeyLength)
+		return validationf(where("IdempotencyKey"), "%d characters, longer than %d", l, MaxKeyLength)
 	}
 	if why := checkText(m.IdempotencyKey); why != "" {
-		return Validationf(where("IdempotencyKey"), "%s", why)
+		return validationf(where("IdempotencyKey"), "%s", why)
 	}
 	if l := utf8.RuneCountInString(m.Tenant); l > MaxKeyLength {
-		return Validationf(where("Tenant"), "%d characters, longer than %d", l, MaxKeyLength)
+		return validationf(where("Tenant"), "%d characters, longer than %d", l, MaxKeyLength)
 	}
 	if why := checkText(m.Tenant); why != "" {
-		return Validationf(where("Tenant"), "%s", why)
+		return validationf(where("Tenant"), "%s", why)
 	}
 	if l := utf8.RuneCountInString(m.OrderingKey); l > MaxKeyLength {
-		return Validationf(where("OrderingKey"), "%d characters, longer than %d", l, MaxKeyLength)
+		return validationf(where("OrderingKey"), "%d characters, longer than %d", l, MaxKeyLength)
 	}
 	if why := checkText(m.OrderingKey); why != "" {
-		return Validationf(where("OrderingKey"), "%s", why)
+		return validationf(where("OrderingKey"), "%s", why)
 	}
 	if !m.DeliverAt.IsZero() {
 		if why := checkTime(m.DeliverAt); why != "" {
-			return Validationf(where("DeliverAt"), "%s", why)
+			return validationf(where("DeliverAt"), "%s", why)
 		}
 	}
 	switch p := m.Payload.(type) {
@@ -277,17 +268,17 @@ func (w *Writer) prepare(r *row, m *Message, ch map[string]string, i, n int) err
 		r.payload = string(b)
 	}
 	if why := checkJSONText([]byte(r.payload)); why != "" {
-		return Validationf(where("Payload"), "%s", why)
+		return validationf(where("Payload"), "%s", why)
 	}
 	for k := range m.Headers {
 		if k == "" {
-			return Validationf(where("Headers"), "empty header name")
+			return validationf(where("Headers"), "empty header name")
 		}
 		if why := checkText(k); why != "" {
-			return Validationf(where("Headers"), "header name %q %s", k, why)
+			return validationf(where("Headers"), "header name %q %s", k, why)
 		}
 		if why := checkText(m.Headers[k]); why != "" {
-			return Validationf(where("Headers"), "header %q: value %s", k, why)
+			return validationf(where("Headers"), "header %q: value %s", k, why)
 		}
 	}
 	hdrs := withContextHeaders(m.Headers, ch)
@@ -300,13 +291,13 @@ func (w *Writer) prepare(r *row, m *Message, ch map[string]string, i, n int) err
 		cols := make([]string, 0, len(m.Extra))
 		for c := range m.Extra {
 			switch {
-			case IsOwnColumn(c):
-				return Validationf(where("Extra"), "column %q is one of the outbox table's own columns; Extra fills only your extra columns", c)
-			case !IsIdentifier(c):
-				return Validationf(where("Extra"), "column %q is not an identifier", c)
+			case isOwnColumn(c):
+				return validationf(where("Extra"), "column %q is one of the outbox table's own columns; Extra fills only your extra columns", c)
+			case !names.IsIdentifier(c):
+				return validationf(where("Extra"), "column %q is not an identifier", c)
 			}
 			if why := checkExtraValue(m.Extra[c]); why != "" {
-				return Validationf(where("Extra"), "column %q: value %s", c, why)
+				return validationf(where("Extra"), "column %q: value %s", c, why)
 			}
 			cols = append(cols, c)
 		}
@@ -380,7 +371,7 @@ func (w *Writer) runs(rows []row) []run {
 
 func (w *Writer) chunkRows(r run) int {
 	per := r.ownColumns() + len(r.extras)
-	return (w.d.MaxBindParams() - 2) / per // 2: the key locks' arrays
+	return (w.d.maxBindParams() - 2) / per // 2: the key locks' arrays
 }
 
 func (w *Writer) statements(rows []row) int {
@@ -502,7 +493,7 @@ func (w *Writer) insert(ctx context.Context, q Querier, rows []row, batch []int,
 	} else {
 		b.WriteString(") VALUES ")
 	}
-	created := w.d.TimeArg(now)
+	created := w.d.timeArg(now)
 	for bi, i := range batch {
 		if bi > 0 {
 			b.WriteByte(',')
@@ -514,7 +505,7 @@ func (w *Writer) insert(ctx context.Context, q Querier, rows []row, batch []int,
 			if c > 0 {
 				b.WriteByte(',')
 			}
-			ph := w.d.Placeholder(len(args) + c + 1)
+			ph := w.d.placeholder(len(args) + c + 1)
 			if bi == 0 && c == 6 && lockSQL != "" && !single { // created_at
 				ph = "CASE WHEN " + lockSQL + " THEN " + ph + "::timestamptz END"
 			}
@@ -526,7 +517,7 @@ func (w *Writer) insert(ctx context.Context, q Querier, rows []row, batch []int,
 		row := &rows[i]
 		var next any
 		if !row.at.IsZero() {
-			next = w.d.TimeArg(row.at)
+			next = w.d.timeArg(row.at)
 			if w.d == Postgres {
 				// Microseconds, truncated: pgx does so, lib/pq sends
 				// nanoseconds that PostgreSQL rounds; the same instant
@@ -558,7 +549,7 @@ func (w *Writer) insert(ctx context.Context, q Querier, rows []row, batch []int,
 //	INSERT INTO outbox (…) SELECT … FROM unnest($1::text::uuid[], …) WITH ORDINALITY AS u(…) ORDER BY u.ord RETURNING sequence, id
 //
 // binding each column as one array literal in a text parameter, so that
-// every driver sends it (pgx, lib/pq; WriteCapturedArrays binds Go slices,
+// every driver sends it (pgx, lib/pq; writeCapturedArrays binds Go slices,
 // which only pgx can): at most ten parameters whatever the number of
 // events, where a multi-row VALUES binds eight per event and the server
 // parses, binds and plans them all (1000 events: about 1.3× the time of a
@@ -602,7 +593,7 @@ func (w *Writer) insertUnnest(ctx context.Context, q Querier, rows []row, batch 
 	u.optional(c.ikeys, "idempotency_key", "NULL", "text::varchar", func() any {
 		return literal(0, func(b *strings.Builder, r *row) { appendNullableElement(b, r.ikey) })
 	})
-	u.scalar("created_at", w.d.TimeArg(now))
+	u.scalar("created_at", w.d.timeArg(now))
 	if r.tenant {
 		u.array("tenant", "text::varchar", literal(0, func(b *strings.Builder, r *row) { appendArrayElement(b, r.tenant) }))
 	}
@@ -637,19 +628,19 @@ func (w *Writer) insertUnnest(ctx context.Context, q Querier, rows []row, batch 
 func (w *Writer) returning(ctx context.Context, q Querier, query string, args []any, seq map[uuid.UUID]int64) error {
 	res, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
-		return PoolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
+		return poolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
 	}
 	defer res.Close()
 	for res.Next() {
 		var s int64
 		var id uuid.UUID
 		if err := res.Scan(&s, &id); err != nil {
-			return PoolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
+			return poolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
 		}
 		seq[id] = s
 	}
 	if err := res.Err(); err != nil {
-		return PoolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
+		return poolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
 	}
 	return nil
 }
@@ -670,8 +661,8 @@ func (w *Writer) selectByIdempotencyKey(ctx context.Context, q Querier, keys []s
 	if w.d == Postgres {
 		return out, w.selectEvents(ctx, q, base+"= ANY($1::text[])", []any{textArray(keys)}, out)
 	}
-	for start := 0; start < len(keys); start += w.d.MaxBindParams() {
-		chunk := keys[start:min(len(keys), start+w.d.MaxBindParams())]
+	for start := 0; start < len(keys); start += w.d.maxBindParams() {
+		chunk := keys[start:min(len(keys), start+w.d.maxBindParams())]
 		var b strings.Builder
 		b.WriteString(base)
 		b.WriteString("IN (")
@@ -680,7 +671,7 @@ func (w *Writer) selectByIdempotencyKey(ctx context.Context, q Querier, keys []s
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			b.WriteString(w.d.Placeholder(i + 1))
+			b.WriteString(w.d.placeholder(i + 1))
 			args[i] = k
 		}
 		b.WriteByte(')')
@@ -699,11 +690,11 @@ func (w *Writer) selectByIdempotencyKey(ctx context.Context, q Querier, keys []s
 func (w *Writer) selectEvents(ctx context.Context, q Querier, query string, args []any, out map[string]*Event) error {
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
-		return PoolerHint(fmt.Errorf("herald/envelope: select stored idempotency keys: %w", err))
+		return poolerHint(fmt.Errorf("herald/envelope: select stored idempotency keys: %w", err))
 	}
 	defer rows.Close()
 	for rows.Next() {
-		e, err := ScanEvent(rows, []string{"tenant"})
+		e, err := scanEvent(rows, []string{"tenant"})
 		if err != nil {
 			return err
 		}
@@ -712,25 +703,23 @@ func (w *Writer) selectEvents(ctx context.Context, q Querier, query string, args
 		out[tenantKey(e.Tenant, e.IdempotencyKey)] = e
 	}
 	if err := rows.Err(); err != nil {
-		return PoolerHint(fmt.Errorf("herald/envelope: select stored idempotency keys: %w", err))
+		return poolerHint(fmt.Errorf("herald/envelope: select stored idempotency keys: %w", err))
 	}
 	return nil
 }
 
-// EventColumns lists the outbox columns ScanEvent reads, in its order.
+// EventColumns lists the outbox table's columns of an Event, in the order
+// of Event's fields, for a SELECT of your own.
 const EventColumns = "sequence, id, topic, payload, headers, ordering_key, idempotency_key, created_at, attempts, last_error, next_attempt_at, lease_until, leased_by, published_at, dead_lettered_at"
 
-// Scanner is *sql.Rows or *sql.Row.
-type Scanner interface{ Scan(dest ...any) error }
-
-// ScanEvent scans one row selected as EventColumns followed by the extra
+// scanEvent (internal/outbox.ScanEvent) scans one row selected as EventColumns followed by the extra
 // columns named in extra (loaded into Event.Extra).
-func ScanEvent(s Scanner, extra []string) (*Event, error) {
+func scanEvent(s interface{ Scan(dest ...any) error }, extra []string) (*Event, error) {
 	var (
 		e                                       Event
 		payload, headers                        []byte
 		okey, ikey, lastErr, leasedBy           sql.NullString
-		created, next, lease, published, killed NullTime
+		created, next, lease, published, killed sqltime.NullTime
 	)
 	dest := []any{&e.Sequence, &e.ID, &e.Topic, &payload, &headers, &okey, &ikey, &created, &e.Attempts,
 		&lastErr, &next, &lease, &leasedBy, &published, &killed}

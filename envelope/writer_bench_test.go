@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/internal/testkit"
 )
 
@@ -221,7 +222,7 @@ func BenchmarkInsertForms(b *testing.B) {
 			})
 		}},
 		{"writer", func() {
-			benchTx(b, db, func(tx *sql.Tx) error { _, err := w.WriteCapturedArrays(ctx, tx, ms); return err })
+			benchTx(b, db, func(tx *sql.Tx) error { _, err := outbox.WriteArrays(w)(ctx, tx, ms); return err })
 		}},
 		{"writer-no-returning", func() {
 			ids, topics, payloads := columns()

@@ -63,7 +63,7 @@ func (w *Writer) lockMySQL(ctx context.Context, q Querier, l keyLocks) error {
 		}
 		var b strings.Builder
 		b.WriteString("SELECT bucket FROM ")
-		b.WriteString(w.t.KeyLockTable())
+		b.WriteString(w.t.keyLockTable())
 		b.WriteString(" WHERE bucket IN (")
 		args := make([]any, j-i)
 		for k := i; k < j; k++ {
@@ -84,7 +84,7 @@ func (w *Writer) lockMySQL(ctx context.Context, q Querier, l keyLocks) error {
 			return fmt.Errorf("herald/envelope: lock the ordering keys' rows of %s: %w", w.t.Name, err)
 		}
 		if n != j-i {
-			return Configurationf("Table", "%s has %d of the %d key-lock rows this write needs: bring the outbox table up to date with envelope.Migrate", w.t.KeyLockTable(), n, j-i)
+			return configurationf("Table", "%s has %d of the %d key-lock rows this write needs: bring the outbox table up to date with envelope.Migrate", w.t.keyLockTable(), n, j-i)
 		}
 		i = j
 	}
@@ -122,7 +122,7 @@ func (w *Writer) insertMySQL(ctx context.Context, q Querier, rows []row, batch [
 	}
 	b.WriteString(") VALUES ")
 	args := make([]any, 0, len(batch)*per)
-	created := w.d.TimeArg(now)
+	created := w.d.timeArg(now)
 	for bi, i := range batch {
 		if bi > 0 {
 			b.WriteByte(',')
@@ -138,7 +138,7 @@ func (w *Writer) insertMySQL(ctx context.Context, q Querier, rows []row, batch [
 		row := &rows[i]
 		var next any
 		if !row.at.IsZero() {
-			next = w.d.TimeArg(row.at)
+			next = w.d.timeArg(row.at)
 		}
 		args = append(args, row.id.String(), row.topic, row.payload, row.headers, nullString(row.okey), nullString(row.ikey), created, next)
 		if r.tenant {

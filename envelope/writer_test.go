@@ -14,6 +14,7 @@ import (
 	_ "github.com/mattn/go-sqlite3"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/internal/testkit"
 )
 
@@ -161,7 +162,7 @@ func TestWrite(t *testing.T) {
 		if e.ID.Version() != 7 || e.OrderingKey != "loan:1" || e.Headers["librarian"] != "7" || e.CreatedAt.IsZero() {
 			t.Fatalf("event %+v", e)
 		}
-		stored, err := envelope.ScanEvent(db.QueryRow(`SELECT `+envelope.EventColumns+` FROM herald_outbox WHERE sequence = `+d.Placeholder(1), e.Sequence), nil)
+		stored, err := outbox.ScanEvent(db.QueryRow(`SELECT `+envelope.EventColumns+` FROM herald_outbox WHERE sequence = `+outbox.Placeholder(d, 1), e.Sequence), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -172,7 +173,7 @@ func TestWrite(t *testing.T) {
 			!stored.CreatedAt.Equal(e.CreatedAt) || stored.NextAttemptAt != nil || stored.PublishedAt != nil {
 			t.Fatalf("stored %+v\nwritten %+v", stored, e)
 		}
-		deferred, err := envelope.ScanEvent(db.QueryRow(`SELECT `+envelope.EventColumns+` FROM herald_outbox WHERE sequence = `+d.Placeholder(1), res.Events[2].Sequence), nil)
+		deferred, err := outbox.ScanEvent(db.QueryRow(`SELECT `+envelope.EventColumns+` FROM herald_outbox WHERE sequence = `+outbox.Placeholder(d, 1), res.Events[2].Sequence), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

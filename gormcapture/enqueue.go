@@ -8,6 +8,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/wakeup"
 )
 
@@ -45,8 +46,8 @@ func Enqueue(db *gorm.DB, m envelope.Message) (*envelope.Event, error) {
 // given to gorm.Open).
 //
 // On PostgreSQL through pgx, many events without idempotency keys or Extra
-// columns are one INSERT … SELECT FROM unnest(…) (envelope's
-// WriteCapturedArrays). The configured Wakeup is signalled with the topics
+// columns are one INSERT … SELECT FROM unnest(…) binding one array per
+// column, whatever their number. The configured Wakeup is signalled with the topics
 // of the events actually inserted, once, after the outermost commit, and
 // never after a rollback (a wakeup.TxSignaler is signalled inside the
 // transaction instead).
@@ -55,14 +56,14 @@ func Enqueue(db *gorm.DB, m envelope.Message) (*envelope.Event, error) {
 // knows the outbox table and the dialect.
 func EnqueueMany(db *gorm.DB, ms []envelope.Message) ([]*envelope.Event, error) {
 	if db == nil || db.Statement == nil {
-		return nil, envelope.Validationf("gormcapture.EnqueueMany", "nil *gorm.DB")
+		return nil, outbox.Validationf("gormcapture.EnqueueMany", "nil *gorm.DB")
 	}
 	if db.Error != nil {
 		return nil, db.Error
 	}
 	p, ok := db.Plugins[Name].(*Plugin)
 	if !ok || p.writer == nil {
-		return nil, envelope.Configurationf("gormcapture.EnqueueMany", "the capture plugin is not installed on this *gorm.DB: call db.Use(gormcapture.New(gormcapture.Config{...})) after gorm.Open")
+		return nil, outbox.Configurationf("gormcapture.EnqueueMany", "the capture plugin is not installed on this *gorm.DB: call db.Use(gormcapture.New(gormcapture.Config{...})) after gorm.Open")
 	}
 	if len(ms) == 0 {
 		return nil, nil
@@ -73,7 +74,7 @@ func EnqueueMany(db *gorm.DB, ms []envelope.Message) ([]*envelope.Event, error) 
 
 	write := p.writer.Write
 	if len(ms) > 1 && p.bindsArrays(cp) {
-		write = p.writer.WriteCapturedArrays // unnest; Write when a message has an idempotency key or Extra
+		write = outbox.WriteArrays(p.writer) // unnest; Write when a message has an idempotency key or Extra
 	}
 
 	if raw := rawTx(cp); raw != nil {
@@ -110,7 +111,7 @@ func EnqueueMany(db *gorm.DB, ms []envelope.Message) ([]*envelope.Event, error) 
 
 	pool := p.writePool(db)
 	if len(ms) > 1 && p.bindsArrays(pool) {
-		write = p.writer.WriteCapturedArrays
+		write = outbox.WriteArrays(p.writer)
 	} else {
 		write = p.writer.Write
 	}
@@ -147,7 +148,7 @@ func (p *Plugin) oneStatement(ms []envelope.Message) bool {
 	// The Writer splits its INSERTs as if each bound 8 parameters per event
 	// plus the key locks' 2 (as a VALUES INSERT does); beyond that the write
 	// is several INSERTs.
-	if len(ms)*8+2 > p.writer.Dialect().MaxBindParams() {
+	if len(ms)*8+2 > outbox.MaxBindParams(p.writer.Dialect()) {
 		return false
 	}
 	idem := ms[0].IdempotencyKey != ""

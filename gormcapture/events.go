@@ -9,6 +9,7 @@ import (
 	"gorm.io/gorm/schema"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // batch is one statement's changes of one model: what Spec.Messages (and
@@ -39,9 +40,9 @@ func (p *Plugin) emit(db *gorm.DB, batches ...batch) error {
 	if len(ms) == 0 {
 		return nil
 	}
-	write := p.writer.WriteCaptured
+	write := p.writer.Write
 	if len(ms) > 1 && p.bindsArrays(st.ConnPool) {
-		write = p.writer.WriteCapturedArrays
+		write = outbox.WriteArrays(p.writer)
 	}
 	res, err := write(ctx, querier{st.ConnPool, p}, ms)
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/ctxhdr"
 	"github.com/heraldgo/herald/internal/fusedsql"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // fusedUpdate writes a captured UPDATE of any number of rows and its
@@ -53,7 +54,7 @@ import (
 // events are exactly the rows the UPDATE changed (they come from its
 // RETURNING); in BeforeAndAfter the rows are locked, in key order, before
 // they are read; the events are inserted in primary-key order (as emit
-// sorts them), and their keys' advisory locks (envelope.Writer.KeyLocksSQL,
+// sorts them), and their keys' advisory locks (outbox.KeyLocksSQL,
 // each bucket once, in bucket order) are taken before the first sequence
 // value is drawn. Event ids are UUID v7: the statement's base id (drawn in
 // Go) with its random low 61 bits incremented per row (RFC 9562 §6.2,
@@ -218,7 +219,7 @@ func (c *capturePool) fusedUpdate(ctx context.Context, q string, args []any) (n 
 	b.WriteString(`::timestamptz FROM "herald_row"`)
 	if key != "" {
 		b.WriteString(` WHERE `)
-		b.WriteString(p.writer.KeyLocksSQL(`SELECT `+keySQL+` FROM "herald_row"`, spec.RowKeyed()))
+		b.WriteString(outbox.KeyLocksSQL(p.writer, `SELECT `+keySQL+` FROM "herald_row"`, spec.RowKeyed()))
 	}
 	b.WriteString(` ORDER BY ` + order + `) SELECT count(*) FROM "herald_row"`)
 
@@ -229,7 +230,7 @@ func (c *capturePool) fusedUpdate(ctx context.Context, q string, args []any) (n 
 	}
 	rows, err := c.ConnPool.QueryContext(ctx, b.String(), vars...)
 	if err != nil {
-		return 0, true, p.writer.Unmigrated(err) // the statement inserts the events too
+		return 0, true, outbox.Unmigrated(p.writer, err) // the statement inserts the events too
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -312,13 +313,13 @@ func splitKey(key string, sentinels map[string]any, text []string) ([]keyPart, b
 		}
 	}
 	if len(hits) == 0 && utf8.RuneCountInString(key) == envelope.MaxKeyLength && strings.Contains(key, "#") {
-		return nil, false // maybe cut by envelope.LimitKey, sentinels and all
+		return nil, false // maybe cut by names.LimitKey, sentinels and all
 	}
 	return parts, true
 }
 
 // keyExpr renders the key's SQL: the parts concatenated, made to fit
-// envelope.MaxKeyLength as envelope.LimitKey does (the start, '#', and the
+// envelope.MaxKeyLength as names.LimitKey does (the start, '#', and the
 // SHA-256 of the whole key) when it may be longer.
 func keyExpr(parts []keyPart, ph func(any) string) string {
 	var ps []string
@@ -639,10 +640,10 @@ func (c *capturePool) fusedUpdateSQLite(ctx context.Context, q string, args []an
 			}
 			b.WriteString("(" + strings.Join(ps, "||") + ")")
 		}
-		b.WriteString(`,` + ph(envelope.SQLite.TimeArg(c.at.Truncate(time.Microsecond))))
+		b.WriteString(`,` + ph(outbox.TimeArg(envelope.SQLite, c.at.Truncate(time.Microsecond))))
 		b.WriteString(` FROM ` + tmp + ` AS b JOIN ` + table + ` ON ` + pkSQL + ` = b.k ORDER BY b.k`)
 		if _, err := own.ExecContext(ctx, b.String(), vars...); err != nil {
-			return 0, true, fmt.Errorf("herald/gormcapture: insert events: %w", p.writer.Unmigrated(err))
+			return 0, true, fmt.Errorf("herald/gormcapture: insert events: %w", outbox.Unmigrated(p.writer, err))
 		}
 	}
 	if _, err := own.ExecContext(ctx, `DELETE FROM `+tmp); err != nil {

@@ -14,6 +14,7 @@ import (
 	"gorm.io/gorm/schema"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/internal/pgform"
 	"github.com/heraldgo/herald/wakeup"
 )
@@ -147,7 +148,7 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 		p.writer, p.dialect = w, d
 	} else if p.dialect != d {
 		p.mu.Unlock()
-		return envelope.Configurationf("gormcapture", "plugin already installed on a %s database, now on %s: use one plugin per dialect", p.dialect, d)
+		return outbox.Configurationf("gormcapture", "plugin already installed on a %s database, now on %s: use one plugin per dialect", p.dialect, d)
 	}
 	p.namer = db.NamingStrategy
 	if p.db == nil {
@@ -196,7 +197,7 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 
 func dialectOf(db *gorm.DB) (envelope.Dialect, error) {
 	if db.Dialector == nil {
-		return "", envelope.Configurationf("gormcapture", "gorm.DB has no dialector")
+		return "", outbox.Configurationf("gormcapture", "gorm.DB has no dialector")
 	}
 	switch n := db.Name(); n {
 	case "postgres", "pgx":
@@ -294,7 +295,7 @@ func (p *Plugin) Capture(model any, opts envelope.Options) error {
 		// here: every write of it would fail.
 		stmt := &gorm.Statement{DB: db}
 		if err := stmt.Parse(model); err != nil {
-			return envelope.Configurationf(t.Name(), "cannot parse model: %v", err)
+			return outbox.Configurationf(t.Name(), "cannot parse model: %v", err)
 		}
 		if _, err := p.compile(stmt.Schema, opts); err != nil {
 			return err
@@ -319,7 +320,7 @@ func modelType(model any) (reflect.Type, error) {
 		t = t.Elem()
 	}
 	if t == nil || t.Kind() != reflect.Struct {
-		return nil, envelope.Configurationf("gormcapture", "model %T is not a struct", model)
+		return nil, outbox.Configurationf("gormcapture", "model %T is not a struct", model)
 	}
 	return t, nil
 }
@@ -332,13 +333,13 @@ func (p *Plugin) register(db *gorm.DB, model any) error {
 	}
 	stmt := &gorm.Statement{DB: db}
 	if err := stmt.Parse(model); err != nil {
-		return envelope.Configurationf(t.Name(), "cannot parse model: %v", err)
+		return outbox.Configurationf(t.Name(), "cannot parse model: %v", err)
 	}
 	p.mu.Lock()
 	_, explicit := p.explicit[t]
 	p.mu.Unlock()
 	if _, captured := reflect.New(t).Interface().(Captured); !captured && !explicit && p.cfg.CaptureAll == nil && !declaresCascade(stmt.Schema) {
-		return envelope.Configurationf("gormcapture.Config.Models", "%s is not captured (no ChangeCapture method, no Capture call before db.Use, no CaptureAll) and declares no ON DELETE/ON UPDATE CASCADE, SET NULL or SET DEFAULT constraint: listing it does nothing; call Capture(&%s{}, opts) before db.Use, or drop it from Models", t.Name(), t.Name())
+		return outbox.Configurationf("gormcapture.Config.Models", "%s is not captured (no ChangeCapture method, no Capture call before db.Use, no CaptureAll) and declares no ON DELETE/ON UPDATE CASCADE, SET NULL or SET DEFAULT constraint: listing it does nothing; call Capture(&%s{}, opts) before db.Use, or drop it from Models", t.Name(), t.Name())
 	}
 	if len(keyColumns(stmt.Schema)) == 0 {
 		if _, ok := reflect.New(t).Interface().(Captured); ok || explicit {
@@ -472,7 +473,7 @@ func (p *Plugin) tableModel(st *gorm.Statement) *schema.Schema {
 func (p *Plugin) compile(sch *schema.Schema, opts envelope.Options) (*envelope.Spec, error) {
 	key := keyColumns(sch)
 	if len(key) == 0 {
-		return nil, envelope.Configurationf(sch.Name, "table %s has no primary key to key its events by: tag one with gorm:\"primaryKey\" "+
+		return nil, outbox.Configurationf(sch.Name, "table %s has no primary key to key its events by: tag one with gorm:\"primaryKey\" "+
 			"(a many-to-many join model without one is keyed by its foreign-key columns once given to db.SetupJoinTable: call it before db.Use and Capture)", sch.Table)
 	}
 	info := envelope.ModelInfo{
@@ -500,7 +501,7 @@ func (p *Plugin) compile(sch *schema.Schema, opts envelope.Options) (*envelope.S
 		}
 	}
 	if p.isOutbox(sch.Table) {
-		return nil, envelope.Configurationf(sch.Name, "table %s is the outbox table: the outbox cannot capture its own events", sch.Table)
+		return nil, outbox.Configurationf(sch.Name, "table %s is the outbox table: the outbox cannot capture its own events", sch.Table)
 	}
 	return envelope.Compile(info, opts)
 }

@@ -15,6 +15,7 @@ import (
 	"gorm.io/gorm/schema"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/names"
 )
 
 // image is one row as the database returned it: column name -> value,
@@ -156,14 +157,14 @@ func (s *scanner) scan(ctx context.Context, rows *sql.Rows, flag int) (imgs []im
 // read from the database with the same field types.
 func keyOf(img image, cols []string) string {
 	if len(cols) == 1 {
-		return envelope.KeyText(img[cols[0]])
+		return names.KeyText(img[cols[0]])
 	}
 	var b strings.Builder
 	for i, c := range cols {
 		if i > 0 {
 			b.WriteByte(0)
 		}
-		b.WriteString(envelope.KeyText(img[c]))
+		b.WriteString(names.KeyText(img[c]))
 	}
 	return b.String()
 }
@@ -203,7 +204,7 @@ func comparePK(a, b any) int {
 			return 0
 		}
 	}
-	return strings.Compare(envelope.KeyText(a), envelope.KeyText(b))
+	return strings.Compare(names.KeyText(a), names.KeyText(b))
 }
 
 func sortedKeys(ks []string) []string {

@@ -20,6 +20,8 @@ import (
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/ctxhdr"
 	"github.com/heraldgo/herald/internal/fusedsql"
+	"github.com/heraldgo/herald/internal/names"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // insertSingle captures a single-row INSERT without ON CONFLICT. Its
@@ -71,7 +73,7 @@ func (p *Plugin) insertSingle(db *gorm.DB, spec *envelope.Spec, values clause.Va
 			st.Vars = args
 			rows, err := st.ConnPool.QueryContext(ctx, sqlText, args...)
 			if err != nil {
-				return p.writer.Unmigrated(err) // the statement inserts the event too
+				return outbox.Unmigrated(p.writer, err) // the statement inserts the event too
 			}
 			// The event was built from the row in SQL: only what the
 			// instance gets back is read.
@@ -288,10 +290,10 @@ func (p *Plugin) fusedShapeOf(st *gorm.Statement, spec *envelope.Spec, pk []stri
 	render := func(c string, key bool) (string, bool) {
 		f := sch.FieldsByDBName[c]
 		dbType := types.(*columnTypes).get(c)
-		if f == nil || dbType == "" || !envelope.IsIdentifier(c) {
+		if f == nil || dbType == "" || !names.IsIdentifier(c) {
 			return "", false
 		}
-		return renderJSON(f, dbType, `"herald_row".`+envelope.QuoteIdent(c), key, pgx)
+		return renderJSON(f, dbType, `"herald_row".`+names.Quote(c), key, pgx)
 	}
 	shape := &fusedShape{marks: fusedsql.Marks{}}
 	pkMarks := make(map[string]any, len(pk))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/inbox"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // BenchmarkOverhead: a handler that writes its message's effect in a
@@ -28,7 +29,7 @@ func BenchmarkOverhead(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			one := `INSERT INTO effects (id) VALUES (` + d.Placeholder(1) + `)`
+			one := `INSERT INTO effects (id) VALUES (` + outbox.Placeholder(d, 1) + `)`
 			many := `INSERT INTO effects (id) SELECT value FROM json_each(?)`
 			if d == envelope.Postgres {
 				many = `INSERT INTO effects (id) SELECT json_array_elements_text($1::json)`

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // Defaults of the relay's retry settings (relay.DefaultMaxAttempts,
@@ -52,7 +54,7 @@ func RelayRetrySpan(maxAttempts int, retryBase, retryMax time.Duration) time.Dur
 // at once: on PostgreSQL each batch skips the rows another is deleting
 // (FOR UPDATE SKIP LOCKED); SQLite runs them one after the other.
 func (in *Inbox) Cleanup(ctx context.Context) (int64, error) {
-	cutoff := in.d.TimeArg(time.Now().Add(-in.cfg.TTL))
+	cutoff := outbox.TimeArg(in.d, time.Now().Add(-in.cfg.TTL))
 	var total int64
 	for _, q := range []string{in.cleanupSQL, in.cleanupKeysSQL} {
 		for {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // Tx is a transaction HandleTx runs a handler in: a *sql.Tx, an ent *Tx
@@ -18,7 +19,8 @@ type Tx interface {
 }
 
 func (in *Inbox) prepareSQL() {
-	t, p := in.t, in.d.Placeholder
+	t, d := in.t, in.d
+	p := func(n int) string { return outbox.Placeholder(d, n) }
 	in.claimSQL = `INSERT INTO ` + t.Quoted + ` (consumer, message_id) VALUES (` + p(1) + `, ` + p(2) + `) ON CONFLICT DO NOTHING`
 	in.setResultSQL = `UPDATE ` + t.Quoted + ` SET result = ` + p(1) + ` WHERE consumer = ` + p(2) + ` AND message_id = ` + p(3)
 	in.releaseSQL = `DELETE FROM ` + t.Quoted + ` WHERE consumer = ` + p(1) + ` AND message_id = ` + p(2)

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
+	"github.com/heraldgo/herald/internal/sqltime"
 )
 
 // Defaults of Config's zero fields.
@@ -119,7 +121,7 @@ func cfgErr(where, format string, args ...any) error {
 	if !strings.Contains(where, ".") {
 		where = "inbox.Config." + where
 	}
-	return envelope.Configurationf(where, format, args...)
+	return outbox.Configurationf(where, format, args...)
 }
 
 // New returns an Inbox on db for cfg's consumer. It checks cfg and that
@@ -224,12 +226,12 @@ func FromHeaders(h map[string]string) (Message, error) {
 		}
 	}
 	if m.ID == "" {
-		return m, envelope.Validationf("header "+HeaderEventID, "missing: not a herald message, or give the consumer an id extractor")
+		return m, outbox.Validationf("header "+HeaderEventID, "missing: not a herald message, or give the consumer an id extractor")
 	}
 	if seq != "" {
 		n, err := strconv.ParseInt(seq, 10, 64)
 		if err != nil {
-			return m, envelope.Validationf("header "+HeaderSequence, "%q is not a number", seq)
+			return m, outbox.Validationf("header "+HeaderSequence, "%q is not a number", seq)
 		}
 		m.Sequence = n
 	}
@@ -239,11 +241,11 @@ func FromHeaders(h map[string]string) (Message, error) {
 func (m Message) validate() error {
 	switch {
 	case m.ID == "":
-		return envelope.Validationf("Message.ID", "empty: the inbox de-duplicates on it")
+		return outbox.Validationf("Message.ID", "empty: the inbox de-duplicates on it")
 	case len([]rune(m.ID)) > MaxIDLength:
-		return envelope.Validationf("Message.ID", "longer than %d characters", MaxIDLength)
+		return outbox.Validationf("Message.ID", "longer than %d characters", MaxIDLength)
 	case len([]rune(m.OrderingKey)) > MaxIDLength:
-		return envelope.Validationf("Message.OrderingKey", "longer than %d characters", MaxIDLength)
+		return outbox.Validationf("Message.OrderingKey", "longer than %d characters", MaxIDLength)
 	}
 	return nil
 }
@@ -324,7 +326,7 @@ type Record struct {
 // longer) recorded.
 func (in *Inbox) Lookup(ctx context.Context, id string) (Record, bool, error) {
 	var r Record
-	var at envelope.NullTime
+	var at sqltime.NullTime
 	var res sql.NullString
 	err := in.db.QueryRowContext(ctx, in.lookupSQL, in.cfg.Consumer, id).Scan(&at, &res)
 	if errors.Is(err, sql.ErrNoRows) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/inbox"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/relay"
 )
 
@@ -534,8 +535,8 @@ func TestCleanupDeletesExpiredInBatches(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Age 25 of the projector's ids, its key mark and all of other's.
-		old := d.TimeArg(time.Now().Add(-2 * time.Hour))
-		p := d.Placeholder
+		old := outbox.TimeArg(d, time.Now().Add(-2*time.Hour))
+		p := func(n int) string { return outbox.Placeholder(d, n) }
 		if _, err := db.ExecContext(ctx, `UPDATE herald_inbox SET processed_at = `+p(1)+` WHERE consumer = 'other' OR (message_id <> '0' AND message_id < '5')`, old); err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/inbox"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/internal/testkit"
 )
 
@@ -69,7 +70,7 @@ func newInbox(t *testing.T, db *sql.DB, d envelope.Dialect, mod func(*inbox.Conf
 }
 
 func effect(ctx context.Context, tx envelope.Querier, d envelope.Dialect, id string) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO effects (id) VALUES (`+d.Placeholder(1)+`)`, id)
+	_, err := tx.ExecContext(ctx, `INSERT INTO effects (id) VALUES (`+outbox.Placeholder(d, 1)+`)`, id)
 	return err
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // DefaultTable is the inbox table's name when none is given.
@@ -128,7 +129,7 @@ func parseTable(d envelope.Dialect, name string) (table, error) {
 		return table{}, err
 	}
 	if t.Base == envelope.MigrationTable {
-		return table{}, envelope.Configurationf("Table", "%q is herald's record of migrations; name the inbox table otherwise", t.Name)
+		return table{}, outbox.Configurationf("Table", "%q is herald's record of migrations; name the inbox table otherwise", t.Name)
 	}
 	return table{Table: t, keys: schemaPrefix(t) + d.QuoteIdent(t.Base+"_keys")}, nil
 }
@@ -196,7 +197,7 @@ func MigrationSQL(d envelope.Dialect, tableName string, version int, down bool) 
 		return "", err
 	}
 	t, _ := parseTable(d, tableName)
-	return envelope.TableMigrationSQL(d, t.Table, "inbox", ms, version, down)
+	return outbox.TableMigrationSQL(d, t.Table, "inbox", ms, version, down)
 }
 
 // Migrate brings the inbox tables to LatestVersion, creating them when
@@ -214,7 +215,7 @@ func MigrateTo(ctx context.Context, db *sql.DB, d envelope.Dialect, tableName st
 		return err
 	}
 	t, _ := parseTable(d, tableName)
-	return envelope.MigrateTable(ctx, db, d, t.Table, ms, version)
+	return outbox.MigrateTable(ctx, db, d, t.Table, ms, version)
 }
 
 // Version returns the inbox table's schema version: 0 when it does not
@@ -224,5 +225,5 @@ func Version(ctx context.Context, db *sql.DB, d envelope.Dialect, tableName stri
 	if err != nil {
 		return 0, err
 	}
-	return envelope.TableVersion(ctx, db, d, t.Table)
+	return outbox.TableVersion(ctx, db, d, t.Table)
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/gormcapture"
+	heraldoutbox "github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/relay"
 	"github.com/heraldgo/herald/wakeup"
@@ -380,7 +381,7 @@ func outbox(t *testing.T, db *sql.DB) []outboxRow {
 	now := time.Now()
 	var out []outboxRow
 	for rows.Next() {
-		e, err := envelope.ScanEvent(rows, nil)
+		e, err := heraldoutbox.ScanEvent(rows, nil)
 		if err != nil {
 			t.Fatalf("scan outbox: %v", err)
 		}

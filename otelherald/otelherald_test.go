@@ -17,6 +17,7 @@ import (
 
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/otelherald"
 	"github.com/heraldgo/herald/relay"
@@ -188,7 +189,7 @@ func TestRelayMetrics(t *testing.T) {
 			enqueue("shop.order")
 			pause := `INSERT INTO herald_outbox_paused (topic, reason, paused_at) VALUES ('shop.order', '', now())`
 			if d == envelope.SQLite {
-				pause = `INSERT INTO herald_outbox_paused (topic, reason, paused_at) VALUES ('shop.order', '', '` + d.TimeArg(time.Now()).(string) + `')`
+				pause = `INSERT INTO herald_outbox_paused (topic, reason, paused_at) VALUES ('shop.order', '', '` + outbox.TimeArg(d, time.Now()).(string) + `')`
 			}
 			if _, err := db.ExecContext(ctx, pause); err != nil {
 				t.Fatal(err)

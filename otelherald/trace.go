@@ -14,6 +14,7 @@ import (
 
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/deliverycall"
 )
 
 // RecordTraceContext makes every herald writer of the process record the
@@ -161,7 +162,7 @@ func end(span trace.Span, err error) {
 // Deliver delivers e in its span.
 func (t *tracing) Deliver(ctx context.Context, e *envelope.Event) error {
 	ctx, span, ec := t.start(ctx, e)
-	err := delivery.Call(ctx, t.d, ec)
+	err := deliverycall.Call(ctx, t.d, ec)
 	end(span, err)
 	return err
 }
@@ -177,7 +178,7 @@ func (t *batchTracing) DeliverBatch(ctx context.Context, es []*envelope.Event) [
 	for i, e := range es {
 		_, spans[i], cs[i] = t.start(ctx, e)
 	}
-	errs := delivery.CallBatch(ctx, t.b, cs)
+	errs := deliverycall.CallBatch(ctx, t.b, cs)
 	for i, s := range spans {
 		end(s, errs[i])
 	}
@@ -200,7 +201,7 @@ func (t *txTracing) DeliverTx(ctx context.Context, tx *sql.Tx, es []*envelope.Ev
 	for i, e := range es {
 		_, spans[i], cs[i] = t.start(ctx, e)
 	}
-	errs := delivery.CallTx(ctx, t.td, tx, cs)
+	errs := deliverycall.CallTx(ctx, t.td, tx, cs)
 	for i, s := range spans {
 		end(s, errs[i])
 	}

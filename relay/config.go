@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/names"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/wakeup"
 )
 
@@ -264,14 +266,14 @@ type filter struct {
 
 // Match reports whether the relay handles topic.
 func (f filter) Match(topic string) bool {
-	if f.include != nil && !envelope.MatchAny(f.include, topic) {
+	if f.include != nil && !outbox.MatchAny(f.include, topic) {
 		return false
 	}
-	return !envelope.MatchAny(f.exclude, topic)
+	return !outbox.MatchAny(f.exclude, topic)
 }
 
 func cfgErr(field, format string, args ...any) error {
-	return envelope.Configurationf("relay.Config."+field, format, args...)
+	return outbox.Configurationf("relay.Config."+field, format, args...)
 }
 
 // validate checks a config that already has its defaults.
@@ -360,9 +362,9 @@ func (c Config) validate() (filter, error) {
 	}
 	for i, col := range c.ExtraColumns {
 		switch {
-		case !envelope.IsIdentifier(col):
+		case !names.IsIdentifier(col):
 			return f, cfgErr(fmt.Sprintf("ExtraColumns[%d]", i), "%q is not an identifier", col)
-		case envelope.IsOwnColumn(col):
+		case outbox.IsOwnColumn(col):
 			return f, cfgErr(fmt.Sprintf("ExtraColumns[%d]", i), "%q is one of the outbox table's own columns, loaded anyway", col)
 		case slices.Contains(c.ExtraColumns[:i], col):
 			return f, cfgErr(fmt.Sprintf("ExtraColumns[%d]", i), "%q listed twice", col)

@@ -16,6 +16,8 @@ import (
 
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/deliverycall"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/internal/testkit"
 )
 
@@ -182,7 +184,7 @@ func (e *env) row(t testing.TB, id uuid.UUID) *envelope.Event {
 		ph = "$1"
 	}
 	tbl, _ := envelope.ParseTable(e.d, e.table)
-	ev, err := envelope.ScanEvent(e.db.QueryRow(`SELECT `+envelope.EventColumns+` FROM `+tbl.Quoted+` WHERE id = `+ph, id.String()), nil)
+	ev, err := outbox.ScanEvent(e.db.QueryRow(`SELECT `+envelope.EventColumns+` FROM `+tbl.Quoted+` WHERE id = `+ph, id.String()), nil)
 	if err != nil {
 		t.Fatalf("read event %s: %v", id, err)
 	}
@@ -261,7 +263,7 @@ type batchFunc struct {
 }
 
 func (b *batchFunc) Deliver(ctx context.Context, e *envelope.Event) error {
-	return delivery.CallBatch(ctx, b, []*envelope.Event{e})[0]
+	return deliverycall.CallBatch(ctx, b, []*envelope.Event{e})[0]
 }
 func (b *batchFunc) DeliverBatch(_ context.Context, es []*envelope.Event) []error { return b.fn(es) }
 func (b *batchFunc) Close() error                                                 { return nil }

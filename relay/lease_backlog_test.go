@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // fillKeyed inserts n pending events spread round-robin over keys keys
@@ -35,7 +36,7 @@ func fillKeyed(t *testing.T, e *env, n, keys int) {
 		q = `WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < ` + itoa(n) + `)
 			INSERT INTO herald_outbox (id, topic, payload, ordering_key, created_at)
 			SELECT lower(hex(randomblob(16))), 'backlog', '{}', ` + key + `, ? FROM s`
-		args = append(args, e.d.TimeArg(time.Now()))
+		args = append(args, outbox.TimeArg(e.d, time.Now()))
 	}
 	if e.d == envelope.MySQL {
 		// One session whose recursion limit (MariaDB's, 1000 here) allows n.

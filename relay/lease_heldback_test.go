@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // holdHeads makes the head of every key in the outbox a failed event
@@ -24,7 +25,7 @@ func holdHeads(t *testing.T, e *env) int {
 		ph = "$1"
 	}
 	q := `UPDATE herald_outbox SET attempts = 1, last_error = 'held', next_attempt_at = ` + ph + ` WHERE sequence IN (` + strings.Join(heads, ",") + `)`
-	if _, err := e.db.Exec(q, e.d.TimeArg(time.Now().Add(time.Hour))); err != nil {
+	if _, err := e.db.Exec(q, outbox.TimeArg(e.d, time.Now().Add(time.Hour))); err != nil {
 		t.Fatal(err)
 	}
 	return len(heads)

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/sqltime"
 )
 
 // mysqlTries is how many times a MySQL statement (or transaction) that hit
@@ -342,7 +343,7 @@ func (r *Relay) renewMySQL(ctx context.Context, seqs string) (map[int64]bool, er
 
 // markFailedMySQL is markFailed on MySQL: the guarded UPDATE, then the
 // failures it recorded and their next attempts, in one transaction.
-func (r *Relay) markFailedMySQL(ctx context.Context, failures []failure) (map[int64]envelope.NullTime, error) {
+func (r *Relay) markFailedMySQL(ctx context.Context, failures []failure) (map[int64]sqltime.NullTime, error) {
 	doc, err := json.Marshal(failures)
 	if err != nil {
 		return nil, fmt.Errorf("herald/relay: mark failed: %w", err)
@@ -351,7 +352,7 @@ func (r *Relay) markFailedMySQL(ctx context.Context, failures []failure) (map[in
 	for i := range failures {
 		seqs[i] = failures[i].event
 	}
-	recorded := make(map[int64]envelope.NullTime, len(failures))
+	recorded := make(map[int64]sqltime.NullTime, len(failures))
 	err = r.inMySQLTx(ctx, func(tx *sql.Tx) error {
 		clear(recorded)
 		if _, err := r.txExec(ctx, tx, r.sql.markFailed, string(doc), r.cfg.Name, r.mysqlNowArg()); err != nil {
@@ -364,7 +365,7 @@ func (r *Relay) markFailedMySQL(ctx context.Context, failures []failure) (map[in
 		defer rows.Close()
 		for rows.Next() {
 			var s int64
-			var next envelope.NullTime
+			var next sqltime.NullTime
 			if err := rows.Scan(&s, &next); err != nil {
 				return err
 			}

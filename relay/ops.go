@@ -14,6 +14,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
+	"github.com/heraldgo/herald/internal/sqltime"
 	"github.com/heraldgo/herald/wakeup"
 )
 
@@ -49,7 +51,7 @@ func (r *Relay) RetryDeadLettered(ctx context.Context, f Filter) (int64, error) 
 	if f.Topics != nil {
 		for i, p := range f.Topics {
 			if !utf8.ValidString(p) || strings.IndexByte(p, 0) >= 0 {
-				return 0, envelope.Validationf(fmt.Sprintf("relay.Filter.Topics[%d]", i), "%q is not valid UTF-8 without NUL bytes", p)
+				return 0, outbox.Validationf(fmt.Sprintf("relay.Filter.Topics[%d]", i), "%q is not valid UTF-8 without NUL bytes", p)
 			}
 		}
 		ps, err := envelope.ParseTopicPatterns("relay.Filter.Topics", f.Topics)
@@ -191,13 +193,13 @@ func (r *Relay) CleanupDeadLettered(ctx context.Context, olderThan time.Duration
 
 func (r *Relay) cleanup(ctx context.Context, q string, olderThan time.Duration, what string) (int64, error) {
 	if olderThan < 0 {
-		return 0, envelope.Validationf("olderThan", "negative (%s)", olderThan)
+		return 0, outbox.Validationf("olderThan", "negative (%s)", olderThan)
 	}
 	var args []any
 	if r.dialect == envelope.Postgres || r.dialect == envelope.MySQL {
 		args = []any{r.nowArg(), olderThan.Microseconds(), r.cfg.CleanupBatchSize}
 	} else {
-		args = []any{r.dialect.TimeArg(r.sqliteNow().Add(-olderThan)), r.cfg.CleanupBatchSize}
+		args = []any{outbox.TimeArg(r.dialect, r.sqliteNow().Add(-olderThan)), r.cfg.CleanupBatchSize}
 	}
 	args = append(args, r.fargs...)
 	var total int64
@@ -297,7 +299,7 @@ func (r *Relay) BacklogByTopic(ctx context.Context) ([]TopicBacklog, error) {
 	for rows.Next() {
 		var (
 			t           TopicBacklog
-			oldest, now envelope.NullTime
+			oldest, now sqltime.NullTime
 			paused      int64
 		)
 		if err := rows.Scan(&t.Topic, &t.Pending, &oldest, &t.DeadLettered, &paused, &now); err != nil {
@@ -338,7 +340,7 @@ func (r *Relay) BacklogByTenant(ctx context.Context) ([]TenantBacklog, error) {
 	for rows.Next() {
 		var (
 			t           TenantBacklog
-			oldest, now envelope.NullTime
+			oldest, now sqltime.NullTime
 		)
 		if err := rows.Scan(&t.Tenant, &t.Pending, &oldest, &t.DeadLettered, &now); err != nil {
 			return nil, fmt.Errorf("herald/relay: backlog by tenant: %w", err)
@@ -359,7 +361,7 @@ func (r *Relay) BacklogByTenant(ctx context.Context) ([]TenantBacklog, error) {
 func (r *Relay) Backlog(ctx context.Context) (Backlog, error) {
 	var (
 		b           Backlog
-		oldest, now envelope.NullTime
+		oldest, now sqltime.NullTime
 	)
 	args := append([]any{r.nowArg()}, r.fargs...)
 	if err := r.queryRow(ctx, r.sql.backlog, args...).Scan(&b.Pending, &oldest, &b.DeadLettered, &now); err != nil {

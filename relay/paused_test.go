@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // TestNewWantsThePausedTable: the lease reads the table of paused topics
@@ -47,7 +48,7 @@ func TestBacklogByTopicListsPausedTopics(t *testing.T) {
 			stmt, args := `INSERT INTO herald_outbox_paused (topic, reason, paused_at) VALUES ($1, '', now())`, []any{topic}
 			switch e.d {
 			case envelope.SQLite:
-				stmt, args = `INSERT INTO herald_outbox_paused (topic, reason, paused_at) VALUES (?1, '', ?2)`, []any{topic, e.d.TimeArg(time.Now())}
+				stmt, args = `INSERT INTO herald_outbox_paused (topic, reason, paused_at) VALUES (?1, '', ?2)`, []any{topic, outbox.TimeArg(e.d, time.Now())}
 			case envelope.MySQL:
 				stmt = `INSERT INTO herald_outbox_paused (topic, reason, paused_at) VALUES (?, '', UTC_TIMESTAMP(6))`
 			}

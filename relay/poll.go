@@ -17,6 +17,10 @@ import (
 
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
+
+	"github.com/heraldgo/herald/internal/deliverycall"
+	"github.com/heraldgo/herald/internal/outbox"
+	"github.com/heraldgo/herald/internal/sqltime"
 )
 
 // markTimeout bounds the statements that mark a batch. They run under
@@ -142,7 +146,7 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 		args = append(args, r.cfg.Lease.Microseconds(), r.cfg.Name, r.nowArg(), r.cfg.BatchSize)
 	} else {
 		now := r.sqliteNow()
-		args = append(args, r.dialect.TimeArg(now.Add(r.cfg.Lease)), r.cfg.Name, r.dialect.TimeArg(now), r.cfg.BatchSize)
+		args = append(args, outbox.TimeArg(r.dialect, now.Add(r.cfg.Lease)), r.cfg.Name, outbox.TimeArg(r.dialect, now), r.cfg.BatchSize)
 	}
 	// After a lease that held keyed events, lease runs of their keys
 	// (leaseRunsPostgres): the heads' next events are the work at hand.
@@ -517,11 +521,11 @@ func (r *Relay) deliver(ctx context.Context, batch []*envelope.Event, errs []err
 // delivery and returns one error per event.
 func (r *Relay) deliverEvents(ctx context.Context, es []*envelope.Event) []error {
 	if r.batch == nil {
-		return delivery.Each(ctx, r.d, es, r.cfg.Concurrency, r.cfg.DeliveryTimeout)
+		return deliverycall.Each(ctx, r.d, es, r.cfg.Concurrency, r.cfg.DeliveryTimeout)
 	}
 	dctx, cancel := context.WithTimeoutCause(ctx, r.cfg.DeliveryTimeout, &delivery.TimeoutError{Timeout: r.cfg.DeliveryTimeout})
 	defer cancel()
-	got := delivery.CallBatch(dctx, r.batch, es)
+	got := deliverycall.CallBatch(dctx, r.batch, es)
 	if dctx.Err() != nil && ctx.Err() == nil {
 		for i, err := range got {
 			if err != nil && errors.Is(err, context.DeadlineExceeded) {
@@ -618,7 +622,7 @@ func (r *Relay) renew(ctx context.Context, seqs string) (map[int64]bool, error) 
 	if r.dialect == envelope.Postgres {
 		args = []any{r.cfg.Lease.Microseconds(), seqs, r.cfg.Name, r.nowArg()}
 	} else {
-		args = []any{r.dialect.TimeArg(r.sqliteNow().Add(r.cfg.Lease)), seqs, r.cfg.Name}
+		args = []any{outbox.TimeArg(r.dialect, r.sqliteNow().Add(r.cfg.Lease)), seqs, r.cfg.Name}
 	}
 	rows, err := r.query(c, r.sql.renew, args...)
 	if err != nil {
@@ -667,7 +671,7 @@ func (r *Relay) nowArg() any {
 		}
 		return nil
 	}
-	return r.dialect.TimeArg(r.sqliteNow())
+	return outbox.TimeArg(r.dialect, r.sqliteNow())
 }
 
 // sqliteNow is SQLite's clock: the machine's (a test's dbClock instead).
@@ -780,14 +784,14 @@ func (r *Relay) markCarry(runCtx context.Context, batch []*envelope.Event, errs 
 			if f.Attempts >= r.cfg.MaxAttempts || errors.Is(err, delivery.ErrPermanent) {
 				f.Dead = true
 				if r.dialect != envelope.Postgres {
-					f.DeadLettered = r.dialect.TimeArg(dbNow)
+					f.DeadLettered = outbox.TimeArg(r.dialect, dbNow)
 				}
 			} else {
 				b := r.backoff(f.Attempts)
 				f.next = now.Add(b)
 				f.BackoffUS = b.Microseconds()
 				if r.dialect != envelope.Postgres {
-					f.NextAttemptAt = r.dialect.TimeArg(dbNow.Add(b))
+					f.NextAttemptAt = outbox.TimeArg(r.dialect, dbNow.Add(b))
 				}
 			}
 			failures = append(failures, f)
@@ -806,7 +810,7 @@ func (r *Relay) markCarry(runCtx context.Context, batch []*envelope.Event, errs 
 		}
 	}
 	if len(failures) > 0 {
-		var recorded map[int64]envelope.NullTime
+		var recorded map[int64]sqltime.NullTime
 		err := retryMark(ctx, func() (err error) {
 			recorded, err = r.markFailed(ctx, failures)
 			return err
@@ -898,7 +902,7 @@ func retryMark(ctx context.Context, mark func() error) error {
 	return err
 }
 
-func (r *Relay) markFailed(ctx context.Context, failures []failure) (map[int64]envelope.NullTime, error) {
+func (r *Relay) markFailed(ctx context.Context, failures []failure) (map[int64]sqltime.NullTime, error) {
 	if r.dialect == envelope.MySQL {
 		return r.markFailedMySQL(ctx, failures)
 	}
@@ -915,10 +919,10 @@ func (r *Relay) markFailed(ctx context.Context, failures []failure) (map[int64]e
 		return nil, stmtErr(ctx, "mark failed", err)
 	}
 	defer rows.Close()
-	recorded := make(map[int64]envelope.NullTime, len(failures))
+	recorded := make(map[int64]sqltime.NullTime, len(failures))
 	for rows.Next() {
 		var s int64
-		var next envelope.NullTime
+		var next sqltime.NullTime
 		if err := rows.Scan(&s, &next); err != nil {
 			return nil, stmtErr(ctx, "mark failed", err)
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/wakeup"
 )
 
@@ -234,8 +235,8 @@ func (r *Relay) checkTable(ctx context.Context) error {
 	}
 	if err != nil {
 		return &envelope.Error{Kind: envelope.ErrConfiguration, Where: "relay.Config.Table",
-			Msg: fmt.Sprintf("outbox table %s is missing, lacks a column the relay reads (%s, tenant%s) or its table of paused topics %s (the relay needs schema version 6, on MySQL 2); create or migrate it with envelope.Migrate(ctx, db, %q, %q) or the statements of envelope.DDL%s",
-				r.table.Name, envelope.EventColumns, extraList(r.extra), r.table.PausedTable(), r.dialect, r.table.Name, poolerHint(err)),
+			Msg: fmt.Sprintf("outbox table %s is missing, lacks a column the relay reads (%s, tenant%s) or its table of paused topics %s (the relay needs schema version 6, on MySQL 2); create or migrate it with envelope.Migrate(ctx, db, %q, %q) or the scripts of envelope.MigrationSQL (herald migrate print)%s",
+				r.table.Name, envelope.EventColumns, extraList(r.extra), outbox.PausedTable(r.table), r.dialect, r.table.Name, poolerHint(err)),
 			Err: err}
 	}
 	if r.dialect == envelope.Postgres {
@@ -288,7 +289,7 @@ WHERE table_schema = DATABASE() AND table_name = ? AND index_name IN (?, ?) AND 
 	for _, idx := range []string{r.table.Base + "_pending_idx", r.table.Base + "_pending_key_idx"} {
 		if _, ok := first[idx]; !ok {
 			return &envelope.Error{Kind: envelope.ErrConfiguration, Where: "relay.Config.Table",
-				Msg: fmt.Sprintf("outbox table %s has no index %s, which the MySQL lease reads; create or migrate it with envelope.Migrate(ctx, db, %q, %q) or the statements of envelope.DDL",
+				Msg: fmt.Sprintf("outbox table %s has no index %s, which the MySQL lease reads; create or migrate it with envelope.Migrate(ctx, db, %q, %q) or the scripts of envelope.MigrationSQL (herald migrate print)",
 					r.table.Name, idx, r.dialect, r.table.Name)}
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/sqltime"
 )
 
 // leaseColumns are the columns the lease returns: envelope.EventColumns
@@ -62,7 +63,7 @@ type leaseScanner struct {
 	payload             []byte
 	headers             bufBytes // copied into a reused buffer, parsed before the next row
 	okey, ikey, lastErr sql.NullString
-	created, next       envelope.NullTime
+	created, next       sqltime.NullTime
 	attempts            int
 	leaseUntil          leaseTime
 	pos                 int64 // herald_pos of leaseRunsPostgres, when the lease returns it
@@ -83,7 +84,7 @@ func newLeaseScanner(extra []string, name string, checkPayload bool) *leaseScann
 }
 
 // scan reads one row of leaseColumns (and the extras) into a new Event:
-// what envelope.ScanEvent does for EventColumns, with the headers object
+// what outbox.ScanEvent does for EventColumns, with the headers object
 // decoded by a fast path (encoding/json was half of ScanEvent's cost). A
 // row it cannot decode returns the event (Sequence set, the rest as far as
 // it decoded) and a *DecodeError, or several joined; any other error means
@@ -161,7 +162,7 @@ func (s *leaseScanner) rescan(rows *sql.Rows) ([]error, error) {
 	s.seq, s.id, s.topic, s.tenant, s.payload = 0, uuid.UUID{}, "", "", nil
 	s.headers = s.headers[:0]
 	s.okey, s.ikey, s.lastErr = sql.NullString{}, sql.NullString{}, sql.NullString{}
-	s.created, s.next, s.attempts, s.leaseUntil = envelope.NullTime{}, envelope.NullTime{}, 0, leaseTime{}
+	s.created, s.next, s.attempts, s.leaseUntil = sqltime.NullTime{}, sqltime.NullTime{}, 0, leaseTime{}
 	copy(probe, s.dest)
 	for _, i := range failed {
 		probe[i] = &sink[i]
@@ -225,12 +226,12 @@ func (l *leaseTime) Scan(v any) error {
 		}
 		l.raw = string(x)
 	default:
-		var n envelope.NullTime
+		var n sqltime.NullTime
 		err := n.Scan(v)
 		l.t, l.valid, l.raw = n.Time, n.Valid, ""
 		return err
 	}
-	var n envelope.NullTime
+	var n sqltime.NullTime
 	err := n.Scan(l.raw)
 	l.t, l.valid = n.Time, n.Valid
 	return err

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // TestSecondRelayLeasesPastTheFirstsLease: while one relay holds a lease
@@ -62,7 +63,7 @@ func TestRetriesDoNotHoldBackOthers(t *testing.T) {
 		if e.d == envelope.MySQL { // no LIMIT in an IN subquery of the table updated
 			q = `UPDATE herald_outbox SET attempts = 1, next_attempt_at = ? ORDER BY sequence LIMIT 10`
 		}
-		if _, err := e.db.Exec(q, e.d.TimeArg(time.Now().Add(time.Hour))); err != nil {
+		if _, err := e.db.Exec(q, outbox.TimeArg(e.d, time.Now().Add(time.Hour))); err != nil {
 			t.Fatal(err)
 		}
 		r := e.newRelay(t, &recorder{}, Config{Name: "r", BatchSize: 10})

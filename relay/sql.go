@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // The relay's SQL. Placeholders are written $n and rendered as ?n on
@@ -15,7 +16,7 @@ import (
 // quoted table, {columns} the columns a lease returns (leaseColumns plus
 // Config.ExtraColumns), {filter} the relay's topic filter over alias e.
 // Every value is bound; identifiers come from envelope.ParseTable and
-// envelope.IsIdentifier.
+// names.IsIdentifier.
 //
 // Times are the database's clock, never the relay host's: every lease,
 // renewal, due check, mark and cleanup cutoff is computed from one "now"
@@ -26,7 +27,7 @@ import (
 // as microseconds. SQLite runs inside the relay's process, on the machine
 // that holds the database file: its clock is that machine's clock, read by
 // the relay right before the statement and bound as fixed-width UTC text
-// (envelope.Dialect.TimeArg) that compares correctly as text.
+// (outbox.TimeArg) that compares correctly as text.
 
 // leaseBatchPostgres leases the next batch in one statement.
 //
@@ -550,7 +551,7 @@ func (b sqlBuilder) render(tmpl, filter, where string) string {
 	}
 	tcols := "t." + strings.ReplaceAll(b.columns, ", ", ", t.")
 	s := strings.NewReplacer("{table}", b.t.Quoted, "{columns}", b.columns, "{tcolumns}", tcols, "{all_columns}", b.allColumns,
-		"{filter}", filter, "{where}", where, "{now}", now, "{async}", async, "{paused}", b.t.PausedTable()).Replace(tmpl)
+		"{filter}", filter, "{where}", where, "{now}", now, "{async}", async, "{paused}", outbox.PausedTable(b.t)).Replace(tmpl)
 	if b.d == envelope.SQLite {
 		s = placeholderRE.ReplaceAllString(s, "?$1")
 	}
@@ -578,7 +579,7 @@ func (b sqlBuilder) topicCondition(ps []envelope.TopicPattern, next int) (string
 			sb.WriteString("TRUE")
 		case b.d == envelope.Postgres:
 			sb.WriteString("e.topic LIKE $" + strconv.Itoa(next) + ` ESCAPE '\'`)
-			args = append(args, p.LikePattern())
+			args = append(args, outbox.LikePattern(p))
 			next++
 		default:
 			sb.WriteString("substr(e.topic, 1, $" + strconv.Itoa(next) + ") = $" + strconv.Itoa(next+1))
@@ -646,7 +647,7 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 	// followers in a run, which the filter cuts there — so they wait, in
 	// order, and other topics and keys pass. Only the lease carries it:
 	// backlog, cleanup and retry see paused topics' events as any others.
-	paused := " AND NOT EXISTS (SELECT 1 FROM " + b.t.PausedTable() + " z WHERE z.topic = e.topic)"
+	paused := " AND NOT EXISTS (SELECT 1 FROM " + outbox.PausedTable(b.t) + " z WHERE z.topic = e.topic)"
 	f5, f6 = f5+paused, f6+paused
 	lease := b.pick(leaseBatchPostgres, leaseBatchSQLite)
 	avail := strings.NewReplacer("{available}", b.pick(availablePostgres, availableSQLite), "{candidates}", candidatesPostgres)

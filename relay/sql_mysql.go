@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // The relay's SQL on MySQL and MariaDB (one text for both: MySQL 8.0+,
@@ -262,7 +264,7 @@ func (b sqlBuilder) buildMySQL(f filter) (statements, mysqlStatements, []any) {
 	var my mysqlStatements
 	f4, _, _ := b.filterCondition(f, 4)
 	f2, _, _ := b.filterCondition(f, 2)
-	paused := " AND NOT EXISTS (SELECT 1 FROM " + b.t.PausedTable() + " z WHERE z.topic = e.topic)"
+	paused := " AND NOT EXISTS (SELECT 1 FROM " + outbox.PausedTable(b.t) + " z WHERE z.topic = e.topic)"
 	f7, fargs, _ := b.filterCondition(f, 7) // the lease's: after its six arguments
 	idx := strings.NewReplacer("{pendingidx}", b.d.QuoteIdent(b.t.Base+"_pending_idx"), "{keyidx}", b.d.QuoteIdent(b.t.Base+"_pending_key_idx"))
 	walk := func(from string) *strings.Replacer {

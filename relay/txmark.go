@@ -9,6 +9,7 @@ import (
 
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/deliverycall"
 )
 
 // txOutcome is how one transaction of a TxDelivery ended.
@@ -150,7 +151,7 @@ func (r *Relay) txAttempt(ctx context.Context, es []*envelope.Event) (got []erro
 	}
 	rollback := func() { _ = tx.Rollback() }
 	dctx, dcancel := context.WithTimeoutCause(ctx, r.cfg.DeliveryTimeout, &delivery.TimeoutError{Timeout: r.cfg.DeliveryTimeout})
-	got = delivery.CallTx(dctx, r.txd, tx, es)
+	got = deliverycall.CallTx(dctx, r.txd, tx, es)
 	timedOut := dctx.Err() != nil && ctx.Err() == nil
 	dcancel()
 	failed := false

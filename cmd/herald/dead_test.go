@@ -18,6 +18,7 @@ import (
 	"github.com/heraldgo/herald/admin"
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/migrate"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/internal/testkit"
 )
 
@@ -40,7 +41,7 @@ func writeEvents(t *testing.T, db *sql.DB, d envelope.Dialect, ms ...envelope.Me
 func kill(t *testing.T, db *sql.DB, d envelope.Dialect, lastError string, evs ...*envelope.Event) {
 	t.Helper()
 	for _, e := range evs {
-		p := d.Placeholder
+		p := func(n int) string { return outbox.Placeholder(d, n) }
 		if _, err := db.Exec(`UPDATE herald_outbox SET dead_lettered_at = created_at, attempts = 5, last_error = `+p(1)+` WHERE sequence = `+p(2),
 			lastError, e.Sequence); err != nil {
 			t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // DefaultDialTimeout bounds connecting (TCP, TLS and the AMQP handshake)
@@ -92,7 +93,7 @@ type Delivery struct {
 var _ delivery.BatchDelivery = (*Delivery)(nil)
 
 func cfgErr(field, format string, args ...any) error {
-	return envelope.Configurationf("amqp.Config."+field, format, args...)
+	return outbox.Configurationf("amqp.Config."+field, format, args...)
 }
 
 // New checks cfg and returns a Delivery; it connects on first use.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // DefaultCloseTimeout bounds the flush of Close when Config.CloseTimeout
@@ -127,7 +128,7 @@ func (s *dialState) unreachable(now time.Time) (time.Duration, error) {
 var _ delivery.BatchDelivery = (*Delivery)(nil)
 
 func cfgErr(field, format string, args ...any) error {
-	return envelope.Configurationf("kafka.Config."+field, format, args...)
+	return outbox.Configurationf("kafka.Config."+field, format, args...)
 }
 
 // New checks cfg and returns a Delivery; with Brokers it builds a client

@@ -13,6 +13,7 @@ import (
 
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // Defaults of Config.
@@ -85,7 +86,7 @@ type Delivery struct {
 var _ delivery.BatchDelivery = (*Delivery)(nil)
 
 func cfgErr(field, format string, args ...any) error {
-	return envelope.Configurationf("nats.Config."+field, format, args...)
+	return outbox.Configurationf("nats.Config."+field, format, args...)
 }
 
 // New checks cfg and returns a Delivery; with URL it builds a connection,

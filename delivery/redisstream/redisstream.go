@@ -12,6 +12,7 @@ import (
 
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // The fields of a stream entry.
@@ -71,7 +72,7 @@ type Delivery struct {
 var _ delivery.BatchDelivery = (*Delivery)(nil)
 
 func cfgErr(field, format string, args ...any) error {
-	return envelope.Configurationf("redisstream.Config."+field, format, args...)
+	return outbox.Configurationf("redisstream.Config."+field, format, args...)
 }
 
 // New checks cfg and returns a Delivery; with URL it builds a client

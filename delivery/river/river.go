@@ -10,6 +10,7 @@ import (
 
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // ArgsFunc builds the job of an event: its args (whose Kind names the
@@ -44,9 +45,9 @@ var _ delivery.TxDelivery = (*Delivery)(nil)
 func New(cfg Config) (*Delivery, error) {
 	switch {
 	case cfg.Client == nil:
-		return nil, envelope.Configurationf("river.Config.Client", "not set; give a River client on a riverdatabasesql driver")
+		return nil, outbox.Configurationf("river.Config.Client", "not set; give a River client on a riverdatabasesql driver")
 	case cfg.Args == nil:
-		return nil, envelope.Configurationf("river.Config.Args", "not set; give a function that builds each event's job")
+		return nil, outbox.Configurationf("river.Config.Args", "not set; give a function that builds each event's job")
 	}
 	return &Delivery{client: cfg.Client, args: cfg.Args}, nil
 }
@@ -152,9 +153,9 @@ var _ delivery.BatchDelivery = (*AtLeastOnce)(nil)
 func NewAtLeastOnce(cfg AtLeastOnceConfig) (*AtLeastOnce, error) {
 	switch {
 	case cfg.Client == nil:
-		return nil, envelope.Configurationf("river.AtLeastOnceConfig.Client", "not set; give a River client")
+		return nil, outbox.Configurationf("river.AtLeastOnceConfig.Client", "not set; give a River client")
 	case cfg.Args == nil:
-		return nil, envelope.Configurationf("river.AtLeastOnceConfig.Args", "not set; give a function that builds each event's job")
+		return nil, outbox.Configurationf("river.AtLeastOnceConfig.Args", "not set; give a function that builds each event's job")
 	}
 	return &AtLeastOnce{client: cfg.Client, args: cfg.Args}, nil
 }

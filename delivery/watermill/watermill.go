@@ -8,6 +8,7 @@ import (
 
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // Config configures a Delivery.
@@ -53,7 +54,7 @@ type Delivery struct {
 var _ delivery.BatchDelivery = (*Delivery)(nil)
 
 func cfgErr(field, format string, args ...any) error {
-	return envelope.Configurationf("watermill.Config."+field, format, args...)
+	return outbox.Configurationf("watermill.Config."+field, format, args...)
 }
 
 // New checks cfg and returns a Delivery.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // Defaults and limits.
@@ -113,7 +114,7 @@ type Delivery struct {
 var _ delivery.Delivery = (*Delivery)(nil)
 
 func cfgErr(field, format string, args ...any) error {
-	return envelope.Configurationf("webhook.Config."+field, format, args...)
+	return outbox.Configurationf("webhook.Config."+field, format, args...)
 }
 
 // New checks cfg and returns a Delivery.
@@ -314,23 +315,23 @@ func (d *Delivery) target(ctx context.Context, e *envelope.Event) (*url.URL, []b
 	u, err := parseURL(t.URL)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("herald/webhook: event %s: %w", e.ID,
-			envelope.Configurationf("webhook.Target.URL", "%v", err))
+			outbox.Configurationf("webhook.Target.URL", "%v", err))
 	}
 	key := d.key
 	if t.Secret != "" {
 		if d.key != nil {
 			return nil, nil, nil, fmt.Errorf("herald/webhook: event %s: %w", e.ID,
-				envelope.Configurationf("webhook.Target.Secret", "the Target gives a secret and Config.Secret is set too; keep one of them"))
+				outbox.Configurationf("webhook.Target.Secret", "the Target gives a secret and Config.Secret is set too; keep one of them"))
 		}
 		if key, err = decodeSecret(d.cfg.Scheme, t.Secret); err != nil {
 			return nil, nil, nil, fmt.Errorf("herald/webhook: event %s: %w", e.ID,
-				envelope.Configurationf("webhook.Target.Secret", "%v", err))
+				outbox.Configurationf("webhook.Target.Secret", "%v", err))
 		}
 	}
 	for k, v := range t.Headers {
 		if !validHeaderName(k) || !validHeaderValue(v) {
 			return nil, nil, nil, fmt.Errorf("herald/webhook: event %s: %w", e.ID,
-				envelope.Configurationf("webhook.Target.Headers", "%q: %q is not a valid header", k, v))
+				outbox.Configurationf("webhook.Target.Headers", "%q: %q is not a valid header", k, v))
 		}
 	}
 	return u, key, maps.Clone(t.Headers), nil

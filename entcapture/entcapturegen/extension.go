@@ -39,6 +39,7 @@ import (
 
 	"github.com/heraldgo/herald/entcapture"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/internal/pgform"
 )
 
@@ -151,7 +152,7 @@ func checkBulkTemplate(version string, read func() ([]byte, error)) error {
 		name = "(unknown release)"
 	}
 	fail := func(why string) error {
-		return envelope.Configurationf("entcapturegen.Extension", "entgo.io/ent %s: %s; entcapturegen overrides CreateBulk with ent %s's create_bulk template, "+
+		return outbox.Configurationf("entcapturegen.Extension", "entgo.io/ent %s: %s; entcapturegen overrides CreateBulk with ent %s's create_bulk template, "+
 			"and generating it for another release could make a captured CreateBulk non-atomic or lose the release's changes: "+
 			"use entgo.io/ent %s, or a herald release made for ent %s", name, why, bulkRelease, bulkRelease, name)
 	}
@@ -248,7 +249,7 @@ func addStdsqlImport(src []byte) ([]byte, bool, error) {
 func check(g *gen.Graph) error {
 	for _, f := range []string{"sql/execquery", "sql/upsert"} {
 		if ok, _ := g.FeatureEnabled(f); !ok {
-			return envelope.Configurationf("entcapturegen.Extension", "feature %s is not enabled: add entc.FeatureNames(%q) to the code generation (entc.Extensions(entcapturegen.Extension()) enables it unless overridden)", f, f)
+			return outbox.Configurationf("entcapturegen.Extension", "feature %s is not enabled: add entc.FeatureNames(%q) to the code generation (entc.Extensions(entcapturegen.Extension()) enables it unless overridden)", f, f)
 		}
 	}
 	for _, n := range g.Nodes {
@@ -264,7 +265,7 @@ func check(g *gen.Graph) error {
 				Msg: "entcapture captures schemas with an id (one field, or an edge schema's composite id); drop entcapture.Mixin from this schema (views are not captured)"}
 		}
 		if strings.EqualFold(n.Table(), envelope.DefaultTable) {
-			return envelope.Configurationf(n.Name, "table %s is the outbox table: the outbox cannot capture its own events; drop entcapture.Mixin from schema %s", n.Table(), n.Name)
+			return outbox.Configurationf(n.Name, "table %s is the outbox table: the outbox cannot capture its own events; drop entcapture.Mixin from schema %s", n.Table(), n.Name)
 		}
 		if err := (envelope.Options{Fields: a.Fields, Exclude: a.Exclude, Topic: a.Topic, OrderingKey: a.OrderingKey, Tenant: a.Tenant}).Validate(); err != nil {
 			var e *envelope.Error
@@ -281,7 +282,7 @@ func check(g *gen.Graph) error {
 		for opt, names := range map[string][]string{"Fields": a.Fields, "Exclude": a.Exclude, "Tenant": tenant} {
 			for _, c := range names {
 				if !slices.Contains(cols, c) {
-					return envelope.Configurationf(n.Name+" Options."+opt, "no column %q in table %s (columns: %v)", c, n.Table(), cols)
+					return outbox.Configurationf(n.Name+" Options."+opt, "no column %q in table %s (columns: %v)", c, n.Table(), cols)
 				}
 			}
 		}
@@ -328,7 +329,7 @@ func annotation(n *gen.Type) (entcapture.Annotation, bool, error) {
 		err = json.Unmarshal(b, &a)
 	}
 	if err != nil {
-		return a, false, envelope.Configurationf(n.Name, "bad %s annotation: %v", entcapture.AnnotationName, err)
+		return a, false, outbox.Configurationf(n.Name, "bad %s annotation: %v", entcapture.AnnotationName, err)
 	}
 	return a, true, nil
 }

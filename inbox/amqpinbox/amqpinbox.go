@@ -13,8 +13,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/inbox"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // DefaultPrefetch is Config.Prefetch's default.
@@ -53,7 +53,7 @@ type Consumer struct {
 }
 
 func cfgErr(field, format string, args ...any) error {
-	return envelope.Configurationf("amqpinbox.Config."+field, format, args...)
+	return outbox.Configurationf("amqpinbox.Config."+field, format, args...)
 }
 
 // New returns a Consumer of cfg.Queue for in.

@@ -10,8 +10,8 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/inbox"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // tx adapts a GORM transaction to inbox.Tx.
@@ -41,7 +41,7 @@ func (t tx) Rollback() error { return t.db.Rollback().Error }
 // transaction's connection for that (tx.Statement.ConnPool).
 func Handle(ctx context.Context, in *inbox.Inbox, db *gorm.DB, m inbox.Message, fn func(tx *gorm.DB) error) (inbox.Outcome, error) {
 	if _, ok := db.Statement.ConnPool.(gorm.TxCommitter); ok {
-		return 0, envelope.Configurationf("gorminbox.Handle", "db is a transaction already; give the *gorm.DB the transaction began from, or use inbox.HandleWithin inside it")
+		return 0, outbox.Configurationf("gorminbox.Handle", "db is a transaction already; give the *gorm.DB the transaction began from, or use inbox.HandleWithin inside it")
 	}
 	begin := func(ctx context.Context) (tx, error) {
 		t := db.WithContext(ctx).Begin()
@@ -56,7 +56,7 @@ func Handle(ctx context.Context, in *inbox.Inbox, db *gorm.DB, m inbox.Message, 
 // and commits: it records m's id in tx and runs fn when the id is new.
 func Within(ctx context.Context, in *inbox.Inbox, tx *gorm.DB, m inbox.Message, fn func(ctx context.Context) error) (inbox.Outcome, error) {
 	if _, ok := tx.Statement.ConnPool.(gorm.TxCommitter); !ok {
-		return 0, envelope.Configurationf("gorminbox.Within", "tx is not a transaction: the id would commit on its own; use Handle")
+		return 0, outbox.Configurationf("gorminbox.Within", "tx is not a transaction: the id would commit on its own; use Handle")
 	}
 	return in.HandleWithin(ctx, tx.Statement.ConnPool, m, fn)
 }

@@ -14,8 +14,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/inbox"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // Defaults of Config's zero fields.
@@ -70,7 +70,7 @@ type Consumer struct {
 }
 
 func cfgErr(field, format string, args ...any) error {
-	return envelope.Configurationf("kafkainbox.Config."+field, format, args...)
+	return outbox.Configurationf("kafkainbox.Config."+field, format, args...)
 }
 
 // New returns a Consumer for in; it builds its client (closed when Run

@@ -18,8 +18,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/inbox"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // Defaults of Config's zero fields.
@@ -78,7 +78,7 @@ type Consumer struct {
 }
 
 func cfgErr(field, format string, args ...any) error {
-	return envelope.Configurationf("redisinbox.Config."+field, format, args...)
+	return outbox.Configurationf("redisinbox.Config."+field, format, args...)
 }
 
 // New returns a Consumer of cfg.Stream for in.
@@ -108,7 +108,7 @@ func New(in *inbox.Inbox, cfg Config) (*Consumer, error) {
 	if cfg.ExtractID == nil {
 		cfg.ExtractID = func(m Message) (inbox.Message, error) {
 			if m.ID == "" {
-				return inbox.Message{}, envelope.Validationf("redis entry "+m.Entry.ID, "no id field: not a herald entry")
+				return inbox.Message{}, outbox.Validationf("redis entry "+m.Entry.ID, "no id field: not a herald entry")
 			}
 			return inbox.Message{ID: m.ID, OrderingKey: m.OrderingKey, Sequence: m.Sequence}, nil
 		}

@@ -24,8 +24,8 @@ import (
 	"strconv"
 
 	"github.com/heraldgo/herald/delivery/webhook"
-	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/inbox"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // HeaderInbox is set to "duplicate" on the answer to a repeat.
@@ -64,7 +64,7 @@ type Consumer struct {
 }
 
 func cfgErr(field, format string, args ...any) error {
-	return envelope.Configurationf("webhookinbox.Config."+field, format, args...)
+	return outbox.Configurationf("webhookinbox.Config."+field, format, args...)
 }
 
 // New returns the middleware for in around cfg.Next.

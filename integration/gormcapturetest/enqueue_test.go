@@ -14,6 +14,7 @@ import (
 
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/gormcapture"
+	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // The after-commit cases of notes/gorm-aftercommit.md §4, for
@@ -216,7 +217,7 @@ var afterCommitCases = []afterCommitCase{
 	{name: "26 tx.Exec INSERT is not recorded", count: 1, run: func(t *testing.T, e *env) {
 		must(t, e.db.Transaction(func(tx *gorm.DB) error {
 			return tx.Exec(`INSERT INTO herald_outbox (id, topic, payload, headers, created_at) VALUES (?, 'raw', '{}', '{}', ?)`,
-				"0190f3f0-0000-7000-8000-000000000001", e.dialect.TimeArg(fixedTime)).Error
+				"0190f3f0-0000-7000-8000-000000000001", outbox.TimeArg(e.dialect, fixedTime)).Error
 		}))
 	}},
 	{name: "27 db.Connection, write outside a transaction", fires: []string{"a"}, count: 1, run: func(t *testing.T, e *env) {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/gormcapture"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/internal/testkit"
 )
 
@@ -165,7 +166,7 @@ func (e *env) events(t testing.TB) []event {
 	defer rows.Close()
 	var out []event
 	for rows.Next() {
-		ev, err := envelope.ScanEvent(rows, nil)
+		ev, err := outbox.ScanEvent(rows, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

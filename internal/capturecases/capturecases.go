@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/names"
 )
 
 // Namespace is the capture namespace of every model of the suite.
@@ -135,7 +136,7 @@ func Expect(c Case, mode envelope.PayloadMode) []Expected {
 			env["after"] = payload(m, ch.After)
 		}
 		out = append(out, Expected{
-			Topic:       Namespace + "." + envelope.SnakeCase(m.Name) + "." + string(ch.Op),
+			Topic:       Namespace + "." + names.SnakeCase(m.Name) + "." + string(ch.Op),
 			OrderingKey: label + ":" + keyText(m, ch.PK),
 			Envelope:    normalize(env),
 		})

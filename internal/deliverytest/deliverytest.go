@@ -32,6 +32,7 @@ import (
 
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/deliverycall"
 	"github.com/heraldgo/herald/internal/testkit"
 )
 
@@ -174,9 +175,9 @@ func closeReleases(t *testing.T, s Suite) {
 	defer cancel()
 	var err error
 	if b, ok := d.(delivery.BatchDelivery); ok {
-		err = delivery.CallBatch(ctx, b, []*envelope.Event{e})[0]
+		err = deliverycall.CallBatch(ctx, b, []*envelope.Event{e})[0]
 	} else {
-		err = delivery.Call(ctx, d, e)
+		err = deliverycall.Call(ctx, d, e)
 	}
 	if err != nil {
 		_ = d.Close()

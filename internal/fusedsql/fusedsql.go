@@ -21,6 +21,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/names"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/jsonform"
 )
 
@@ -106,7 +108,7 @@ func (e *Event) WriteCTE(b *strings.Builder, ph func(any) string) error {
 	keySQL := "NULL"
 	switch {
 	case e.Key.hasPK:
-		keySQL = "(" + ph(e.Key.pre) + "::text||" + Row + "." + envelope.QuoteIdent(e.GenCol) + "::text||" + ph(e.Key.post) + "::text)"
+		keySQL = "(" + ph(e.Key.pre) + "::text||" + Row + "." + names.Quote(e.GenCol) + "::text||" + ph(e.Key.post) + "::text)"
 	case e.Key.text != "":
 		keySQL = ph(e.Key.text) + "::text"
 	}
@@ -116,8 +118,8 @@ func (e *Event) WriteCTE(b *strings.Builder, ph func(any) string) error {
 	b.WriteString(` FROM ` + Row)
 	if keySQL != "NULL" {
 		// The key's advisory lock, evaluated before the event's sequence
-		// value is drawn (see envelope.Writer.KeyLockSQL).
-		b.WriteString(` WHERE ` + e.Writer.KeyLockSQL(keySQL, e.RowKeyed))
+		// value is drawn (see outbox.KeyLockSQL).
+		b.WriteString(` WHERE ` + outbox.KeyLockSQL(e.Writer, keySQL, e.RowKeyed))
 	}
 	b.WriteByte(')')
 	return nil

@@ -11,7 +11,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/internal/wakehub"
 	"github.com/heraldgo/herald/wakeup"
 )
@@ -96,10 +96,10 @@ var _ wakeup.Wakeup = (*Wakeup)(nil)
 func New(cfg Config) (*Wakeup, error) {
 	url := cfg.URL
 	if url == "" {
-		return nil, envelope.Configurationf("amqpfanout.Config.URL", "empty; give the broker's amqp:// URL")
+		return nil, outbox.Configurationf("amqpfanout.Config.URL", "empty; give the broker's amqp:// URL")
 	}
 	if _, err := amqp.ParseURI(url); err != nil {
-		return nil, envelope.Configurationf("amqpfanout.Config.URL", "%v", err)
+		return nil, outbox.Configurationf("amqpfanout.Config.URL", "%v", err)
 	}
 	if cfg.Exchange == "" {
 		cfg.Exchange = DefaultExchange
@@ -114,7 +114,7 @@ func New(cfg Config) (*Wakeup, error) {
 		cfg.MaxBackoff = max(DefaultMaxBackoff, cfg.MinBackoff)
 	}
 	if cfg.MaxBackoff < cfg.MinBackoff {
-		return nil, envelope.Configurationf("amqpfanout.Config.MaxBackoff", "%s is below MinBackoff %s", cfg.MaxBackoff, cfg.MinBackoff)
+		return nil, outbox.Configurationf("amqpfanout.Config.MaxBackoff", "%s is below MinBackoff %s", cfg.MaxBackoff, cfg.MinBackoff)
 	}
 	if cfg.PollWhileDown <= 0 {
 		cfg.PollWhileDown = DefaultPollWhileDown
@@ -195,7 +195,7 @@ func (w *Wakeup) dial(ctx context.Context) (net.Conn, *amqp.Connection, *amqp.Ch
 		closeNow(raw, conn)
 		var ae *amqp.Error
 		if errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed {
-			return nil, nil, nil, envelope.Configurationf("amqpfanout.Config.Exchange", "%q exists with other settings than a durable fanout exchange: %v", w.exchange, err)
+			return nil, nil, nil, outbox.Configurationf("amqpfanout.Config.Exchange", "%q exists with other settings than a durable fanout exchange: %v", w.exchange, err)
 		}
 		return nil, nil, nil, fmt.Errorf("declare exchange %s: %w", w.exchange, err)
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/internal/wakehub"
 	"github.com/heraldgo/herald/wakeup"
 )
@@ -122,7 +122,7 @@ var _ wakeup.Wakeup = (*Wakeup)(nil)
 // first listens or signals.
 func New(cfg Config) (*Wakeup, error) {
 	if len(cfg.Brokers) == 0 {
-		return nil, envelope.Configurationf("kafkasignal.Config.Brokers", "no seed brokers; give at least one host:port")
+		return nil, outbox.Configurationf("kafkasignal.Config.Brokers", "no seed brokers; give at least one host:port")
 	}
 	brokers := cfg.Brokers
 	// The code below reads ClientOpts: the deprecated field and the
@@ -144,7 +144,7 @@ func New(cfg Config) (*Wakeup, error) {
 		cfg.MaxBackoff = max(DefaultMaxBackoff, cfg.MinBackoff)
 	}
 	if cfg.MaxBackoff < cfg.MinBackoff {
-		return nil, envelope.Configurationf("kafkasignal.Config.MaxBackoff", "%s is below MinBackoff %s", cfg.MaxBackoff, cfg.MinBackoff)
+		return nil, outbox.Configurationf("kafkasignal.Config.MaxBackoff", "%s is below MinBackoff %s", cfg.MaxBackoff, cfg.MinBackoff)
 	}
 	if cfg.PollWhileDown <= 0 {
 		cfg.PollWhileDown = DefaultPollWhileDown
@@ -187,7 +187,7 @@ func (w *Wakeup) admin(ctx context.Context) (*kgo.Client, error) {
 		)
 		c, err := kgo.NewClient(opts...)
 		if err != nil {
-			return nil, envelope.Configurationf("kafkasignal.Config.ClientOptions", "%v", err)
+			return nil, outbox.Configurationf("kafkasignal.Config.ClientOptions", "%v", err)
 		}
 		w.client = c
 	}
@@ -396,7 +396,7 @@ func (w *Wakeup) session(ctx context.Context, ready func(), deliver func([]strin
 	)
 	c, err := kgo.NewClient(opts...)
 	if err != nil {
-		return envelope.Configurationf("kafkasignal.Config.ClientOptions", "%v", err)
+		return outbox.Configurationf("kafkasignal.Config.ClientOptions", "%v", err)
 	}
 	defer c.Close()
 	// Subscribed once a fetch came back: the consumer's own connection

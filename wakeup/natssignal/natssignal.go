@@ -9,7 +9,7 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 
-	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/internal/wakehub"
 	"github.com/heraldgo/herald/wakeup"
 )
@@ -80,7 +80,7 @@ type Wakeup struct {
 var _ wakeup.Wakeup = (*Wakeup)(nil)
 
 func cfgErr(field, format string, args ...any) error {
-	return envelope.Configurationf("natssignal.Config."+field, format, args...)
+	return outbox.Configurationf("natssignal.Config."+field, format, args...)
 }
 
 // New checks cfg and returns a Wakeup; its publishing connection keeps

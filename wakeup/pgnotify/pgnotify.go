@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/internal/wakehub"
 	"github.com/heraldgo/herald/wakeup"
 )
@@ -112,11 +113,11 @@ var (
 // when it first listens or signals outside a transaction.
 func New(cfg Config) (*Wakeup, error) {
 	if cfg.ConnString == "" {
-		return nil, envelope.Configurationf("pgnotify.Config.ConnString", "empty; give the PostgreSQL connection string (a URL or key=value pairs)")
+		return nil, outbox.Configurationf("pgnotify.Config.ConnString", "empty; give the PostgreSQL connection string (a URL or key=value pairs)")
 	}
 	connCfg, err := pgx.ParseConfig(cfg.ConnString)
 	if err != nil {
-		return nil, envelope.Configurationf("pgnotify.Config.ConnString", "%v", err)
+		return nil, outbox.Configurationf("pgnotify.Config.ConnString", "%v", err)
 	}
 	if _, ok := connCfg.RuntimeParams["application_name"]; !ok {
 		connCfg.RuntimeParams["application_name"] = "herald/wakeup/pgnotify"
@@ -137,7 +138,7 @@ func New(cfg Config) (*Wakeup, error) {
 		cfg.MaxBackoff = max(DefaultMaxBackoff, cfg.MinBackoff)
 	}
 	if cfg.MaxBackoff < cfg.MinBackoff {
-		return nil, envelope.Configurationf("pgnotify.Config.MaxBackoff", "%s is below MinBackoff %s", cfg.MaxBackoff, cfg.MinBackoff)
+		return nil, outbox.Configurationf("pgnotify.Config.MaxBackoff", "%s is below MinBackoff %s", cfg.MaxBackoff, cfg.MinBackoff)
 	}
 	if cfg.PollWhileDown <= 0 {
 		cfg.PollWhileDown = DefaultPollWhileDown
@@ -178,9 +179,9 @@ func New(cfg Config) (*Wakeup, error) {
 func validChannel(ch string) error {
 	switch {
 	case len(ch) > 63:
-		return envelope.Configurationf("pgnotify.Config.Channel", "%q is %d bytes; PostgreSQL channel names are at most 63", ch, len(ch))
+		return outbox.Configurationf("pgnotify.Config.Channel", "%q is %d bytes; PostgreSQL channel names are at most 63", ch, len(ch))
 	case strings.ContainsRune(ch, 0):
-		return envelope.Configurationf("pgnotify.Config.Channel", "%q contains a NUL byte", ch)
+		return outbox.Configurationf("pgnotify.Config.Channel", "%q contains a NUL byte", ch)
 	}
 	return nil
 }
@@ -294,7 +295,7 @@ func (a afterCommit) CheckDialect(d envelope.Dialect) error { return a.w.CheckDi
 // wakeup/kafkasignal or wakeup/amqpfanout there.
 func (w *Wakeup) CheckDialect(d envelope.Dialect) error {
 	if d == envelope.MySQL {
-		return envelope.Configurationf("Wakeup", "pgnotify is PostgreSQL's LISTEN/NOTIFY and the database is MySQL, which has no NOTIFY: use wakeup.NewInProcess, redispubsub, kafkasignal or amqpfanout")
+		return outbox.Configurationf("Wakeup", "pgnotify is PostgreSQL's LISTEN/NOTIFY and the database is MySQL, which has no NOTIFY: use wakeup.NewInProcess, redispubsub, kafkasignal or amqpfanout")
 	}
 	return nil
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/internal/wakehub"
 	"github.com/heraldgo/herald/wakeup"
 )
@@ -84,15 +84,15 @@ var _ wakeup.Wakeup = (*Wakeup)(nil)
 func New(cfg Config) (*Wakeup, error) {
 	switch {
 	case cfg.URL == "" && cfg.Client == nil:
-		return nil, envelope.Configurationf("redispubsub.Config.URL", "neither URL nor Client is set; give a Redis URL or a ready client")
+		return nil, outbox.Configurationf("redispubsub.Config.URL", "neither URL nor Client is set; give a Redis URL or a ready client")
 	case cfg.URL != "" && cfg.Client != nil:
-		return nil, envelope.Configurationf("redispubsub.Config.Client", "set together with URL; give one of them")
+		return nil, outbox.Configurationf("redispubsub.Config.Client", "set together with URL; give one of them")
 	case cfg.Client != nil:
 		return newWakeup(cfg.Client, false, cfg)
 	}
 	opt, err := redis.ParseURL(cfg.URL)
 	if err != nil {
-		return nil, envelope.Configurationf("redispubsub.Config.URL", "%v", err)
+		return nil, outbox.Configurationf("redispubsub.Config.URL", "%v", err)
 	}
 	return newWakeup(redis.NewClient(opt), true, cfg)
 }
@@ -123,7 +123,7 @@ func newWakeup(client redis.UniversalClient, owned bool, cfg Config) (*Wakeup, e
 		if owned {
 			_ = client.Close()
 		}
-		return nil, envelope.Configurationf("redispubsub.Config.MaxBackoff", "%s is below MinBackoff %s", cfg.MaxBackoff, cfg.MinBackoff)
+		return nil, outbox.Configurationf("redispubsub.Config.MaxBackoff", "%s is below MinBackoff %s", cfg.MaxBackoff, cfg.MinBackoff)
 	}
 	if cfg.PollWhileDown <= 0 {
 		cfg.PollWhileDown = DefaultPollWhileDown
