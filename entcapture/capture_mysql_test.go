@@ -190,18 +190,7 @@ func TestMySQLConcurrentUpsertOfOneNewKey(t *testing.T) {
 		t.Fatalf("the second upsert ended (err %v) while the first, holding the key, was still open: it never waited for the first's lock", second)
 	case !waited:
 		_ = tx1.Rollback()
-		var states []string
-		if rows, err := e.db.Query(`SELECT COMMAND, COALESCE(STATE, ''), TIME, COALESCE(LEFT(INFO, 200), '') FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND ID <> CONNECTION_ID()`); err == nil {
-			for rows.Next() {
-				var cmd, state, info string
-				var secs int
-				if rows.Scan(&cmd, &state, &secs, &info) == nil {
-					states = append(states, fmt.Sprintf("%s %q %ds %q", cmd, state, secs, info))
-				}
-			}
-			_ = rows.Close()
-		}
-		t.Fatalf("the second upsert was not seen waiting for the first's lock within 2 minutes (last look at information_schema: err %v); connections: %q", lastErr, states)
+		t.Fatalf("the second upsert was not seen waiting for the first's lock within 2 minutes (last look at information_schema: err %v); connections: %q", lastErr, connections(e.db))
 	}
 	must(t, tx1.Commit())
 	must(t, <-done)
@@ -216,6 +205,29 @@ func TestMySQLConcurrentUpsertOfOneNewKey(t *testing.T) {
 	if want := "[inserted <nil>→First updated First→Second]"; fmt.Sprint(ops) != want {
 		t.Errorf("events %v, want %s", ops, want)
 	}
+}
+
+// connections describes the other connections of db's database (for a
+// failure message).
+func connections(db *sql.DB) []string {
+	rows, err := db.Query(`SELECT COMMAND, COALESCE(STATE, ''), TIME, COALESCE(LEFT(INFO, 200), '') FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND ID <> CONNECTION_ID()`)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	defer rows.Close()
+	var states []string
+	for rows.Next() {
+		var cmd, state, info string
+		var secs int
+		if err := rows.Scan(&cmd, &state, &secs, &info); err != nil {
+			return append(states, err.Error())
+		}
+		states = append(states, fmt.Sprintf("%s %q %ds %q", cmd, state, secs, info))
+	}
+	if err := rows.Err(); err != nil {
+		states = append(states, err.Error())
+	}
+	return states
 }
 
 func nameOf(m map[string]any) any {
