@@ -281,7 +281,12 @@
 // a deadlock, 1213, to retry) and is then classified updated; at READ
 // COMMITTED there is no gap lock, and such a race is classified
 // inserted. A row conflicting on another unique key than the named one
-// is not seen. UpdateWhere is refused (MySQL's upsert has no WHERE).
+// is not seen. UpdateWhere is refused (MySQL's upsert has no WHERE). An
+// UPDATE setting the values a row already holds counts, in what ent
+// returns, as MySQL's affected rows do (rows changed, unless the DSN sets
+// clientFoundRows): 0 for that row, with or without capture; the row
+// matched and was locked, so it has its updated event, as on PostgreSQL
+// and SQLite.
 // Every set of keys — the rows a write is pinned to, those a cascade or
 // an edge setter reaches, join rows, an upsert's conflict values — is ONE
 // JSON parameter through JSON_TABLE at any size (integers as BIGINT,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 
@@ -153,13 +152,11 @@ func TestBulkUpdateAnySize(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			n := 33000
-			fill := `WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM g WHERE i < %d) INSERT INTO loans (id, status, days, returned) SELECT i, 'out', 1, false FROM g`
-			if d.dialect == envelope.Postgres {
-				n = 70000
-				fill = `INSERT INTO loans (id, status, days, returned) SELECT g, 'out', 1, false FROM generate_series(1, %d) g`
+			if d.dialect != envelope.SQLite {
+				n = 70000 // PostgreSQL's and MySQL's limit is 65535
 			}
 			e := newEnv(t, d.dialect, entcapture.Config{Options: map[string]envelope.Options{"Loan": {Payload: envelope.BeforeAndAfter}}})
-			_, err := e.db.Exec(fmt.Sprintf(fill, n))
+			_, err := e.db.Exec(seriesInsert(d.dialect, n, "loans (id, status, days, returned)", "i, 'out', 1, false"))
 			must(t, err)
 			got, err := e.client.Loan.Update().Where(loan.Status("out")).SetStatus("in").Save(ctx)
 			must(t, err)
@@ -168,21 +165,30 @@ func TestBulkUpdateAnySize(t *testing.T) {
 			}
 			var events, withBefore int
 			must(t, e.db.QueryRow(`SELECT COUNT(*) FROM herald_outbox WHERE topic = 'loan.updated'`).Scan(&events))
-			must(t, e.db.QueryRow(`SELECT COUNT(*) FROM herald_outbox WHERE topic = 'loan.updated' AND CAST(payload AS TEXT) LIKE '%"before":{%"status":"out"%'`).Scan(&withBefore))
+			must(t, e.db.QueryRow(`SELECT COUNT(*) FROM herald_outbox WHERE topic = 'loan.updated' AND `+payloadText(d.dialect)+` LIKE '%"before":{%"status":"out"%'`).Scan(&withBefore))
 			if events != n || withBefore != n {
 				t.Fatalf("%d events, %d with the before image, want %d", events, withBefore, n)
 			}
 			// In client.Tx on a client without the wrapper, the after
 			// images are read by id after the UPDATE: one parameter too.
+			// On MySQL that pinned UPDATE keeps its subquery form, which
+			// MariaDB before 11.1 runs once per row it scans (doc.go's
+			// "MySQL and MariaDB": correct, slow for large sets; 70,000
+			// rows ran over ten minutes): there it writes 2,000 rows, still
+			// one parameter.
+			where, m := loan.Status("in"), n
+			if d.dialect == envelope.MySQL {
+				where, m = loan.And(loan.Status("in"), loan.IDLTE(2000)), 2000
+			}
 			tx, err := e.plain.Tx(ctx)
 			must(t, err)
-			if got, err = tx.Loan.Update().Where(loan.Status("in")).SetDays(2).Save(ctx); err != nil || got != n {
+			if got, err = tx.Loan.Update().Where(where).SetDays(2).Save(ctx); err != nil || got != m {
 				t.Fatalf("without the wrapper: updated %d rows, %v", got, err)
 			}
 			must(t, tx.Commit())
-			must(t, e.db.QueryRow(`SELECT COUNT(*) FROM herald_outbox WHERE topic = 'loan.updated' AND CAST(payload AS TEXT) LIKE '%"after":{%"days":2%'`).Scan(&events))
-			if events != n {
-				t.Fatalf("without the wrapper: %d events with the after image, want %d", events, n)
+			must(t, e.db.QueryRow(`SELECT COUNT(*) FROM herald_outbox WHERE topic = 'loan.updated' AND `+payloadText(d.dialect)+` LIKE '%"after":{%"days":2%'`).Scan(&events))
+			if events != m {
+				t.Fatalf("without the wrapper: %d events with the after image, want %d", events, m)
 			}
 		})
 	}
@@ -261,7 +267,7 @@ func TestSoftDeleteMixinOrder(t *testing.T) {
 				t.Fatalf("topics %q, want %q", got, want)
 			}
 			var changed int
-			must(t, e.db.QueryRow(`SELECT COUNT(*) FROM herald_outbox WHERE topic LIKE '%.updated' AND CAST(payload AS TEXT) LIKE '%"changed":["delete_time"]%'`).Scan(&changed))
+			must(t, e.db.QueryRow(`SELECT COUNT(*) FROM herald_outbox WHERE topic LIKE '%.updated' AND `+payloadText(d.dialect)+` LIKE '%"changed":["delete_time"]%'`).Scan(&changed))
 			if changed != 4 {
 				t.Fatalf("%d updates change delete_time, want 4", changed)
 			}

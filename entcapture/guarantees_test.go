@@ -385,7 +385,8 @@ var _ = dialect.Postgres
 // classified (inserted or updated?): the capture does not see its
 // statement. It fails with ErrUnsupported naming the schema and what to
 // do, and writes nothing. (Through Driver it is classified by its own
-// statement: TestUpsertClassifiedByTheDatabase.)
+// statement: TestUpsertClassifiedByTheDatabase.) On MySQL a create whose
+// every id is set is classified by its id, and one without ids is refused.
 func TestUnclassifiableUpsert(t *testing.T) {
 	t.Parallel()
 	eachDialect(t, func(t *testing.T, d envelope.Dialect) {
@@ -394,6 +395,34 @@ func TestUnclassifiableUpsert(t *testing.T) {
 		tx, err := e.plain.Tx(ctx)
 		must(t, err)
 		err = tx.Tag.Create().SetID("a").SetLabel("A").OnConflict(entsql.DoNothing()).Exec(ctx)
+		if d == envelope.MySQL {
+			// On MySQL the capture never sees the statement (no RETURNING,
+			// Driver or not): it reads the rows by a target it infers. A
+			// create whose every id is set conflicts on the id (doc.go,
+			// "MySQL and MariaDB"), so this one is classified: the tag
+			// is inserted with its event.
+			if err != nil {
+				_ = tx.Rollback()
+				t.Fatalf("MySQL, every id set: err = %v", err)
+			}
+			must(t, tx.Commit())
+			if got := topicsOf(t, e.db, envelope.DefaultTable); fmt.Sprint(got) != "[tag.inserted]" {
+				t.Fatalf("MySQL, every id set: events %v, want [tag.inserted]", got)
+			}
+			// Without ids there is no target to read by: refused, and
+			// nothing written.
+			tx, err = e.plain.Tx(ctx)
+			must(t, err)
+			err = tx.Reader.Create().SetName("r").SetEmail("r@x").OnConflict(entsql.DoNothing()).Exec(ctx)
+			_ = tx.Rollback()
+			if !errors.Is(err, envelope.ErrUnsupported) || !strings.Contains(err.Error(), "Reader") || !strings.Contains(err.Error(), "OnConflictColumns") {
+				t.Fatalf("MySQL, no ids: err = %v", err)
+			}
+			if n := e.count(t, "readers"); n != 0 {
+				t.Fatalf("MySQL: %d readers written", n)
+			}
+			return
+		}
 		if !errors.Is(err, envelope.ErrUnsupported) || !strings.Contains(err.Error(), "Tag") || !strings.Contains(err.Error(), "OnConflictColumns") || !strings.Contains(err.Error(), "entcapture.Driver") {
 			t.Fatalf("err = %v", err)
 		}

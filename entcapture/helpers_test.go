@@ -3,8 +3,10 @@ package entcapture_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -144,4 +146,44 @@ func (e *env) count(t testing.TB, table string) int {
 	var n int
 	must(t, e.db.QueryRow(`SELECT COUNT(*) FROM `+table).Scan(&n))
 	return n
+}
+
+// textOf is SQL reading expr as text on dialect d: CAST(… AS TEXT), which
+// MySQL lacks (it casts to CHAR).
+func textOf(d envelope.Dialect, expr string) string {
+	if d == envelope.MySQL {
+		return "CAST(" + expr + " AS CHAR)"
+	}
+	return "CAST(" + expr + " AS TEXT)"
+}
+
+// payloadText is SQL reading the outbox's payload as compact JSON text,
+// for LIKE patterns: MySQL 8 prints a JSON column with a space after
+// each ':' and ',' (MariaDB, whose JSON is text, keeps what was written).
+func payloadText(d envelope.Dialect) string {
+	if d == envelope.MySQL {
+		return "REPLACE(REPLACE(" + textOf(d, "payload") + ", '\": ', '\":'), ', \"', ',\"')"
+	}
+	return textOf(d, "payload")
+}
+
+// seriesInsert is `INSERT INTO <into> SELECT <sel> FROM s` over a series
+// s(i) = 1..n on dialect d: generate_series on PostgreSQL, a recursive
+// CTE on SQLite, and on MySQL the product of decimal digits (MySQL 8's
+// recursion depth stops at 1000 unless raised in the session).
+func seriesInsert(d envelope.Dialect, n int, into, sel string) string {
+	switch d {
+	case envelope.Postgres:
+		return fmt.Sprintf("INSERT INTO %s SELECT %s FROM generate_series(1, %d) AS s(i)", into, sel, n)
+	case envelope.MySQL:
+		digits := "(SELECT 0 AS i UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9)"
+		var from, sum []string
+		for k, p := 0, 1; p < n; k, p = k+1, p*10 {
+			from = append(from, digits+" AS d"+fmt.Sprint(k))
+			sum = append(sum, fmt.Sprintf("%d * d%d.i", p, k))
+		}
+		return fmt.Sprintf("INSERT INTO %s SELECT %s FROM (SELECT %s + 1 AS i FROM %s) AS s WHERE s.i <= %d",
+			into, sel, strings.Join(sum, " + "), strings.Join(from, " CROSS JOIN "), n)
+	}
+	return fmt.Sprintf("WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < %d) INSERT INTO %s SELECT %s FROM s", n, into, sel)
 }

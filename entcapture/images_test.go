@@ -386,7 +386,7 @@ func backendPID(ctx context.Context, t *testing.T, tx interface {
 // database holds.
 func (e *imgEnv) storedText(t testing.TB, table, col string, id any) any {
 	t.Helper()
-	q := fmt.Sprintf(`SELECT CAST(%s AS TEXT) FROM %s WHERE id = %v`, col, table, id)
+	q := fmt.Sprintf(`SELECT %s FROM %s WHERE id = %v`, textOf(e.dialect, col), table, id)
 	var v sql.NullString
 	must(t, e.db.QueryRow(q).Scan(&v))
 	if !v.Valid {

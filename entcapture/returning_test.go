@@ -106,6 +106,14 @@ func TestReturningTransparent(t *testing.T) {
 			outs = append(outs, o)
 		}
 		want := outcome{updated: 3, unchanged: 2, deleted: 4, one: "2 lost 1 false n", errs: [3]bool{true, true, true}, events: 3 + 2 + 1 + 4}
+		if d == envelope.MySQL {
+			// MySQL's affected rows are the rows changed (without the
+			// driver's clientFoundRows), so ent reports 0 for an UPDATE
+			// setting the values the rows hold, plain or captured alike;
+			// the capture, which read the matched rows FOR UPDATE, still
+			// has their updated events.
+			want.unchanged = 0
+		}
 		for i, o := range outs {
 			if o != want {
 				t.Errorf("way %d: %+v, want %+v", i, o, want)

@@ -533,6 +533,22 @@ func TestCompositeIDEdgeSchema(t *testing.T) {
 		if want := "membership.updated user_id=1,group_id=1"; got != want {
 			t.Errorf("Membership upsert: got %s, want %s", got, want)
 		}
+		// In a transaction of a client without Driver (and on MySQL
+		// always) the rows are read before and after the statement, by
+		// the key's columns: a composite id has no id column.
+		got = s.plain().check(t, "Membership upsert in Tx of a plain client", func() error {
+			tx, err := ent.NewClient(ent.Driver(entsql.OpenDB(entDialect(s.dialect), s.env.db))).Tx(ctx)
+			must(t, err)
+			if err := tx.Membership.Create().SetUserID(u.ID).SetGroupID(g1.ID).SetRole("admin").
+				OnConflictColumns(membership.FieldUserID, membership.FieldGroupID).UpdateNewValues().Exec(ctx); err != nil {
+				_ = tx.Rollback()
+				return err
+			}
+			return tx.Commit()
+		})
+		if want := "membership.updated user_id=1,group_id=1"; got != want {
+			t.Errorf("Membership upsert in Tx of a plain client: got %s, want %s", got, want)
+		}
 		s.check(t, "AddGroups", func() error { return s.c.User.UpdateOne(u).AddGroups(g2).Exec(ctx) })
 		s.check(t, "Membership.Update", func() error {
 			_, err := s.c.Membership.Update().Where(membership.GroupID(g2.ID)).SetRole("owner").Save(ctx)

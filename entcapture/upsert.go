@@ -235,10 +235,11 @@ func (s *scope) beforeUpsert(opts []sql.ConflictOption) error {
 }
 
 // rowsByTarget reads the rows whose conflict columns hold the creates'
-// values (or whose ids are ids: the rows that conflicted, whose conflict
-// columns the action may have changed), keyed by those values, and by
-// id text under idPrefix+id.
-func (s *scope) rowsByTarget(w *write, u *upsert, lock bool, ids []any) (map[string]map[string]any, error) {
+// values (or whose keys are keys, each a tuple of the schema's key
+// columns (KeyColumns: the id, or a composite id's columns): the rows
+// that conflicted, whose conflict columns the action may have changed),
+// keyed by those values, and by key text under idPrefix+key.
+func (s *scope) rowsByTarget(w *write, u *upsert, lock bool, keys [][]any) (map[string]map[string]any, error) {
 	sel := sql.Dialect(dialectName(s.d)).Select().From(from(s.g, w.sch))
 	qc := make([]string, len(u.cols))
 	for i, c := range u.cols {
@@ -254,7 +255,7 @@ func (s *scope) rowsByTarget(w *write, u *upsert, lock bool, ids []any) (map[str
 		}
 		tuples = append(tuples, vs)
 	}
-	sel.Where(inSetsOrP(s.d, rowType, sel, w.sch.KeyColumns(), []keySet{{u.target, tuples}}, []keySet{{[]string{w.sch.PK}, tuplesOf(ids)}}))
+	sel.Where(inSetsOrP(s.d, rowType, sel, w.sch.KeyColumns(), []keySet{{u.target, tuples}}, []keySet{{w.sch.KeyColumns(), keys}}))
 	if lock && locks(s.d) {
 		sel.ForUpdate()
 	}
@@ -286,11 +287,21 @@ func (s *scope) afterUpsert() error {
 	if u.ret != nil {
 		return s.upsertReturned(w, u)
 	}
-	var ids []any
+	// The conflicting rows by their key: the id, or a composite id's
+	// columns (its schema has no PK column).
+	var keys [][]any
+	seenKey := map[string]bool{}
 	for _, b := range u.before {
-		ids = append(ids, b[w.sch.PK])
+		if k := w.sch.keyText(b); !seenKey[k] {
+			seenKey[k] = true
+			key := make([]any, 0, len(w.sch.KeyColumns()))
+			for _, c := range w.sch.KeyColumns() {
+				key = append(key, b[c])
+			}
+			keys = append(keys, key)
+		}
 	}
-	after, err := s.rowsByTarget(w, u, false, ids)
+	after, err := s.rowsByTarget(w, u, false, keys)
 	if err != nil {
 		return err
 	}
