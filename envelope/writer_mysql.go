@@ -102,7 +102,7 @@ func (w *Writer) lockMySQL(ctx context.Context, q Querier, l keyLocks) error {
 // LAST_INSERT_ID() (the Result's LastInsertId), every row it inserted has a
 // sequence at or above it (in message order, whatever
 // innodb_autoinc_lock_mode), and the rows are told from other writers' by
-// their ids — one primary-key range read.
+// their ids (one JSON parameter) — one primary-key range read.
 func (w *Writer) insertMySQL(ctx context.Context, q Querier, rows []row, batch []int, r run, now time.Time, seq map[uuid.UUID]int64, locks keyLocks) error {
 	if len(locks) > 0 && !w.noKeyLocks {
 		if err := w.lockMySQL(ctx, q, locks); err != nil {
@@ -162,22 +162,23 @@ func (w *Writer) insertMySQL(ctx context.Context, q Querier, rows []row, batch [
 	if n, err := res.RowsAffected(); err == nil && n == 0 {
 		return nil // every key was stored already
 	}
-	// Read back: sequence >= first, one of this chunk's ids.
-	b.Reset()
-	b.WriteString("SELECT sequence, id FROM ")
-	b.WriteString(w.t.Quoted)
-	b.WriteString(" WHERE sequence >= ? AND id IN (")
-	ids := make([]any, 0, len(batch)+1)
-	ids = append(ids, first)
+	// Read back: sequence >= first, one of this chunk's ids — the ids as
+	// ONE JSON parameter, whatever the chunk's size.
+	var ids strings.Builder
+	ids.Grow(len(batch)*39 + 2)
+	ids.WriteByte('[')
 	for bi, i := range batch {
 		if bi > 0 {
-			b.WriteByte(',')
+			ids.WriteByte(',')
 		}
-		b.WriteByte('?')
-		ids = append(ids, rows[i].id.String())
+		ids.WriteByte('"')
+		ids.WriteString(rows[i].id.String()) // hex and dashes: nothing to escape
+		ids.WriteByte('"')
 	}
-	b.WriteByte(')')
-	return w.returning(ctx, q, b.String(), ids, seq)
+	ids.WriteByte(']')
+	return w.returning(ctx, q, "SELECT sequence, id FROM "+w.t.Quoted+
+		" WHERE sequence >= ? AND id IN (SELECT j.id FROM JSON_TABLE(?, '$[*]' COLUMNS (id CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS j)",
+		[]any{first, ids.String()}, seq)
 }
 
 // countRows runs a query and counts the rows it returns (the key-lock
