@@ -9,6 +9,6 @@ package entcapture
 //
 // Deprecated: re-run go generate (entcapturegen.Extension) to regenerate
 // the ent code; nothing else refers to Schema.
-type Schema[GlueFromAnOlderEntcapturegen_RerunGoGenerate any] struct { //nolint:revive,staticcheck // the name is the compile error's message
+type Schema[GlueFromAnOlderEntcapturegen_RerunGoGenerate any] struct { //nolint:revive // the name is the compile error's message
 	_ [0]GlueFromAnOlderEntcapturegen_RerunGoGenerate
 }
