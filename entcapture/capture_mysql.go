@@ -214,7 +214,7 @@ const (
 )
 
 // mysqlPin is the pin of an UPDATE or DELETE to the rows read before it
-// (Schema.pin) on MySQL: inSetMySQL's predicate between markers that
+// (pin) on MySQL: inSetMySQL's predicate between markers that
 // carry the equivalent join condition. Through Driver the statement runs
 // as a multi-table UPDATE or DELETE joined to the key set (pinJoin),
 // which both servers drive from the JSON table by the key's index;

@@ -7,6 +7,7 @@ import (
 
 	"entgo.io/ent/dialect/sql"
 
+	"github.com/heraldgo/herald/entcapture/entcapturert"
 	"github.com/heraldgo/herald/envelope"
 )
 
@@ -27,18 +28,18 @@ const maxCascadeDepth = 64
 // foreign keys to deleted rows) is deleted once; a row both nulled and
 // deleted is deleted; a row nulled through two foreign keys is one update
 // of both columns.
-func (s *scope) cascade(parent *Schema, rows []map[string]any) error {
+func (s *scope) cascade(parent *entcapturert.Schema, rows []map[string]any) error {
 	if len(rows) == 0 || len(parent.Cascades) == 0 {
 		return nil
 	}
-	gone := map[*Schema]map[string]bool{} // rows the delete removes
-	mark := func(sch *Schema, r map[string]any) bool {
+	gone := map[*entcapturert.Schema]map[string]bool{} // rows the delete removes
+	mark := func(sch *entcapturert.Schema, r map[string]any) bool {
 		m := gone[sch]
 		if m == nil {
 			m = map[string]bool{}
 			gone[sch] = m
 		}
-		k := sch.keyText(r)
+		k := keyText(sch, r)
 		if m[k] {
 			return false
 		}
@@ -46,12 +47,12 @@ func (s *scope) cascade(parent *Schema, rows []map[string]any) error {
 		return true
 	}
 	type level struct {
-		sch *Schema
+		sch *entcapturert.Schema
 		ids []any
 	}
-	var order []*Schema // schemas with deleted rows, first seen first
-	deleted := map[*Schema][]any{}
-	note := func(sch *Schema, ids []any) {
+	var order []*entcapturert.Schema // schemas with deleted rows, first seen first
+	deleted := map[*entcapturert.Schema][]any{}
+	note := func(sch *entcapturert.Schema, ids []any) {
 		if _, ok := deleted[sch]; !ok {
 			order = append(order, sch)
 		}
@@ -92,7 +93,7 @@ func (s *scope) cascade(parent *Schema, rows []map[string]any) error {
 					at := now()
 					cs := make([]envelope.Change, 0, len(got))
 					for _, r := range got {
-						ch := envelope.Change{Model: spec.Label, Table: c.Child.Table, Operation: envelope.Deleted, PK: c.Child.keyOf(r), OccurredAt: at}
+						ch := envelope.Change{Model: spec.Label, Table: c.Child.Table, Operation: envelope.Deleted, PK: rowKey(c.Child, r), OccurredAt: at}
 						if spec.Options.Payload != envelope.Keys {
 							ch.Before = r
 						}
@@ -116,9 +117,9 @@ func (s *scope) cascade(parent *Schema, rows []map[string]any) error {
 		cols map[string]bool
 	}
 	for _, p := range order {
-		updates := map[*Schema]map[string]*nulled{}
-		var children []*Schema
-		specs := map[*Schema]*envelope.Spec{}
+		updates := map[*entcapturert.Schema]map[string]*nulled{}
+		var children []*entcapturert.Schema
+		specs := map[*entcapturert.Schema]*envelope.Spec{}
 		for _, c := range p.Cascades {
 			if !c.SetNull || c.Child.Scan == nil {
 				continue
@@ -135,7 +136,7 @@ func (s *scope) cascade(parent *Schema, rows []map[string]any) error {
 				return err
 			}
 			for _, r := range got {
-				k := c.Child.keyText(r)
+				k := keyText(c.Child, r)
 				if gone[c.Child][k] {
 					continue
 				}
@@ -165,7 +166,7 @@ func (s *scope) cascade(parent *Schema, rows []map[string]any) error {
 						changed = append(changed, col)
 					}
 				}
-				ch := envelope.Change{Model: spec.Label, Table: child.Table, Operation: envelope.Updated, PK: child.keyOf(n.row),
+				ch := envelope.Change{Model: spec.Label, Table: child.Table, Operation: envelope.Updated, PK: rowKey(child, n.row),
 					Changed: changed, OccurredAt: at}
 				if spec.Options.Payload != envelope.Keys {
 					after := maps.Clone(n.row)
@@ -185,7 +186,7 @@ func (s *scope) cascade(parent *Schema, rows []map[string]any) error {
 // cascadeRows reads, locked, the rows of c's child whose foreign key
 // holds one of ids (rows of parent): the payload columns when spec
 // captures the child, its key otherwise, and the foreign key.
-func (s *scope) cascadeRows(c Cascade, spec *envelope.Spec, parent *Schema, ids []any) ([]map[string]any, error) {
+func (s *scope) cascadeRows(c entcapturert.Cascade, spec *envelope.Spec, parent *entcapturert.Schema, ids []any) ([]map[string]any, error) {
 	child := c.Child
 	cols := slices.Clone(child.KeyColumns())
 	var more []string

@@ -14,6 +14,7 @@ import (
 
 	"entgo.io/ent/dialect"
 
+	"github.com/heraldgo/herald/entcapture/internal/rtstate"
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/wakeup"
@@ -117,57 +118,34 @@ func (d *CaptureDriver) Unwrap() dialect.Driver { return d.Driver }
 // Config returns the driver's configuration.
 func (d *CaptureDriver) Config() Config { return d.cfg }
 
-// registered holds the names of the captured schemas of the generated
-// packages linked into the program (Register).
-var registered struct {
-	sync.Mutex
-	names map[string]bool
-	cols  map[string][]string // by name: the schema's columns
-}
-
-// Register records captured schemas, so that a Config's Options can be
-// checked against their names. The code entcapturegen.Extension generates
-// calls it from its init; not for use by hand.
-func Register(schemas ...*Schema) {
-	registered.Lock()
-	defer registered.Unlock()
-	if registered.names == nil {
-		registered.names = map[string]bool{}
-		registered.cols = map[string][]string{}
-	}
-	for _, s := range schemas {
-		registered.names[s.Name] = true
-		registered.cols[s.Name] = s.Columns
-	}
-}
-
 // checkOptions fails for a name in Options that is no captured schema's
 // (a misspelling would otherwise silently leave the schema's Mixin
 // Options in force). Without registered schemas (glue generated before
-// Register) it cannot know, and lets every name pass.
+// entcapturert.Register) it cannot know, and lets every name pass.
 func checkOptions(opts map[string]envelope.Options) error {
+	registered := &rtstate.Registered
 	registered.Lock()
 	defer registered.Unlock()
-	if len(registered.names) == 0 {
+	if len(registered.Names) == 0 {
 		return nil
 	}
 	var bad []string
 	for name := range opts {
-		if !registered.names[name] {
+		if !registered.Names[name] {
 			bad = append(bad, name)
 		}
 	}
 	if len(bad) == 0 {
 		for _, name := range slices.Sorted(maps.Keys(opts)) {
 			o := opts[name]
-			if cols := registered.cols[name]; o.Tenant != "" && !slices.Contains(cols, o.Tenant) {
+			if cols := registered.Cols[name]; o.Tenant != "" && !slices.Contains(cols, o.Tenant) {
 				return outbox.Configurationf("entcapture.Config.Options["+strconv.Quote(name)+"].Tenant", "no column %q in schema %s (columns: %v)", o.Tenant, name, cols)
 			}
 		}
 		return nil
 	}
 	slices.Sort(bad)
-	known := slices.Sorted(maps.Keys(registered.names))
+	known := slices.Sorted(maps.Keys(registered.Names))
 	return outbox.Configurationf("entcapture.Config.Options", "no captured schema named %q (Options is keyed by the Go name of a schema that uses entcapture.Mixin; captured schemas: %s)",
 		bad[0], strings.Join(known, ", "))
 }

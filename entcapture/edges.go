@@ -6,6 +6,7 @@ import (
 
 	"entgo.io/ent/dialect/sql"
 
+	"github.com/heraldgo/herald/entcapture/entcapturert"
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/names"
 )
@@ -22,7 +23,7 @@ import (
 
 // edgeWrite is one edge a mutation changes.
 type edgeWrite struct {
-	e       ThroughEdge
+	e       entcapturert.ThroughEdge
 	spec    *envelope.Spec
 	others  []any // the other side's ids the setter names; nil when cleared
 	cleared bool
@@ -99,7 +100,7 @@ func (s *scope) joinRows(ew *edgeWrite, owners []any, lock bool) (map[string]map
 	}
 	out := make(map[string]map[string]any, len(got))
 	for _, r := range got {
-		out[t.keyText(r)] = r
+		out[keyText(t, r)] = r
 	}
 	return out, nil
 }
@@ -136,12 +137,12 @@ func (s *scope) edgesAfter(ews []*edgeWrite, owners []any) error {
 		var cs []envelope.Change
 		for k, r := range after {
 			if _, ok := ew.before[k]; !ok {
-				cs = append(cs, envelope.Change{Model: ew.spec.Label, Table: t.Table, Operation: envelope.Inserted, PK: t.keyOf(r), After: r, OccurredAt: at})
+				cs = append(cs, envelope.Change{Model: ew.spec.Label, Table: t.Table, Operation: envelope.Inserted, PK: rowKey(t, r), After: r, OccurredAt: at})
 			}
 		}
 		for k, r := range ew.before {
 			if _, ok := after[k]; !ok {
-				cs = append(cs, envelope.Change{Model: ew.spec.Label, Table: t.Table, Operation: envelope.Deleted, PK: t.keyOf(r), Before: r, OccurredAt: at})
+				cs = append(cs, envelope.Change{Model: ew.spec.Label, Table: t.Table, Operation: envelope.Deleted, PK: rowKey(t, r), Before: r, OccurredAt: at})
 			}
 		}
 		s.add(ew.spec, cs...)
@@ -158,7 +159,7 @@ func (s *scope) edgesAfter(ews []*edgeWrite, owners []any) error {
 
 // childWrite is one such edge a mutation changes.
 type childWrite struct {
-	e       ChildEdge
+	e       entcapturert.ChildEdge
 	spec    *envelope.Spec
 	ids     []any // the child rows the setter names
 	cleared bool
@@ -297,7 +298,7 @@ func (s *scope) childChanges(cws []*childWrite, owners []any) ([]batch, error) {
 // statements, and in Keys mode the events hold no row: the edge's change
 // folds into the UPDATE's (its column added to changed, in cs). sch is the updated schema; returned are the child
 // batches left to add.
-func selfChildren(sch *Schema, bs []batch, rows map[string]map[string]any, cs []envelope.Change, returned bool) []batch {
+func selfChildren(sch *entcapturert.Schema, bs []batch, rows map[string]map[string]any, cs []envelope.Change, returned bool) []batch {
 	byKey := map[string]int{}
 	for i, c := range cs {
 		byKey[names.KeyText(c.PK)] = i
@@ -333,7 +334,7 @@ func selfChildren(sch *Schema, bs []batch, rows map[string]map[string]any, cs []
 }
 
 // withColumn adds col to changed, in table order.
-func withColumn(sch *Schema, changed []string, col string) []string {
+func withColumn(sch *entcapturert.Schema, changed []string, col string) []string {
 	set := map[string]bool{col: true}
 	for _, c := range changed {
 		set[c] = true

@@ -11,6 +11,7 @@ import (
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
 
+	"github.com/heraldgo/herald/entcapture/entcapturert"
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/ctxhdr"
 	"github.com/heraldgo/herald/internal/fusedsql"
@@ -81,9 +82,9 @@ type fusion struct {
 }
 
 // lastHooks caches, per schema, whether the capture hook is its last.
-var lastHooks sync.Map // *Schema -> bool
+var lastHooks sync.Map // *entcapturert.Schema -> bool
 
-func captureIsLast(s *Schema, h *hook) bool {
+func captureIsLast(s *entcapturert.Schema, h *hook) bool {
 	if v, ok := lastHooks.Load(s); ok {
 		return v.(bool)
 	}
@@ -187,7 +188,7 @@ func (h *hook) fuse(ctx context.Context, w *write, cd *CaptureDriver, cfg Config
 // finer than their column — with the SQL that renders them from the
 // statement's row, as jsonform renders the value ent scans from it; nil
 // when one has no such rendering (the create is then not fused).
-func storedColumns(g Glue, sch *Schema, cd *CaptureDriver, row map[string]any, marks fusedsql.Marks) []string {
+func storedColumns(g entcapturert.Glue, sch *entcapturert.Schema, cd *CaptureDriver, row map[string]any, marks fusedsql.Marks) []string {
 	var cols []string
 	render := func(c string) bool {
 		if !names.IsIdentifier(c) || c == sch.PK {

@@ -16,6 +16,7 @@ import (
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
 
+	"github.com/heraldgo/herald/entcapture/entcapturert"
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/names"
 	"github.com/heraldgo/herald/internal/outbox"
@@ -28,22 +29,22 @@ type hook struct {
 	opts  envelope.Options
 	specs sync.Map // specKey -> *compiled
 	// parent: the hook of a schema that is not captured but whose deletes
-	// cascade to captured rows (CascadeHook); it captures those rows only.
+	// cascade to captured rows (cascadeHook); it captures those rows only.
 	parent bool
 }
 
-// CascadeHook is the hook the code Extension generates installs on a
-// schema that is not captured but whose deletes make the database delete
-// or null rows of captured schemas (ON DELETE CASCADE or SET NULL,
-// directly or through other uncaptured tables): it captures those rows.
-// Not for use by hand.
-func CascadeHook() ent.Hook {
+// cascadeHook is the hook of a schema that is not captured but whose
+// deletes make the database delete or null rows of captured schemas (ON
+// DELETE CASCADE or SET NULL, directly or through other uncaptured
+// tables): it captures those rows. The generated code installs it through
+// entcapturert.CascadeHook.
+func cascadeHook() ent.Hook {
 	h := &hook{parent: true}
 	return h.wrap
 }
 
 type specKey struct {
-	s  *Schema
+	s  *entcapturert.Schema
 	cd *CaptureDriver // its Config's Namespace, Table and Options
 }
 
@@ -52,7 +53,7 @@ type compiled struct {
 	err  error
 }
 
-func (h *hook) spec(s *Schema, cd *CaptureDriver, w *envelope.Writer) (*envelope.Spec, error) {
+func (h *hook) spec(s *entcapturert.Schema, cd *CaptureDriver, w *envelope.Writer) (*envelope.Spec, error) {
 	k := specKey{s, cd}
 	if v, ok := h.specs.Load(k); ok {
 		c := v.(*compiled)
@@ -65,7 +66,7 @@ func (h *hook) spec(s *Schema, cd *CaptureDriver, w *envelope.Writer) (*envelope
 		namespace = cd.cfg.Namespace
 		if o, ok := cd.cfg.Options[s.Name]; ok {
 			opts, own = o, true
-		} else if o, ok := cd.cfg.Options[s.JoinOwner.name()]; ok && s.JoinOwner != nil {
+		} else if o, ok := cd.cfg.Options[schemaName(s.JoinOwner)]; ok && s.JoinOwner != nil {
 			opts = o
 		}
 	}
@@ -77,7 +78,7 @@ func (h *hook) spec(s *Schema, cd *CaptureDriver, w *envelope.Writer) (*envelope
 	return c.spec, c.err
 }
 
-func compileSpec(s *Schema, opts envelope.Options, namespace string, w *envelope.Writer) (*envelope.Spec, error) {
+func compileSpec(s *entcapturert.Schema, opts envelope.Options, namespace string, w *envelope.Writer) (*envelope.Spec, error) {
 	if strings.EqualFold(s.Table, unqualified(w.Table().Name)) {
 		return nil, outbox.Configurationf(s.Name, "table %s is the outbox table: the outbox cannot capture its own events; drop entcapture.Mixin from schema %s", s.Table, s.Name)
 	}
@@ -92,7 +93,7 @@ func compileSpec(s *Schema, opts envelope.Options, namespace string, w *envelope
 	}, opts)
 }
 
-// entDialect is ent's name of the writer's dialect, which Schema.Types
+// entDialect is ent's name of the writer's dialect, which entcapturert.Schema.Types
 // is keyed by.
 func entDialect(d envelope.Dialect) string {
 	if d == envelope.SQLite {
@@ -127,7 +128,7 @@ func joinOptions(o envelope.Options) envelope.Options {
 	return j
 }
 
-func (s *Schema) name() string {
+func schemaName(s *entcapturert.Schema) string {
 	if s == nil {
 		return ""
 	}
@@ -137,7 +138,7 @@ func (s *Schema) name() string {
 // specOf returns the Spec of a schema a write reaches past its hooks (a
 // cascade's child, an edge's join rows); nil when the schema is not
 // captured.
-func (s *scope) specOf(sch *Schema) (*envelope.Spec, error) {
+func (s *scope) specOf(sch *entcapturert.Schema) (*envelope.Spec, error) {
 	if sch.Scan == nil {
 		return nil, nil
 	}
@@ -196,7 +197,7 @@ type captureMutator struct {
 func (h *hook) wrap(next ent.Mutator) ent.Mutator { return &captureMutator{h: h, next: next} }
 
 // hookOf finds the capture hook among a schema's hooks.
-func hookOf(s *Schema) *hook {
+func hookOf(s *entcapturert.Schema) *hook {
 	if s.Hooks == nil {
 		return nil
 	}
@@ -219,7 +220,7 @@ func (cm *captureMutator) Mutate(ctx context.Context, m ent.Mutation) (ent.Value
 		ctx = context.WithValue(ctx, fuseKey{}, (*fusion)(nil))
 	}
 	{
-		g, ok := m.(Glue)
+		g, ok := m.(entcapturert.Glue)
 		if !ok {
 			return nil, errNoGlue(m)
 		}
@@ -268,8 +269,9 @@ func (cm *captureMutator) Mutate(ctx context.Context, m ent.Mutation) (ent.Value
 		// the bulk's context: the first opens the scope, the others join
 		// it, and the first writes every item's events in one INSERT.
 		b := bulkOf(ctx)
-		if b != nil && m.Op().Is(ent.OpCreate) && b.scope != nil {
-			return w2.run(b.scope.ctx, b.scope, next)
+		if b != nil && m.Op().Is(ent.OpCreate) && b.Scope != nil {
+			bs := b.Scope.(*scope)
+			return w2.run(bs.ctx, bs, next)
 		}
 		if b == nil {
 			if f := h.fuse(ctx, w2, cd, cfg, w); f != nil {
@@ -281,8 +283,8 @@ func (cm *captureMutator) Mutate(ctx context.Context, m ent.Mutation) (ent.Value
 			return nil, err
 		}
 		if b != nil && m.Op().Is(ent.OpCreate) {
-			b.scope = s
-			defer func() { b.scope = nil }()
+			b.Scope = s
+			defer func() { b.Scope = nil }()
 		}
 		v, err := w2.run(s.ctx, s, next)
 		if err == nil {
@@ -299,7 +301,7 @@ func (cm *captureMutator) Mutate(ctx context.Context, m ent.Mutation) (ent.Value
 // hook's own, or a savepoint in the caller's.
 type scope struct {
 	ctx    context.Context // the write's statements run with it
-	g      Glue
+	g      entcapturert.Glue
 	cd     *CaptureDriver // nil: the client was opened without Driver
 	writer *envelope.Writer
 	d      envelope.Dialect
@@ -324,7 +326,7 @@ var spSeq atomic.Uint64
 
 // open begins the write's scope: a savepoint in the caller's
 // transaction, or a transaction of its own through the CaptureDriver.
-func open(ctx context.Context, g Glue, cd *CaptureDriver, w *envelope.Writer, d envelope.Dialect, cfg Config) (*scope, error) {
+func open(ctx context.Context, g entcapturert.Glue, cd *CaptureDriver, w *envelope.Writer, d envelope.Dialect, cfg Config) (*scope, error) {
 	s := &scope{ctx: ctx, g: g, cd: cd, writer: w, d: d, cfg: cfg}
 	if g.HeraldTx() != nil {
 		name := "herald_sp" + strconv.FormatUint(spSeq.Add(1), 10)
@@ -492,7 +494,7 @@ func (s *scope) signal(w wakeup.Wakeup, topics []string) {
 // takes the database's write lock (waiting under the busy timeout), so no
 // other writer changes those rows between the read and the write. Once
 // per scope.
-func (s *scope) writeLock(sch *Schema) error {
+func (s *scope) writeLock(sch *entcapturert.Schema) error {
 	if s.d != envelope.SQLite || s.locked {
 		return nil
 	}
@@ -600,7 +602,7 @@ func (s *scope) selectPinned(w *write, cols []string, rows []map[string]any) ([]
 		qc[i] = sel.C(c)
 	}
 	sel.Select(qc...)
-	w.sch.pin(s.d, quotedTable(s.d, s.g, w.sch), rows)(sel)
+	pin(w.sch, s.d, quotedTable(s.d, s.g, w.sch), rows)(sel)
 	out, err := s.query(sel, cols, scanStored(w.g))
 	if err != nil {
 		return nil, fmt.Errorf("herald/entcapture: %s: read rows: %w", w.sch.Name, err)

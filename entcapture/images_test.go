@@ -14,6 +14,7 @@ import (
 	"entgo.io/ent/schema/field"
 
 	"github.com/heraldgo/herald/entcapture"
+	"github.com/heraldgo/herald/entcapture/entcapturert"
 	"github.com/heraldgo/herald/envelope"
 	cc "github.com/heraldgo/herald/internal/capturecases"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent"
@@ -468,11 +469,11 @@ func TestCreateImageAsStored(t *testing.T) {
 // pointer type (a nil *url.URL, whose MarshalBinary panics) is NULL, as
 // its column holds it; the harness's ExValueScan panicked without this.
 func TestScannedValueOfNil(t *testing.T) {
-	if got := entcapture.ScannedValue(field.BinaryValueScanner[*url.URL]{}, (*url.URL)(nil), true); got != nil {
+	if got := entcapturert.ScannedValue(field.BinaryValueScanner[*url.URL]{}, (*url.URL)(nil), true); got != nil {
 		t.Errorf("ScannedValue(nil *url.URL) = %#v, want nil", got)
 	}
 	u, _ := url.Parse("https://a.example")
-	if got := entcapture.ScannedValue(field.BinaryValueScanner[*url.URL]{}, u, true); got != "https://a.example" {
+	if got := entcapturert.ScannedValue(field.BinaryValueScanner[*url.URL]{}, u, true); got != "https://a.example" {
 		t.Errorf("ScannedValue(%v) = %#v", u, got)
 	}
 }

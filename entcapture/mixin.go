@@ -14,7 +14,7 @@ const AnnotationName = "HeraldCapture"
 
 // CascadeAnnotationName marks, in code generation, a schema that is not
 // captured but whose deletes cascade to captured rows: Extension adds it,
-// and its templates install CascadeHook on such schemas.
+// and its templates install entcapturert.CascadeHook on such schemas.
 const CascadeAnnotationName = "HeraldCascade"
 
 // Annotation is the part of a capture declaration that code generation

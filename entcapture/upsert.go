@@ -184,7 +184,7 @@ func (s *scope) beforeUpsert(opts []sql.ConflictOption) error {
 			cols = append(cols, w.sch.PK)
 		}
 		for _, f := range it.w.g.Fields() {
-			if c, ok := w.sch.columnOf(f); ok && !slices.Contains(cols, c) {
+			if c, ok := columnOf(w.sch, f); ok && !slices.Contains(cols, c) {
 				cols = append(cols, c)
 			}
 		}
@@ -270,7 +270,7 @@ func (s *scope) rowsByTarget(w *write, u *upsert, lock bool, keys [][]any) (map[
 			vs[i] = r[c]
 		}
 		out[keyOf(vs)] = r
-		out[idPrefix+w.sch.keyText(r)] = r
+		out[idPrefix+keyText(w.sch, r)] = r
 	}
 	return out, nil
 }
@@ -320,7 +320,7 @@ func (s *scope) afterUpsert() error {
 		if b, existed := u.before[k]; existed {
 			// The row that conflicted, by id: the action may have set a
 			// conflict column.
-			a, ok := after[idPrefix+w.sch.keyText(b)]
+			a, ok := after[idPrefix+keyText(w.sch, b)]
 			if ok && u.same {
 				s.addSame(w, u, a, at)
 				continue
@@ -329,7 +329,7 @@ func (s *scope) afterUpsert() error {
 				continue
 			}
 			s.add(w.spec, envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Updated,
-				PK: w.sch.keyOf(a), Changed: u.update, Before: b, After: a, OccurredAt: at})
+				PK: rowKey(w.sch, a), Changed: u.update, Before: b, After: a, OccurredAt: at})
 			continue
 		}
 		a, ok := after[k]
@@ -337,7 +337,7 @@ func (s *scope) afterUpsert() error {
 			continue
 		}
 		s.add(w.spec, envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Inserted,
-			PK: w.sch.keyOf(a), After: a, OccurredAt: at})
+			PK: rowKey(w.sch, a), After: a, OccurredAt: at})
 	}
 	return nil
 }
@@ -356,12 +356,12 @@ func (s *scope) upsertReturned(w *write, u *upsert) error {
 		if s.d == envelope.SQLite {
 			r.inserted = r.rowid > u.ret.maxRowid || u.ret.newIDs[r.rowid]
 			if !r.inserted && u.ret.before && !u.nothing {
-				r.before = u.before[idPrefix+w.sch.keyText(r.after)]
+				r.before = u.before[idPrefix+keyText(w.sch, r.after)]
 			}
 		}
 		if r.inserted {
 			s.add(w.spec, envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Inserted,
-				PK: w.sch.keyOf(r.after), After: r.after, OccurredAt: at})
+				PK: rowKey(w.sch, r.after), After: r.after, OccurredAt: at})
 			continue
 		}
 		if u.same {
@@ -372,7 +372,7 @@ func (s *scope) upsertReturned(w *write, u *upsert) error {
 			continue
 		}
 		s.add(w.spec, envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Updated,
-			PK: w.sch.keyOf(r.after), Changed: u.update, Before: r.before, After: r.after, OccurredAt: at})
+			PK: rowKey(w.sch, r.after), Changed: u.update, Before: r.before, After: r.after, OccurredAt: at})
 	}
 	return nil
 }
@@ -389,7 +389,7 @@ func (s *scope) addSame(w *write, u *upsert, after map[string]any, at time.Time)
 		before = maps.Clone(after)
 	}
 	s.add(w.spec, envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Updated,
-		PK: w.sch.keyOf(after), Changed: slices.Clip(u.sameCols), Before: before, After: after, OccurredAt: at})
+		PK: rowKey(w.sch, after), Changed: slices.Clip(u.sameCols), Before: before, After: after, OccurredAt: at})
 }
 
 // On PostgreSQL through Driver, an upsert is classified by its own

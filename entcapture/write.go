@@ -11,6 +11,8 @@ import (
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
 
+	"github.com/heraldgo/herald/entcapture/entcapturert"
+	"github.com/heraldgo/herald/entcapture/internal/rtstate"
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/names"
 	"github.com/heraldgo/herald/internal/outbox"
@@ -18,27 +20,22 @@ import (
 
 // write is one captured mutation.
 type write struct {
-	g    Glue
-	sch  *Schema
+	g    entcapturert.Glue
+	sch  *entcapturert.Schema
 	spec *envelope.Spec
 	op   envelope.Operation
 	d    envelope.Dialect
 }
 
+func init() { rtstate.NewCascadeHook = cascadeHook }
+
 // bulk marks the context of one CreateBulk.Save (the generated code puts
-// it there), so that its items, whose hooks run nested, share one scope.
-type bulk struct{ scope *scope }
-
-type bulkKey struct{}
-
-// WithBulk returns ctx marked as the context of one CreateBulk; the code
-// Extension generates calls it. Not for use by hand.
-func WithBulk(ctx context.Context) context.Context {
-	return context.WithValue(ctx, bulkKey{}, &bulk{})
-}
+// it there with entcapturert.WithBulk), so that its items, whose hooks run
+// nested, share one scope.
+type bulk = rtstate.Bulk
 
 func bulkOf(ctx context.Context) *bulk {
-	b, _ := ctx.Value(bulkKey{}).(*bulk)
+	b, _ := ctx.Value(rtstate.BulkKey{}).(*bulk)
 	return b
 }
 
@@ -150,15 +147,14 @@ func insertedFields(w *write) map[string]any {
 	return out
 }
 
-// BulkConflict is called by the generated CreateBulk right before its
-// INSERT, with the bulk's upsert conflict options: it reads the rows they
-// conflict with. Not for use by hand.
-func BulkConflict(ctx context.Context, conflict []sql.ConflictOption) error {
-	b := bulkOf(ctx)
-	if b == nil || b.scope == nil || len(conflict) == 0 {
+// BeforeUpsert is beforeUpsert for entcapturert.BulkConflict: the
+// generated CreateBulk calls it right before its INSERT, with the bulk's
+// upsert conflict options, through the bulk's mark (rtstate.Bulk).
+func (s *scope) BeforeUpsert(conflict []sql.ConflictOption) error {
+	if len(conflict) == 0 {
 		return nil
 	}
-	return b.scope.beforeUpsert(conflict)
+	return s.beforeUpsert(conflict)
 }
 
 // finishCreates turns the scope's creates into changes.
@@ -190,14 +186,14 @@ func (s *scope) finishCreates() error {
 	for i, it := range s.creates {
 		w, row := it.w, rows[i]
 		s.add(w.spec, envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Inserted,
-			PK: w.sch.keyOf(row), After: row, OccurredAt: at})
+			PK: rowKey(w.sch, row), After: row, OccurredAt: at})
 	}
 	return nil
 }
 
 // unsetNullable sets to nil the columns of the optional fields without a
 // default that the create leaves unset: NULL in the row.
-func unsetNullable(g Glue, sch *Schema, row map[string]any) {
+func unsetNullable(g entcapturert.Glue, sch *entcapturert.Schema, row map[string]any) {
 	for _, c := range sch.Nullable {
 		if f := fieldOf(sch, c); f != "" {
 			if _, set := g.Field(f); !set {
@@ -212,7 +208,7 @@ func unsetNullable(g Glue, sch *Schema, row map[string]any) {
 // or on PostgreSQL a time finer than its column keeps (timestamptz keeps
 // microseconds; timestamptz(3) milliseconds). Such a create's after image
 // is read back from the database.
-func storedDiffers(g Glue, sch *Schema, d envelope.Dialect, row map[string]any) bool {
+func storedDiffers(g entcapturert.Glue, sch *entcapturert.Schema, d envelope.Dialect, row map[string]any) bool {
 	if len(unsetDefaults(g, sch)) > 0 {
 		return true
 	}
@@ -257,7 +253,7 @@ func timeOf(v any) (t time.Time, ok bool) {
 
 // unsetDefaults lists the columns with a database default that the
 // create leaves unset.
-func unsetDefaults(g Glue, sch *Schema) []string {
+func unsetDefaults(g entcapturert.Glue, sch *entcapturert.Schema) []string {
 	var out []string
 	for _, c := range sch.DBDefaults {
 		if f := fieldOf(sch, c); f != "" {
@@ -269,7 +265,7 @@ func unsetDefaults(g Glue, sch *Schema) []string {
 	return out
 }
 
-func precisionOf(sch *Schema, col string) int {
+func precisionOf(sch *entcapturert.Schema, col string) int {
 	if p, ok := sch.Precision[col]; ok {
 		return p
 	}
@@ -326,13 +322,13 @@ func (s *scope) readBack(rows []map[string]any) error {
 		}
 		byID := make(map[string]map[string]any, len(got))
 		for _, r := range got {
-			byID[g.w.sch.keyText(r)] = r
+			byID[keyText(g.w.sch, r)] = r
 		}
 		for i, it := range s.creates {
 			if it.w.sch != g.w.sch {
 				continue
 			}
-			if r, ok := byID[g.w.sch.keyText(rows[i])]; ok {
+			if r, ok := byID[keyText(g.w.sch, rows[i])]; ok {
 				rows[i] = r
 			}
 		}
@@ -343,7 +339,7 @@ func (s *scope) readBack(rows []map[string]any) error {
 // fieldOf returns the name ent's mutation (Field) gives the field of
 // column col — the column itself, see columnOf — or "" when col is no
 // field's.
-func fieldOf(s *Schema, col string) string {
+func fieldOf(s *entcapturert.Schema, col string) string {
 	for _, c := range s.Fields {
 		if c == col {
 			return col
@@ -357,7 +353,7 @@ func fieldOf(s *Schema, col string) string {
 // constant, whose value is the column — the field's StorageKey — not the
 // schema's field name Fields is keyed by: field.JSON("URLs", …) with
 // StorageKey("urls") is "urls" to the mutation (and to Field).
-func (s *Schema) columnOf(f string) (string, bool) {
+func columnOf(s *entcapturert.Schema, f string) (string, bool) {
 	for _, c := range s.Fields {
 		if c == f {
 			return c, true
@@ -427,7 +423,7 @@ func (w *write) changed() []string {
 	set := map[string]bool{}
 	for _, fs := range [][]string{w.g.Fields(), w.g.AddedFields(), w.g.ClearedFields()} {
 		for _, f := range fs {
-			if c, ok := w.sch.columnOf(f); ok {
+			if c, ok := columnOf(w.sch, f); ok {
 				set[c] = true
 			}
 		}
@@ -492,7 +488,7 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 		}
 		ids = pks(before, w.sch.PK)
 		if !one {
-			w.g.WhereP(w.sch.pin(s.d, quotedTable(s.d, s.g, w.sch), before))
+			w.g.WhereP(pin(w.sch, s.d, quotedTable(s.d, s.g, w.sch), before))
 		}
 	}
 	owners := ids
@@ -567,18 +563,18 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 	}
 	byID := map[string]map[string]any{}
 	for _, r := range before {
-		byID[w.sch.keyText(r)] = r
+		byID[keyText(w.sch, r)] = r
 	}
 	cs := make([]envelope.Change, 0, len(after))
 	at := now()
 	for _, a := range after {
 		c := envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Updated,
-			PK: w.sch.keyOf(a), Changed: changed, OccurredAt: at}
+			PK: rowKey(w.sch, a), Changed: changed, OccurredAt: at}
 		if rows {
 			c.After = a
 		}
 		if needBefore {
-			c.Before = byID[w.sch.keyText(a)]
+			c.Before = byID[keyText(w.sch, a)]
 		}
 		cs = append(cs, c)
 	}
@@ -586,7 +582,7 @@ func (w *write) update(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 	afterByKey := map[string]map[string]any{}
 	if returned {
 		for _, a := range after {
-			afterByKey[names.KeyText(w.sch.keyOf(a))] = a
+			afterByKey[names.KeyText(rowKey(w.sch, a))] = a
 		}
 	}
 	children = selfChildren(w.sch, children, afterByKey, cs, returned)
@@ -644,7 +640,7 @@ func (w *write) delete(ctx context.Context, s *scope, next ent.Mutator) (ent.Val
 		if before, err = s.selectRows(w, cols, nil, false, nil); err != nil {
 			return err
 		}
-		w.g.WhereP(w.sch.pin(s.d, quotedTable(s.d, s.g, w.sch), before))
+		w.g.WhereP(pin(w.sch, s.d, quotedTable(s.d, s.g, w.sch), before))
 		return s.cascade(w.sch, before)
 	})
 	v, err := next.Mutate(ctx, w.g)
@@ -679,7 +675,7 @@ func (w *write) deleted(s *scope, before []map[string]any, rows bool) {
 	at := now()
 	cs := make([]envelope.Change, 0, len(before))
 	for _, b := range before {
-		c := envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Deleted, PK: w.sch.keyOf(b), OccurredAt: at}
+		c := envelope.Change{Model: w.spec.Label, Table: w.sch.Table, Operation: envelope.Deleted, PK: rowKey(w.sch, b), OccurredAt: at}
 		if rows {
 			c.Before = b
 		}

@@ -10,7 +10,7 @@ import (
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
 
-	"github.com/heraldgo/herald/entcapture"
+	"github.com/heraldgo/herald/entcapture/entcapturert"
 	"github.com/heraldgo/herald/examples/entlibrary/ent/club"
 	"github.com/heraldgo/herald/examples/entlibrary/ent/loan"
 	"github.com/heraldgo/herald/examples/entlibrary/ent/membership"
@@ -91,7 +91,7 @@ func heraldOnCommit(d dialect.Driver, f func()) bool {
 var _ = stdsql.ErrNoRows
 
 // heraldClubSchema describes Club to entcapture.
-var heraldClubSchema = &entcapture.Schema{
+var heraldClubSchema = &entcapturert.Schema{
 	Name:    "Club",
 	Table:   club.Table,
 	Columns: []string{"id", "name", "reader_presides"},
@@ -99,10 +99,10 @@ var heraldClubSchema = &entcapture.Schema{
 	Fields:  map[string]string{"name": "name"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *ClubMutation) HeraldSchema() *entcapture.Schema { return heraldClubSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *ClubMutation) HeraldSchema() *entcapturert.Schema { return heraldClubSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *ClubMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -110,7 +110,7 @@ func (m *ClubMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *ClubMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -118,16 +118,16 @@ func (m *ClubMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *ClubMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *ClubMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *ClubMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *ClubMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -136,7 +136,7 @@ func (m *ClubMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *ClubMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Club)
 	if !ok || e == nil {
@@ -145,7 +145,7 @@ func (m *ClubMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldClubRow(e, heraldClubSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *ClubMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -165,7 +165,7 @@ func (m *ClubMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[strin
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *ClubMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Club{}
@@ -173,7 +173,7 @@ func (m *ClubMutation) HeraldScanner(cols []string) ([]any, func() (map[string]a
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -182,11 +182,11 @@ func (m *ClubMutation) HeraldScanner(cols []string) ([]any, func() (map[string]a
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *ClubMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *ClubMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -194,7 +194,7 @@ func (m *ClubMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *ClubMutation) HeraldNew() ent.Value {
@@ -211,7 +211,7 @@ func (m *ClubMutation) HeraldNew() ent.Value {
 func heraldClubRow(e *Club, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -231,13 +231,13 @@ func heraldClubRow(e *Club, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*ClubMutation)(nil)
+var _ entcapturert.Glue = (*ClubMutation)(nil)
 
-// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
-func (m *ClubMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
+// HeraldDB implements entcapturert.Glue: the code has no SchemaConfig.
+func (m *ClubMutation) HeraldDB(*entcapturert.Schema) (string, bool) { return "", false }
 
 // heraldLoanSchema describes Loan to entcapture.
-var heraldLoanSchema = &entcapture.Schema{
+var heraldLoanSchema = &entcapturert.Schema{
 	Name:    "Loan",
 	Table:   loan.Table,
 	Columns: []string{"id", "book", "status", "reader_id"},
@@ -245,10 +245,10 @@ var heraldLoanSchema = &entcapture.Schema{
 	Fields:  map[string]string{"book": "book", "reader_id": "reader_id", "status": "status"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *LoanMutation) HeraldSchema() *entcapture.Schema { return heraldLoanSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *LoanMutation) HeraldSchema() *entcapturert.Schema { return heraldLoanSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *LoanMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -256,7 +256,7 @@ func (m *LoanMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *LoanMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -264,16 +264,16 @@ func (m *LoanMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *LoanMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *LoanMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *LoanMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *LoanMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -282,7 +282,7 @@ func (m *LoanMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *LoanMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Loan)
 	if !ok || e == nil {
@@ -291,7 +291,7 @@ func (m *LoanMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldLoanRow(e, heraldLoanSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *LoanMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -311,7 +311,7 @@ func (m *LoanMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[strin
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *LoanMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Loan{}
@@ -319,7 +319,7 @@ func (m *LoanMutation) HeraldScanner(cols []string) ([]any, func() (map[string]a
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -328,11 +328,11 @@ func (m *LoanMutation) HeraldScanner(cols []string) ([]any, func() (map[string]a
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *LoanMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *LoanMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -340,7 +340,7 @@ func (m *LoanMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *LoanMutation) HeraldNew() ent.Value {
@@ -360,7 +360,7 @@ func (m *LoanMutation) HeraldNew() ent.Value {
 func heraldLoanRow(e *Loan, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -378,13 +378,13 @@ func heraldLoanRow(e *Loan, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*LoanMutation)(nil)
+var _ entcapturert.Glue = (*LoanMutation)(nil)
 
-// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
-func (m *LoanMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
+// HeraldDB implements entcapturert.Glue: the code has no SchemaConfig.
+func (m *LoanMutation) HeraldDB(*entcapturert.Schema) (string, bool) { return "", false }
 
 // heraldMembershipSchema describes Membership to entcapture.
-var heraldMembershipSchema = &entcapture.Schema{
+var heraldMembershipSchema = &entcapturert.Schema{
 	Name:    "Membership",
 	Table:   membership.Table,
 	Columns: []string{"id", "reader_id", "club_id", "joined_at"},
@@ -392,10 +392,10 @@ var heraldMembershipSchema = &entcapture.Schema{
 	Fields:  map[string]string{"club_id": "club_id", "joined_at": "joined_at", "reader_id": "reader_id"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *MembershipMutation) HeraldSchema() *entcapture.Schema { return heraldMembershipSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *MembershipMutation) HeraldSchema() *entcapturert.Schema { return heraldMembershipSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *MembershipMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -403,7 +403,7 @@ func (m *MembershipMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *MembershipMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -411,16 +411,16 @@ func (m *MembershipMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *MembershipMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *MembershipMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *MembershipMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *MembershipMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -429,7 +429,7 @@ func (m *MembershipMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *MembershipMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Membership)
 	if !ok || e == nil {
@@ -438,7 +438,7 @@ func (m *MembershipMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldMembershipRow(e, heraldMembershipSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *MembershipMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -458,7 +458,7 @@ func (m *MembershipMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *MembershipMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Membership{}
@@ -466,7 +466,7 @@ func (m *MembershipMutation) HeraldScanner(cols []string) ([]any, func() (map[st
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -475,11 +475,11 @@ func (m *MembershipMutation) HeraldScanner(cols []string) ([]any, func() (map[st
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *MembershipMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *MembershipMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -487,7 +487,7 @@ func (m *MembershipMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *MembershipMutation) HeraldNew() ent.Value {
@@ -504,7 +504,7 @@ func (m *MembershipMutation) HeraldNew() ent.Value {
 func heraldMembershipRow(e *Membership, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -522,13 +522,13 @@ func heraldMembershipRow(e *Membership, cols []string, vals []any) map[string]an
 	return row
 }
 
-var _ entcapture.Glue = (*MembershipMutation)(nil)
+var _ entcapturert.Glue = (*MembershipMutation)(nil)
 
-// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
-func (m *MembershipMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
+// HeraldDB implements entcapturert.Glue: the code has no SchemaConfig.
+func (m *MembershipMutation) HeraldDB(*entcapturert.Schema) (string, bool) { return "", false }
 
 // heraldReaderSchema describes Reader to entcapture.
-var heraldReaderSchema = &entcapture.Schema{
+var heraldReaderSchema = &entcapturert.Schema{
 	Name:      "Reader",
 	Table:     reader.Table,
 	Columns:   []string{"id", "name", "email"},
@@ -537,10 +537,10 @@ var heraldReaderSchema = &entcapture.Schema{
 	Fields:    map[string]string{"email": "email", "name": "name"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *ReaderMutation) HeraldSchema() *entcapture.Schema { return heraldReaderSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *ReaderMutation) HeraldSchema() *entcapturert.Schema { return heraldReaderSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *ReaderMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -548,7 +548,7 @@ func (m *ReaderMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *ReaderMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -556,16 +556,16 @@ func (m *ReaderMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *ReaderMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *ReaderMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *ReaderMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *ReaderMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -574,7 +574,7 @@ func (m *ReaderMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *ReaderMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Reader)
 	if !ok || e == nil {
@@ -583,7 +583,7 @@ func (m *ReaderMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldReaderRow(e, heraldReaderSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *ReaderMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -603,7 +603,7 @@ func (m *ReaderMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[str
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *ReaderMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Reader{}
@@ -611,7 +611,7 @@ func (m *ReaderMutation) HeraldScanner(cols []string) ([]any, func() (map[string
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -620,11 +620,11 @@ func (m *ReaderMutation) HeraldScanner(cols []string) ([]any, func() (map[string
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *ReaderMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *ReaderMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -632,7 +632,7 @@ func (m *ReaderMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *ReaderMutation) HeraldNew() ent.Value {
@@ -652,7 +652,7 @@ func (m *ReaderMutation) HeraldNew() ent.Value {
 func heraldReaderRow(e *Reader, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -668,22 +668,22 @@ func heraldReaderRow(e *Reader, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*ReaderMutation)(nil)
+var _ entcapturert.Glue = (*ReaderMutation)(nil)
 
-// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
-func (m *ReaderMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
+// HeraldDB implements entcapturert.Glue: the code has no SchemaConfig.
+func (m *ReaderMutation) HeraldDB(*entcapturert.Schema) (string, bool) { return "", false }
 
 func init() {
-	entcapture.Register(heraldClubSchema, heraldLoanSchema, heraldMembershipSchema, heraldReaderSchema)
+	entcapturert.Register(heraldClubSchema, heraldLoanSchema, heraldMembershipSchema, heraldReaderSchema)
 	heraldClubSchema.Scan = (*ClubMutation)(nil).HeraldScan
 	heraldClubSchema.Hooks = func() []ent.Hook { return club.Hooks[:] }
-	heraldClubSchema.Edges = append(heraldClubSchema.Edges, entcapture.ThroughEdge{Name: "readers", Through: heraldMembershipSchema, Own: "club_id", Other: "reader_id", Bidi: false})
+	heraldClubSchema.Edges = append(heraldClubSchema.Edges, entcapturert.ThroughEdge{Name: "readers", Through: heraldMembershipSchema, Own: "club_id", Other: "reader_id", Bidi: false})
 	if heraldClubSchema.EdgeColumns == nil {
 		heraldClubSchema.EdgeColumns = map[string]string{}
 	}
 	heraldClubSchema.EdgeColumns["president"] = "reader_presides"
-	heraldClubSchema.ChildEdges = append(heraldClubSchema.ChildEdges, entcapture.ChildEdge{Name: "memberships", Child: heraldMembershipSchema, Column: "club_id"})
-	heraldClubSchema.Cascades = append(heraldClubSchema.Cascades, entcapture.Cascade{Child: heraldMembershipSchema, Column: "club_id", SetNull: false})
+	heraldClubSchema.ChildEdges = append(heraldClubSchema.ChildEdges, entcapturert.ChildEdge{Name: "memberships", Child: heraldMembershipSchema, Column: "club_id"})
+	heraldClubSchema.Cascades = append(heraldClubSchema.Cascades, entcapturert.Cascade{Child: heraldMembershipSchema, Column: "club_id", SetNull: false})
 	heraldLoanSchema.Scan = (*LoanMutation)(nil).HeraldScan
 	heraldLoanSchema.Hooks = func() []ent.Hook { return loan.Hooks[:] }
 	if heraldLoanSchema.EdgeColumns == nil {
@@ -702,11 +702,11 @@ func init() {
 	heraldMembershipSchema.EdgeColumns["club"] = "club_id"
 	heraldReaderSchema.Scan = (*ReaderMutation)(nil).HeraldScan
 	heraldReaderSchema.Hooks = func() []ent.Hook { return reader.Hooks[:] }
-	heraldReaderSchema.ChildEdges = append(heraldReaderSchema.ChildEdges, entcapture.ChildEdge{Name: "loans", Child: heraldLoanSchema, Column: "reader_id"})
-	heraldReaderSchema.Edges = append(heraldReaderSchema.Edges, entcapture.ThroughEdge{Name: "clubs", Through: heraldMembershipSchema, Own: "reader_id", Other: "club_id", Bidi: false})
-	heraldReaderSchema.ChildEdges = append(heraldReaderSchema.ChildEdges, entcapture.ChildEdge{Name: "presides", Child: heraldClubSchema, Column: "reader_presides"})
-	heraldReaderSchema.ChildEdges = append(heraldReaderSchema.ChildEdges, entcapture.ChildEdge{Name: "memberships", Child: heraldMembershipSchema, Column: "reader_id"})
-	heraldReaderSchema.Cascades = append(heraldReaderSchema.Cascades, entcapture.Cascade{Child: heraldClubSchema, Column: "reader_presides", SetNull: true})
-	heraldReaderSchema.Cascades = append(heraldReaderSchema.Cascades, entcapture.Cascade{Child: heraldLoanSchema, Column: "reader_id", SetNull: false})
-	heraldReaderSchema.Cascades = append(heraldReaderSchema.Cascades, entcapture.Cascade{Child: heraldMembershipSchema, Column: "reader_id", SetNull: false})
+	heraldReaderSchema.ChildEdges = append(heraldReaderSchema.ChildEdges, entcapturert.ChildEdge{Name: "loans", Child: heraldLoanSchema, Column: "reader_id"})
+	heraldReaderSchema.Edges = append(heraldReaderSchema.Edges, entcapturert.ThroughEdge{Name: "clubs", Through: heraldMembershipSchema, Own: "reader_id", Other: "club_id", Bidi: false})
+	heraldReaderSchema.ChildEdges = append(heraldReaderSchema.ChildEdges, entcapturert.ChildEdge{Name: "presides", Child: heraldClubSchema, Column: "reader_presides"})
+	heraldReaderSchema.ChildEdges = append(heraldReaderSchema.ChildEdges, entcapturert.ChildEdge{Name: "memberships", Child: heraldMembershipSchema, Column: "reader_id"})
+	heraldReaderSchema.Cascades = append(heraldReaderSchema.Cascades, entcapturert.Cascade{Child: heraldClubSchema, Column: "reader_presides", SetNull: true})
+	heraldReaderSchema.Cascades = append(heraldReaderSchema.Cascades, entcapturert.Cascade{Child: heraldLoanSchema, Column: "reader_id", SetNull: false})
+	heraldReaderSchema.Cascades = append(heraldReaderSchema.Cascades, entcapturert.Cascade{Child: heraldMembershipSchema, Column: "reader_id", SetNull: false})
 }

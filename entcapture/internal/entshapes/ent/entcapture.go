@@ -10,7 +10,7 @@ import (
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
 
-	"github.com/heraldgo/herald/entcapture"
+	"github.com/heraldgo/herald/entcapture/entcapturert"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/book"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/device"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/doc"
@@ -107,10 +107,10 @@ var _ = stdsql.ErrNoRows
 
 // heraldCascadeHook is the client hook of the schemas that are not
 // captured but whose deletes cascade to captured rows.
-var heraldCascadeHook = entcapture.CascadeHook()
+var heraldCascadeHook = entcapturert.CascadeHook()
 
 // heraldDB is the database schema of a table entcapture reads, in c.
-func heraldDB(c SchemaConfig, s *entcapture.Schema) (string, bool) {
+func heraldDB(c SchemaConfig, s *entcapturert.Schema) (string, bool) {
 	switch s {
 	case heraldBookSchema:
 		return c.Book, true
@@ -163,7 +163,7 @@ func heraldDB(c SchemaConfig, s *entcapture.Schema) (string, bool) {
 }
 
 // heraldBookSchema describes Book to entcapture.
-var heraldBookSchema = &entcapture.Schema{
+var heraldBookSchema = &entcapturert.Schema{
 	Name:    "Book",
 	Table:   book.Table,
 	Columns: []string{"id", "title", "shelf_id"},
@@ -171,10 +171,10 @@ var heraldBookSchema = &entcapture.Schema{
 	Fields:  map[string]string{"shelf_id": "shelf_id", "title": "title"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *BookMutation) HeraldSchema() *entcapture.Schema { return heraldBookSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *BookMutation) HeraldSchema() *entcapturert.Schema { return heraldBookSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *BookMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -182,7 +182,7 @@ func (m *BookMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *BookMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -190,16 +190,16 @@ func (m *BookMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *BookMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *BookMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *BookMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *BookMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -208,7 +208,7 @@ func (m *BookMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *BookMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Book)
 	if !ok || e == nil {
@@ -217,7 +217,7 @@ func (m *BookMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldBookRow(e, heraldBookSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *BookMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -237,7 +237,7 @@ func (m *BookMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[strin
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *BookMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Book{}
@@ -245,7 +245,7 @@ func (m *BookMutation) HeraldScanner(cols []string) ([]any, func() (map[string]a
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -254,11 +254,11 @@ func (m *BookMutation) HeraldScanner(cols []string) ([]any, func() (map[string]a
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *BookMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *BookMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -266,7 +266,7 @@ func (m *BookMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *BookMutation) HeraldNew() ent.Value {
@@ -283,7 +283,7 @@ func (m *BookMutation) HeraldNew() ent.Value {
 func heraldBookRow(e *Book, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -299,15 +299,15 @@ func heraldBookRow(e *Book, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*BookMutation)(nil)
+var _ entcapturert.Glue = (*BookMutation)(nil)
 
-// HeraldDB implements entcapture.Glue.
-func (m *BookMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+// HeraldDB implements entcapturert.Glue.
+func (m *BookMutation) HeraldDB(s *entcapturert.Schema) (string, bool) {
 	return heraldDB(m.schemaConfig, s)
 }
 
 // heraldDeviceSchema describes Device to entcapture.
-var heraldDeviceSchema = &entcapture.Schema{
+var heraldDeviceSchema = &entcapturert.Schema{
 	Name:    "Device",
 	Table:   device.Table,
 	Columns: []string{"id", "addr"},
@@ -315,10 +315,10 @@ var heraldDeviceSchema = &entcapture.Schema{
 	Fields:  map[string]string{"addr": "addr"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *DeviceMutation) HeraldSchema() *entcapture.Schema { return heraldDeviceSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *DeviceMutation) HeraldSchema() *entcapturert.Schema { return heraldDeviceSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *DeviceMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -326,7 +326,7 @@ func (m *DeviceMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *DeviceMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -334,16 +334,16 @@ func (m *DeviceMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *DeviceMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *DeviceMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *DeviceMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *DeviceMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -352,7 +352,7 @@ func (m *DeviceMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *DeviceMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Device)
 	if !ok || e == nil {
@@ -361,7 +361,7 @@ func (m *DeviceMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldDeviceRow(e, heraldDeviceSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *DeviceMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -381,7 +381,7 @@ func (m *DeviceMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[str
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *DeviceMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Device{}
@@ -389,7 +389,7 @@ func (m *DeviceMutation) HeraldScanner(cols []string) ([]any, func() (map[string
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -398,11 +398,11 @@ func (m *DeviceMutation) HeraldScanner(cols []string) ([]any, func() (map[string
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *DeviceMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *DeviceMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -410,7 +410,7 @@ func (m *DeviceMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *DeviceMutation) HeraldNew() ent.Value {
@@ -427,7 +427,7 @@ func (m *DeviceMutation) HeraldNew() ent.Value {
 func heraldDeviceRow(e *Device, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -441,15 +441,15 @@ func heraldDeviceRow(e *Device, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*DeviceMutation)(nil)
+var _ entcapturert.Glue = (*DeviceMutation)(nil)
 
-// HeraldDB implements entcapture.Glue.
-func (m *DeviceMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+// HeraldDB implements entcapturert.Glue.
+func (m *DeviceMutation) HeraldDB(s *entcapturert.Schema) (string, bool) {
 	return heraldDB(m.schemaConfig, s)
 }
 
 // heraldDocSchema describes Doc to entcapture.
-var heraldDocSchema = &entcapture.Schema{
+var heraldDocSchema = &entcapturert.Schema{
 	Name:    "Doc",
 	Table:   doc.Table,
 	Columns: []string{"id", "title", "author_id", "reviewer_id"},
@@ -457,10 +457,10 @@ var heraldDocSchema = &entcapture.Schema{
 	Fields:  map[string]string{"author_id": "author_id", "reviewer_id": "reviewer_id", "title": "title"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *DocMutation) HeraldSchema() *entcapture.Schema { return heraldDocSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *DocMutation) HeraldSchema() *entcapturert.Schema { return heraldDocSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *DocMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -468,7 +468,7 @@ func (m *DocMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *DocMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -476,16 +476,16 @@ func (m *DocMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *DocMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *DocMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *DocMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *DocMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -494,7 +494,7 @@ func (m *DocMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *DocMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Doc)
 	if !ok || e == nil {
@@ -503,7 +503,7 @@ func (m *DocMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldDocRow(e, heraldDocSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *DocMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -523,7 +523,7 @@ func (m *DocMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *DocMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Doc{}
@@ -531,7 +531,7 @@ func (m *DocMutation) HeraldScanner(cols []string) ([]any, func() (map[string]an
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -540,11 +540,11 @@ func (m *DocMutation) HeraldScanner(cols []string) ([]any, func() (map[string]an
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *DocMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *DocMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -552,7 +552,7 @@ func (m *DocMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *DocMutation) HeraldNew() ent.Value {
@@ -569,7 +569,7 @@ func (m *DocMutation) HeraldNew() ent.Value {
 func heraldDocRow(e *Doc, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -587,15 +587,15 @@ func heraldDocRow(e *Doc, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*DocMutation)(nil)
+var _ entcapturert.Glue = (*DocMutation)(nil)
 
-// HeraldDB implements entcapture.Glue.
-func (m *DocMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+// HeraldDB implements entcapturert.Glue.
+func (m *DocMutation) HeraldDB(s *entcapturert.Schema) (string, bool) {
 	return heraldDB(m.schemaConfig, s)
 }
 
 // heraldFolderSchema describes Folder to entcapture.
-var heraldFolderSchema = &entcapture.Schema{
+var heraldFolderSchema = &entcapturert.Schema{
 	Name:     "Folder",
 	Table:    folder.Table,
 	Columns:  []string{"id", "name", "parent_id"},
@@ -604,10 +604,10 @@ var heraldFolderSchema = &entcapture.Schema{
 	Fields:   map[string]string{"name": "name", "parent_id": "parent_id"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *FolderMutation) HeraldSchema() *entcapture.Schema { return heraldFolderSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *FolderMutation) HeraldSchema() *entcapturert.Schema { return heraldFolderSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *FolderMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -615,7 +615,7 @@ func (m *FolderMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *FolderMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -623,16 +623,16 @@ func (m *FolderMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *FolderMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *FolderMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *FolderMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *FolderMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -641,7 +641,7 @@ func (m *FolderMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *FolderMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Folder)
 	if !ok || e == nil {
@@ -650,7 +650,7 @@ func (m *FolderMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldFolderRow(e, heraldFolderSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *FolderMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -670,7 +670,7 @@ func (m *FolderMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[str
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *FolderMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Folder{}
@@ -678,7 +678,7 @@ func (m *FolderMutation) HeraldScanner(cols []string) ([]any, func() (map[string
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -687,11 +687,11 @@ func (m *FolderMutation) HeraldScanner(cols []string) ([]any, func() (map[string
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *FolderMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *FolderMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -699,7 +699,7 @@ func (m *FolderMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *FolderMutation) HeraldNew() ent.Value {
@@ -716,7 +716,7 @@ func (m *FolderMutation) HeraldNew() ent.Value {
 func heraldFolderRow(e *Folder, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -732,15 +732,15 @@ func heraldFolderRow(e *Folder, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*FolderMutation)(nil)
+var _ entcapturert.Glue = (*FolderMutation)(nil)
 
-// HeraldDB implements entcapture.Glue.
-func (m *FolderMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+// HeraldDB implements entcapturert.Glue.
+func (m *FolderMutation) HeraldDB(s *entcapturert.Schema) (string, bool) {
 	return heraldDB(m.schemaConfig, s)
 }
 
 // heraldFriendshipSchema describes Friendship to entcapture.
-var heraldFriendshipSchema = &entcapture.Schema{
+var heraldFriendshipSchema = &entcapturert.Schema{
 	Name:    "Friendship",
 	Table:   friendship.Table,
 	Columns: []string{"id", "weight", "user_id", "friend_id"},
@@ -748,10 +748,10 @@ var heraldFriendshipSchema = &entcapture.Schema{
 	Fields:  map[string]string{"friend_id": "friend_id", "user_id": "user_id", "weight": "weight"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *FriendshipMutation) HeraldSchema() *entcapture.Schema { return heraldFriendshipSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *FriendshipMutation) HeraldSchema() *entcapturert.Schema { return heraldFriendshipSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *FriendshipMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -759,7 +759,7 @@ func (m *FriendshipMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *FriendshipMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -767,16 +767,16 @@ func (m *FriendshipMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *FriendshipMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *FriendshipMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *FriendshipMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *FriendshipMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -785,7 +785,7 @@ func (m *FriendshipMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *FriendshipMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Friendship)
 	if !ok || e == nil {
@@ -794,7 +794,7 @@ func (m *FriendshipMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldFriendshipRow(e, heraldFriendshipSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *FriendshipMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -814,7 +814,7 @@ func (m *FriendshipMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *FriendshipMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Friendship{}
@@ -822,7 +822,7 @@ func (m *FriendshipMutation) HeraldScanner(cols []string) ([]any, func() (map[st
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -831,11 +831,11 @@ func (m *FriendshipMutation) HeraldScanner(cols []string) ([]any, func() (map[st
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *FriendshipMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *FriendshipMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -843,7 +843,7 @@ func (m *FriendshipMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *FriendshipMutation) HeraldNew() ent.Value {
@@ -860,7 +860,7 @@ func (m *FriendshipMutation) HeraldNew() ent.Value {
 func heraldFriendshipRow(e *Friendship, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -878,15 +878,15 @@ func heraldFriendshipRow(e *Friendship, cols []string, vals []any) map[string]an
 	return row
 }
 
-var _ entcapture.Glue = (*FriendshipMutation)(nil)
+var _ entcapturert.Glue = (*FriendshipMutation)(nil)
 
-// HeraldDB implements entcapture.Glue.
-func (m *FriendshipMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+// HeraldDB implements entcapturert.Glue.
+func (m *FriendshipMutation) HeraldDB(s *entcapturert.Schema) (string, bool) {
 	return heraldDB(m.schemaConfig, s)
 }
 
 // heraldGroupSchema describes Group to entcapture.
-var heraldGroupSchema = &entcapture.Schema{
+var heraldGroupSchema = &entcapturert.Schema{
 	Name:    "Group",
 	Table:   group.Table,
 	Columns: []string{"id", "name"},
@@ -894,10 +894,10 @@ var heraldGroupSchema = &entcapture.Schema{
 	Fields:  map[string]string{"name": "name"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *GroupMutation) HeraldSchema() *entcapture.Schema { return heraldGroupSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *GroupMutation) HeraldSchema() *entcapturert.Schema { return heraldGroupSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *GroupMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -905,7 +905,7 @@ func (m *GroupMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *GroupMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -913,16 +913,16 @@ func (m *GroupMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *GroupMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *GroupMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *GroupMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *GroupMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -931,7 +931,7 @@ func (m *GroupMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *GroupMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Group)
 	if !ok || e == nil {
@@ -940,7 +940,7 @@ func (m *GroupMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldGroupRow(e, heraldGroupSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *GroupMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -960,7 +960,7 @@ func (m *GroupMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[stri
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *GroupMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Group{}
@@ -968,7 +968,7 @@ func (m *GroupMutation) HeraldScanner(cols []string) ([]any, func() (map[string]
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -977,11 +977,11 @@ func (m *GroupMutation) HeraldScanner(cols []string) ([]any, func() (map[string]
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *GroupMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *GroupMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -989,7 +989,7 @@ func (m *GroupMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *GroupMutation) HeraldNew() ent.Value {
@@ -1006,7 +1006,7 @@ func (m *GroupMutation) HeraldNew() ent.Value {
 func heraldGroupRow(e *Group, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -1020,15 +1020,15 @@ func heraldGroupRow(e *Group, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*GroupMutation)(nil)
+var _ entcapturert.Glue = (*GroupMutation)(nil)
 
-// HeraldDB implements entcapture.Glue.
-func (m *GroupMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+// HeraldDB implements entcapturert.Glue.
+func (m *GroupMutation) HeraldDB(s *entcapturert.Schema) (string, bool) {
 	return heraldDB(m.schemaConfig, s)
 }
 
 // heraldLabelSchema describes Label to entcapture.
-var heraldLabelSchema = &entcapture.Schema{
+var heraldLabelSchema = &entcapturert.Schema{
 	Name:    "Label",
 	Table:   label.Table,
 	Columns: []string{"id", "text", "shelf_labels"},
@@ -1036,10 +1036,10 @@ var heraldLabelSchema = &entcapture.Schema{
 	Fields:  map[string]string{"text": "text"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *LabelMutation) HeraldSchema() *entcapture.Schema { return heraldLabelSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *LabelMutation) HeraldSchema() *entcapturert.Schema { return heraldLabelSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *LabelMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -1047,7 +1047,7 @@ func (m *LabelMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *LabelMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -1055,16 +1055,16 @@ func (m *LabelMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *LabelMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *LabelMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *LabelMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *LabelMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -1073,7 +1073,7 @@ func (m *LabelMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *LabelMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Label)
 	if !ok || e == nil {
@@ -1082,7 +1082,7 @@ func (m *LabelMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldLabelRow(e, heraldLabelSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *LabelMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -1102,7 +1102,7 @@ func (m *LabelMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[stri
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *LabelMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Label{}
@@ -1110,7 +1110,7 @@ func (m *LabelMutation) HeraldScanner(cols []string) ([]any, func() (map[string]
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -1119,11 +1119,11 @@ func (m *LabelMutation) HeraldScanner(cols []string) ([]any, func() (map[string]
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *LabelMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *LabelMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -1131,7 +1131,7 @@ func (m *LabelMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *LabelMutation) HeraldNew() ent.Value {
@@ -1148,7 +1148,7 @@ func (m *LabelMutation) HeraldNew() ent.Value {
 func heraldLabelRow(e *Label, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -1168,15 +1168,15 @@ func heraldLabelRow(e *Label, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*LabelMutation)(nil)
+var _ entcapturert.Glue = (*LabelMutation)(nil)
 
-// HeraldDB implements entcapture.Glue.
-func (m *LabelMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+// HeraldDB implements entcapturert.Glue.
+func (m *LabelMutation) HeraldDB(s *entcapturert.Schema) (string, bool) {
 	return heraldDB(m.schemaConfig, s)
 }
 
 // heraldMembershipSchema describes Membership to entcapture.
-var heraldMembershipSchema = &entcapture.Schema{
+var heraldMembershipSchema = &entcapturert.Schema{
 	Name:    "Membership",
 	Table:   membership.Table,
 	Columns: []string{"role", "user_id", "group_id"},
@@ -1184,10 +1184,10 @@ var heraldMembershipSchema = &entcapture.Schema{
 	Fields:  map[string]string{"group_id": "group_id", "role": "role", "user_id": "user_id"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *MembershipMutation) HeraldSchema() *entcapture.Schema { return heraldMembershipSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *MembershipMutation) HeraldSchema() *entcapturert.Schema { return heraldMembershipSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *MembershipMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -1195,7 +1195,7 @@ func (m *MembershipMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *MembershipMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -1203,16 +1203,16 @@ func (m *MembershipMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *MembershipMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *MembershipMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *MembershipMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *MembershipMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -1221,7 +1221,7 @@ func (m *MembershipMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *MembershipMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Membership)
 	if !ok || e == nil {
@@ -1230,7 +1230,7 @@ func (m *MembershipMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldMembershipRow(e, heraldMembershipSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *MembershipMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -1250,7 +1250,7 @@ func (m *MembershipMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *MembershipMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Membership{}
@@ -1258,7 +1258,7 @@ func (m *MembershipMutation) HeraldScanner(cols []string) ([]any, func() (map[st
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -1267,14 +1267,14 @@ func (m *MembershipMutation) HeraldScanner(cols []string) ([]any, func() (map[st
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *MembershipMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue: a composite id has none.
+// HeraldID implements entcapturert.Glue: a composite id has none.
 func (m *MembershipMutation) HeraldID() (any, bool) { return nil, false }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *MembershipMutation) HeraldNew() ent.Value {
@@ -1288,7 +1288,7 @@ func (m *MembershipMutation) HeraldNew() ent.Value {
 func heraldMembershipRow(e *Membership, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -1304,15 +1304,15 @@ func heraldMembershipRow(e *Membership, cols []string, vals []any) map[string]an
 	return row
 }
 
-var _ entcapture.Glue = (*MembershipMutation)(nil)
+var _ entcapturert.Glue = (*MembershipMutation)(nil)
 
-// HeraldDB implements entcapture.Glue.
-func (m *MembershipMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+// HeraldDB implements entcapturert.Glue.
+func (m *MembershipMutation) HeraldDB(s *entcapturert.Schema) (string, bool) {
 	return heraldDB(m.schemaConfig, s)
 }
 
 // heraldMemoSchema describes Memo to entcapture.
-var heraldMemoSchema = &entcapture.Schema{
+var heraldMemoSchema = &entcapturert.Schema{
 	Name:    "Memo",
 	Table:   memo.Table,
 	Columns: []string{"id", "text"},
@@ -1320,10 +1320,10 @@ var heraldMemoSchema = &entcapture.Schema{
 	Fields:  map[string]string{"text": "text"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *MemoMutation) HeraldSchema() *entcapture.Schema { return heraldMemoSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *MemoMutation) HeraldSchema() *entcapturert.Schema { return heraldMemoSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *MemoMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -1331,7 +1331,7 @@ func (m *MemoMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *MemoMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -1339,16 +1339,16 @@ func (m *MemoMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *MemoMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *MemoMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *MemoMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *MemoMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -1357,7 +1357,7 @@ func (m *MemoMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *MemoMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Memo)
 	if !ok || e == nil {
@@ -1366,7 +1366,7 @@ func (m *MemoMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldMemoRow(e, heraldMemoSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *MemoMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -1386,7 +1386,7 @@ func (m *MemoMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[strin
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *MemoMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Memo{}
@@ -1394,7 +1394,7 @@ func (m *MemoMutation) HeraldScanner(cols []string) ([]any, func() (map[string]a
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -1403,11 +1403,11 @@ func (m *MemoMutation) HeraldScanner(cols []string) ([]any, func() (map[string]a
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *MemoMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *MemoMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -1415,7 +1415,7 @@ func (m *MemoMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *MemoMutation) HeraldNew() ent.Value {
@@ -1432,7 +1432,7 @@ func (m *MemoMutation) HeraldNew() ent.Value {
 func heraldMemoRow(e *Memo, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -1446,15 +1446,15 @@ func heraldMemoRow(e *Memo, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*MemoMutation)(nil)
+var _ entcapturert.Glue = (*MemoMutation)(nil)
 
-// HeraldDB implements entcapture.Glue.
-func (m *MemoMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+// HeraldDB implements entcapturert.Glue.
+func (m *MemoMutation) HeraldDB(s *entcapturert.Schema) (string, bool) {
 	return heraldDB(m.schemaConfig, s)
 }
 
 // heraldMemoNoteSchema describes MemoNote to entcapture.
-var heraldMemoNoteSchema = &entcapture.Schema{
+var heraldMemoNoteSchema = &entcapturert.Schema{
 	Name:    "MemoNote",
 	Table:   memonote.Table,
 	Columns: []string{"id", "text", "memo_notes"},
@@ -1462,10 +1462,10 @@ var heraldMemoNoteSchema = &entcapture.Schema{
 	Fields:  map[string]string{"text": "text"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *MemoNoteMutation) HeraldSchema() *entcapture.Schema { return heraldMemoNoteSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *MemoNoteMutation) HeraldSchema() *entcapturert.Schema { return heraldMemoNoteSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *MemoNoteMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -1473,7 +1473,7 @@ func (m *MemoNoteMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *MemoNoteMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -1481,16 +1481,16 @@ func (m *MemoNoteMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *MemoNoteMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *MemoNoteMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *MemoNoteMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *MemoNoteMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -1499,7 +1499,7 @@ func (m *MemoNoteMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *MemoNoteMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*MemoNote)
 	if !ok || e == nil {
@@ -1508,7 +1508,7 @@ func (m *MemoNoteMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldMemoNoteRow(e, heraldMemoNoteSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *MemoNoteMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -1528,7 +1528,7 @@ func (m *MemoNoteMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[s
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *MemoNoteMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &MemoNote{}
@@ -1536,7 +1536,7 @@ func (m *MemoNoteMutation) HeraldScanner(cols []string) ([]any, func() (map[stri
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -1545,11 +1545,11 @@ func (m *MemoNoteMutation) HeraldScanner(cols []string) ([]any, func() (map[stri
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *MemoNoteMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *MemoNoteMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -1557,7 +1557,7 @@ func (m *MemoNoteMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *MemoNoteMutation) HeraldNew() ent.Value {
@@ -1574,7 +1574,7 @@ func (m *MemoNoteMutation) HeraldNew() ent.Value {
 func heraldMemoNoteRow(e *MemoNote, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -1594,15 +1594,15 @@ func heraldMemoNoteRow(e *MemoNote, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*MemoNoteMutation)(nil)
+var _ entcapturert.Glue = (*MemoNoteMutation)(nil)
 
-// HeraldDB implements entcapture.Glue.
-func (m *MemoNoteMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+// HeraldDB implements entcapturert.Glue.
+func (m *MemoNoteMutation) HeraldDB(s *entcapturert.Schema) (string, bool) {
 	return heraldDB(m.schemaConfig, s)
 }
 
 // heraldNodeSchema describes Node to entcapture.
-var heraldNodeSchema = &entcapture.Schema{
+var heraldNodeSchema = &entcapturert.Schema{
 	Name:     "Node",
 	Table:    node.Table,
 	Columns:  []string{"id", "name", "parent_id"},
@@ -1611,10 +1611,10 @@ var heraldNodeSchema = &entcapture.Schema{
 	Fields:   map[string]string{"name": "name", "parent_id": "parent_id"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *NodeMutation) HeraldSchema() *entcapture.Schema { return heraldNodeSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *NodeMutation) HeraldSchema() *entcapturert.Schema { return heraldNodeSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *NodeMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -1622,7 +1622,7 @@ func (m *NodeMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *NodeMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -1630,16 +1630,16 @@ func (m *NodeMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *NodeMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *NodeMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *NodeMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *NodeMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -1648,7 +1648,7 @@ func (m *NodeMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *NodeMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Node)
 	if !ok || e == nil {
@@ -1657,7 +1657,7 @@ func (m *NodeMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldNodeRow(e, heraldNodeSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *NodeMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -1677,7 +1677,7 @@ func (m *NodeMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[strin
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *NodeMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Node{}
@@ -1685,7 +1685,7 @@ func (m *NodeMutation) HeraldScanner(cols []string) ([]any, func() (map[string]a
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -1694,11 +1694,11 @@ func (m *NodeMutation) HeraldScanner(cols []string) ([]any, func() (map[string]a
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *NodeMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *NodeMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -1706,7 +1706,7 @@ func (m *NodeMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *NodeMutation) HeraldNew() ent.Value {
@@ -1723,7 +1723,7 @@ func (m *NodeMutation) HeraldNew() ent.Value {
 func heraldNodeRow(e *Node, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -1739,15 +1739,15 @@ func heraldNodeRow(e *Node, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*NodeMutation)(nil)
+var _ entcapturert.Glue = (*NodeMutation)(nil)
 
-// HeraldDB implements entcapture.Glue.
-func (m *NodeMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+// HeraldDB implements entcapturert.Glue.
+func (m *NodeMutation) HeraldDB(s *entcapturert.Schema) (string, bool) {
 	return heraldDB(m.schemaConfig, s)
 }
 
 // heraldPersonSchema describes Person to entcapture.
-var heraldPersonSchema = &entcapture.Schema{
+var heraldPersonSchema = &entcapturert.Schema{
 	Name:    "Person",
 	Table:   person.Table,
 	Columns: []string{"id", "name"},
@@ -1755,10 +1755,10 @@ var heraldPersonSchema = &entcapture.Schema{
 	Fields:  map[string]string{"name": "name"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *PersonMutation) HeraldSchema() *entcapture.Schema { return heraldPersonSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *PersonMutation) HeraldSchema() *entcapturert.Schema { return heraldPersonSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *PersonMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -1766,7 +1766,7 @@ func (m *PersonMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *PersonMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -1774,16 +1774,16 @@ func (m *PersonMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *PersonMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *PersonMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *PersonMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *PersonMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -1792,7 +1792,7 @@ func (m *PersonMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *PersonMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Person)
 	if !ok || e == nil {
@@ -1801,7 +1801,7 @@ func (m *PersonMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldPersonRow(e, heraldPersonSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *PersonMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -1821,7 +1821,7 @@ func (m *PersonMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[str
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *PersonMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Person{}
@@ -1829,7 +1829,7 @@ func (m *PersonMutation) HeraldScanner(cols []string) ([]any, func() (map[string
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -1838,11 +1838,11 @@ func (m *PersonMutation) HeraldScanner(cols []string) ([]any, func() (map[string
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *PersonMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *PersonMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -1850,7 +1850,7 @@ func (m *PersonMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *PersonMutation) HeraldNew() ent.Value {
@@ -1867,7 +1867,7 @@ func (m *PersonMutation) HeraldNew() ent.Value {
 func heraldPersonRow(e *Person, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -1881,15 +1881,15 @@ func heraldPersonRow(e *Person, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*PersonMutation)(nil)
+var _ entcapturert.Glue = (*PersonMutation)(nil)
 
-// HeraldDB implements entcapture.Glue.
-func (m *PersonMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+// HeraldDB implements entcapturert.Glue.
+func (m *PersonMutation) HeraldDB(s *entcapturert.Schema) (string, bool) {
 	return heraldDB(m.schemaConfig, s)
 }
 
 // heraldProjectSchema describes Project to entcapture.
-var heraldProjectSchema = &entcapture.Schema{
+var heraldProjectSchema = &entcapturert.Schema{
 	Name:    "Project",
 	Table:   project.Table,
 	Columns: []string{"id", "tenant", "name"},
@@ -1897,10 +1897,10 @@ var heraldProjectSchema = &entcapture.Schema{
 	Fields:  map[string]string{"name": "name", "tenant": "tenant"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *ProjectMutation) HeraldSchema() *entcapture.Schema { return heraldProjectSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *ProjectMutation) HeraldSchema() *entcapturert.Schema { return heraldProjectSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *ProjectMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -1908,7 +1908,7 @@ func (m *ProjectMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *ProjectMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -1916,16 +1916,16 @@ func (m *ProjectMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *ProjectMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *ProjectMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *ProjectMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *ProjectMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -1934,7 +1934,7 @@ func (m *ProjectMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *ProjectMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Project)
 	if !ok || e == nil {
@@ -1943,7 +1943,7 @@ func (m *ProjectMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldProjectRow(e, heraldProjectSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *ProjectMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -1963,7 +1963,7 @@ func (m *ProjectMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[st
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *ProjectMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Project{}
@@ -1971,7 +1971,7 @@ func (m *ProjectMutation) HeraldScanner(cols []string) ([]any, func() (map[strin
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -1980,11 +1980,11 @@ func (m *ProjectMutation) HeraldScanner(cols []string) ([]any, func() (map[strin
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *ProjectMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *ProjectMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -1992,7 +1992,7 @@ func (m *ProjectMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *ProjectMutation) HeraldNew() ent.Value {
@@ -2012,7 +2012,7 @@ func (m *ProjectMutation) HeraldNew() ent.Value {
 func heraldProjectRow(e *Project, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -2028,15 +2028,15 @@ func heraldProjectRow(e *Project, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*ProjectMutation)(nil)
+var _ entcapturert.Glue = (*ProjectMutation)(nil)
 
-// HeraldDB implements entcapture.Glue.
-func (m *ProjectMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+// HeraldDB implements entcapturert.Glue.
+func (m *ProjectMutation) HeraldDB(s *entcapturert.Schema) (string, bool) {
 	return heraldDB(m.schemaConfig, s)
 }
 
 // heraldSiteSchema describes Site to entcapture.
-var heraldSiteSchema = &entcapture.Schema{
+var heraldSiteSchema = &entcapturert.Schema{
 	Name:     "Site",
 	Table:    site.Table,
 	Columns:  []string{"id", "ur_ls", "title"},
@@ -2045,10 +2045,10 @@ var heraldSiteSchema = &entcapture.Schema{
 	Fields:   map[string]string{"URLs": "ur_ls", "headline": "title"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *SiteMutation) HeraldSchema() *entcapture.Schema { return heraldSiteSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *SiteMutation) HeraldSchema() *entcapturert.Schema { return heraldSiteSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *SiteMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -2056,7 +2056,7 @@ func (m *SiteMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *SiteMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -2064,16 +2064,16 @@ func (m *SiteMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *SiteMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *SiteMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *SiteMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *SiteMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -2082,7 +2082,7 @@ func (m *SiteMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *SiteMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Site)
 	if !ok || e == nil {
@@ -2091,7 +2091,7 @@ func (m *SiteMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldSiteRow(e, heraldSiteSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *SiteMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -2111,7 +2111,7 @@ func (m *SiteMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[strin
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *SiteMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Site{}
@@ -2119,7 +2119,7 @@ func (m *SiteMutation) HeraldScanner(cols []string) ([]any, func() (map[string]a
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -2128,11 +2128,11 @@ func (m *SiteMutation) HeraldScanner(cols []string) ([]any, func() (map[string]a
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *SiteMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *SiteMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -2140,7 +2140,7 @@ func (m *SiteMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *SiteMutation) HeraldNew() ent.Value {
@@ -2160,7 +2160,7 @@ func (m *SiteMutation) HeraldNew() ent.Value {
 func heraldSiteRow(e *Site, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -2176,15 +2176,15 @@ func heraldSiteRow(e *Site, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*SiteMutation)(nil)
+var _ entcapturert.Glue = (*SiteMutation)(nil)
 
-// HeraldDB implements entcapture.Glue.
-func (m *SiteMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+// HeraldDB implements entcapturert.Glue.
+func (m *SiteMutation) HeraldDB(s *entcapturert.Schema) (string, bool) {
 	return heraldDB(m.schemaConfig, s)
 }
 
 // heraldTagSchema describes Tag to entcapture.
-var heraldTagSchema = &entcapture.Schema{
+var heraldTagSchema = &entcapturert.Schema{
 	Name:    "Tag",
 	Table:   tag.Table,
 	Columns: []string{"id", "label"},
@@ -2192,10 +2192,10 @@ var heraldTagSchema = &entcapture.Schema{
 	Fields:  map[string]string{"label": "label"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *TagMutation) HeraldSchema() *entcapture.Schema { return heraldTagSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *TagMutation) HeraldSchema() *entcapturert.Schema { return heraldTagSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *TagMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -2203,7 +2203,7 @@ func (m *TagMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *TagMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -2211,16 +2211,16 @@ func (m *TagMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *TagMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *TagMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *TagMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *TagMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -2229,7 +2229,7 @@ func (m *TagMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *TagMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Tag)
 	if !ok || e == nil {
@@ -2238,7 +2238,7 @@ func (m *TagMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldTagRow(e, heraldTagSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *TagMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -2258,7 +2258,7 @@ func (m *TagMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *TagMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Tag{}
@@ -2266,7 +2266,7 @@ func (m *TagMutation) HeraldScanner(cols []string) ([]any, func() (map[string]an
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -2275,11 +2275,11 @@ func (m *TagMutation) HeraldScanner(cols []string) ([]any, func() (map[string]an
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *TagMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *TagMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -2287,7 +2287,7 @@ func (m *TagMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *TagMutation) HeraldNew() ent.Value {
@@ -2304,7 +2304,7 @@ func (m *TagMutation) HeraldNew() ent.Value {
 func heraldTagRow(e *Tag, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -2318,15 +2318,15 @@ func heraldTagRow(e *Tag, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*TagMutation)(nil)
+var _ entcapturert.Glue = (*TagMutation)(nil)
 
-// HeraldDB implements entcapture.Glue.
-func (m *TagMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+// HeraldDB implements entcapturert.Glue.
+func (m *TagMutation) HeraldDB(s *entcapturert.Schema) (string, bool) {
 	return heraldDB(m.schemaConfig, s)
 }
 
 // heraldTaskSchema describes Task to entcapture.
-var heraldTaskSchema = &entcapture.Schema{
+var heraldTaskSchema = &entcapturert.Schema{
 	Name:    "Task",
 	Table:   task.Table,
 	Columns: []string{"id", "name", "project_tasks"},
@@ -2334,10 +2334,10 @@ var heraldTaskSchema = &entcapture.Schema{
 	Fields:  map[string]string{"name": "name"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *TaskMutation) HeraldSchema() *entcapture.Schema { return heraldTaskSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *TaskMutation) HeraldSchema() *entcapturert.Schema { return heraldTaskSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *TaskMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -2345,7 +2345,7 @@ func (m *TaskMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *TaskMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -2353,16 +2353,16 @@ func (m *TaskMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *TaskMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *TaskMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *TaskMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *TaskMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -2371,7 +2371,7 @@ func (m *TaskMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *TaskMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Task)
 	if !ok || e == nil {
@@ -2380,7 +2380,7 @@ func (m *TaskMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldTaskRow(e, heraldTaskSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *TaskMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -2400,7 +2400,7 @@ func (m *TaskMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[strin
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *TaskMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Task{}
@@ -2408,7 +2408,7 @@ func (m *TaskMutation) HeraldScanner(cols []string) ([]any, func() (map[string]a
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -2417,11 +2417,11 @@ func (m *TaskMutation) HeraldScanner(cols []string) ([]any, func() (map[string]a
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *TaskMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *TaskMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -2429,7 +2429,7 @@ func (m *TaskMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *TaskMutation) HeraldNew() ent.Value {
@@ -2446,7 +2446,7 @@ func (m *TaskMutation) HeraldNew() ent.Value {
 func heraldTaskRow(e *Task, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -2466,15 +2466,15 @@ func heraldTaskRow(e *Task, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*TaskMutation)(nil)
+var _ entcapturert.Glue = (*TaskMutation)(nil)
 
-// HeraldDB implements entcapture.Glue.
-func (m *TaskMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+// HeraldDB implements entcapturert.Glue.
+func (m *TaskMutation) HeraldDB(s *entcapturert.Schema) (string, bool) {
 	return heraldDB(m.schemaConfig, s)
 }
 
 // heraldUserSchema describes User to entcapture.
-var heraldUserSchema = &entcapture.Schema{
+var heraldUserSchema = &entcapturert.Schema{
 	Name:    "User",
 	Table:   user.Table,
 	Columns: []string{"id", "name"},
@@ -2482,10 +2482,10 @@ var heraldUserSchema = &entcapture.Schema{
 	Fields:  map[string]string{"name": "name"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *UserMutation) HeraldSchema() *entcapture.Schema { return heraldUserSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *UserMutation) HeraldSchema() *entcapturert.Schema { return heraldUserSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *UserMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -2493,7 +2493,7 @@ func (m *UserMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *UserMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -2501,16 +2501,16 @@ func (m *UserMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *UserMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *UserMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *UserMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *UserMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -2519,7 +2519,7 @@ func (m *UserMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *UserMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*User)
 	if !ok || e == nil {
@@ -2528,7 +2528,7 @@ func (m *UserMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldUserRow(e, heraldUserSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *UserMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -2548,7 +2548,7 @@ func (m *UserMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[strin
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *UserMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &User{}
@@ -2556,7 +2556,7 @@ func (m *UserMutation) HeraldScanner(cols []string) ([]any, func() (map[string]a
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -2565,11 +2565,11 @@ func (m *UserMutation) HeraldScanner(cols []string) ([]any, func() (map[string]a
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *UserMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *UserMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -2577,7 +2577,7 @@ func (m *UserMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *UserMutation) HeraldNew() ent.Value {
@@ -2594,7 +2594,7 @@ func (m *UserMutation) HeraldNew() ent.Value {
 func heraldUserRow(e *User, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -2608,15 +2608,15 @@ func heraldUserRow(e *User, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*UserMutation)(nil)
+var _ entcapturert.Glue = (*UserMutation)(nil)
 
-// HeraldDB implements entcapture.Glue.
-func (m *UserMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+// HeraldDB implements entcapturert.Glue.
+func (m *UserMutation) HeraldDB(s *entcapturert.Schema) (string, bool) {
 	return heraldDB(m.schemaConfig, s)
 }
 
 // heraldRoomSchema describes Room to entcapture.
-var heraldRoomSchema = &entcapture.Schema{
+var heraldRoomSchema = &entcapturert.Schema{
 	Name:    "Room",
 	Table:   room.Table,
 	Columns: []string{"id", "name"},
@@ -2624,10 +2624,10 @@ var heraldRoomSchema = &entcapture.Schema{
 	Fields:  map[string]string{"name": "name"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *RoomMutation) HeraldSchema() *entcapture.Schema { return heraldRoomSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *RoomMutation) HeraldSchema() *entcapturert.Schema { return heraldRoomSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *RoomMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -2635,7 +2635,7 @@ func (m *RoomMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *RoomMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -2643,16 +2643,16 @@ func (m *RoomMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *RoomMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *RoomMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *RoomMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *RoomMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -2661,7 +2661,7 @@ func (m *RoomMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *RoomMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Room)
 	if !ok || e == nil {
@@ -2670,7 +2670,7 @@ func (m *RoomMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldRoomRow(e, heraldRoomSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *RoomMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -2690,7 +2690,7 @@ func (m *RoomMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[strin
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *RoomMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Room{}
@@ -2698,7 +2698,7 @@ func (m *RoomMutation) HeraldScanner(cols []string) ([]any, func() (map[string]a
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -2707,11 +2707,11 @@ func (m *RoomMutation) HeraldScanner(cols []string) ([]any, func() (map[string]a
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *RoomMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *RoomMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -2719,7 +2719,7 @@ func (m *RoomMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *RoomMutation) HeraldNew() ent.Value {
@@ -2736,7 +2736,7 @@ func (m *RoomMutation) HeraldNew() ent.Value {
 func heraldRoomRow(e *Room, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -2750,15 +2750,15 @@ func heraldRoomRow(e *Room, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*RoomMutation)(nil)
+var _ entcapturert.Glue = (*RoomMutation)(nil)
 
-// HeraldDB implements entcapture.Glue.
-func (m *RoomMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+// HeraldDB implements entcapturert.Glue.
+func (m *RoomMutation) HeraldDB(s *entcapturert.Schema) (string, bool) {
 	return heraldDB(m.schemaConfig, s)
 }
 
 // heraldShelfSchema describes Shelf to entcapture.
-var heraldShelfSchema = &entcapture.Schema{
+var heraldShelfSchema = &entcapturert.Schema{
 	Name:    "Shelf",
 	Table:   shelf.Table,
 	Columns: []string{"id", "name", "room_shelves"},
@@ -2766,10 +2766,10 @@ var heraldShelfSchema = &entcapture.Schema{
 	Fields:  map[string]string{"name": "name"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *ShelfMutation) HeraldSchema() *entcapture.Schema { return heraldShelfSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *ShelfMutation) HeraldSchema() *entcapturert.Schema { return heraldShelfSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *ShelfMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -2777,7 +2777,7 @@ func (m *ShelfMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *ShelfMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -2785,16 +2785,16 @@ func (m *ShelfMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *ShelfMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *ShelfMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *ShelfMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *ShelfMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -2803,7 +2803,7 @@ func (m *ShelfMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *ShelfMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Shelf)
 	if !ok || e == nil {
@@ -2812,7 +2812,7 @@ func (m *ShelfMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldShelfRow(e, heraldShelfSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *ShelfMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -2832,7 +2832,7 @@ func (m *ShelfMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[stri
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *ShelfMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Shelf{}
@@ -2840,7 +2840,7 @@ func (m *ShelfMutation) HeraldScanner(cols []string) ([]any, func() (map[string]
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -2849,11 +2849,11 @@ func (m *ShelfMutation) HeraldScanner(cols []string) ([]any, func() (map[string]
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *ShelfMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *ShelfMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -2861,7 +2861,7 @@ func (m *ShelfMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *ShelfMutation) HeraldNew() ent.Value {
@@ -2878,7 +2878,7 @@ func (m *ShelfMutation) HeraldNew() ent.Value {
 func heraldShelfRow(e *Shelf, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -2898,15 +2898,15 @@ func heraldShelfRow(e *Shelf, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*ShelfMutation)(nil)
+var _ entcapturert.Glue = (*ShelfMutation)(nil)
 
-// HeraldDB implements entcapture.Glue.
-func (m *ShelfMutation) HeraldDB(s *entcapture.Schema) (string, bool) {
+// HeraldDB implements entcapturert.Glue.
+func (m *ShelfMutation) HeraldDB(s *entcapturert.Schema) (string, bool) {
 	return heraldDB(m.schemaConfig, s)
 }
 
 // heraldJoinMemoTagsSchema describes the join table memo_tags to entcapture.
-var heraldJoinMemoTagsSchema = &entcapture.Schema{
+var heraldJoinMemoTagsSchema = &entcapturert.Schema{
 	Name:    "memo_tags",
 	Table:   "memo_tags",
 	Columns: []string{"memo_id", "tag_id"},
@@ -2946,7 +2946,7 @@ func heraldScanMemoTags(rows *stdsql.Rows, cols []string) ([]map[string]any, err
 }
 
 // heraldJoinUserFollowingSchema describes the join table user_following to entcapture.
-var heraldJoinUserFollowingSchema = &entcapture.Schema{
+var heraldJoinUserFollowingSchema = &entcapturert.Schema{
 	Name:    "user_following",
 	Table:   "user_following",
 	Columns: []string{"user_id", "follower_id"},
@@ -2986,7 +2986,7 @@ func heraldScanUserFollowing(rows *stdsql.Rows, cols []string) ([]map[string]any
 }
 
 // heraldJoinUserPeersSchema describes the join table user_peers to entcapture.
-var heraldJoinUserPeersSchema = &entcapture.Schema{
+var heraldJoinUserPeersSchema = &entcapturert.Schema{
 	Name:    "user_peers",
 	Table:   "user_peers",
 	Columns: []string{"user_id", "peer_id"},
@@ -3026,7 +3026,7 @@ func heraldScanUserPeers(rows *stdsql.Rows, cols []string) ([]map[string]any, er
 }
 
 // heraldJoinUserTagsSchema describes the join table user_tags to entcapture.
-var heraldJoinUserTagsSchema = &entcapture.Schema{
+var heraldJoinUserTagsSchema = &entcapturert.Schema{
 	Name:    "user_tags",
 	Table:   "user_tags",
 	Columns: []string{"user_id", "tag_id"},
@@ -3108,7 +3108,7 @@ func heraldIDScanUser() (any, func() (any, error)) {
 }
 
 func init() {
-	entcapture.Register(heraldBookSchema, heraldDeviceSchema, heraldDocSchema, heraldFolderSchema, heraldFriendshipSchema, heraldGroupSchema, heraldLabelSchema, heraldMembershipSchema, heraldMemoSchema, heraldMemoNoteSchema, heraldNodeSchema, heraldPersonSchema, heraldProjectSchema, heraldSiteSchema, heraldTagSchema, heraldTaskSchema, heraldUserSchema, heraldJoinMemoTagsSchema, heraldJoinUserFollowingSchema, heraldJoinUserPeersSchema, heraldJoinUserTagsSchema)
+	entcapturert.Register(heraldBookSchema, heraldDeviceSchema, heraldDocSchema, heraldFolderSchema, heraldFriendshipSchema, heraldGroupSchema, heraldLabelSchema, heraldMembershipSchema, heraldMemoSchema, heraldMemoNoteSchema, heraldNodeSchema, heraldPersonSchema, heraldProjectSchema, heraldSiteSchema, heraldTagSchema, heraldTaskSchema, heraldUserSchema, heraldJoinMemoTagsSchema, heraldJoinUserFollowingSchema, heraldJoinUserPeersSchema, heraldJoinUserTagsSchema)
 	heraldBookSchema.Scan = (*BookMutation)(nil).HeraldScan
 	heraldBookSchema.Hooks = func() []ent.Hook { return book.Hooks[:] }
 	if heraldBookSchema.EdgeColumns == nil {
@@ -3133,8 +3133,8 @@ func init() {
 		heraldFolderSchema.EdgeColumns = map[string]string{}
 	}
 	heraldFolderSchema.EdgeColumns["parent"] = "parent_id"
-	heraldFolderSchema.ChildEdges = append(heraldFolderSchema.ChildEdges, entcapture.ChildEdge{Name: "children", Child: heraldFolderSchema, Column: "parent_id"})
-	heraldFolderSchema.Cascades = append(heraldFolderSchema.Cascades, entcapture.Cascade{Child: heraldFolderSchema, Column: "parent_id", SetNull: false})
+	heraldFolderSchema.ChildEdges = append(heraldFolderSchema.ChildEdges, entcapturert.ChildEdge{Name: "children", Child: heraldFolderSchema, Column: "parent_id"})
+	heraldFolderSchema.Cascades = append(heraldFolderSchema.Cascades, entcapturert.Cascade{Child: heraldFolderSchema, Column: "parent_id", SetNull: false})
 	heraldFriendshipSchema.Scan = (*FriendshipMutation)(nil).HeraldScan
 	heraldFriendshipSchema.Hooks = func() []ent.Hook { return friendship.Hooks[:] }
 	if heraldFriendshipSchema.EdgeColumns == nil {
@@ -3147,8 +3147,8 @@ func init() {
 	heraldFriendshipSchema.EdgeColumns["friend"] = "friend_id"
 	heraldGroupSchema.Scan = (*GroupMutation)(nil).HeraldScan
 	heraldGroupSchema.Hooks = func() []ent.Hook { return group.Hooks[:] }
-	heraldGroupSchema.Edges = append(heraldGroupSchema.Edges, entcapture.ThroughEdge{Name: "users", Through: heraldMembershipSchema, Own: "group_id", Other: "user_id", Bidi: false})
-	heraldGroupSchema.ChildEdges = append(heraldGroupSchema.ChildEdges, entcapture.ChildEdge{Name: "memberships", Child: heraldMembershipSchema, Column: "group_id"})
+	heraldGroupSchema.Edges = append(heraldGroupSchema.Edges, entcapturert.ThroughEdge{Name: "users", Through: heraldMembershipSchema, Own: "group_id", Other: "user_id", Bidi: false})
+	heraldGroupSchema.ChildEdges = append(heraldGroupSchema.ChildEdges, entcapturert.ChildEdge{Name: "memberships", Child: heraldMembershipSchema, Column: "group_id"})
 	heraldLabelSchema.Scan = (*LabelMutation)(nil).HeraldScan
 	heraldLabelSchema.Hooks = func() []ent.Hook { return label.Hooks[:] }
 	if heraldLabelSchema.EdgeColumns == nil {
@@ -3167,10 +3167,10 @@ func init() {
 	heraldMembershipSchema.EdgeColumns["group"] = "group_id"
 	heraldMemoSchema.Scan = (*MemoMutation)(nil).HeraldScan
 	heraldMemoSchema.Hooks = func() []ent.Hook { return memo.Hooks[:] }
-	heraldMemoSchema.ChildEdges = append(heraldMemoSchema.ChildEdges, entcapture.ChildEdge{Name: "notes", Child: heraldMemoNoteSchema, Column: "memo_notes"})
-	heraldMemoSchema.Edges = append(heraldMemoSchema.Edges, entcapture.ThroughEdge{Name: "tags", Through: heraldJoinMemoTagsSchema, Own: "memo_id", Other: "tag_id", Bidi: false})
-	heraldMemoSchema.Cascades = append(heraldMemoSchema.Cascades, entcapture.Cascade{Child: heraldMemoNoteSchema, Column: "memo_notes", SetNull: false})
-	heraldMemoSchema.Cascades = append(heraldMemoSchema.Cascades, entcapture.Cascade{Child: heraldJoinMemoTagsSchema, Column: "memo_id", SetNull: false})
+	heraldMemoSchema.ChildEdges = append(heraldMemoSchema.ChildEdges, entcapturert.ChildEdge{Name: "notes", Child: heraldMemoNoteSchema, Column: "memo_notes"})
+	heraldMemoSchema.Edges = append(heraldMemoSchema.Edges, entcapturert.ThroughEdge{Name: "tags", Through: heraldJoinMemoTagsSchema, Own: "memo_id", Other: "tag_id", Bidi: false})
+	heraldMemoSchema.Cascades = append(heraldMemoSchema.Cascades, entcapturert.Cascade{Child: heraldMemoNoteSchema, Column: "memo_notes", SetNull: false})
+	heraldMemoSchema.Cascades = append(heraldMemoSchema.Cascades, entcapturert.Cascade{Child: heraldJoinMemoTagsSchema, Column: "memo_id", SetNull: false})
 	heraldMemoNoteSchema.Scan = (*MemoNoteMutation)(nil).HeraldScan
 	heraldMemoNoteSchema.Hooks = func() []ent.Hook { return memonote.Hooks[:] }
 	if heraldMemoNoteSchema.EdgeColumns == nil {
@@ -3183,26 +3183,26 @@ func init() {
 		heraldNodeSchema.EdgeColumns = map[string]string{}
 	}
 	heraldNodeSchema.EdgeColumns["parent"] = "parent_id"
-	heraldNodeSchema.ChildEdges = append(heraldNodeSchema.ChildEdges, entcapture.ChildEdge{Name: "children", Child: heraldNodeSchema, Column: "parent_id"})
-	heraldNodeSchema.Cascades = append(heraldNodeSchema.Cascades, entcapture.Cascade{Child: heraldNodeSchema, Column: "parent_id", SetNull: true})
+	heraldNodeSchema.ChildEdges = append(heraldNodeSchema.ChildEdges, entcapturert.ChildEdge{Name: "children", Child: heraldNodeSchema, Column: "parent_id"})
+	heraldNodeSchema.Cascades = append(heraldNodeSchema.Cascades, entcapturert.Cascade{Child: heraldNodeSchema, Column: "parent_id", SetNull: true})
 	heraldPersonSchema.Scan = (*PersonMutation)(nil).HeraldScan
 	heraldPersonSchema.Hooks = func() []ent.Hook { return person.Hooks[:] }
-	heraldPersonSchema.ChildEdges = append(heraldPersonSchema.ChildEdges, entcapture.ChildEdge{Name: "written", Child: heraldDocSchema, Column: "author_id"})
-	heraldPersonSchema.ChildEdges = append(heraldPersonSchema.ChildEdges, entcapture.ChildEdge{Name: "reviewed", Child: heraldDocSchema, Column: "reviewer_id"})
-	heraldPersonSchema.Cascades = append(heraldPersonSchema.Cascades, entcapture.Cascade{Child: heraldDocSchema, Column: "author_id", SetNull: false})
-	heraldPersonSchema.Cascades = append(heraldPersonSchema.Cascades, entcapture.Cascade{Child: heraldDocSchema, Column: "reviewer_id", SetNull: false})
+	heraldPersonSchema.ChildEdges = append(heraldPersonSchema.ChildEdges, entcapturert.ChildEdge{Name: "written", Child: heraldDocSchema, Column: "author_id"})
+	heraldPersonSchema.ChildEdges = append(heraldPersonSchema.ChildEdges, entcapturert.ChildEdge{Name: "reviewed", Child: heraldDocSchema, Column: "reviewer_id"})
+	heraldPersonSchema.Cascades = append(heraldPersonSchema.Cascades, entcapturert.Cascade{Child: heraldDocSchema, Column: "author_id", SetNull: false})
+	heraldPersonSchema.Cascades = append(heraldPersonSchema.Cascades, entcapturert.Cascade{Child: heraldDocSchema, Column: "reviewer_id", SetNull: false})
 	heraldProjectSchema.Scan = (*ProjectMutation)(nil).HeraldScan
 	heraldProjectSchema.Hooks = func() []ent.Hook { return project.Hooks[:] }
-	heraldProjectSchema.ChildEdges = append(heraldProjectSchema.ChildEdges, entcapture.ChildEdge{Name: "tasks", Child: heraldTaskSchema, Column: "project_tasks"})
-	heraldProjectSchema.Cascades = append(heraldProjectSchema.Cascades, entcapture.Cascade{Child: heraldTaskSchema, Column: "project_tasks", SetNull: false})
+	heraldProjectSchema.ChildEdges = append(heraldProjectSchema.ChildEdges, entcapturert.ChildEdge{Name: "tasks", Child: heraldTaskSchema, Column: "project_tasks"})
+	heraldProjectSchema.Cascades = append(heraldProjectSchema.Cascades, entcapturert.Cascade{Child: heraldTaskSchema, Column: "project_tasks", SetNull: false})
 	heraldSiteSchema.Scan = (*SiteMutation)(nil).HeraldScan
 	heraldSiteSchema.Hooks = func() []ent.Hook { return site.Hooks[:] }
 	heraldTagSchema.Scan = (*TagMutation)(nil).HeraldScan
 	heraldTagSchema.Hooks = func() []ent.Hook { return tag.Hooks[:] }
-	heraldTagSchema.Edges = append(heraldTagSchema.Edges, entcapture.ThroughEdge{Name: "users", Through: heraldJoinUserTagsSchema, Own: "tag_id", Other: "user_id", Bidi: false})
-	heraldTagSchema.Edges = append(heraldTagSchema.Edges, entcapture.ThroughEdge{Name: "memos", Through: heraldJoinMemoTagsSchema, Own: "tag_id", Other: "memo_id", Bidi: false})
-	heraldTagSchema.Cascades = append(heraldTagSchema.Cascades, entcapture.Cascade{Child: heraldJoinMemoTagsSchema, Column: "tag_id", SetNull: false})
-	heraldTagSchema.Cascades = append(heraldTagSchema.Cascades, entcapture.Cascade{Child: heraldJoinUserTagsSchema, Column: "tag_id", SetNull: false})
+	heraldTagSchema.Edges = append(heraldTagSchema.Edges, entcapturert.ThroughEdge{Name: "users", Through: heraldJoinUserTagsSchema, Own: "tag_id", Other: "user_id", Bidi: false})
+	heraldTagSchema.Edges = append(heraldTagSchema.Edges, entcapturert.ThroughEdge{Name: "memos", Through: heraldJoinMemoTagsSchema, Own: "tag_id", Other: "memo_id", Bidi: false})
+	heraldTagSchema.Cascades = append(heraldTagSchema.Cascades, entcapturert.Cascade{Child: heraldJoinMemoTagsSchema, Column: "tag_id", SetNull: false})
+	heraldTagSchema.Cascades = append(heraldTagSchema.Cascades, entcapturert.Cascade{Child: heraldJoinUserTagsSchema, Column: "tag_id", SetNull: false})
 	heraldTaskSchema.Scan = (*TaskMutation)(nil).HeraldScan
 	heraldTaskSchema.Hooks = func() []ent.Hook { return task.Hooks[:] }
 	if heraldTaskSchema.EdgeColumns == nil {
@@ -3211,24 +3211,24 @@ func init() {
 	heraldTaskSchema.EdgeColumns["project"] = "project_tasks"
 	heraldUserSchema.Scan = (*UserMutation)(nil).HeraldScan
 	heraldUserSchema.Hooks = func() []ent.Hook { return user.Hooks[:] }
-	heraldUserSchema.Edges = append(heraldUserSchema.Edges, entcapture.ThroughEdge{Name: "friends", Through: heraldFriendshipSchema, Own: "user_id", Other: "friend_id", Bidi: true})
-	heraldUserSchema.Edges = append(heraldUserSchema.Edges, entcapture.ThroughEdge{Name: "followers", Through: heraldJoinUserFollowingSchema, Own: "follower_id", Other: "user_id", Bidi: false})
-	heraldUserSchema.Edges = append(heraldUserSchema.Edges, entcapture.ThroughEdge{Name: "following", Through: heraldJoinUserFollowingSchema, Own: "user_id", Other: "follower_id", Bidi: false})
-	heraldUserSchema.Edges = append(heraldUserSchema.Edges, entcapture.ThroughEdge{Name: "peers", Through: heraldJoinUserPeersSchema, Own: "user_id", Other: "peer_id", Bidi: true})
-	heraldUserSchema.Edges = append(heraldUserSchema.Edges, entcapture.ThroughEdge{Name: "tags", Through: heraldJoinUserTagsSchema, Own: "user_id", Other: "tag_id", Bidi: false})
-	heraldUserSchema.Edges = append(heraldUserSchema.Edges, entcapture.ThroughEdge{Name: "groups", Through: heraldMembershipSchema, Own: "user_id", Other: "group_id", Bidi: false})
-	heraldUserSchema.ChildEdges = append(heraldUserSchema.ChildEdges, entcapture.ChildEdge{Name: "friendships", Child: heraldFriendshipSchema, Column: "user_id"})
-	heraldUserSchema.ChildEdges = append(heraldUserSchema.ChildEdges, entcapture.ChildEdge{Name: "joined", Child: heraldMembershipSchema, Column: "user_id"})
-	heraldUserSchema.Cascades = append(heraldUserSchema.Cascades, entcapture.Cascade{Child: heraldJoinUserFollowingSchema, Column: "user_id", SetNull: false})
-	heraldUserSchema.Cascades = append(heraldUserSchema.Cascades, entcapture.Cascade{Child: heraldJoinUserFollowingSchema, Column: "follower_id", SetNull: false})
-	heraldUserSchema.Cascades = append(heraldUserSchema.Cascades, entcapture.Cascade{Child: heraldJoinUserPeersSchema, Column: "user_id", SetNull: false})
-	heraldUserSchema.Cascades = append(heraldUserSchema.Cascades, entcapture.Cascade{Child: heraldJoinUserPeersSchema, Column: "peer_id", SetNull: false})
-	heraldUserSchema.Cascades = append(heraldUserSchema.Cascades, entcapture.Cascade{Child: heraldJoinUserTagsSchema, Column: "user_id", SetNull: false})
+	heraldUserSchema.Edges = append(heraldUserSchema.Edges, entcapturert.ThroughEdge{Name: "friends", Through: heraldFriendshipSchema, Own: "user_id", Other: "friend_id", Bidi: true})
+	heraldUserSchema.Edges = append(heraldUserSchema.Edges, entcapturert.ThroughEdge{Name: "followers", Through: heraldJoinUserFollowingSchema, Own: "follower_id", Other: "user_id", Bidi: false})
+	heraldUserSchema.Edges = append(heraldUserSchema.Edges, entcapturert.ThroughEdge{Name: "following", Through: heraldJoinUserFollowingSchema, Own: "user_id", Other: "follower_id", Bidi: false})
+	heraldUserSchema.Edges = append(heraldUserSchema.Edges, entcapturert.ThroughEdge{Name: "peers", Through: heraldJoinUserPeersSchema, Own: "user_id", Other: "peer_id", Bidi: true})
+	heraldUserSchema.Edges = append(heraldUserSchema.Edges, entcapturert.ThroughEdge{Name: "tags", Through: heraldJoinUserTagsSchema, Own: "user_id", Other: "tag_id", Bidi: false})
+	heraldUserSchema.Edges = append(heraldUserSchema.Edges, entcapturert.ThroughEdge{Name: "groups", Through: heraldMembershipSchema, Own: "user_id", Other: "group_id", Bidi: false})
+	heraldUserSchema.ChildEdges = append(heraldUserSchema.ChildEdges, entcapturert.ChildEdge{Name: "friendships", Child: heraldFriendshipSchema, Column: "user_id"})
+	heraldUserSchema.ChildEdges = append(heraldUserSchema.ChildEdges, entcapturert.ChildEdge{Name: "joined", Child: heraldMembershipSchema, Column: "user_id"})
+	heraldUserSchema.Cascades = append(heraldUserSchema.Cascades, entcapturert.Cascade{Child: heraldJoinUserFollowingSchema, Column: "user_id", SetNull: false})
+	heraldUserSchema.Cascades = append(heraldUserSchema.Cascades, entcapturert.Cascade{Child: heraldJoinUserFollowingSchema, Column: "follower_id", SetNull: false})
+	heraldUserSchema.Cascades = append(heraldUserSchema.Cascades, entcapturert.Cascade{Child: heraldJoinUserPeersSchema, Column: "user_id", SetNull: false})
+	heraldUserSchema.Cascades = append(heraldUserSchema.Cascades, entcapturert.Cascade{Child: heraldJoinUserPeersSchema, Column: "peer_id", SetNull: false})
+	heraldUserSchema.Cascades = append(heraldUserSchema.Cascades, entcapturert.Cascade{Child: heraldJoinUserTagsSchema, Column: "user_id", SetNull: false})
 	heraldRoomSchema.Scan = (*RoomMutation)(nil).HeraldScan
-	heraldRoomSchema.Cascades = append(heraldRoomSchema.Cascades, entcapture.Cascade{Child: heraldShelfSchema, Column: "room_shelves", SetNull: false})
+	heraldRoomSchema.Cascades = append(heraldRoomSchema.Cascades, entcapturert.Cascade{Child: heraldShelfSchema, Column: "room_shelves", SetNull: false})
 	heraldShelfSchema.Scan = (*ShelfMutation)(nil).HeraldScan
-	heraldShelfSchema.Cascades = append(heraldShelfSchema.Cascades, entcapture.Cascade{Child: heraldBookSchema, Column: "shelf_id", SetNull: false})
-	heraldShelfSchema.Cascades = append(heraldShelfSchema.Cascades, entcapture.Cascade{Child: heraldLabelSchema, Column: "shelf_labels", SetNull: true})
+	heraldShelfSchema.Cascades = append(heraldShelfSchema.Cascades, entcapturert.Cascade{Child: heraldBookSchema, Column: "shelf_id", SetNull: false})
+	heraldShelfSchema.Cascades = append(heraldShelfSchema.Cascades, entcapturert.Cascade{Child: heraldLabelSchema, Column: "shelf_labels", SetNull: true})
 	heraldJoinMemoTagsSchema.Scan = heraldScanMemoTags
 	heraldJoinMemoTagsSchema.JoinOwner = heraldMemoSchema
 	heraldJoinUserFollowingSchema.Scan = heraldScanUserFollowing

@@ -10,7 +10,7 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
-	"github.com/heraldgo/herald/entcapture"
+	"github.com/heraldgo/herald/entcapture/entcapturert"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/memo"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/tag"
 	"github.com/heraldgo/herald/entcapture/internal/entshapes/ent/user"
@@ -330,7 +330,7 @@ func (_c *TagCreateBulk) Save(ctx context.Context) ([]*Tag, error) {
 	if _c.err != nil {
 		return nil, _c.err
 	}
-	ctx = entcapture.WithBulk(ctx) // entcapture: one capture scope for the whole bulk
+	ctx = entcapturert.WithBulk(ctx) // entcapture: one capture scope for the whole bulk
 	specs := make([]*sqlgraph.CreateSpec, len(_c.builders))
 	nodes := make([]*Tag, len(_c.builders))
 	mutators := make([]Mutator, len(_c.builders))
@@ -352,7 +352,7 @@ func (_c *TagCreateBulk) Save(ctx context.Context) ([]*Tag, error) {
 					_, err = mutators[i+1].Mutate(root, _c.builders[i+1].mutation)
 				} else {
 					spec := &sqlgraph.BatchCreateSpec{Nodes: specs}
-					if herr := entcapture.BulkConflict(ctx, _c.conflict); herr != nil {
+					if herr := entcapturert.BulkConflict(ctx, _c.conflict); herr != nil {
 						return nil, herr
 					}
 					spec.OnConflict = _c.conflict

@@ -7,8 +7,10 @@ package glueparse
 
 import "regexp"
 
-// joinRE finds, in the glue, the Schema of each captured join table.
-var joinRE = regexp.MustCompile(`(?m)^var heraldJoin\w+Schema = &entcapture\.Schema\{\n\tName:\s+"([^"]+)",\n\tTable:\s+"([^"]+)",`)
+// joinRE finds, in the glue, the Schema of each captured join table
+// (entcapturert.Schema; entcapture.Schema in glue generated before
+// herald moved it).
+var joinRE = regexp.MustCompile(`(?m)^var heraldJoin\w+Schema = &entcapture(?:rt)?\.Schema\{\n\tName:\s+"([^"]+)",\n\tTable:\s+"([^"]+)",`)
 
 // JoinTables returns the captured join tables of glue (the generated
 // entcapture.go), model -> table: their events' model is named as the

@@ -10,7 +10,7 @@ import (
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
 
-	"github.com/heraldgo/herald/entcapture"
+	"github.com/heraldgo/herald/entcapture/entcapturert"
 	"github.com/heraldgo/herald/internal/capturecases/entcc/ent/loan"
 	"github.com/heraldgo/herald/internal/capturecases/entcc/ent/reader"
 	"github.com/heraldgo/herald/internal/capturecases/entcc/ent/tag"
@@ -90,7 +90,7 @@ func heraldOnCommit(d dialect.Driver, f func()) bool {
 var _ = stdsql.ErrNoRows
 
 // heraldLoanSchema describes Loan to entcapture.
-var heraldLoanSchema = &entcapture.Schema{
+var heraldLoanSchema = &entcapturert.Schema{
 	Name:     "Loan",
 	Table:    loan.Table,
 	Columns:  []string{"id", "status", "days", "returned", "reader_id", "note"},
@@ -99,10 +99,10 @@ var heraldLoanSchema = &entcapture.Schema{
 	Fields:   map[string]string{"days": "days", "note": "note", "reader_id": "reader_id", "returned": "returned", "status": "status"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *LoanMutation) HeraldSchema() *entcapture.Schema { return heraldLoanSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *LoanMutation) HeraldSchema() *entcapturert.Schema { return heraldLoanSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *LoanMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -110,7 +110,7 @@ func (m *LoanMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *LoanMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -118,16 +118,16 @@ func (m *LoanMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *LoanMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *LoanMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *LoanMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *LoanMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -136,7 +136,7 @@ func (m *LoanMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *LoanMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Loan)
 	if !ok || e == nil {
@@ -145,7 +145,7 @@ func (m *LoanMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldLoanRow(e, heraldLoanSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *LoanMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -165,7 +165,7 @@ func (m *LoanMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[strin
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *LoanMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Loan{}
@@ -173,7 +173,7 @@ func (m *LoanMutation) HeraldScanner(cols []string) ([]any, func() (map[string]a
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -182,11 +182,11 @@ func (m *LoanMutation) HeraldScanner(cols []string) ([]any, func() (map[string]a
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *LoanMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *LoanMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -194,7 +194,7 @@ func (m *LoanMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *LoanMutation) HeraldNew() ent.Value {
@@ -223,7 +223,7 @@ func (m *LoanMutation) HeraldNew() ent.Value {
 func heraldLoanRow(e *Loan, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -253,13 +253,13 @@ func heraldLoanRow(e *Loan, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*LoanMutation)(nil)
+var _ entcapturert.Glue = (*LoanMutation)(nil)
 
-// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
-func (m *LoanMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
+// HeraldDB implements entcapturert.Glue: the code has no SchemaConfig.
+func (m *LoanMutation) HeraldDB(*entcapturert.Schema) (string, bool) { return "", false }
 
 // heraldReaderSchema describes Reader to entcapture.
-var heraldReaderSchema = &entcapture.Schema{
+var heraldReaderSchema = &entcapturert.Schema{
 	Name:      "Reader",
 	Table:     reader.Table,
 	Columns:   []string{"id", "name", "email"},
@@ -268,10 +268,10 @@ var heraldReaderSchema = &entcapture.Schema{
 	Fields:    map[string]string{"email": "email", "name": "name"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *ReaderMutation) HeraldSchema() *entcapture.Schema { return heraldReaderSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *ReaderMutation) HeraldSchema() *entcapturert.Schema { return heraldReaderSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *ReaderMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -279,7 +279,7 @@ func (m *ReaderMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *ReaderMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -287,16 +287,16 @@ func (m *ReaderMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *ReaderMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *ReaderMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *ReaderMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *ReaderMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -305,7 +305,7 @@ func (m *ReaderMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *ReaderMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Reader)
 	if !ok || e == nil {
@@ -314,7 +314,7 @@ func (m *ReaderMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldReaderRow(e, heraldReaderSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *ReaderMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -334,7 +334,7 @@ func (m *ReaderMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[str
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *ReaderMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Reader{}
@@ -342,7 +342,7 @@ func (m *ReaderMutation) HeraldScanner(cols []string) ([]any, func() (map[string
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -351,11 +351,11 @@ func (m *ReaderMutation) HeraldScanner(cols []string) ([]any, func() (map[string
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *ReaderMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *ReaderMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -363,7 +363,7 @@ func (m *ReaderMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *ReaderMutation) HeraldNew() ent.Value {
@@ -383,7 +383,7 @@ func (m *ReaderMutation) HeraldNew() ent.Value {
 func heraldReaderRow(e *Reader, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -399,13 +399,13 @@ func heraldReaderRow(e *Reader, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*ReaderMutation)(nil)
+var _ entcapturert.Glue = (*ReaderMutation)(nil)
 
-// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
-func (m *ReaderMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
+// HeraldDB implements entcapturert.Glue: the code has no SchemaConfig.
+func (m *ReaderMutation) HeraldDB(*entcapturert.Schema) (string, bool) { return "", false }
 
 // heraldTagSchema describes Tag to entcapture.
-var heraldTagSchema = &entcapture.Schema{
+var heraldTagSchema = &entcapturert.Schema{
 	Name:    "Tag",
 	Table:   tag.Table,
 	Columns: []string{"code", "label"},
@@ -413,10 +413,10 @@ var heraldTagSchema = &entcapture.Schema{
 	Fields:  map[string]string{"label": "label"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *TagMutation) HeraldSchema() *entcapture.Schema { return heraldTagSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *TagMutation) HeraldSchema() *entcapturert.Schema { return heraldTagSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *TagMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -424,7 +424,7 @@ func (m *TagMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *TagMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -432,16 +432,16 @@ func (m *TagMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *TagMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *TagMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *TagMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *TagMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -450,7 +450,7 @@ func (m *TagMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *TagMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Tag)
 	if !ok || e == nil {
@@ -459,7 +459,7 @@ func (m *TagMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldTagRow(e, heraldTagSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *TagMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -479,7 +479,7 @@ func (m *TagMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *TagMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Tag{}
@@ -487,7 +487,7 @@ func (m *TagMutation) HeraldScanner(cols []string) ([]any, func() (map[string]an
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -496,11 +496,11 @@ func (m *TagMutation) HeraldScanner(cols []string) ([]any, func() (map[string]an
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *TagMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *TagMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -508,7 +508,7 @@ func (m *TagMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *TagMutation) HeraldNew() ent.Value {
@@ -525,7 +525,7 @@ func (m *TagMutation) HeraldNew() ent.Value {
 func heraldTagRow(e *Tag, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -539,13 +539,13 @@ func heraldTagRow(e *Tag, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*TagMutation)(nil)
+var _ entcapturert.Glue = (*TagMutation)(nil)
 
-// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
-func (m *TagMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
+// HeraldDB implements entcapturert.Glue: the code has no SchemaConfig.
+func (m *TagMutation) HeraldDB(*entcapturert.Schema) (string, bool) { return "", false }
 
 func init() {
-	entcapture.Register(heraldLoanSchema, heraldReaderSchema, heraldTagSchema)
+	entcapturert.Register(heraldLoanSchema, heraldReaderSchema, heraldTagSchema)
 	heraldLoanSchema.Scan = (*LoanMutation)(nil).HeraldScan
 	heraldLoanSchema.Hooks = func() []ent.Hook { return loan.Hooks[:] }
 	heraldReaderSchema.Scan = (*ReaderMutation)(nil).HeraldScan

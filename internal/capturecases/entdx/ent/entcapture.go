@@ -10,7 +10,7 @@ import (
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
 
-	"github.com/heraldgo/herald/entcapture"
+	"github.com/heraldgo/herald/entcapture/entcapturert"
 	"github.com/heraldgo/herald/internal/capturecases/entdx/ent/doc"
 	"github.com/heraldgo/herald/internal/capturecases/entdx/ent/note"
 	"github.com/heraldgo/herald/internal/capturecases/entdx/ent/page"
@@ -90,7 +90,7 @@ func heraldOnCommit(d dialect.Driver, f func()) bool {
 var _ = stdsql.ErrNoRows
 
 // heraldDocSchema describes Doc to entcapture.
-var heraldDocSchema = &entcapture.Schema{
+var heraldDocSchema = &entcapturert.Schema{
 	Name:     "Doc",
 	Table:    doc.Table,
 	Columns:  []string{"id", "delete_time", "title"},
@@ -99,10 +99,10 @@ var heraldDocSchema = &entcapture.Schema{
 	Fields:   map[string]string{"delete_time": "delete_time", "title": "title"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *DocMutation) HeraldSchema() *entcapture.Schema { return heraldDocSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *DocMutation) HeraldSchema() *entcapturert.Schema { return heraldDocSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *DocMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -110,7 +110,7 @@ func (m *DocMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *DocMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -118,16 +118,16 @@ func (m *DocMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *DocMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *DocMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *DocMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *DocMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -136,7 +136,7 @@ func (m *DocMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *DocMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Doc)
 	if !ok || e == nil {
@@ -145,7 +145,7 @@ func (m *DocMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldDocRow(e, heraldDocSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *DocMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -165,7 +165,7 @@ func (m *DocMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *DocMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Doc{}
@@ -173,7 +173,7 @@ func (m *DocMutation) HeraldScanner(cols []string) ([]any, func() (map[string]an
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -182,11 +182,11 @@ func (m *DocMutation) HeraldScanner(cols []string) ([]any, func() (map[string]an
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *DocMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *DocMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -194,7 +194,7 @@ func (m *DocMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *DocMutation) HeraldNew() ent.Value {
@@ -214,7 +214,7 @@ func (m *DocMutation) HeraldNew() ent.Value {
 func heraldDocRow(e *Doc, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -230,13 +230,13 @@ func heraldDocRow(e *Doc, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*DocMutation)(nil)
+var _ entcapturert.Glue = (*DocMutation)(nil)
 
-// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
-func (m *DocMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
+// HeraldDB implements entcapturert.Glue: the code has no SchemaConfig.
+func (m *DocMutation) HeraldDB(*entcapturert.Schema) (string, bool) { return "", false }
 
 // heraldNoteSchema describes Note to entcapture.
-var heraldNoteSchema = &entcapture.Schema{
+var heraldNoteSchema = &entcapturert.Schema{
 	Name:    "Note",
 	Table:   note.Table,
 	Columns: []string{"id", "title"},
@@ -244,10 +244,10 @@ var heraldNoteSchema = &entcapture.Schema{
 	Fields:  map[string]string{"title": "title"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *NoteMutation) HeraldSchema() *entcapture.Schema { return heraldNoteSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *NoteMutation) HeraldSchema() *entcapturert.Schema { return heraldNoteSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *NoteMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -255,7 +255,7 @@ func (m *NoteMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *NoteMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -263,16 +263,16 @@ func (m *NoteMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *NoteMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *NoteMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *NoteMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *NoteMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -281,7 +281,7 @@ func (m *NoteMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *NoteMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Note)
 	if !ok || e == nil {
@@ -290,7 +290,7 @@ func (m *NoteMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldNoteRow(e, heraldNoteSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *NoteMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -310,7 +310,7 @@ func (m *NoteMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[strin
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *NoteMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Note{}
@@ -318,7 +318,7 @@ func (m *NoteMutation) HeraldScanner(cols []string) ([]any, func() (map[string]a
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -327,11 +327,11 @@ func (m *NoteMutation) HeraldScanner(cols []string) ([]any, func() (map[string]a
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *NoteMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *NoteMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -339,7 +339,7 @@ func (m *NoteMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *NoteMutation) HeraldNew() ent.Value {
@@ -356,7 +356,7 @@ func (m *NoteMutation) HeraldNew() ent.Value {
 func heraldNoteRow(e *Note, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -370,13 +370,13 @@ func heraldNoteRow(e *Note, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*NoteMutation)(nil)
+var _ entcapturert.Glue = (*NoteMutation)(nil)
 
-// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
-func (m *NoteMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
+// HeraldDB implements entcapturert.Glue: the code has no SchemaConfig.
+func (m *NoteMutation) HeraldDB(*entcapturert.Schema) (string, bool) { return "", false }
 
 // heraldPageSchema describes Page to entcapture.
-var heraldPageSchema = &entcapture.Schema{
+var heraldPageSchema = &entcapturert.Schema{
 	Name:     "Page",
 	Table:    page.Table,
 	Columns:  []string{"id", "delete_time", "title"},
@@ -385,10 +385,10 @@ var heraldPageSchema = &entcapture.Schema{
 	Fields:   map[string]string{"delete_time": "delete_time", "title": "title"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *PageMutation) HeraldSchema() *entcapture.Schema { return heraldPageSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *PageMutation) HeraldSchema() *entcapturert.Schema { return heraldPageSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *PageMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -396,7 +396,7 @@ func (m *PageMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *PageMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -404,16 +404,16 @@ func (m *PageMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *PageMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *PageMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *PageMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *PageMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -422,7 +422,7 @@ func (m *PageMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *PageMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Page)
 	if !ok || e == nil {
@@ -431,7 +431,7 @@ func (m *PageMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldPageRow(e, heraldPageSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *PageMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -451,7 +451,7 @@ func (m *PageMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[strin
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *PageMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Page{}
@@ -459,7 +459,7 @@ func (m *PageMutation) HeraldScanner(cols []string) ([]any, func() (map[string]a
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -468,11 +468,11 @@ func (m *PageMutation) HeraldScanner(cols []string) ([]any, func() (map[string]a
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *PageMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *PageMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -480,7 +480,7 @@ func (m *PageMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *PageMutation) HeraldNew() ent.Value {
@@ -500,7 +500,7 @@ func (m *PageMutation) HeraldNew() ent.Value {
 func heraldPageRow(e *Page, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -516,13 +516,13 @@ func heraldPageRow(e *Page, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*PageMutation)(nil)
+var _ entcapturert.Glue = (*PageMutation)(nil)
 
-// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
-func (m *PageMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
+// HeraldDB implements entcapturert.Glue: the code has no SchemaConfig.
+func (m *PageMutation) HeraldDB(*entcapturert.Schema) (string, bool) { return "", false }
 
 func init() {
-	entcapture.Register(heraldDocSchema, heraldNoteSchema, heraldPageSchema)
+	entcapturert.Register(heraldDocSchema, heraldNoteSchema, heraldPageSchema)
 	heraldDocSchema.Scan = (*DocMutation)(nil).HeraldScan
 	heraldDocSchema.Hooks = func() []ent.Hook { return doc.Hooks[:] }
 	heraldNoteSchema.Scan = (*NoteMutation)(nil).HeraldScan

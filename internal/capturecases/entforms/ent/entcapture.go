@@ -10,7 +10,7 @@ import (
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
 
-	"github.com/heraldgo/herald/entcapture"
+	"github.com/heraldgo/herald/entcapture/entcapturert"
 	"github.com/heraldgo/herald/internal/capturecases/entforms/ent/doc"
 )
 
@@ -88,7 +88,7 @@ func heraldOnCommit(d dialect.Driver, f func()) bool {
 var _ = stdsql.ErrNoRows
 
 // heraldDocSchema describes Doc to entcapture.
-var heraldDocSchema = &entcapture.Schema{
+var heraldDocSchema = &entcapturert.Schema{
 	Name:     "Doc",
 	Table:    doc.Table,
 	Columns:  []string{"id", "body", "tags", "grid", "matrix", "span", "spot", "area"},
@@ -101,10 +101,10 @@ var heraldDocSchema = &entcapture.Schema{
 	Fields: map[string]string{"area": "area", "body": "body", "grid": "grid", "matrix": "matrix", "span": "span", "spot": "spot", "tags": "tags"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *DocMutation) HeraldSchema() *entcapture.Schema { return heraldDocSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *DocMutation) HeraldSchema() *entcapturert.Schema { return heraldDocSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *DocMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -112,7 +112,7 @@ func (m *DocMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *DocMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -120,16 +120,16 @@ func (m *DocMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *DocMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *DocMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *DocMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *DocMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -138,7 +138,7 @@ func (m *DocMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *DocMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Doc)
 	if !ok || e == nil {
@@ -147,7 +147,7 @@ func (m *DocMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldDocRow(e, heraldDocSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *DocMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -167,7 +167,7 @@ func (m *DocMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *DocMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Doc{}
@@ -175,7 +175,7 @@ func (m *DocMutation) HeraldScanner(cols []string) ([]any, func() (map[string]an
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -184,11 +184,11 @@ func (m *DocMutation) HeraldScanner(cols []string) ([]any, func() (map[string]an
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *DocMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *DocMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -196,7 +196,7 @@ func (m *DocMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *DocMutation) HeraldNew() ent.Value {
@@ -231,7 +231,7 @@ func (m *DocMutation) HeraldNew() ent.Value {
 func heraldDocRow(e *Doc, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -257,13 +257,13 @@ func heraldDocRow(e *Doc, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*DocMutation)(nil)
+var _ entcapturert.Glue = (*DocMutation)(nil)
 
-// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
-func (m *DocMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
+// HeraldDB implements entcapturert.Glue: the code has no SchemaConfig.
+func (m *DocMutation) HeraldDB(*entcapturert.Schema) (string, bool) { return "", false }
 
 func init() {
-	entcapture.Register(heraldDocSchema)
+	entcapturert.Register(heraldDocSchema)
 	heraldDocSchema.Scan = (*DocMutation)(nil).HeraldScan
 	heraldDocSchema.Hooks = func() []ent.Hook { return doc.Hooks[:] }
 }

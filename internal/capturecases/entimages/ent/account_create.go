@@ -12,7 +12,7 @@ import (
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/google/uuid"
-	"github.com/heraldgo/herald/entcapture"
+	"github.com/heraldgo/herald/entcapture/entcapturert"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/account"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/member"
 )
@@ -348,7 +348,7 @@ func (_c *AccountCreateBulk) Save(ctx context.Context) ([]*Account, error) {
 	if _c.err != nil {
 		return nil, _c.err
 	}
-	ctx = entcapture.WithBulk(ctx) // entcapture: one capture scope for the whole bulk
+	ctx = entcapturert.WithBulk(ctx) // entcapture: one capture scope for the whole bulk
 	specs := make([]*sqlgraph.CreateSpec, len(_c.builders))
 	nodes := make([]*Account, len(_c.builders))
 	mutators := make([]Mutator, len(_c.builders))
@@ -371,7 +371,7 @@ func (_c *AccountCreateBulk) Save(ctx context.Context) ([]*Account, error) {
 					_, err = mutators[i+1].Mutate(root, _c.builders[i+1].mutation)
 				} else {
 					spec := &sqlgraph.BatchCreateSpec{Nodes: specs}
-					if herr := entcapture.BulkConflict(ctx, _c.conflict); herr != nil {
+					if herr := entcapturert.BulkConflict(ctx, _c.conflict); herr != nil {
 						return nil, herr
 					}
 					spec.OnConflict = _c.conflict

@@ -10,7 +10,7 @@ import (
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
 
-	"github.com/heraldgo/herald/entcapture"
+	"github.com/heraldgo/herald/entcapture/entcapturert"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/account"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/link"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/member"
@@ -92,7 +92,7 @@ func heraldOnCommit(d dialect.Driver, f func()) bool {
 var _ = stdsql.ErrNoRows
 
 // heraldAccountSchema describes Account to entcapture.
-var heraldAccountSchema = &entcapture.Schema{
+var heraldAccountSchema = &entcapturert.Schema{
 	Name:    "Account",
 	Table:   account.Table,
 	Columns: []string{"id", "name"},
@@ -100,10 +100,10 @@ var heraldAccountSchema = &entcapture.Schema{
 	Fields:  map[string]string{"name": "name"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *AccountMutation) HeraldSchema() *entcapture.Schema { return heraldAccountSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *AccountMutation) HeraldSchema() *entcapturert.Schema { return heraldAccountSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *AccountMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -111,7 +111,7 @@ func (m *AccountMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *AccountMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -119,16 +119,16 @@ func (m *AccountMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *AccountMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *AccountMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *AccountMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *AccountMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -137,7 +137,7 @@ func (m *AccountMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *AccountMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Account)
 	if !ok || e == nil {
@@ -146,7 +146,7 @@ func (m *AccountMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldAccountRow(e, heraldAccountSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *AccountMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -166,7 +166,7 @@ func (m *AccountMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[st
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *AccountMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Account{}
@@ -174,7 +174,7 @@ func (m *AccountMutation) HeraldScanner(cols []string) ([]any, func() (map[strin
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -183,11 +183,11 @@ func (m *AccountMutation) HeraldScanner(cols []string) ([]any, func() (map[strin
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *AccountMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *AccountMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -195,7 +195,7 @@ func (m *AccountMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *AccountMutation) HeraldNew() ent.Value {
@@ -212,7 +212,7 @@ func (m *AccountMutation) HeraldNew() ent.Value {
 func heraldAccountRow(e *Account, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -226,13 +226,13 @@ func heraldAccountRow(e *Account, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*AccountMutation)(nil)
+var _ entcapturert.Glue = (*AccountMutation)(nil)
 
-// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
-func (m *AccountMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
+// HeraldDB implements entcapturert.Glue: the code has no SchemaConfig.
+func (m *AccountMutation) HeraldDB(*entcapturert.Schema) (string, bool) { return "", false }
 
 // heraldLinkSchema describes Link to entcapture.
-var heraldLinkSchema = &entcapture.Schema{
+var heraldLinkSchema = &entcapturert.Schema{
 	Name:     "Link",
 	Table:    link.Table,
 	Columns:  []string{"id", "url", "code", "note", "paren"},
@@ -241,10 +241,10 @@ var heraldLinkSchema = &entcapture.Schema{
 	Fields:   map[string]string{"code": "code", "note": "note", "paren": "paren", "url": "url"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *LinkMutation) HeraldSchema() *entcapture.Schema { return heraldLinkSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *LinkMutation) HeraldSchema() *entcapturert.Schema { return heraldLinkSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *LinkMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -252,7 +252,7 @@ func (m *LinkMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *LinkMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -260,16 +260,16 @@ func (m *LinkMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *LinkMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *LinkMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *LinkMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *LinkMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -278,7 +278,7 @@ func (m *LinkMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *LinkMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Link)
 	if !ok || e == nil {
@@ -287,7 +287,7 @@ func (m *LinkMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldLinkRow(e, heraldLinkSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *LinkMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -307,7 +307,7 @@ func (m *LinkMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[strin
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *LinkMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Link{}
@@ -315,7 +315,7 @@ func (m *LinkMutation) HeraldScanner(cols []string) ([]any, func() (map[string]a
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -324,11 +324,11 @@ func (m *LinkMutation) HeraldScanner(cols []string) ([]any, func() (map[string]a
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *LinkMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *LinkMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -336,7 +336,7 @@ func (m *LinkMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *LinkMutation) HeraldNew() ent.Value {
@@ -362,7 +362,7 @@ func (m *LinkMutation) HeraldNew() ent.Value {
 func heraldLinkRow(e *Link, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -370,11 +370,11 @@ func heraldLinkRow(e *Link, cols []string, vals []any) map[string]any {
 		case "id":
 			row[c] = e.ID
 		case "url":
-			row[c] = entcapture.ScannedValue(link.ValueScanner.URL, e.URL, true)
+			row[c] = entcapturert.ScannedValue(link.ValueScanner.URL, e.URL, true)
 		case "code":
-			row[c] = entcapture.ScannedValue(link.ValueScanner.Code, e.Code, true)
+			row[c] = entcapturert.ScannedValue(link.ValueScanner.Code, e.Code, true)
 		case "note":
-			row[c] = entcapture.ScannedValue(link.ValueScanner.Note, e.Note, true)
+			row[c] = entcapturert.ScannedValue(link.ValueScanner.Note, e.Note, true)
 		case "paren":
 			row[c] = e.Paren
 		}
@@ -382,13 +382,13 @@ func heraldLinkRow(e *Link, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*LinkMutation)(nil)
+var _ entcapturert.Glue = (*LinkMutation)(nil)
 
-// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
-func (m *LinkMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
+// HeraldDB implements entcapturert.Glue: the code has no SchemaConfig.
+func (m *LinkMutation) HeraldDB(*entcapturert.Schema) (string, bool) { return "", false }
 
 // heraldMemberSchema describes Member to entcapture.
-var heraldMemberSchema = &entcapture.Schema{
+var heraldMemberSchema = &entcapturert.Schema{
 	Name:       "Member",
 	Table:      member.Table,
 	Columns:    []string{"id", "create_time", "update_time", "tenant", "email", "name", "region", "account_id", "seen", "tags", "stamp"},
@@ -399,10 +399,10 @@ var heraldMemberSchema = &entcapture.Schema{
 	Fields:     map[string]string{"account_id": "account_id", "create_time": "create_time", "email": "email", "name": "name", "region": "region", "seen": "seen", "stamp": "stamp", "tags": "tags", "tenant": "tenant", "update_time": "update_time"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *MemberMutation) HeraldSchema() *entcapture.Schema { return heraldMemberSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *MemberMutation) HeraldSchema() *entcapturert.Schema { return heraldMemberSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *MemberMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -410,7 +410,7 @@ func (m *MemberMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *MemberMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -418,16 +418,16 @@ func (m *MemberMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *MemberMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *MemberMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *MemberMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *MemberMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -436,7 +436,7 @@ func (m *MemberMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *MemberMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Member)
 	if !ok || e == nil {
@@ -445,7 +445,7 @@ func (m *MemberMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldMemberRow(e, heraldMemberSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *MemberMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -465,7 +465,7 @@ func (m *MemberMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[str
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *MemberMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Member{}
@@ -473,7 +473,7 @@ func (m *MemberMutation) HeraldScanner(cols []string) ([]any, func() (map[string
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -482,11 +482,11 @@ func (m *MemberMutation) HeraldScanner(cols []string) ([]any, func() (map[string
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *MemberMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *MemberMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -494,7 +494,7 @@ func (m *MemberMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *MemberMutation) HeraldNew() ent.Value {
@@ -535,7 +535,7 @@ func (m *MemberMutation) HeraldNew() ent.Value {
 func heraldMemberRow(e *Member, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -567,13 +567,13 @@ func heraldMemberRow(e *Member, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*MemberMutation)(nil)
+var _ entcapturert.Glue = (*MemberMutation)(nil)
 
-// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
-func (m *MemberMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
+// HeraldDB implements entcapturert.Glue: the code has no SchemaConfig.
+func (m *MemberMutation) HeraldDB(*entcapturert.Schema) (string, bool) { return "", false }
 
 // heraldSecretSchema describes Secret to entcapture.
-var heraldSecretSchema = &entcapture.Schema{
+var heraldSecretSchema = &entcapturert.Schema{
 	Name:    "Secret",
 	Table:   secret.Table,
 	Columns: []string{"id", "name"},
@@ -581,10 +581,10 @@ var heraldSecretSchema = &entcapture.Schema{
 	Fields:  map[string]string{"name": "name"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *SecretMutation) HeraldSchema() *entcapture.Schema { return heraldSecretSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *SecretMutation) HeraldSchema() *entcapturert.Schema { return heraldSecretSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *SecretMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -592,7 +592,7 @@ func (m *SecretMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *SecretMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -600,16 +600,16 @@ func (m *SecretMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *SecretMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *SecretMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *SecretMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *SecretMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -618,7 +618,7 @@ func (m *SecretMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *SecretMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Secret)
 	if !ok || e == nil {
@@ -627,7 +627,7 @@ func (m *SecretMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldSecretRow(e, heraldSecretSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *SecretMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -647,7 +647,7 @@ func (m *SecretMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[str
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *SecretMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Secret{}
@@ -655,7 +655,7 @@ func (m *SecretMutation) HeraldScanner(cols []string) ([]any, func() (map[string
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -664,11 +664,11 @@ func (m *SecretMutation) HeraldScanner(cols []string) ([]any, func() (map[string
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *SecretMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *SecretMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -676,7 +676,7 @@ func (m *SecretMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *SecretMutation) HeraldNew() ent.Value {
@@ -693,7 +693,7 @@ func (m *SecretMutation) HeraldNew() ent.Value {
 func heraldSecretRow(e *Secret, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -707,13 +707,13 @@ func heraldSecretRow(e *Secret, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*SecretMutation)(nil)
+var _ entcapturert.Glue = (*SecretMutation)(nil)
 
-// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
-func (m *SecretMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
+// HeraldDB implements entcapturert.Glue: the code has no SchemaConfig.
+func (m *SecretMutation) HeraldDB(*entcapturert.Schema) (string, bool) { return "", false }
 
 // heraldVisitSchema describes Visit to entcapture.
-var heraldVisitSchema = &entcapture.Schema{
+var heraldVisitSchema = &entcapturert.Schema{
 	Name:       "Visit",
 	Table:      visit.Table,
 	Columns:    []string{"id", "create_time", "update_time", "kind", "at", "took", "gone"},
@@ -724,10 +724,10 @@ var heraldVisitSchema = &entcapture.Schema{
 	Fields:     map[string]string{"at": "at", "create_time": "create_time", "gone": "gone", "kind": "kind", "took": "took", "update_time": "update_time"},
 }
 
-// HeraldSchema implements entcapture.Glue.
-func (m *VisitMutation) HeraldSchema() *entcapture.Schema { return heraldVisitSchema }
+// HeraldSchema implements entcapturert.Glue.
+func (m *VisitMutation) HeraldSchema() *entcapturert.Schema { return heraldVisitSchema }
 
-// HeraldDriver implements entcapture.Glue.
+// HeraldDriver implements entcapturert.Glue.
 func (m *VisitMutation) HeraldDriver() dialect.Driver {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.drv
@@ -735,7 +735,7 @@ func (m *VisitMutation) HeraldDriver() dialect.Driver {
 	return m.driver
 }
 
-// HeraldTx implements entcapture.Glue.
+// HeraldTx implements entcapturert.Glue.
 func (m *VisitMutation) HeraldTx() dialect.Tx {
 	if d, ok := heraldTxDriver(m.driver); ok {
 		return d.tx
@@ -743,16 +743,16 @@ func (m *VisitMutation) HeraldTx() dialect.Tx {
 	return nil
 }
 
-// HeraldOnCommit implements entcapture.Glue.
+// HeraldOnCommit implements entcapturert.Glue.
 func (m *VisitMutation) HeraldOnCommit(f func()) bool { return heraldOnCommit(m.driver, f) }
 
-// HeraldBeforeDelete implements entcapture.Glue.
+// HeraldBeforeDelete implements entcapturert.Glue.
 func (m *VisitMutation) HeraldBeforeDelete(f func(context.Context) error) { m.heraldDelete = f }
 
-// HeraldBeforeInsert implements entcapture.Glue.
+// HeraldBeforeInsert implements entcapturert.Glue.
 func (m *VisitMutation) HeraldBeforeInsert(f func([]sql.ConflictOption)) { m.heraldBefore = f }
 
-// HeraldPredicates implements entcapture.Glue.
+// HeraldPredicates implements entcapturert.Glue.
 func (m *VisitMutation) HeraldPredicates() []func(*sql.Selector) {
 	ps := make([]func(*sql.Selector), len(m.predicates))
 	for i, p := range m.predicates {
@@ -761,7 +761,7 @@ func (m *VisitMutation) HeraldPredicates() []func(*sql.Selector) {
 	return ps
 }
 
-// HeraldRow implements entcapture.Glue.
+// HeraldRow implements entcapturert.Glue.
 func (m *VisitMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	e, ok := v.(*Visit)
 	if !ok || e == nil {
@@ -770,7 +770,7 @@ func (m *VisitMutation) HeraldRow(v ent.Value) (map[string]any, bool) {
 	return heraldVisitRow(e, heraldVisitSchema.Columns, nil), true
 }
 
-// HeraldScan implements entcapture.Glue.
+// HeraldScan implements entcapturert.Glue.
 func (m *VisitMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[string]any, error) {
 	var out []map[string]any
 	for rows.Next() {
@@ -790,7 +790,7 @@ func (m *VisitMutation) HeraldScan(rows *stdsql.Rows, cols []string) ([]map[stri
 	return out, rows.Err()
 }
 
-// HeraldScanner implements entcapture.Glue: the scan destinations of one
+// HeraldScanner implements entcapturert.Glue: the scan destinations of one
 // row of cols, and the row once scanned (NULL as nil).
 func (m *VisitMutation) HeraldScanner(cols []string) ([]any, func() (map[string]any, error), error) {
 	e := &Visit{}
@@ -798,7 +798,7 @@ func (m *VisitMutation) HeraldScanner(cols []string) ([]any, func() (map[string]
 	if err != nil {
 		return nil, nil, err
 	}
-	dst := entcapture.NullAware(vals)
+	dst := entcapturert.NullAware(vals)
 	return dst, func() (map[string]any, error) {
 		if err := e.assignValues(cols, vals); err != nil {
 			return nil, err
@@ -807,11 +807,11 @@ func (m *VisitMutation) HeraldScanner(cols []string) ([]any, func() (map[string]
 	}, nil
 }
 
-// HeraldModifiers implements entcapture.Glue: the UPDATE's modifiers
+// HeraldModifiers implements entcapturert.Glue: the UPDATE's modifiers
 // (Modify, AppendX), as its sqlSave last saw them.
 func (m *VisitMutation) HeraldModifiers() []func(*sql.UpdateBuilder) { return m.heraldModifiers }
 
-// HeraldID implements entcapture.Glue.
+// HeraldID implements entcapturert.Glue.
 func (m *VisitMutation) HeraldID() (any, bool) {
 	if m.id == nil {
 		return nil, false
@@ -819,7 +819,7 @@ func (m *VisitMutation) HeraldID() (any, bool) {
 	return *m.id, true
 }
 
-// HeraldNew implements entcapture.Glue: the entity a create of the
+// HeraldNew implements entcapturert.Glue: the entity a create of the
 // mutation's fields returns, as its createSpec builds it, without edges
 // (and without the id the database generates).
 func (m *VisitMutation) HeraldNew() ent.Value {
@@ -851,7 +851,7 @@ func (m *VisitMutation) HeraldNew() ent.Value {
 func heraldVisitRow(e *Visit, cols []string, vals []any) map[string]any {
 	row := make(map[string]any, len(cols))
 	for i, c := range cols {
-		if vals != nil && entcapture.IsNull(vals[i]) {
+		if vals != nil && entcapturert.IsNull(vals[i]) {
 			row[c] = nil
 			continue
 		}
@@ -875,17 +875,17 @@ func heraldVisitRow(e *Visit, cols []string, vals []any) map[string]any {
 	return row
 }
 
-var _ entcapture.Glue = (*VisitMutation)(nil)
+var _ entcapturert.Glue = (*VisitMutation)(nil)
 
-// HeraldDB implements entcapture.Glue: the code has no SchemaConfig.
-func (m *VisitMutation) HeraldDB(*entcapture.Schema) (string, bool) { return "", false }
+// HeraldDB implements entcapturert.Glue: the code has no SchemaConfig.
+func (m *VisitMutation) HeraldDB(*entcapturert.Schema) (string, bool) { return "", false }
 
 func init() {
-	entcapture.Register(heraldAccountSchema, heraldLinkSchema, heraldMemberSchema, heraldSecretSchema, heraldVisitSchema)
+	entcapturert.Register(heraldAccountSchema, heraldLinkSchema, heraldMemberSchema, heraldSecretSchema, heraldVisitSchema)
 	heraldAccountSchema.Scan = (*AccountMutation)(nil).HeraldScan
 	heraldAccountSchema.Hooks = func() []ent.Hook { return account.Hooks[:] }
-	heraldAccountSchema.ChildEdges = append(heraldAccountSchema.ChildEdges, entcapture.ChildEdge{Name: "members", Child: heraldMemberSchema, Column: "account_id"})
-	heraldAccountSchema.Cascades = append(heraldAccountSchema.Cascades, entcapture.Cascade{Child: heraldMemberSchema, Column: "account_id", SetNull: true})
+	heraldAccountSchema.ChildEdges = append(heraldAccountSchema.ChildEdges, entcapturert.ChildEdge{Name: "members", Child: heraldMemberSchema, Column: "account_id"})
+	heraldAccountSchema.Cascades = append(heraldAccountSchema.Cascades, entcapturert.Cascade{Child: heraldMemberSchema, Column: "account_id", SetNull: true})
 	heraldLinkSchema.Scan = (*LinkMutation)(nil).HeraldScan
 	heraldLinkSchema.Hooks = func() []ent.Hook { return link.Hooks[:] }
 	heraldMemberSchema.Scan = (*MemberMutation)(nil).HeraldScan

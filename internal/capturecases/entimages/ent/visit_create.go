@@ -11,7 +11,7 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
-	"github.com/heraldgo/herald/entcapture"
+	"github.com/heraldgo/herald/entcapture/entcapturert"
 	"github.com/heraldgo/herald/internal/capturecases/entimages/ent/visit"
 )
 
@@ -535,7 +535,7 @@ func (_c *VisitCreateBulk) Save(ctx context.Context) ([]*Visit, error) {
 	if _c.err != nil {
 		return nil, _c.err
 	}
-	ctx = entcapture.WithBulk(ctx) // entcapture: one capture scope for the whole bulk
+	ctx = entcapturert.WithBulk(ctx) // entcapture: one capture scope for the whole bulk
 	specs := make([]*sqlgraph.CreateSpec, len(_c.builders))
 	nodes := make([]*Visit, len(_c.builders))
 	mutators := make([]Mutator, len(_c.builders))
@@ -558,7 +558,7 @@ func (_c *VisitCreateBulk) Save(ctx context.Context) ([]*Visit, error) {
 					_, err = mutators[i+1].Mutate(root, _c.builders[i+1].mutation)
 				} else {
 					spec := &sqlgraph.BatchCreateSpec{Nodes: specs}
-					if herr := entcapture.BulkConflict(ctx, _c.conflict); herr != nil {
+					if herr := entcapturert.BulkConflict(ctx, _c.conflict); herr != nil {
 						return nil, herr
 					}
 					spec.OnConflict = _c.conflict
