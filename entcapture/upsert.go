@@ -292,7 +292,7 @@ func (s *scope) afterUpsert() error {
 	var keys [][]any
 	seenKey := map[string]bool{}
 	for _, b := range u.before {
-		if k := w.sch.keyText(b); !seenKey[k] {
+		if k := keyText(w.sch, b); !seenKey[k] {
 			seenKey[k] = true
 			key := make([]any, 0, len(w.sch.KeyColumns()))
 			for _, c := range w.sch.KeyColumns() {
