@@ -106,6 +106,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	ds, err := ch.ConsumeWithContext(ctx, c.cfg.Queue, c.cfg.Tag, false, false, false, false, nil)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil //nolint:nilerr // ctx ended while the consumer was being set up: a stop, not a failure
+		}
 		return fmt.Errorf("herald/amqpinbox: consume %s: %w", c.cfg.Queue, err)
 	}
 	for {

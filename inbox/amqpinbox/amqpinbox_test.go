@@ -8,6 +8,7 @@ import (
 
 	"github.com/heraldgo/herald/delivery"
 	hamqp "github.com/heraldgo/herald/delivery/amqp"
+	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/inbox"
 	"github.com/heraldgo/herald/inbox/amqpinbox"
 	"github.com/heraldgo/herald/internal/inboxcrash"
@@ -69,5 +70,38 @@ func TestCrashChild(t *testing.T) {
 	go func() { c.WaitDone(ctx); cancel() }()
 	if err := cons.Run(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRunStoppedBeforeConsuming: a ctx that ends while Run sets up its
+// consumer (here: before Run) is a stop — nil, as a ctx ending later is —
+// not "consume …: context canceled" (TestCrash's child, told it was done
+// at once, saw that error).
+func TestRunStoppedBeforeConsuming(t *testing.T) {
+	ctx := context.Background()
+	db, _ := testkit.Postgres(t)
+	if err := inbox.Migrate(ctx, db, envelope.Postgres, ""); err != nil {
+		t.Fatal(err)
+	}
+	in, err := inbox.New(ctx, db, inbox.Config{Consumer: "c", Dialect: envelope.Postgres})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := channel(t)
+	q, err := ch.QueueDeclare("", false, true, true, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := amqpinbox.New(in, amqpinbox.Config{Channel: ch, Queue: q.Name,
+		Handler: inbox.Handler[amqpinbox.Message]{Func: func(context.Context, *inbox.Inbox, inbox.Message, amqpinbox.Message) (inbox.Outcome, error) {
+			return inbox.Processed, nil
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := cons.Run(stopped); err != nil {
+		t.Fatalf("Run with an ended ctx: %v, want nil", err)
 	}
 }

@@ -144,6 +144,9 @@ func Decode(stream string, e redis.XMessage) Message {
 func (c *Consumer) Run(ctx context.Context) error {
 	err := c.cfg.Client.XGroupCreateMkStream(ctx, c.cfg.Stream, c.cfg.Group, "0").Err()
 	if err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
+		if ctx.Err() != nil {
+			return nil //nolint:nilerr // ctx ended while the group was being created: a stop, not a failure
+		}
 		return fmt.Errorf("herald/redisinbox: create group %s: %w", c.cfg.Group, err)
 	}
 	pending := true // first our own pending entries, from "0"
