@@ -682,7 +682,7 @@ func heraldGenerate(dir string, cfg *gen.Config, opts ...entc.Option) error {
 // sensitiveRE finds the Sensitive columns in the extension's declaration
 // of a schema (the columns its events leave out).
 func sensitiveRE(schema string) *regexp.Regexp {
-	return regexp.MustCompile(`(?s)var herald` + schema + `Schema = &entcapture\.Schema\{\n(?:\t[^\n]*\n)*?\tSensitive: +\[\]string\{([^}]*)\}`)
+	return regexp.MustCompile(`(?s)var herald` + schema + `Schema = &entcapture(?:rt)?\.Schema\{\n(?:\t[^\n]*\n)*?\tSensitive: +\[\]string\{([^}]*)\}`)
 }
 
 var (
