@@ -79,7 +79,7 @@ func TestGormAndEntForms(t *testing.T) {
 			must(t, envelope.Migrate(ctx, db, d, ""))
 			client := formsent.NewClient(formsent.Driver(entcapture.Driver(entsql.OpenDB(name, db),
 				entcapture.Config{Options: map[string]envelope.Options{"Doc": opts}})))
-			must(t, client.Schema.Create(ctx))
+			must(t, createEntSchema(func() error { return client.Schema.Create(ctx) }))
 			p := gormcapture.New(gormcapture.Config{})
 			must(t, gdb.Use(p))
 			must(t, p.Capture(&Doc{}, opts))

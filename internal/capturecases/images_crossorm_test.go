@@ -87,7 +87,7 @@ func TestGormAndEntSameImages(t *testing.T) {
 			opts := envelope.Options{Payload: envelope.BeforeAndAfter, Exclude: []string{"tags"}}
 			client := imgent.NewClient(imgent.Driver(entcapture.Driver(entsql.OpenDB(name, db),
 				entcapture.Config{Options: map[string]envelope.Options{"Member": opts, "Visit": {}}})))
-			must(t, client.Schema.Create(ctx))
+			must(t, createEntSchema(func() error { return client.Schema.Create(ctx) }))
 			p := gormcapture.New(gormcapture.Config{})
 			must(t, gdb.Use(p))
 			must(t, p.Capture(&Member{}, opts))

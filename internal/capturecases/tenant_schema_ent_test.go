@@ -63,7 +63,7 @@ func TestSchemaPerTenantEnt(t *testing.T) {
 		must(t, err)
 		t.Cleanup(func() { _, _ = db.Exec(`DROP SCHEMA ` + s + ` CASCADE`) })
 		must(t, envelope.Migrate(ctx, db, envelope.Postgres, s+".herald_outbox"))
-		must(t, client.Schema.Create(context.WithValue(ctx, tenantSchemaKey{}, s)))
+		must(t, createEntSchema(func() error { return client.Schema.Create(context.WithValue(ctx, tenantSchemaKey{}, s)) }))
 	}
 	in := func(s string) context.Context { return context.WithValue(ctx, tenantSchemaKey{}, s) }
 

@@ -68,7 +68,7 @@ func TestTenants(t *testing.T) {
 
 			client := ent.NewClient(ent.Driver(entcapture.Driver(entsql.OpenDB(name, db),
 				entcapture.Config{Options: map[string]envelope.Options{"Reader": opts}})))
-			must(t, client.Schema.Create(ctx))
+			must(t, createEntSchema(func() error { return client.Schema.Create(ctx) }))
 			p := gormcapture.New(gormcapture.Config{})
 			must(t, gdb.Use(p))
 			if err := p.Capture(&Reader{}, envelope.Options{Tenant: "org"}); !errors.Is(err, envelope.ErrConfiguration) ||

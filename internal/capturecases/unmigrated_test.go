@@ -53,7 +53,7 @@ func TestWriteBeforeMigrate(t *testing.T) {
 			}
 			must(t, err)
 			client := ent.NewClient(ent.Driver(entcapture.Driver(entsql.OpenDB(name, db), entcapture.Config{})))
-			must(t, client.Schema.Create(ctx)) // the models' tables, no outbox
+			must(t, createEntSchema(func() error { return client.Schema.Create(ctx) })) // the models' tables, no outbox
 			_, err = db.Exec(`INSERT INTO loans (id, status, days, returned) VALUES (1, 'new', 3, false)`)
 			must(t, err)
 			p := gormcapture.New(gormcapture.Config{})
