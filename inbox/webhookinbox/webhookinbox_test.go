@@ -233,8 +233,13 @@ func TestCrashChild(t *testing.T) {
 		c.Die("before")
 		mw.ServeHTTP(killWriter{w, c}, r)
 	})}
-	go func() { c.WaitDone(ctx); _ = srv.Shutdown(context.Background()) }()
+	shut := make(chan struct{})
+	go func() { defer close(shut); c.WaitDone(ctx); _ = srv.Shutdown(context.Background()) }()
 	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		t.Fatal(err)
 	}
+	// ListenAndServe returns as Shutdown begins; Shutdown returns once
+	// the connections are closed: wait for it, or the process's leak
+	// check finds the server's goroutines still closing them.
+	<-shut
 }
