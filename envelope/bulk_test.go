@@ -13,7 +13,8 @@ import (
 	"github.com/heraldgo/herald/internal/outbox"
 )
 
-// WriteCapturedArrays writes exactly what WriteCaptured writes, in the
+// The array path (outbox.WriteArrays, the captures' bulk path) writes
+// exactly what Writer.Write writes, in the
 // same order, on both dialects.
 func TestWriteCapturedArrays(t *testing.T) {
 	t.Parallel()
@@ -81,7 +82,7 @@ func TestWriteCapturedArrays(t *testing.T) {
 		want := write(w.Write)
 		got := write(outbox.WriteArrays(w))
 		if len(got) != len(ms) || !reflect.DeepEqual(got, want) {
-			t.Errorf("WriteCapturedArrays wrote\n%+v\nWriteCaptured\n%+v", got[:3], want[:3])
+			t.Errorf("the array path wrote\n%+v\nWrite\n%+v", got[:3], want[:3])
 		}
 		// Messages that leave every optional column at its default (no
 		// headers, key or DeliverAt): the array INSERT writes those
@@ -92,7 +93,7 @@ func TestWriteCapturedArrays(t *testing.T) {
 		want = write(w.Write)
 		got = write(outbox.WriteArrays(w))
 		if len(got) != len(ms) || !reflect.DeepEqual(got, want) {
-			t.Errorf("messages without headers, keys or DeliverAt: WriteCapturedArrays wrote\n%+v\nWriteCaptured\n%+v", got[:3], want[:3])
+			t.Errorf("messages without headers, keys or DeliverAt: the array path wrote\n%+v\nWrite\n%+v", got[:3], want[:3])
 		}
 		// A rejected message writes nothing.
 		_, err := outbox.WriteArrays(w)(ctx, db, []envelope.Message{{Topic: "a", Payload: 1}, {Topic: ""}})
