@@ -87,7 +87,17 @@
 // locking SELECT when the mode needs the rows as they were
 // (BeforeAndAfter, or a delete the database cascades; on PostgreSQL an
 // update reads them in a FOR UPDATE subquery of the UPDATE itself), and
-// one multi-row event INSERT — never a query per row. The plugin's own
+// one multi-row event INSERT — never a query per row. A set of keys the
+// plugin reads rows by (the children a cascade reaches, an upsert's
+// conflicting rows on SQLite, the rows an UPDATE … RETURNING changed or
+// moved, read again) is ONE bind parameter whatever the number of rows:
+// on PostgreSQL a JSON array read with jsonb_populate_recordset(NULL::t,
+// $1::jsonb), whose row type gives each value its column's type (text,
+// integer, uuid, timestamp: the column's input function reads it, as a
+// bound value), on SQLite a JSON array read with json_each (MySQL: see
+// below). A key JSON cannot carry as the same value (bytes; times on
+// SQLite, whose stored text is the driver's) is bound per value instead,
+// in chunks under the databases' limits. The plugin's own
 // statements (event INSERTs, locks, before-reads, read-backs, NOTIFY) never
 // go through GORM's PrepareStmt cache: with PrepareStmt the cache holds the
 // caller's statements, as many as without the plugin. Events hold the rows

@@ -364,27 +364,27 @@ func (p *Plugin) selectWhereFrom(sel *gorm.Statement, from clause.From, cols []s
 }
 
 // selectByKeys reads the rows of t whose keyCols equal one of keys, in
-// chunks under the bind-parameter limit (on MySQL in one statement, the
-// keys one JSON parameter: mysqlkeys.go), locked (FOR UPDATE) on
-// PostgreSQL and MySQL when lock.
+// one statement with the keys as one bind parameter (keySetIn; keyset.go),
+// or, for keys JSON cannot carry, in chunks under the bind-parameter
+// limit; locked (FOR UPDATE) on PostgreSQL and MySQL when lock.
 func (p *Plugin) selectByKeys(ctx context.Context, db *gorm.DB, q gorm.ConnPool, t target, cols, keyCols []string, keys [][]any, lock bool) ([]image, error) {
 	sch, table := t.sch, t.table
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	per := maxBindKeys / max(1, len(keyCols))
-	if p.dialect == envelope.MySQL {
-		per = len(keys) // one JSON parameter for any number (mysqlkeys.go)
+	one, ok, err := p.keySetIn(ctx, q, table, keyCols, keys)
+	if err != nil {
+		return nil, err
+	}
+	per := len(keys)
+	if !ok {
+		per = maxBindKeys / max(1, len(keyCols))
 	}
 	var out []image
 	for start := 0; start < len(keys); start += per {
-		chunk := keys[start:min(len(keys), start+per)]
-		where := keysIn(keyCols, chunk)
-		if p.dialect == envelope.MySQL {
-			var err error
-			if where, err = p.mysqlKeysIn(ctx, q, table, keyCols, chunk, nil); err != nil {
-				return nil, err
-			}
+		where := one
+		if !ok {
+			where = keysIn(keyCols, keys[start:min(len(keys), start+per)])
 		}
 		st := &gorm.Statement{DB: db, Table: table, TableExpr: t.expr, Schema: sch, Context: ctx, Clauses: map[string]clause.Clause{}}
 		sc := make([]clause.Column, len(cols))

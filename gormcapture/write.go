@@ -263,14 +263,21 @@ func (c *capturePool) movedRows(ctx context.Context, q string, args []any) (stri
 	if r, ok := st.Clauses["RETURNING"].Expression.(clause.Returning); ok {
 		cols = r.Columns
 	}
-	if len(keys)*len(pk) > maxBindKeys {
-		return "", nil, &envelope.Error{Kind: envelope.ErrUnsupported, Where: c.spec.Label + " update",
-			Msg: fmt.Sprintf("an UPDATE with RETURNING that moves %d rows to new primary keys: at most %d at once", len(keys), maxBindKeys/len(pk))}
+	where, ok, err := c.p.keySetIn(ctx, own(c.ConnPool), st.Table, pk, keys)
+	if err != nil {
+		return "", nil, err
+	}
+	if !ok {
+		if len(keys)*len(pk) > maxBindKeys {
+			return "", nil, &envelope.Error{Kind: envelope.ErrUnsupported, Where: c.spec.Label + " update",
+				Msg: fmt.Sprintf("an UPDATE with RETURNING that moves %d rows to new primary keys that one JSON parameter cannot carry (bytes, times on SQLite): at most %d at once", len(keys), maxBindKeys/len(pk))}
+		}
+		where = keysIn(pk, keys)
 	}
 	sel := &gorm.Statement{DB: c.db, Table: st.Table, TableExpr: st.TableExpr, Schema: st.Schema, Context: ctx, Clauses: map[string]clause.Clause{}}
 	sel.AddClause(clause.Select{Columns: cols})
 	sel.AddClause(clause.From{})
-	sel.AddClause(clause.Where{Exprs: []clause.Expression{keysIn(pk, keys)}})
+	sel.AddClause(clause.Where{Exprs: []clause.Expression{where}})
 	sel.Build("SELECT", "FROM", "WHERE")
 	return sel.SQL.String(), sel.Vars, nil
 }

@@ -28,20 +28,31 @@ type stmtLog struct {
 	mu   sync.Mutex
 	on   bool
 	stmt []string
+	args []int // each statement's number of bound parameters
 }
 
-func (l *stmtLog) add(q string) {
+func (l *stmtLog) add(q string, args int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.on {
 		l.stmt = append(l.stmt, q)
+		l.args = append(l.args, args)
 	}
+}
+
+// recordArgs runs f and returns the statements it ran and the number of
+// parameters each bound.
+func (l *stmtLog) recordArgs(f func()) ([]string, []int) {
+	stmts := l.record(f)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return stmts, l.args
 }
 
 // record runs f and returns the statements it ran.
 func (l *stmtLog) record(f func()) []string {
 	l.mu.Lock()
-	l.on, l.stmt = true, nil
+	l.on, l.stmt, l.args = true, nil, nil
 	l.mu.Unlock()
 	f()
 	l.mu.Lock()
@@ -69,12 +80,12 @@ type countingConn struct {
 }
 
 func (c *countingConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
-	c.log.add(q)
+	c.log.add(q, len(args))
 	return c.Conn.(driver.ExecerContext).ExecContext(ctx, q, args)
 }
 
 func (c *countingConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
-	c.log.add(q)
+	c.log.add(q, len(args))
 	return c.Conn.(driver.QueryerContext).QueryContext(ctx, q, args)
 }
 
@@ -94,12 +105,12 @@ type countingStmt struct {
 }
 
 func (s *countingStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
-	s.log.add(s.q)
+	s.log.add(s.q, len(args))
 	return s.Stmt.(driver.StmtExecContext).ExecContext(ctx, args)
 }
 
 func (s *countingStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
-	s.log.add(s.q)
+	s.log.add(s.q, len(args))
 	return s.Stmt.(driver.StmtQueryContext).QueryContext(ctx, args)
 }
 

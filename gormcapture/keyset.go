@@ -1,0 +1,153 @@
+package gormcapture
+
+import (
+	"context"
+	"database/sql/driver"
+	"encoding/json"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/heraldgo/herald/envelope"
+)
+
+// Sets of keys on every dialect: the rows the capture reads by key (an
+// UPDATE's after images, a create's or an upsert's rows, the children a
+// cascade reaches, the rows an UPDATE … RETURNING moved to new keys) are
+// named by ONE bind parameter whatever their number (rule 5), never a
+// parameter per key:
+//
+//	PostgreSQL: ("t"."a","t"."b") IN (SELECT "herald_keys"."a","herald_keys"."b" FROM jsonb_populate_recordset(NULL::"t",$1::jsonb) AS "herald_keys")
+//	SQLite:     (`t`.`a`,`t`.`b`) IN (SELECT json_extract(value,'$[0]'),json_extract(value,'$[1]') FROM json_each(?))
+//	MySQL:      JSON_TABLE (mysqlkeys.go)
+//
+// On PostgreSQL the table's row type gives each JSON value its column's
+// type (text, integer, uuid, timestamp, …: the value is read by the
+// column type's input function, as a bound value is), so the comparison
+// is the column's own and its index serves it. On SQLite the JSON values
+// are integers, reals and text, compared under the column's affinity as
+// a bound value is. A key value that JSON cannot carry as the same value
+// (bytes; a time on SQLite, whose text form is the driver's; an integer
+// above 2^63-1) makes the set fall back to one parameter per value, in
+// chunks under the bind-parameter limit.
+
+// keySetIn returns "keyCols (of table) hold one of keys" with the keys as
+// one bind parameter; ok is false when a key value has no JSON form (see
+// above) or the table has no name (a TableExpr only): the caller binds
+// the keys (keysIn).
+func (p *Plugin) keySetIn(ctx context.Context, q gorm.ConnPool, table string, keyCols []string, keys [][]any) (clause.Expression, bool, error) {
+	if len(keys) == 0 {
+		return clause.Expr{SQL: "1 = 0"}, true, nil
+	}
+	cols := make([]any, len(keyCols))
+	marks := make([]string, len(keyCols))
+	for i, c := range keyCols {
+		cols[i] = clause.Column{Table: clause.CurrentTable, Name: c}
+		marks[i] = "?"
+	}
+	lhs := "(" + strings.Join(marks, ", ") + ")"
+	switch p.dialect {
+	case envelope.MySQL:
+		arg, types, err := p.mysqlKeyJSON(ctx, q, table, keyCols, keys, nil)
+		if err != nil || arg == "" {
+			return nil, false, err
+		}
+		return clause.Expr{SQL: lhs + " IN " + mysqlKeysSelect(types), Vars: append(cols, arg)}, true, nil
+	case envelope.Postgres:
+		if table == "" {
+			return nil, false, nil
+		}
+		arg, ok := keyJSON(p.dialect, keyCols, keys)
+		if !ok {
+			return nil, false, nil
+		}
+		sel := make([]string, len(keyCols))
+		for i := range keyCols {
+			sel[i] = "?"
+			cols = append(cols, clause.Column{Table: "herald_keys", Name: keyCols[i]})
+		}
+		return clause.Expr{
+			SQL:  lhs + " IN (SELECT " + strings.Join(sel, ",") + " FROM jsonb_populate_recordset(NULL::?,?::jsonb) AS herald_keys)",
+			Vars: append(cols, clause.Table{Name: table}, arg),
+		}, true, nil
+	case envelope.SQLite:
+		arg, ok := keyJSON(p.dialect, keyCols, keys)
+		if !ok {
+			return nil, false, nil
+		}
+		sel := "value"
+		if len(keyCols) > 1 {
+			x := make([]string, len(keyCols))
+			for i := range keyCols {
+				x[i] = "json_extract(value,'$[" + strconv.Itoa(i) + "]')"
+			}
+			sel = strings.Join(x, ",")
+		}
+		return clause.Expr{SQL: lhs + " IN (SELECT " + sel + " FROM json_each(?))", Vars: append(cols, arg)}, true, nil
+	}
+	return nil, false, nil
+}
+
+// keyJSON returns keys as keySetIn's JSON parameter: on PostgreSQL a list
+// of objects by column name (jsonb_populate_recordset), on SQLite a list
+// of values (one column) or of lists. ok is false when a value has no
+// JSON form that the database reads back as the value bound would be.
+func keyJSON(d envelope.Dialect, cols []string, keys [][]any) (string, bool) {
+	out := make([]any, len(keys))
+	for i, k := range keys {
+		vs := make([]any, len(cols))
+		for j := range cols {
+			v, ok := jsonKeyOf(d, k[j])
+			if !ok {
+				return "", false
+			}
+			vs[j] = v
+		}
+		switch {
+		case d == envelope.Postgres:
+			m := make(map[string]any, len(cols))
+			for j, c := range cols {
+				m[c] = vs[j]
+			}
+			out[i] = m
+		case len(cols) == 1:
+			out[i] = vs[0]
+		default:
+			out[i] = vs
+		}
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return "", false
+	}
+	return string(b), true
+}
+
+// jsonKeyOf returns v (after its Valuer, as database/sql converts it) as
+// a value whose JSON d reads back as the value bound: integers, finite
+// floats, booleans, strings, NULL (which matches nothing, as bound); on
+// PostgreSQL times too, as text with their offset (a timestamp column
+// takes the wall clock, as pgx binds it; timestamptz the instant; date
+// the day), to the microsecond.
+func jsonKeyOf(d envelope.Dialect, v any) (any, bool) {
+	v, err := driver.DefaultParameterConverter.ConvertValue(v)
+	if err != nil {
+		return nil, false
+	}
+	switch x := v.(type) {
+	case nil, int64, bool, string:
+		return x, true
+	case float64:
+		return x, !math.IsNaN(x) && !math.IsInf(x, 0)
+	case time.Time:
+		if d != envelope.Postgres {
+			return nil, false
+		}
+		return x.Truncate(time.Microsecond).Format("2006-01-02T15:04:05.999999Z07:00"), true
+	}
+	return nil, false // []byte, and what the converter lets through
+}
