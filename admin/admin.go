@@ -538,43 +538,21 @@ type TopicBacklog struct {
 	Paused           bool          `json:"paused"`
 }
 
-// Backlog counts every topic's pending and dead events, and tells which
-// topics are paused, in one statement grouped by topic (the undelivered
-// events, through the pending index; published history is not read).
-// Topics with nothing undelivered appear only while paused.
+// Backlog counts the pending and dead events of every topic the relay
+// delivers (Config.Relay's Topics / ExcludeTopics and Tenants; every
+// topic of the table without a Relay), and tells which of those topics
+// are paused, in one statement grouped by topic (relay.BacklogByTopic:
+// the undelivered events, through the pending index; published history
+// is not read). Topics with nothing undelivered appear only while paused.
 func (a *Admin) Backlog(ctx context.Context) ([]TopicBacklog, error) {
-	now, args := a.nowSQL()
-	stmt := `SELECT b.topic, sum(b.pending), min(b.oldest), sum(b.dead), max(b.paused), ` + now + ` FROM (
-    SELECT e.topic, CASE WHEN e.dead_lettered_at IS NULL THEN 1 ELSE 0 END AS pending,
-        CASE WHEN e.dead_lettered_at IS NULL THEN e.created_at END AS oldest,
-        CASE WHEN e.dead_lettered_at IS NULL THEN 0 ELSE 1 END AS dead, 0 AS paused
-    FROM ` + a.t.Quoted + ` e WHERE e.published_at IS NULL
-    UNION ALL
-    SELECT z.topic, 0, NULL, 0, 1 FROM ` + a.paused + ` z) b
-GROUP BY b.topic ORDER BY b.topic`
-	rows, err := a.db.QueryContext(ctx, stmt, args...)
+	bs, err := a.r.BacklogByTopic(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("herald/admin: backlog: %w", err)
 	}
-	defer rows.Close()
-	out := []TopicBacklog{}
-	for rows.Next() {
-		var (
-			b           TopicBacklog
-			oldest, now sqltime.NullTime
-			paused      int
-		)
-		if err := rows.Scan(&b.Topic, &b.Pending, &oldest, &b.DeadLettered, &paused, &now); err != nil {
-			return nil, fmt.Errorf("herald/admin: backlog: %w", err)
-		}
-		b.Paused = paused > 0
-		if oldest.Valid && now.Valid {
-			b.OldestPendingAge = max(0, now.Time.Sub(oldest.Time))
-		}
-		out = append(out, b)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("herald/admin: backlog: %w", err)
+	out := make([]TopicBacklog, len(bs))
+	for i, b := range bs {
+		out[i] = TopicBacklog{Topic: b.Topic, Pending: b.Pending, OldestPendingAge: b.OldestPendingAge,
+			DeadLettered: b.DeadLettered, Paused: b.Paused}
 	}
 	return out, nil
 }
@@ -588,51 +566,22 @@ type TenantBacklog struct {
 	DeadLettered     int64         `json:"dead_lettered"`
 }
 
-// BacklogByTenant counts every tenant's pending and dead events, in one
-// statement grouped by tenant (the undelivered events; published history
-// is not read), in tenant order. Tenants with nothing undelivered are not
-// listed.
+// BacklogByTenant counts every tenant's pending and dead events among
+// those the relay delivers (Config.Relay's Topics / ExcludeTopics and
+// Tenants, as Backlog; the whole table without a Relay), in one statement
+// grouped by tenant (relay.BacklogByTenant: the undelivered events;
+// published history is not read), in tenant order. Tenants with nothing
+// undelivered are not listed.
 func (a *Admin) BacklogByTenant(ctx context.Context) ([]TenantBacklog, error) {
-	now, args := a.nowSQL()
-	stmt := `SELECT e.tenant, sum(CASE WHEN e.dead_lettered_at IS NULL THEN 1 ELSE 0 END),
-    min(CASE WHEN e.dead_lettered_at IS NULL THEN e.created_at END),
-    sum(CASE WHEN e.dead_lettered_at IS NULL THEN 0 ELSE 1 END), ` + now + `
-FROM ` + a.t.Quoted + ` e WHERE e.published_at IS NULL
-GROUP BY e.tenant ORDER BY e.tenant`
-	rows, err := a.db.QueryContext(ctx, stmt, args...)
+	bs, err := a.r.BacklogByTenant(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("herald/admin: backlog by tenant: %w", err)
 	}
-	defer rows.Close()
-	out := []TenantBacklog{}
-	for rows.Next() {
-		var (
-			b           TenantBacklog
-			oldest, now sqltime.NullTime
-		)
-		if err := rows.Scan(&b.Tenant, &b.Pending, &oldest, &b.DeadLettered, &now); err != nil {
-			return nil, fmt.Errorf("herald/admin: backlog by tenant: %w", err)
-		}
-		if oldest.Valid && now.Valid {
-			b.OldestPendingAge = max(0, now.Time.Sub(oldest.Time))
-		}
-		out = append(out, b)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("herald/admin: backlog by tenant: %w", err)
+	out := make([]TenantBacklog, len(bs))
+	for i, b := range bs {
+		out[i] = TenantBacklog{Tenant: b.Tenant, Pending: b.Pending, OldestPendingAge: b.OldestPendingAge, DeadLettered: b.DeadLettered}
 	}
 	return out, nil
-}
-
-// nowSQL is the database's now in a Backlog statement, and its argument.
-func (a *Admin) nowSQL() (string, []any) {
-	switch a.d {
-	case envelope.SQLite:
-		return "?1", []any{outbox.TimeArg(a.d, a.sqlNow())}
-	case envelope.MySQL:
-		return "UTC_TIMESTAMP(6)", nil // created_at is UTC, whatever the session's time_zone
-	}
-	return "now()", nil
 }
 
 // PausedTopic is a topic the relays do not lease.

@@ -40,7 +40,10 @@
 //
 // Backlog counts, per topic, the pending events, the age of the oldest and
 // the dead letters, in one statement grouped by topic, and tells which
-// topics are paused; BacklogByTenant counts the same per tenant.
+// topics are paused; BacklogByTenant counts the same per tenant. Both
+// count what Config.Relay delivers (its Topics / ExcludeTopics and
+// Tenants, as its own BacklogByTopic and BacklogByTenant), the whole
+// table without a Relay.
 //
 // Pause records a topic in the table of paused topics ({base}_paused,
 // created by envelope.Migrate at schema version 5). Every relay of the
