@@ -3,12 +3,15 @@ package admin_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/heraldgo/herald/admin"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/relay"
 )
 
 // TestTenants: the admin shows each event's tenant, Query.Tenants selects
@@ -113,4 +116,97 @@ func TestHandlerTenants(t *testing.T) {
 		strings.Contains(body, "tenant <code>globex</code>") || !strings.Contains(body, `name="tenant" value="acme"`) {
 		t.Fatalf("page filtered to acme: %d\n%s", code, body)
 	}
+}
+
+// TestBacklogFollowsRelayFilters: with a Config.Relay that delivers some
+// topics and tenants only, Backlog and BacklogByTenant count those events
+// alone (a paused topic outside them is not listed); without a Relay, or
+// with one without filters, they count the whole table.
+func TestBacklogFollowsRelayFilters(t *testing.T) {
+	eachDialect(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		for _, topic := range []string{"shop.held", "other.held"} {
+			if err := e.adm.Pause(ctx, topic, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		dead := e.enqueue(t,
+			envelope.Message{Topic: "shop.dead", Tenant: "globex", Payload: map[string]any{"fail": 1}},
+			envelope.Message{Topic: "other.dead", Payload: map[string]any{"fail": 2}},
+		)
+		e.waitDead(t, dead...)
+		e.enqueue(t,
+			envelope.Message{Topic: "shop.held", Tenant: "acme", Payload: 1},
+			envelope.Message{Topic: "shop.held", Tenant: "acme", Payload: 2},
+			envelope.Message{Topic: "other.held", Tenant: "acme", Payload: 3},
+			envelope.Message{Topic: "other.held", Tenant: "globex", Payload: 4},
+		)
+		narrow := func(cfg relay.Config) *admin.Admin {
+			t.Helper()
+			cfg.Logger = slog.New(slog.DiscardHandler)
+			r, err := relay.New(e.db, e.recv, cfg) // never started
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := admin.New(admin.Config{DB: e.db, Relay: r, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return a
+		}
+		own, err := admin.New(admin.Config{DB: e.db, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		topics := func(a *admin.Admin) string {
+			t.Helper()
+			b, err := a.Backlog(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var s []string
+			for _, x := range b {
+				s = append(s, fmt.Sprintf("%s:%d/%d/%t", x.Topic, x.Pending, x.DeadLettered, x.Paused))
+			}
+			return strings.Join(s, " ")
+		}
+		tenants := func(a *admin.Admin) string {
+			t.Helper()
+			b, err := a.BacklogByTenant(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var s []string
+			for _, x := range b {
+				if (x.Pending > 0) != (x.OldestPendingAge > 0) {
+					t.Errorf("tenant %q: %d pending, oldest %v", x.Tenant, x.Pending, x.OldestPendingAge)
+				}
+				s = append(s, fmt.Sprintf("%q:%d/%d", x.Tenant, x.Pending, x.DeadLettered))
+			}
+			return strings.Join(s, " ")
+		}
+		for _, c := range []struct {
+			what            string
+			a               *admin.Admin
+			topics, tenants string
+		}{
+			{"the env's relay (no filters)", e.adm,
+				"other.dead:0/1/false other.held:2/0/true shop.dead:0/1/false shop.held:2/0/true", `"":0/1 "acme":3/0 "globex":1/1`},
+			{"no Relay", own,
+				"other.dead:0/1/false other.held:2/0/true shop.dead:0/1/false shop.held:2/0/true", `"":0/1 "acme":3/0 "globex":1/1`},
+			{"Topics shop.*", narrow(relay.Config{Topics: []string{"shop.*"}}),
+				"shop.dead:0/1/false shop.held:2/0/true", `"acme":2/0 "globex":0/1`},
+			{"ExcludeTopics shop.*", narrow(relay.Config{ExcludeTopics: []string{"shop.*"}}),
+				"other.dead:0/1/false other.held:2/0/true", `"":0/1 "acme":1/0 "globex":1/0`},
+			{"Tenants acme", narrow(relay.Config{Tenants: []string{"acme"}}),
+				"other.held:1/0/true shop.held:2/0/true", `"acme":3/0`},
+		} {
+			if got := topics(c.a); got != c.topics {
+				t.Errorf("%s: Backlog %s, want %s", c.what, got, c.topics)
+			}
+			if got := tenants(c.a); got != c.tenants {
+				t.Errorf("%s: BacklogByTenant %s, want %s", c.what, got, c.tenants)
+			}
+		}
+	})
 }
