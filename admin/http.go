@@ -43,6 +43,7 @@ type HandlerConfig struct {
 // The JSON API (paths relative to where it is mounted):
 //
 //	GET  api/events?state=dead&topic=shop.*&key=K&tenant=T&error=TEXT&since=RFC3339&until=RFC3339&after=SEQ&limit=N
+//	                             (topic, tenant repeatable; an empty tenant=, the events without a tenant)
 //	GET  api/events/{id}
 //	GET  api/backlog             (by topic; ?by=tenant: BacklogByTenant)
 //	GET  api/paused
@@ -200,10 +201,19 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 // queryFrom reads a Query from URL or form values: state, topic
 // (repeatable), key, tenant (repeatable), error, since, until (RFC 3339),
-// after, limit, id (repeatable).
-func queryFrom(v url.Values) (Query, error) {
+// after, limit, id (repeatable). In the JSON API (api) an empty tenant
+// value (tenant=) names the events without a tenant, as "" in
+// Query.Tenants; in the page's forms, whose tenant field is empty when
+// it does not filter, it is left out.
+func queryFrom(v url.Values, api bool) (Query, error) {
 	q := Query{State: State(v.Get("state")), Topics: nonEmpty(v["topic"]), OrderingKey: v.Get("key"), ErrorContains: v.Get("error"),
 		Tenants: nonEmpty(v["tenant"])}
+	if api && len(v["tenant"]) > 0 {
+		q.Tenants = make([]string, len(v["tenant"]))
+		for i, t := range v["tenant"] {
+			q.Tenants[i] = strings.TrimSpace(t)
+		}
+	}
 	for _, f := range []struct {
 		name string
 		dst  *time.Time
@@ -252,7 +262,7 @@ func nonEmpty(ss []string) []string {
 }
 
 func (h *Handler) apiList(w http.ResponseWriter, r *http.Request) {
-	q, err := queryFrom(r.URL.Query())
+	q, err := queryFrom(r.URL.Query(), true)
 	if err == nil {
 		var p Page
 		if p, err = h.a.List(r.Context(), q); err == nil {
@@ -370,7 +380,7 @@ func (h *Handler) formAction(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/retry", "/discard":
 		var q Query
-		if q, err = queryFrom(r.PostForm); err == nil {
+		if q, err = queryFrom(r.PostForm, false); err == nil {
 			if r.URL.Path == "/retry" {
 				var n int64
 				n, err = h.a.Retry(ctx, q)
@@ -438,7 +448,7 @@ func (h *Handler) page(w http.ResponseWriter, r *http.Request) {
 	if len(d.Tenants) == 1 && d.Tenants[0].Tenant == "" {
 		d.Tenants = nil // no tenants: the table would repeat the totals
 	}
-	q, err := queryFrom(url.Values{"topic": {d.Topic}, "key": {d.Key}, "tenant": {d.Tenant}, "error": {d.Error}, "after": {v.Get("after")}})
+	q, err := queryFrom(url.Values{"topic": {d.Topic}, "key": {d.Key}, "tenant": {d.Tenant}, "error": {d.Error}, "after": {v.Get("after")}}, false)
 	if err == nil {
 		var p Page
 		if p, err = h.a.List(ctx, q); err == nil {

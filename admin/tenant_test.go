@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -209,4 +211,66 @@ func TestBacklogFollowsRelayFilters(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestHandlerNoTenant: in the JSON API an empty tenant value (tenant=)
+// selects the events without a tenant, alone or beside named tenants; no
+// tenant parameter selects every tenant; the page's form, whose tenant
+// field is empty when it does not filter, still retries every tenant's
+// dead letters.
+func TestHandlerNoTenant(t *testing.T) {
+	e := newEnv(t, envelope.SQLite)
+	srv := e.server(t, &authLog{})
+	base := srv.URL + "/herald/"
+	evs := e.enqueue(t,
+		envelope.Message{Topic: "dead", Tenant: "acme", Payload: map[string]any{"fail": 1}},
+		envelope.Message{Topic: "dead", Tenant: "globex", Payload: map[string]any{"fail": 2}},
+		envelope.Message{Topic: "dead", Payload: map[string]any{"fail": 3}},
+	)
+	e.waitDead(t, evs...)
+	list := func(query string) string {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, base+"api/events"+query, nil)
+		code, body := do(t, req)
+		var p admin.Page
+		if code != 200 || json.Unmarshal([]byte(body), &p) != nil {
+			t.Fatalf("GET api/events%s: %d %s", query, code, body)
+		}
+		var ts []string
+		for _, ev := range p.Events {
+			ts = append(ts, fmt.Sprintf("%q", ev.Tenant))
+		}
+		return strings.Join(ts, " ")
+	}
+	for _, c := range []struct{ query, want string }{
+		{"", `"acme" "globex" ""`},
+		{"?tenant=", `""`},
+		{"?tenant=%20", `""`},
+		{"?tenant=&tenant=globex", `"globex" ""`},
+		{"?tenant=acme", `"acme"`},
+	} {
+		if got := list(c.query); got != c.want {
+			t.Errorf("GET api/events%s: tenants %s, want %s", c.query, got, c.want)
+		}
+	}
+
+	// The page's retry form with every filter field empty.
+	req, _ := http.NewRequest(http.MethodGet, base, nil)
+	_, page := do(t, req)
+	token := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(page)
+	if token == nil {
+		t.Fatal("no form token on the page")
+	}
+	e.recv.heal()
+	v := url.Values{"csrf": {token[1]}, "topic": {""}, "key": {""}, "tenant": {""}, "error": {""}}
+	req, _ = http.NewRequest(http.MethodPost, base+"retry", strings.NewReader(v.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", srv.URL)
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	if code, body := do(t, req); code != http.StatusSeeOther {
+		t.Fatalf("retry form: %d %s", code, body)
+	}
+	for _, ev := range evs {
+		waitFor(t, "every tenant's dead letter delivered", func() bool { return e.recv.delivered(ev.ID) })
+	}
 }

@@ -41,7 +41,7 @@ func runBacklog(ctx context.Context, args []string, out, errOut io.Writer) error
 		asJSON  bool
 		topics  listFlag
 		exclude listFlag
-		tenants listFlag
+		tenants tenantFlag
 		byTen   bool
 	)
 	fs := flagSet("backlog", errOut)
@@ -49,7 +49,7 @@ func runBacklog(ctx context.Context, args []string, out, errOut io.Writer) error
 	fs.BoolVar(&asJSON, "json", false, "write a JSON array instead of a table")
 	fs.Var(&topics, "topics", "only these topics (comma-separated names or prefix patterns ending in *)")
 	fs.Var(&exclude, "exclude-topics", "leave out these topics (same patterns)")
-	fs.Var(&tenants, "tenant", "only these tenants (comma-separated; the outbox's tenant column)")
+	fs.Var(&tenants, "tenant", tenantUsage)
 	fs.BoolVar(&byTen, "by-tenant", false, "one row per tenant instead of per topic")
 	if err := parse(fs, args); err != nil {
 		return err

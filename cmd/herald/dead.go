@@ -42,7 +42,7 @@ var stdin = os.Stdin
 // queryFlags are the filters of the listing and batch commands.
 type queryFlags struct {
 	topics  listFlag
-	tenants listFlag
+	tenants tenantFlag
 	key     string
 	since   string
 	until   string
@@ -52,7 +52,7 @@ type queryFlags struct {
 func (f *queryFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.topics, "topics", "only these topics (comma-separated names or prefix patterns ending in *)")
 	fs.StringVar(&f.key, "key", "", "only this ordering key")
-	fs.Var(&f.tenants, "tenant", "only these tenants (comma-separated; the outbox's tenant column)")
+	fs.Var(&f.tenants, "tenant", tenantUsage)
 	fs.StringVar(&f.since, "since", "", `only events created at or after this: RFC 3339, "2006-01-02[ 15:04:05]" (UTC) or "24h ago", "7d ago"`)
 	fs.StringVar(&f.until, "until", "", "only events created before this (the same forms)")
 	fs.StringVar(&f.errTxt, "error", "", "only events whose last error contains this text")
@@ -528,7 +528,7 @@ func runTail(ctx context.Context, args []string, out, errOut io.Writer) error {
 	var (
 		db       dbFlags
 		topics   listFlag
-		tenants  listFlag
+		tenants  tenantFlag
 		key      string
 		asJSON   bool
 		interval time.Duration
@@ -538,7 +538,7 @@ func runTail(ctx context.Context, args []string, out, errOut io.Writer) error {
 	db.register(fs)
 	fs.Var(&topics, "topics", "only these topics (comma-separated names or prefix patterns ending in *)")
 	fs.StringVar(&key, "key", "", "only this ordering key")
-	fs.Var(&tenants, "tenant", "only these tenants (comma-separated)")
+	fs.Var(&tenants, "tenant", tenantUsage)
 	fs.BoolVar(&asJSON, "json", false, "write one JSON object per event and line")
 	fs.DurationVar(&interval, "interval", time.Second, "how often to read the table")
 	fs.Int64Var(&from, "from", -1, "show the events after this sequence (default: only those written from now on)")

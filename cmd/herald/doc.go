@@ -42,6 +42,9 @@
 // tenant instead (relay.BacklogByTenant; JSON {"tenant", "pending",
 // "oldest_pending_age_seconds", "dead_lettered"}, the events without a
 // tenant as "" or "-"); --tenant a,b counts only those tenants' events.
+// Wherever --tenant is taken, an empty name selects the events without a
+// tenant: --tenant "" for those alone, --tenant ,acme for those and
+// acme's (an empty HERALD_TENANT is as unset).
 //
 // dead list and events list print a page of events (dead letters; events
 // in any --state: all, pending, failed, dead) as a table, or with --json

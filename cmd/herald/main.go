@@ -179,7 +179,7 @@ func fromEnv(fs *flag.FlagSet) error {
 			return
 		}
 		v, ok := os.LookupEnv(envName(f.Name))
-		if !ok {
+		if !ok || (v == "" && f.Name == "tenant") { // --tenant '' narrows: an empty HERALD_TENANT does not
 			return
 		}
 		if e := fs.Set(f.Name, v); e != nil {

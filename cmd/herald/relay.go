@@ -41,7 +41,8 @@ type relayFlags struct {
 	db dbFlags
 
 	name                        string
-	topics, exclude, tenants    listFlag
+	topics, exclude             listFlag
+	tenants                     tenantFlag
 	batchSize, concurrency      int
 	maxAttempts                 int
 	retryBase, retryMax         time.Duration
@@ -78,7 +79,7 @@ func (f *relayFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.name, "name", "", "the relay's name in leased_by and logs (default host:pid:random); distinct per relay of a table")
 	fs.Var(&f.topics, "topics", "only these topics: comma-separated names or prefix patterns ending in * (default every topic)")
 	fs.Var(&f.exclude, "exclude-topics", "leave these topics to other relays (same patterns)")
-	fs.Var(&f.tenants, "tenant", "only these tenants' events: comma-separated (the outbox's tenant column; default every tenant)")
+	fs.Var(&f.tenants, "tenant", "only these tenants' events: comma-separated (the outbox's tenant column; an empty name, --tenant '' or --tenant ,acme, is the events without a tenant; default every tenant)")
 	fs.IntVar(&f.batchSize, "batch-size", 0, fmt.Sprintf("events one poll leases, 1..%d (default %d)", relay.MaxBatchSize, relay.DefaultBatchSize))
 	fs.IntVar(&f.concurrency, "concurrency", 0, fmt.Sprintf("events of a batch delivered at once (default %d)", relay.DefaultConcurrency))
 	fs.IntVar(&f.maxAttempts, "max-attempts", 0, fmt.Sprintf("failed deliveries that dead-letter an event (default %d)", relay.DefaultMaxAttempts))
