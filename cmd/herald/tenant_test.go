@@ -66,7 +66,7 @@ func TestTenantFlags(t *testing.T) {
 	}
 }
 
-// TestNoTenantFlag: an empty name in --tenant ('' or an empty item) names
+// TestNoTenantFlag: an empty name in --tenant ("" or an empty item) names
 // the events without a tenant, in the listings, backlog and retry; an
 // empty HERALD_TENANT narrows nothing.
 func TestNoTenantFlag(t *testing.T) {
