@@ -91,8 +91,8 @@
 // plugin reads rows by (the children a cascade reaches, an upsert's
 // conflicting rows on SQLite, the rows an UPDATE … RETURNING changed or
 // moved, read again) is ONE bind parameter whatever the number of rows:
-// on PostgreSQL a JSON array read with jsonb_populate_recordset(NULL::t,
-// $1::jsonb), whose row type gives each value its column's type (text,
+// on PostgreSQL a JSON array read with json_populate_recordset(NULL::t,
+// $1::json), whose row type gives each value its column's type (text,
 // integer, uuid, timestamp: the column's input function reads it, as a
 // bound value), on SQLite a JSON array read with json_each (MySQL: see
 // below). A key JSON cannot carry as the same value (bytes; times on

@@ -21,7 +21,7 @@ import (
 // named by ONE bind parameter whatever their number (rule 5), never a
 // parameter per key:
 //
-//	PostgreSQL: ("t"."a","t"."b") IN (SELECT "herald_keys"."a","herald_keys"."b" FROM jsonb_populate_recordset(NULL::"t",$1::jsonb) AS "herald_keys")
+//	PostgreSQL: ("t"."a","t"."b") IN (SELECT "herald_keys"."a","herald_keys"."b" FROM json_populate_recordset(NULL::"t",$1::json) AS "herald_keys")
 //	SQLite:     (`t`.`a`,`t`.`b`) IN (SELECT json_extract(value,'$[0]'),json_extract(value,'$[1]') FROM json_each(?))
 //	MySQL:      JSON_TABLE (mysqlkeys.go)
 //
@@ -71,7 +71,7 @@ func (p *Plugin) keySetIn(ctx context.Context, q gorm.ConnPool, table string, ke
 			cols = append(cols, clause.Column{Table: "herald_keys", Name: keyCols[i]})
 		}
 		return clause.Expr{
-			SQL:  lhs + " IN (SELECT " + strings.Join(sel, ",") + " FROM jsonb_populate_recordset(NULL::?,?::jsonb) AS herald_keys)",
+			SQL:  lhs + " IN (SELECT " + strings.Join(sel, ",") + " FROM json_populate_recordset(NULL::?,?::json) AS herald_keys)",
 			Vars: append(cols, clause.Table{Name: table}, arg),
 		}, true, nil
 	case envelope.SQLite:
@@ -93,7 +93,7 @@ func (p *Plugin) keySetIn(ctx context.Context, q gorm.ConnPool, table string, ke
 }
 
 // keyJSON returns keys as keySetIn's JSON parameter: on PostgreSQL a list
-// of objects by column name (jsonb_populate_recordset), on SQLite a list
+// of objects by column name (json_populate_recordset), on SQLite a list
 // of values (one column) or of lists. ok is false when a value has no
 // JSON form that the database reads back as the value bound would be.
 func keyJSON(d envelope.Dialect, cols []string, keys [][]any) (string, bool) {
