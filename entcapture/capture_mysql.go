@@ -11,6 +11,7 @@ import (
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
 
+	"github.com/heraldgo/herald/entcapture/entcapturert"
 	"github.com/heraldgo/herald/envelope"
 )
 
@@ -122,6 +123,38 @@ func mysqlTimeDiffers(row map[string]any) bool {
 		}
 	}
 	return false
+}
+
+// mysqlSpatialDiffers reports whether a create's row sets a column of a
+// MySQL spatial type (Schema.Types["mysql"]: point, linestring, polygon,
+// multi…, geometrycollection, geometry) to anything but the server's own geometry
+// bytes: a Go type that binds itself through ST_GeomFromText (ent's
+// sql.ParamFormatter) holds WKT, which the column stores as SRID-prefixed
+// WKB, the form its event renders as GeoJSON; the row is read back.
+func mysqlSpatialDiffers(sch *entcapturert.Schema, row map[string]any) bool {
+	for c, typ := range sch.Types[dialect.MySQL] {
+		switch strings.ToLower(strings.TrimSpace(typ)) {
+		case "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon", "geometrycollection", "geomcollection", "geometry":
+		default:
+			continue
+		}
+		switch v := row[c].(type) {
+		case nil:
+		case []byte:
+			if !mysqlGeometryBytes(v) {
+				return true
+			}
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+// mysqlGeometryBytes reports whether b looks like MySQL's geometry bytes:
+// a 4-byte SRID, then WKB (a byte-order byte of 0 or 1, a 4-byte type).
+func mysqlGeometryBytes(b []byte) bool {
+	return len(b) >= 9 && (b[4] == 0 || b[4] == 1)
 }
 
 // inSetMySQL is inSetP on MySQL: qc (qualified columns) hold one of the

@@ -213,7 +213,7 @@ func storedDiffers(g entcapturert.Glue, sch *entcapturert.Schema, d envelope.Dia
 		return true
 	}
 	if d == envelope.MySQL {
-		return mysqlTimeDiffers(row) // capture_mysql.go
+		return mysqlTimeDiffers(row) || mysqlSpatialDiffers(sch, row) // capture_mysql.go
 	}
 	if d != envelope.Postgres {
 		return false

@@ -107,8 +107,9 @@
 //	MySQL/MariaDB point, linestring,      GeoJSON of the same type, from the
 //	polygon, multipoint,                   server's SRID-prefixed WKB (the
 //	multilinestring, multipolygon,         SRID dropped); a geometry column
-//	geometrycollection                     (PostGIS's name too) keeps its Go
-//	                                       value's form
+//	geometrycollection, geometry           holding anything else (PostGIS's
+//	                                       name too) keeps its Go value's
+//	                                       form
 //
 // Array elements and range bounds: integers are numbers; float4 and
 // float8 numbers (NaN and ±Inf the strings above); numeric strings as

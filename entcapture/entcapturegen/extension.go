@@ -765,7 +765,9 @@ func glueType(pf func(string, ...any), n *gen.Type) {
 	fields := map[string]string{}
 	for _, f := range n.Fields {
 		for d, typ := range f.Column().SchemaType {
-			if pgform.Handles(typ) {
+			// geometry: MySQL's own (GeoJSON); PostGIS's keeps its Go
+			// type's form, so its schema is left as it was (fused creates).
+			if pgform.Handles(typ) && (d == dialect.MySQL || pgform.Parse(typ).Base != "geometry") {
 				if types[d] == nil {
 					types[d] = map[string]string{}
 				}

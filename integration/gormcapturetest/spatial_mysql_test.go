@@ -34,12 +34,14 @@ type Place struct {
 	Spot  WKT    `gorm:"type:point"`
 	Route WKT    `gorm:"type:linestring"`
 	Area  WKT    `gorm:"type:polygon"`
+	Shape WKT    `gorm:"type:geometry"`
 	Meta  string `gorm:"type:json"`
 	Raw   []byte `gorm:"type:json"`
 }
 
 // TestMySQLSpatialForms: MySQL's spatial columns (POINT, LINESTRING,
-// POLYGON), which the server reads as SRID-prefixed WKB, are GeoJSON in
+// POLYGON, and the any-shape GEOMETRY), which the server reads as
+// SRID-prefixed WKB, are GeoJSON in
 // the events a relay delivers from gormcapture on MariaDB — they failed
 // the user's update before ("point value … is not a number": the
 // PostgreSQL text parser got WKB) — and JSON columns are embedded
@@ -59,7 +61,7 @@ func TestMySQLSpatialForms(t *testing.T) {
 	must(t, gdb.Use(p))
 	must(t, p.Capture(&Place{}, envelope.Options{Payload: envelope.BeforeAndAfter}))
 
-	pl := &Place{Name: "a", Spot: "POINT(1 2)", Route: "LINESTRING(0 0,1 1)", Area: "POLYGON((0 0,1 1,1 0,0 0))",
+	pl := &Place{Name: "a", Spot: "POINT(1 2)", Route: "LINESTRING(0 0,1 1)", Area: "POLYGON((0 0,1 1,1 0,0 0))", Shape: "MULTIPOINT(1 2,3 4)",
 		Meta: `{"a": [1, 2]}`, Raw: []byte(`[true, null]`)}
 	must(t, gdb.Create(pl).Error)
 	must(t, gdb.Model(&Place{ID: pl.ID}).Update("spot", WKT("POINT(3 4)")).Error)
@@ -86,7 +88,8 @@ func TestMySQLSpatialForms(t *testing.T) {
 	defer mu.Unlock()
 	for i, want := range [][]string{
 		{`"spot":{"type":"Point","coordinates":[1,2]}`, `"route":{"type":"LineString","coordinates":[[0,0],[1,1]]}`,
-			`"area":{"type":"Polygon","coordinates":[[[0,0],[1,1],[1,0],[0,0]]]}`, `"meta":{"a":[1,2]}`, `"raw":[true,null]`},
+			`"area":{"type":"Polygon","coordinates":[[[0,0],[1,1],[1,0],[0,0]]]}`, `"meta":{"a":[1,2]}`, `"raw":[true,null]`,
+			`"shape":{"type":"MultiPoint","coordinates":[[1,2],[3,4]]}`},
 		{`"spot":{"type":"Point","coordinates":[3,4]}`},
 		{`"before":{"id":1,"name":"a","spot":{"type":"Point","coordinates":[3,4]}`},
 	} {

@@ -30,8 +30,10 @@
 //     multi… types, geometrycollection), read as the server's SRID-prefixed
 //     WKB: GeoJSON (Point, LineString, Polygon, MultiPoint,
 //     MultiLineString, MultiPolygon, GeometryCollection), the SRID dropped.
-//     A column declared GEOMETRY (any of them) is not this package's:
-//     PostGIS declares that name too.
+//     A column declared GEOMETRY (any of them) is GeoJSON when its value
+//     is MySQL's geometry bytes; any other value (PostGIS declares that
+//     name too) keeps the form of its Go value (jsonform), as a type this
+//     package does not handle.
 //
 // Elements and bounds: integers are JSON numbers; float4/float8 numbers,
 // NaN and ±Infinity the strings "NaN", "Infinity", "-Infinity"; numeric
@@ -80,7 +82,8 @@ const (
 	kBox
 	kCircle
 	kLine
-	kSpatial // MySQL's spatial types without a PostgreSQL namesake (linestring, multipolygon, geometry, …)
+	kSpatial  // MySQL's spatial types without a PostgreSQL namesake (linestring, multipolygon, …)
+	kGeometry // geometry: MySQL's any-shape type, and PostGIS's
 )
 
 // Type is a declared column type parsed: its base type and how many array
@@ -131,6 +134,9 @@ func Parse(decl string) Type {
 	}
 	t.Base = s
 	t.kind = kindOf(s)
+	if t.kind == kGeometry && t.Dims > 0 {
+		t.kind = kText // PostGIS's geometry[]: an array of text, as before
+	}
 	return t
 }
 
@@ -172,9 +178,11 @@ func kindOf(base string) kind {
 	case "line":
 		return kLine
 	case "linestring", "multipoint", "multilinestring", "multipolygon", "geometrycollection", "geomcollection":
-		// Not "geometry": PostGIS declares that name too (out of scope), and
-		// its values keep the form of their Go type.
 		return kSpatial
+	case "geometry":
+		// PostGIS declares that name too: only MySQL's geometry bytes have
+		// this package's form (Append).
+		return kGeometry
 	}
 	return kText
 }
@@ -190,7 +198,7 @@ func (t Type) handled() bool {
 		return true
 	}
 	switch t.kind {
-	case kJSON, kRange, kMultirange, kPoint, kLseg, kPath, kPolygon, kBox, kCircle, kLine, kSpatial:
+	case kJSON, kRange, kMultirange, kPoint, kLseg, kPath, kPolygon, kBox, kCircle, kLine, kSpatial, kGeometry:
 		return true
 	}
 	return false
@@ -220,10 +228,46 @@ func subtype(base string) kind {
 // (Field mode). path names the column in errors.
 func Append(dst []byte, path, decl string, v any) ([]byte, error) {
 	t := Parse(decl)
-	if !t.handled() {
+	if !t.handled() || (t.kind == kGeometry && !holdsMySQLGeometry(v)) {
 		return jsonform.Append(dst, path, v, jsonform.Field)
 	}
 	return appendValue(dst, path, t, v)
+}
+
+// holdsMySQLGeometry reports whether v (through Valuers and pointers, as
+// appendValue reads it) is text or bytes holding MySQL's geometry bytes.
+func holdsMySQLGeometry(v any) bool {
+	for range 8 {
+		if v == nil {
+			return false
+		}
+		if vr, ok := v.(driver.Valuer); ok {
+			if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && rv.IsNil() {
+				return false
+			}
+			x, err := vr.Value()
+			if err != nil {
+				return false
+			}
+			v = x
+			continue
+		}
+		rv := reflect.ValueOf(v)
+		switch {
+		case rv.Kind() == reflect.Pointer:
+			if rv.IsNil() {
+				return false
+			}
+			v = rv.Elem().Interface()
+			continue
+		case rv.Kind() == reflect.String:
+			return isMySQLGeometry(rv.String())
+		case rv.Kind() == reflect.Slice && rv.Type().Elem().Kind() == reflect.Uint8:
+			return isMySQLGeometry(string(rv.Bytes()))
+		}
+		return false
+	}
+	return false
 }
 
 func appendValue(dst []byte, path string, t Type, v any) ([]byte, error) {
@@ -300,7 +344,7 @@ func appendText(dst []byte, path string, t Type, s string) ([]byte, error) {
 		return appendArray(dst, path, t, s)
 	}
 	switch t.kind {
-	case kPoint, kLseg, kPath, kPolygon, kBox, kCircle, kLine, kSpatial:
+	case kPoint, kLseg, kPath, kPolygon, kBox, kCircle, kLine, kSpatial, kGeometry:
 		if isMySQLGeometry(s) {
 			out, err := appendMySQLGeometry(dst, s)
 			if err != nil {

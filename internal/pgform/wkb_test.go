@@ -51,8 +51,10 @@ func srid(w *wkbBuf) []byte { return append([]byte{0xe6, 0x10, 0, 0}, w.b...) }
 // TestMySQLGeometry: MySQL's and MariaDB's spatial values (SRID, then
 // WKB in either byte order) are GeoJSON; a truncated value is an error
 // naming the column; PostgreSQL's text of point and polygon is read as
-// before, and a column declared geometry (PostGIS's name too) is not
-// this package's (issue 23, section 1).
+// before; a column declared geometry is GeoJSON when it holds MySQL's
+// bytes, and otherwise (PostGIS declares that name too: its hex EWKB,
+// a Go type's own form) jsonform's of its Go value, as before it was
+// handled (issue 23, section 1).
 func TestMySQLGeometry(t *testing.T) {
 	poly := (&wkbBuf{}).head(3).u32(1).u32(4).pts(0, 0, 1, 1, 1, 0, 0, 0)
 	cases := []struct {
@@ -85,8 +87,26 @@ func TestMySQLGeometry(t *testing.T) {
 			t.Errorf("%s %x:\n got  %s\n want %s", c.decl, c.v, got, c.want)
 		}
 	}
-	if pgform.Handles("geometry") {
-		t.Error("geometry (PostGIS's name too) handled")
+	for _, c := range []struct {
+		v    any
+		want string
+	}{
+		{srid(poly), `{"type":"Polygon","coordinates":[[[0,0],[1,1],[1,0],[0,0]]]}`},
+		{string(srid((&wkbBuf{}).head(1).pts(1, 2))), `{"type":"Point","coordinates":[1,2]}`},
+		{"0101000020E6100000000000000000F03F0000000000000040", `"0101000020E6100000000000000000F03F0000000000000040"`}, // PostGIS's hex EWKB
+		{[]byte("not wkb"), `"bm90IHdrYg=="`},
+		{map[string]any{"type": "Point"}, `{"type":"Point"}`},
+		{nil, `null`},
+	} {
+		for _, decl := range []string{"geometry", "GEOMETRY"} {
+			got, err := pgform.Append(nil, "shape", decl, c.v)
+			if err != nil || string(got) != c.want {
+				t.Errorf("%s %v: %s, %v; want %s", decl, c.v, got, err, c.want)
+			}
+		}
+	}
+	if got, err := pgform.Append(nil, "shapes", "geometry[]", "{a,b}"); err != nil || string(got) != `["a","b"]` {
+		t.Errorf("geometry[]: %s, %v; want an array of text", got, err)
 	}
 	bad := srid((&wkbBuf{}).head(2).u32(1000).pts(1, 2))
 	if _, err := pgform.Append(nil, "spot", "linestring", bad); err == nil || !strings.Contains(err.Error(), "spot") {
