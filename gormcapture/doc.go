@@ -94,10 +94,11 @@
 // on PostgreSQL a JSON array read with json_populate_recordset(NULL::t,
 // $1::json), whose row type gives each value its column's type (text,
 // integer, uuid, timestamp: the column's input function reads it, as a
-// bound value), on SQLite a JSON array read with json_each (MySQL: see
-// below). A key JSON cannot carry as the same value (bytes; times on
-// SQLite, whose stored text is the driver's) is bound per value instead,
-// in chunks under the databases' limits. The plugin's own
+// bound value), on SQLite a JSON array read with json_each, a time as
+// the text the driver writes for it (its format learnt once, binding a
+// time in SELECT ?) (MySQL: see below). A key JSON cannot carry as the
+// same value (bytes; times through a SQLite driver of an unknown format)
+// is bound per value instead, in chunks under the databases' limits. The plugin's own
 // statements (event INSERTs, locks, before-reads, read-backs, NOTIFY) never
 // go through GORM's PrepareStmt cache: with PrepareStmt the cache holds the
 // caller's statements, as many as without the plugin. Events hold the rows

@@ -30,10 +30,13 @@ import (
 // column type's input function, as a bound value is), so the comparison
 // is the column's own and its index serves it. On SQLite the JSON values
 // are integers, reals and text, compared under the column's affinity as
-// a bound value is. A key value that JSON cannot carry as the same value
-// (bytes; a time on SQLite, whose text form is the driver's; an integer
-// above 2^63-1) makes the set fall back to one parameter per value, in
-// chunks under the bind-parameter limit.
+// a bound value is; a time is the text the driver writes for it (the
+// driver's format, learnt once by binding a time in SELECT ?: mattn's
+// "2006-01-02 15:04:05.999999999-07:00" or modernc's time.Time.String).
+// A key value that JSON cannot carry as the same value (bytes; a time
+// through a SQLite driver of another format; an integer above 2^63-1)
+// makes the set fall back to one parameter per value, in chunks under the
+// bind-parameter limit.
 
 // keySetIn returns "keyCols (of table) hold one of keys" with the keys as
 // one bind parameter; ok is false when a key value has no JSON form (see
@@ -61,7 +64,7 @@ func (p *Plugin) keySetIn(ctx context.Context, q gorm.ConnPool, table string, ke
 		if table == "" {
 			return nil, false, nil
 		}
-		arg, ok := keyJSON(p.dialect, keyCols, keys)
+		arg, ok := keyJSON(p.dialect, keyCols, keys, nil)
 		if !ok {
 			return nil, false, nil
 		}
@@ -75,7 +78,7 @@ func (p *Plugin) keySetIn(ctx context.Context, q gorm.ConnPool, table string, ke
 			Vars: append(cols, clause.Table{Name: table}, arg),
 		}, true, nil
 	case envelope.SQLite:
-		arg, ok := keyJSON(p.dialect, keyCols, keys)
+		arg, ok := keyJSON(p.dialect, keyCols, keys, func() func(time.Time) string { return p.sqliteTimeFormat(ctx, q) })
 		if !ok {
 			return nil, false, nil
 		}
@@ -96,12 +99,14 @@ func (p *Plugin) keySetIn(ctx context.Context, q gorm.ConnPool, table string, ke
 // of objects by column name (json_populate_recordset), on SQLite a list
 // of values (one column) or of lists. ok is false when a value has no
 // JSON form that the database reads back as the value bound would be.
-func keyJSON(d envelope.Dialect, cols []string, keys [][]any) (string, bool) {
+// timeForm, on SQLite, returns the driver's text of a time (nil: none
+// known).
+func keyJSON(d envelope.Dialect, cols []string, keys [][]any, timeForm func() func(time.Time) string) (string, bool) {
 	out := make([]any, len(keys))
 	for i, k := range keys {
 		vs := make([]any, len(cols))
 		for j := range cols {
-			v, ok := jsonKeyOf(d, k[j])
+			v, ok := jsonKeyOf(d, k[j], timeForm)
 			if !ok {
 				return "", false
 			}
@@ -132,8 +137,9 @@ func keyJSON(d envelope.Dialect, cols []string, keys [][]any) (string, bool) {
 // floats, booleans, strings, NULL (which matches nothing, as bound); on
 // PostgreSQL times too, as text with their offset (a timestamp column
 // takes the wall clock, as pgx binds it; timestamptz the instant; date
-// the day), to the microsecond.
-func jsonKeyOf(d envelope.Dialect, v any) (any, bool) {
+// the day), to the microsecond; on SQLite times as the driver writes them
+// (timeForm).
+func jsonKeyOf(d envelope.Dialect, v any, timeForm func() func(time.Time) string) (any, bool) {
 	v, err := driver.DefaultParameterConverter.ConvertValue(v)
 	if err != nil {
 		return nil, false
@@ -144,10 +150,59 @@ func jsonKeyOf(d envelope.Dialect, v any) (any, bool) {
 	case float64:
 		return x, !math.IsNaN(x) && !math.IsInf(x, 0)
 	case time.Time:
-		if d != envelope.Postgres {
-			return nil, false
+		if d == envelope.Postgres {
+			return x.Truncate(time.Microsecond).Format("2006-01-02T15:04:05.999999Z07:00"), true
 		}
-		return x.Truncate(time.Microsecond).Format("2006-01-02T15:04:05.999999Z07:00"), true
+		if d == envelope.SQLite && timeForm != nil {
+			if f := timeForm(); f != nil {
+				return f(x), true
+			}
+		}
+		return nil, false
 	}
 	return nil, false // []byte, and what the converter lets through
+}
+
+// sqliteTimeForm is how the SQLite driver writes a bound time.Time as
+// text; form is nil when it is none of the known ones.
+type sqliteTimeForm struct {
+	form func(time.Time) string
+}
+
+// sqliteTimeLayout is mattn/go-sqlite3's (SQLiteTimestampFormats[0]) and
+// modernc's with _time_format=sqlite.
+const sqliteTimeLayout = "2006-01-02 15:04:05.999999999-07:00"
+
+// sqliteTimeFormat returns the text the driver behind q writes for a
+// bound time, learnt once per Plugin by binding a reference time in
+// SELECT ? and comparing what comes back with the known forms; nil when
+// q fails or the form is unknown (the keys are then bound one by one).
+func (p *Plugin) sqliteTimeFormat(ctx context.Context, q gorm.ConnPool) func(time.Time) string {
+	if f := p.sqliteTime.Load(); f != nil {
+		return f.form
+	}
+	if q == nil {
+		return nil
+	}
+	ref := time.Date(2001, 2, 3, 4, 5, 6, 7008009, time.FixedZone("HRLD", 5400))
+	var got any
+	if err := q.QueryRowContext(ctx, "SELECT ?", ref).Scan(&got); err != nil {
+		return nil // not kept: a failing connection says nothing of the driver
+	}
+	text, _ := got.(string)
+	if b, ok := got.([]byte); ok {
+		text = string(b)
+	}
+	f := &sqliteTimeForm{}
+	for _, c := range []func(time.Time) string{
+		func(t time.Time) string { return t.Format(sqliteTimeLayout) },
+		time.Time.String, // modernc's (and glebarez's) default
+	} {
+		if c(ref) == text {
+			f.form = c
+			break
+		}
+	}
+	p.sqliteTime.Store(f)
+	return f.form
 }

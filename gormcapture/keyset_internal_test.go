@@ -2,9 +2,13 @@ package gormcapture
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	_ "modernc.org/sqlite"
 
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
@@ -123,6 +127,62 @@ func BenchmarkKeySetPostgres(b *testing.B) {
 				b.ReportMetric(float64(perKey.Milliseconds())/float64(b.N), "per-key-ms/op")
 			}
 			b.ReportMetric(float64(oneParam.Milliseconds())/float64(b.N), "json-ms/op")
+		})
+	}
+}
+
+// TestSQLiteTimeForm: on both SQLite drivers (mattn's, and modernc's with
+// its default format and with _time_format=sqlite) the form learnt by
+// binding a time in SELECT ? is the text the driver writes: a time key
+// in the JSON parameter finds the row a bound time wrote, and a time in
+// another location or fraction finds none, as bound.
+func TestSQLiteTimeForm(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct{ name, driver, dsn string }{
+		{"mattn", "sqlite3", testkit.MattnDSN(testkit.SQLitePath(t))},
+		{"modernc", "sqlite", testkit.ModerncDSN(testkit.SQLitePath(t))},
+		{"modernc _time_format=sqlite", "sqlite", testkit.ModerncDSN(testkit.SQLitePath(t)) + "&_time_format=sqlite"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			db, err := sql.Open(c.driver, c.dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			db.SetMaxOpenConns(1)
+			at := time.Date(2024, 3, 1, 10, 0, 1, 123456789, time.FixedZone("", -4*3600))
+			if _, err := db.Exec(`CREATE TABLE t (at TIMESTAMP, n INTEGER)`); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.Exec(`INSERT INTO t VALUES (?, 1)`, at); err != nil {
+				t.Fatal(err)
+			}
+			p := &Plugin{dialect: envelope.SQLite}
+			if p.sqliteTimeFormat(ctx, db) == nil {
+				t.Fatal("no time form learnt")
+			}
+			for _, k := range []struct {
+				at   time.Time
+				want int
+			}{{at, 1}, {at.UTC(), 0}, {at.Add(time.Nanosecond), 0}} {
+				where, ok, err := p.keySetIn(ctx, db, "t", []string{"at"}, [][]any{{k.at}})
+				if err != nil || !ok {
+					t.Fatalf("keySetIn: %v, %v", ok, err)
+				}
+				e := where.(clause.Expr)
+				q := strings.Replace(e.SQL, "?", "at", 1) // the column
+				var got int
+				if err := db.QueryRow(`SELECT count(*) FROM t WHERE `+q, e.Vars[1:]...).Scan(&got); err != nil {
+					t.Fatal(err)
+				}
+				var bound int
+				if err := db.QueryRow(`SELECT count(*) FROM t WHERE at = ?`, k.at).Scan(&bound); err != nil {
+					t.Fatal(err)
+				}
+				if got != k.want || bound != k.want {
+					t.Errorf("%s: the JSON key set finds %d rows, a bound time %d; want %d", k.at, got, bound, k.want)
+				}
+			}
 		})
 	}
 }

@@ -101,6 +101,9 @@ type Plugin struct {
 	tables   sync.Map // table name -> *schema.Schema: the first captured model seen on it (tableModel)
 	// table name -> map[string]string: string columns' JSON_TABLE types (MySQL, mysqlkeys.go)
 	mysqlStrings sync.Map
+	// how the SQLite driver writes a time.Time (keyset.go); nil until
+	// probed, then a *sqliteTimeForm
+	sqliteTime atomic.Pointer[sqliteTimeForm]
 
 	spSeq         atomic.Uint64
 	foreignWarned atomic.Bool

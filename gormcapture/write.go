@@ -270,7 +270,7 @@ func (c *capturePool) movedRows(ctx context.Context, q string, args []any) (stri
 	if !ok {
 		if len(keys)*len(pk) > maxBindKeys {
 			return "", nil, &envelope.Error{Kind: envelope.ErrUnsupported, Where: c.spec.Label + " update",
-				Msg: fmt.Sprintf("an UPDATE with RETURNING that moves %d rows to new primary keys that one JSON parameter cannot carry (bytes, times on SQLite): at most %d at once", len(keys), maxBindKeys/len(pk))}
+				Msg: fmt.Sprintf("an UPDATE with RETURNING that moves %d rows to new primary keys that one JSON parameter cannot carry (bytes, times through an unknown SQLite driver): at most %d at once", len(keys), maxBindKeys/len(pk))}
 		}
 		where = keysIn(pk, keys)
 	}
