@@ -46,10 +46,10 @@ func (p *Plugin) keySetIn(ctx context.Context, q gorm.ConnPool, table string, ke
 	if len(keys) == 0 {
 		return clause.Expr{SQL: "1 = 0"}, true, nil
 	}
-	cols := make([]any, len(keyCols))
+	cols := make([]any, 0, 2*len(keyCols)+2) // the columns, then the query's vars
 	marks := make([]string, len(keyCols))
 	for i, c := range keyCols {
-		cols[i] = clause.Column{Table: clause.CurrentTable, Name: c}
+		cols = append(cols, clause.Column{Table: clause.CurrentTable, Name: c})
 		marks[i] = "?"
 	}
 	lhs := "(" + strings.Join(marks, ", ") + ")"

@@ -67,6 +67,9 @@ func BenchmarkKeySetPostgres(b *testing.B) {
 			}
 			out = append(out, k)
 		}
+		if err := rows.Err(); err != nil {
+			b.Fatal(err)
+		}
 		return out
 	}
 	p := &Plugin{dialect: envelope.Postgres}
@@ -92,11 +95,12 @@ func BenchmarkKeySetPostgres(b *testing.B) {
 				if err != nil {
 					return err
 				}
+				defer rows.Close()
 				got := 0
 				for rows.Next() {
 					got++
 				}
-				if err := rows.Close(); err != nil {
+				if err := rows.Err(); err != nil {
 					return err
 				}
 				if got != n {
