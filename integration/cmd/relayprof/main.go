@@ -11,6 +11,15 @@
 //	go run ./integration/cmd/relayprof -n 100000
 //	go run ./integration/cmd/relayprof -n 1000000 -explain 0.5
 //	go run ./integration/cmd/relayprof -n 100000 -batch 1000 -keys 1000
+//	go run ./integration/cmd/relayprof -n 100000 -explain 0.5 -plans 40
+//
+// With -plans k (and -explain) it also prepares that lease statement and
+// runs it k times under EXPLAIN (ANALYZE, SUMMARY), each in a transaction
+// it rolls back, alternating a custom plan (planned at each execution, as
+// the relay runs it) and PostgreSQL's generic plan, and prints the
+// minimum and median planning and execution times the server reports —
+// a figure of the statement alone, less exposed to the client's load than
+// the drain's.
 //
 // HERALD_POSTGRES_DSN (default postgres://postgres@127.0.0.1:5432/test)
 // points it at a server; it works in a schema of its own, dropped at the
@@ -51,6 +60,7 @@ func main() {
 		keys    = flag.Int("keys", 0, "spread the events over this many ordering keys (0: unordered)")
 		explain = flag.Float64("explain", 0, "when this fraction of the backlog is delivered, EXPLAIN (ANALYZE, BUFFERS) the relay's last lease (0: never)")
 		async   = flag.Bool("async-commit", false, "the relay's AsyncCommit")
+		plans   = flag.Int("plans", 0, "with -explain: run the lease this many times with a custom and a generic plan each and report the server's planning and execution times")
 	)
 	flag.Parse()
 	ctx := context.Background()
@@ -86,7 +96,12 @@ func main() {
 	obs := relay.ObserverFuncs{OnDelivered: func(context.Context, relay.Delivered) {
 		d := delivered.Add(1)
 		if explainAt > 0 && d == explainAt {
-			explainWG.Go(func() { plan = explainLease(ctx, setup, tr) })
+			explainWG.Go(func() {
+				plan = explainLease(ctx, setup, tr)
+				if *plans > 0 {
+					plan += timePlans(ctx, setup, tr, *plans)
+				}
+			})
 		}
 		if d == int64(*n) {
 			close(done)
@@ -279,6 +294,109 @@ func explainLease(ctx context.Context, db *sql.DB, t *tracer) string {
 		return err.Error() + "\n"
 	}
 	return b.String()
+}
+
+// timePlans prepares the relay's last lease as a named statement and
+// runs it k times under EXPLAIN (ANALYZE, SUMMARY) with each of
+// plan_cache_mode force_custom_plan and force_generic_plan, alternating,
+// each run in a transaction rolled back. It returns a Markdown table of
+// the server's planning, execution and total times (minimum, median).
+func timePlans(ctx context.Context, db *sql.DB, t *tracer, k int) string {
+	t.mu.Lock()
+	q, args := t.lastLease, t.leaseArgs
+	t.mu.Unlock()
+	if q == "" {
+		return "no lease seen yet\n"
+	}
+	var lits []string
+	for _, a := range args {
+		switch v := a.(type) {
+		case nil:
+			lits = append(lits, "NULL")
+		case int64:
+			lits = append(lits, fmt.Sprint(v))
+		case int:
+			lits = append(lits, fmt.Sprint(v))
+		case string:
+			lits = append(lits, "'"+strings.ReplaceAll(v, "'", "''")+"'")
+		default: // pgx's options (the relay's QueryExecMode, the tracer's formats) are not the statement's
+			if strings.HasPrefix(fmt.Sprintf("%T", a), "pgx.") {
+				continue
+			}
+			return fmt.Sprintf("cannot write the lease's argument %T as a literal\n", a)
+		}
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return err.Error() + "\n"
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `SET jit = off`); err != nil {
+		return err.Error() + "\n"
+	}
+	if _, err := conn.ExecContext(ctx, `PREPARE relayprof_lease AS `+q); err != nil {
+		return err.Error() + "\n"
+	}
+	exec := "EXPLAIN (ANALYZE, TIMING OFF, SUMMARY ON) EXECUTE relayprof_lease(" + strings.Join(lits, ", ") + ")"
+	modes := []string{"force_custom_plan", "force_generic_plan"}
+	times := map[string][3][]float64{}
+	for range k {
+		for _, m := range modes {
+			if _, err := conn.ExecContext(ctx, `SET plan_cache_mode = `+m); err != nil {
+				return err.Error() + "\n"
+			}
+			tx, err := conn.BeginTx(ctx, nil)
+			if err != nil {
+				return err.Error() + "\n"
+			}
+			plan, exe, err := explainTimes(ctx, tx, exec)
+			_ = tx.Rollback()
+			if err != nil {
+				return err.Error() + "\n"
+			}
+			ts := times[m]
+			ts[0], ts[1], ts[2] = append(ts[0], plan), append(ts[1], exe), append(ts[2], plan+exe)
+			times[m] = ts
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nThe same lease prepared and run %d times per plan, alternating, each rolled back (the server's times, ms; min / median):\n\n", k)
+	b.WriteString("| plan | planning | execution | total |\n|---|---:|---:|---:|\n")
+	for _, m := range modes {
+		ts := times[m]
+		fmt.Fprintf(&b, "| %s |", strings.TrimSuffix(strings.TrimPrefix(m, "force_"), "_plan"))
+		for _, xs := range ts {
+			slices.Sort(xs)
+			fmt.Fprintf(&b, " %.3f / %.3f |", xs[0], xs[len(xs)/2])
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// explainTimes runs an EXPLAIN (ANALYZE, SUMMARY) statement and returns
+// the planning and execution times it reports, in milliseconds.
+func explainTimes(ctx context.Context, tx *sql.Tx, q string) (plan, exec float64, err error) {
+	rows, err := tx.QueryContext(ctx, q)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			return 0, 0, err
+		}
+		if v, ok := strings.CutPrefix(line, "Planning Time: "); ok {
+			_, err = fmt.Sscanf(v, "%f ms", &plan)
+		} else if v, ok := strings.CutPrefix(line, "Execution Time: "); ok {
+			_, err = fmt.Sscanf(v, "%f ms", &exec)
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+	}
+	return plan, exec, rows.Err()
 }
 
 func ordered(keys int) string {
