@@ -30,10 +30,11 @@ import (
 //     lock per key would (about 12,000 locks fail with "out of shared
 //     memory" on a stock PostgreSQL 15).
 //   - An event of a captured row change whose key is the row's own (the
-//     default template "{label}:{pk}", see Spec.RowKeyed) takes the lock
-//     SHARED: two writers of such a key hold the row's lock, which already
-//     serializes them, so they need not wait on each other — and writers of
-//     different rows whose keys share a bucket never do. Every other event
+//     default template "{label}:{pk}", see internal/capture's
+//     Spec.RowKeyed) takes the lock SHARED: two writers of such a key
+//     hold the row's lock, which already serializes them, so they need
+//     not wait on each other — and writers of different rows whose keys
+//     share a bucket never do. Every other event
 //     (Enqueue, a template without {pk}, an OrderingKeyFunc) takes it
 //     EXCLUSIVE, which waits for every other holder: for a row-keyed
 //     writer of the same key (captured update, then Enqueue with the row's
@@ -224,8 +225,8 @@ func (w *Writer) lockCond(l keyLocks, args []any, scan bool) (string, []any) {
 // keyLockSQL (internal/outbox.KeyLockSQL) returns a boolean SQL condition, always true, that takes the
 // advisory lock of the ordering key keyExpr (a SQL text expression) on
 // PostgreSQL: shared for an event whose key is its row's own key and whose
-// row the statement locks (Spec.RowKeyed), exclusive otherwise. A
-// statement that writes an event itself, without the Writer, puts it where
+// row the statement locks (internal/capture's Spec.RowKeyed), exclusive
+// otherwise. A statement that writes an event itself, without the Writer, puts it where
 // it is evaluated before the event's sequence value is drawn: the WHERE
 // clause of "INSERT INTO outbox … SELECT … FROM … WHERE <cond>". See the
 // comment at keyLockBuckets for why.
@@ -243,8 +244,8 @@ func (w *Writer) keyLockSQL(keyExpr string, rowKeyed bool) string {
 // one text column, NULLs ignored) on PostgreSQL: each key's bucket once,
 // in ascending bucket order (as Write takes them), shared for events whose
 // key is their row's own and whose rows the statement locks
-// (Spec.RowKeyed), exclusive otherwise. Written as the WHERE clause of
-// "INSERT INTO outbox … SELECT … FROM rows WHERE <cond>", it is a
+// (internal/capture's Spec.RowKeyed), exclusive otherwise. Written as the
+// WHERE clause of "INSERT INTO outbox … SELECT … FROM rows WHERE <cond>", it is a
 // one-time filter: the locks are taken before the first row is read, so
 // before any sequence value is drawn (see keyLockBuckets). A statement
 // that writes the events of many rows itself (gormcapture's fused bulk

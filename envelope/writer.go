@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/heraldgo/herald/internal/capturedjson"
 	"github.com/heraldgo/herald/internal/names"
 	"github.com/heraldgo/herald/internal/sqltime"
 	"github.com/heraldgo/herald/jsonform"
@@ -109,7 +110,7 @@ type row struct {
 	extra   map[string]any
 	shape   string // sorted extra column names, and whether an idempotency key is set
 	dupOf   int    // index of an earlier message with the same idempotency key, or -1
-	rowKey  bool   // the key is its row's own, and the row is locked (Message.rowKeyed)
+	rowKey  bool   // the key is its row's own, and the row is locked (a capturedjson.RowKeyed payload)
 	i, n    int    // the message's index, and the call's message count
 }
 
@@ -257,9 +258,12 @@ func (w *Writer) prepare(r *row, m *Message, ch map[string]string, i, n int) err
 			return validationf(where("DeliverAt"), "%s", why)
 		}
 	}
+	rowKey := false
 	switch p := m.Payload.(type) {
-	case trustedJSON:
+	case capturedjson.JSON: // a captured change's envelope
 		r.payload = string(p)
+	case capturedjson.RowKeyed:
+		r.payload, rowKey = string(p), true
 	default:
 		b, err := jsonform.MarshalPath("payload", m.Payload, jsonform.Strict)
 		if err != nil {
@@ -313,7 +317,7 @@ func (w *Writer) prepare(r *row, m *Message, ch map[string]string, i, n int) err
 	}
 	*r = row{id: id, topic: m.Topic, payload: r.payload, headers: r.headers, hdrs: hdrs,
 		okey: m.OrderingKey, ikey: m.IdempotencyKey, tenant: m.Tenant, at: m.DeliverAt, extra: m.Extra, shape: shape.String(),
-		rowKey: m.rowKeyed, i: i, n: n}
+		rowKey: rowKey, i: i, n: n}
 	return nil
 }
 
@@ -698,7 +702,7 @@ func (w *Writer) selectEvents(ctx context.Context, q Querier, query string, args
 		if err != nil {
 			return err
 		}
-		e.Tenant = tenantText(e.Extra["tenant"])
+		e.Tenant = names.TenantText(e.Extra["tenant"])
 		e.Extra = nil
 		out[tenantKey(e.Tenant, e.IdempotencyKey)] = e
 	}
