@@ -4,6 +4,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/heraldgo/herald/internal/outboxsql"
 )
 
 // Per-key commit order on PostgreSQL.
@@ -75,8 +77,8 @@ import (
 // that must not wait on each other (captured rows) and writers that must
 // wait for them (Enqueue) cannot be told apart otherwise.
 const (
-	keyLockBuckets = 1024
-	keyLockSeed    = 7281
+	keyLockBuckets = outboxsql.KeyLockBuckets
+	keyLockSeed    = outboxsql.KeyLockSeed
 )
 
 // lockClassSQL is the advisory lock classid of the table, as SQL: its OID
@@ -85,9 +87,7 @@ const (
 // outbox table — one per schema of a multi-tenant database, a test's own —
 // has a lock space of its own, while every writer of one table, whatever
 // name or search_path it reaches it by, shares it.
-func lockClassSQL(t Table) string {
-	return "('" + t.Quoted + "'::regclass::oid::int4)"
-}
+func lockClassSQL(t Table) string { return outboxsql.LockClassSQL(t.Quoted) }
 
 // keyLocks are the ordering keys a write locks, and whether exclusively.
 type keyLocks map[string]bool
@@ -231,12 +231,7 @@ func (w *Writer) lockCond(l keyLocks, args []any, scan bool) (string, []any) {
 // clause of "INSERT INTO outbox … SELECT … FROM … WHERE <cond>". See the
 // comment at keyLockBuckets for why.
 func (w *Writer) keyLockSQL(keyExpr string, rowKeyed bool) string {
-	f := "pg_advisory_xact_lock("
-	if rowKeyed {
-		f = "pg_advisory_xact_lock_shared("
-	}
-	return f + w.lockClass + `, (hashtextextended(` + keyExpr + `, ` + strconv.Itoa(keyLockSeed) + `) & ` +
-		strconv.Itoa(keyLockBuckets-1) + `)::int)::text = ''`
+	return outboxsql.KeyLockSQL(w.lockClass, keyExpr, rowKeyed)
 }
 
 // keyLocksSQL (internal/outbox.KeyLocksSQL) returns a boolean SQL condition, always true, that takes the
@@ -252,11 +247,5 @@ func (w *Writer) keyLockSQL(keyExpr string, rowKeyed bool) string {
 // update) uses it instead of one keyLockSQL per row, which would lock the
 // buckets in row order.
 func (w *Writer) keyLocksSQL(keysQuery string, rowKeyed bool) string {
-	f := "pg_advisory_xact_lock("
-	if rowKeyed {
-		f = "pg_advisory_xact_lock_shared("
-	}
-	c := w.lockClass
-	return `(SELECT count(` + f + c + `, l.b)::text) FROM (SELECT DISTINCT (hashtextextended(k.k, ` + strconv.Itoa(keyLockSeed) + `) & ` +
-		strconv.Itoa(keyLockBuckets-1) + `)::int AS b FROM (` + keysQuery + `) AS k(k) WHERE k.k IS NOT NULL ORDER BY 1) AS l) >= 0`
+	return outboxsql.KeyLocksSQL(w.lockClass, keysQuery, rowKeyed)
 }

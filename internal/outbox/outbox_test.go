@@ -8,6 +8,7 @@ import (
 
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/outbox"
+	"github.com/heraldgo/herald/internal/outboxsql"
 )
 
 // TestHooksSet: every function of outbox reaches envelope's own (its init
@@ -67,5 +68,15 @@ func TestHooksSet(t *testing.T) {
 	}
 	if err := outbox.Validationf("M", "bad"); !errors.Is(err, envelope.ErrValidation) {
 		t.Errorf("Validationf = %v", err)
+	}
+}
+
+// TestDialectNames: internal/outboxsql spells envelope's dialects as
+// envelope does (it cannot import envelope to use its constants).
+func TestDialectNames(t *testing.T) {
+	for d, s := range map[envelope.Dialect]string{envelope.Postgres: outboxsql.Postgres, envelope.SQLite: outboxsql.SQLite, envelope.MySQL: outboxsql.MySQL} {
+		if string(d) != s {
+			t.Errorf("envelope %q, outboxsql %q", d, s)
+		}
 	}
 }
