@@ -11,9 +11,9 @@ import (
 	"github.com/heraldgo/herald/internal/outboxsql"
 )
 
-// TestHooksSet: every function of outbox reaches envelope's own (its init
-// sets them), on each dialect where it differs.
-func TestHooksSet(t *testing.T) {
+// TestPlumbing: every function of outbox gives envelope's answer, on each
+// dialect where it differs.
+func TestPlumbing(t *testing.T) {
 	if got := outbox.Placeholder(envelope.Postgres, 2); got != "$2" {
 		t.Errorf("Placeholder(Postgres, 2) = %q", got)
 	}
