@@ -1,8 +1,10 @@
 // Package outbox is the plumbing herald's own packages share around
 // envelope: error constructors, the outbox row scanner, a dialect's bind
 // placeholders and time arguments, the key-lock SQL of statements that
-// write events themselves. It is internal so that envelope's godoc shows
-// what users call.
+// write events themselves, the pgx array bulk write, the migrations of the
+// inbox's tables. It is internal so that envelope's godoc shows what users
+// call. Most of it is internal/outboxsql's and internal/tablemigrate's
+// (plain values, which envelope imports too), given envelope's types here.
 package outbox
 
 import (
@@ -14,8 +16,8 @@ import (
 	"time"
 
 	"github.com/heraldgo/herald/envelope"
-	"github.com/heraldgo/herald/internal/envhook"
 	"github.com/heraldgo/herald/internal/outboxsql"
+	"github.com/heraldgo/herald/internal/tablemigrate"
 )
 
 // Validationf returns an envelope.ErrValidation error about where.
@@ -114,19 +116,44 @@ func WriteArrays(w *envelope.Writer) WriteFunc {
 // record counts as version 1 (its version 1 must be IF NOT EXISTS
 // statements).
 func MigrateTable(ctx context.Context, db *sql.DB, d envelope.Dialect, t envelope.Table, ms []envelope.Migration, version int) error {
-	return envhook.MigrateTable(ctx, db, d, t, ms, version)
+	if version < 0 || version > len(ms) {
+		return Configurationf("version", "%d: %s's versions are 0 (no table) to %d", version, t.Name, len(ms))
+	}
+	return migrateErr(tablemigrate.Migrate(ctx, db, string(d), tablemigrate.Table(t), toMigrations(ms), version, tablemigrate.ExistsAsVersion1))
 }
 
 // TableVersion is envelope.Version for a table MigrateTable migrates.
 func TableVersion(ctx context.Context, db *sql.DB, d envelope.Dialect, t envelope.Table) (int, error) {
-	return envhook.TableVersion(ctx, db, d, t)
+	v, err := tablemigrate.Version(ctx, db, string(d), tablemigrate.Table(t), tablemigrate.ExistsAsVersion1)
+	return v, migrateErr(err)
 }
 
 // TableMigrationSQL is envelope.MigrationSQL for a table MigrateTable
 // migrates; what names the kind of table in the script's first line
 // ("inbox").
 func TableMigrationSQL(d envelope.Dialect, t envelope.Table, what string, ms []envelope.Migration, version int, down bool) (string, error) {
-	return envhook.TableMigrationSQL(d, t, what, ms, version, down)
+	if version < 1 || version > len(ms) {
+		return "", Configurationf("version", "%d: herald's %s versions are 1 to %d", version, what, len(ms))
+	}
+	return tablemigrate.Script(string(d), tablemigrate.Table(t), what, tablemigrate.Migration(ms[version-1]), down), nil
+}
+
+func toMigrations(ms []envelope.Migration) []tablemigrate.Migration {
+	out := make([]tablemigrate.Migration, len(ms))
+	for i, m := range ms {
+		out[i] = tablemigrate.Migration(m)
+	}
+	return out
+}
+
+// migrateErr makes a migration's wrong-dialect answer an
+// envelope.ErrConfiguration about "Dialect", as envelope.Migrate does.
+func migrateErr(err error) error {
+	var de *tablemigrate.DialectError
+	if errors.As(err, &de) {
+		return &envelope.Error{Kind: envelope.ErrConfiguration, Where: "Dialect", Msg: de.Msg, Err: de.Err}
+	}
+	return err
 }
 
 // Unmigrated returns err as an envelope.ErrConfiguration naming

@@ -9,6 +9,7 @@ import (
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/internal/outboxsql"
+	"github.com/heraldgo/herald/internal/tablemigrate"
 )
 
 // TestPlumbing: every function of outbox gives envelope's answer, on each
@@ -71,9 +72,13 @@ func TestPlumbing(t *testing.T) {
 	}
 }
 
-// TestDialectNames: internal/outboxsql spells envelope's dialects as
-// envelope does (it cannot import envelope to use its constants).
+// TestDialectNames: internal/outboxsql spells envelope's dialects, and
+// internal/tablemigrate names the record table, as envelope does (they
+// cannot import envelope to use its constants).
 func TestDialectNames(t *testing.T) {
+	if tablemigrate.RecordTable != envelope.MigrationTable {
+		t.Errorf("tablemigrate.RecordTable %q, envelope.MigrationTable %q", tablemigrate.RecordTable, envelope.MigrationTable)
+	}
 	for d, s := range map[envelope.Dialect]string{envelope.Postgres: outboxsql.Postgres, envelope.SQLite: outboxsql.SQLite, envelope.MySQL: outboxsql.MySQL} {
 		if string(d) != s {
 			t.Errorf("envelope %q, outboxsql %q", d, s)
