@@ -9,6 +9,7 @@ import (
 
 	"github.com/heraldgo/herald/entcapture/entcapturert"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/capture"
 )
 
 // maxCascadeDepth bounds the recursion of cascades through
@@ -119,7 +120,7 @@ func (s *scope) cascade(parent *entcapturert.Schema, rows []map[string]any) erro
 	for _, p := range order {
 		updates := map[*entcapturert.Schema]map[string]*nulled{}
 		var children []*entcapturert.Schema
-		specs := map[*entcapturert.Schema]*envelope.Spec{}
+		specs := map[*entcapturert.Schema]*capture.Spec{}
 		for _, c := range p.Cascades {
 			if !c.SetNull || c.Child.Scan == nil {
 				continue
@@ -186,7 +187,7 @@ func (s *scope) cascade(parent *entcapturert.Schema, rows []map[string]any) erro
 // cascadeRows reads, locked, the rows of c's child whose foreign key
 // holds one of ids (rows of parent): the payload columns when spec
 // captures the child, its key otherwise, and the foreign key.
-func (s *scope) cascadeRows(c entcapturert.Cascade, spec *envelope.Spec, parent *entcapturert.Schema, ids []any) ([]map[string]any, error) {
+func (s *scope) cascadeRows(c entcapturert.Cascade, spec *capture.Spec, parent *entcapturert.Schema, ids []any) ([]map[string]any, error) {
 	child := c.Child
 	cols := slices.Clone(child.KeyColumns())
 	var more []string

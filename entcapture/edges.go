@@ -8,6 +8,7 @@ import (
 
 	"github.com/heraldgo/herald/entcapture/entcapturert"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/capture"
 	"github.com/heraldgo/herald/internal/names"
 )
 
@@ -24,7 +25,7 @@ import (
 // edgeWrite is one edge a mutation changes.
 type edgeWrite struct {
 	e       entcapturert.ThroughEdge
-	spec    *envelope.Spec
+	spec    *capture.Spec
 	others  []any // the other side's ids the setter names; nil when cleared
 	cleared bool
 	before  map[string]map[string]any
@@ -160,7 +161,7 @@ func (s *scope) edgesAfter(ews []*edgeWrite, owners []any) error {
 // childWrite is one such edge a mutation changes.
 type childWrite struct {
 	e       entcapturert.ChildEdge
-	spec    *envelope.Spec
+	spec    *capture.Spec
 	ids     []any // the child rows the setter names
 	cleared bool
 	before  map[string]map[string]any

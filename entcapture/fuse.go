@@ -13,6 +13,7 @@ import (
 
 	"github.com/heraldgo/herald/entcapture/entcapturert"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/capture"
 	"github.com/heraldgo/herald/internal/ctxhdr"
 	"github.com/heraldgo/herald/internal/fusedsql"
 	"github.com/heraldgo/herald/internal/names"
@@ -248,7 +249,7 @@ var localIsUTC = sync.OnceValue(func() bool {
 // fusable reports whether spec's events may be written by a fused
 // insert: no Go callback needs the written row, and no column's form
 // comes from its declared type (Spec.Typed).
-func fusable(spec *envelope.Spec) bool {
+func fusable(spec *capture.Spec) bool {
 	o := spec.Options
 	return o.Extend == nil && o.ExtendMany == nil && o.TopicFunc == nil && o.OrderingKeyFunc == nil &&
 		!spec.Typed() // a typed column's form is pgform's, in Go

@@ -18,6 +18,7 @@ import (
 
 	"github.com/heraldgo/herald/entcapture/entcapturert"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/capture"
 	"github.com/heraldgo/herald/internal/names"
 	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/wakeup"
@@ -49,11 +50,11 @@ type specKey struct {
 }
 
 type compiled struct {
-	spec *envelope.Spec
+	spec *capture.Spec
 	err  error
 }
 
-func (h *hook) spec(s *entcapturert.Schema, cd *CaptureDriver, w *envelope.Writer) (*envelope.Spec, error) {
+func (h *hook) spec(s *entcapturert.Schema, cd *CaptureDriver, w *envelope.Writer) (*capture.Spec, error) {
 	k := specKey{s, cd}
 	if v, ok := h.specs.Load(k); ok {
 		c := v.(*compiled)
@@ -78,11 +79,11 @@ func (h *hook) spec(s *entcapturert.Schema, cd *CaptureDriver, w *envelope.Write
 	return c.spec, c.err
 }
 
-func compileSpec(s *entcapturert.Schema, opts envelope.Options, namespace string, w *envelope.Writer) (*envelope.Spec, error) {
+func compileSpec(s *entcapturert.Schema, opts envelope.Options, namespace string, w *envelope.Writer) (*capture.Spec, error) {
 	if strings.EqualFold(s.Table, unqualified(w.Table().Name)) {
 		return nil, outbox.Configurationf(s.Name, "table %s is the outbox table: the outbox cannot capture its own events; drop entcapture.Mixin from schema %s", s.Table, s.Name)
 	}
-	return envelope.Compile(envelope.ModelInfo{
+	return capture.Compile(capture.ModelInfo{
 		Name:             s.Name,
 		Table:            s.Table,
 		Columns:          s.Columns,
@@ -138,7 +139,7 @@ func schemaName(s *entcapturert.Schema) string {
 // specOf returns the Spec of a schema a write reaches past its hooks (a
 // cascade's child, an edge's join rows); nil when the schema is not
 // captured.
-func (s *scope) specOf(sch *entcapturert.Schema) (*envelope.Spec, error) {
+func (s *scope) specOf(sch *entcapturert.Schema) (*capture.Spec, error) {
 	if sch.Scan == nil {
 		return nil, nil
 	}
@@ -250,7 +251,7 @@ func (cm *captureMutator) Mutate(ctx context.Context, m ent.Mutation) (ent.Value
 				return nil, err
 			}
 		}
-		var spec *envelope.Spec
+		var spec *capture.Spec
 		if !h.parent {
 			var err error
 			if spec, err = h.spec(sch, cd, w); err != nil {
@@ -318,7 +319,7 @@ type scope struct {
 }
 
 type batch struct {
-	spec    *envelope.Spec
+	spec    *capture.Spec
 	changes []envelope.Change
 }
 
@@ -361,7 +362,7 @@ func open(ctx context.Context, g entcapturert.Glue, cd *CaptureDriver, w *envelo
 	return s, nil
 }
 
-func (s *scope) add(spec *envelope.Spec, cs ...envelope.Change) {
+func (s *scope) add(spec *capture.Spec, cs ...envelope.Change) {
 	cs = slices.DeleteFunc(cs, func(c envelope.Change) bool { return !spec.Captures(c.Operation) })
 	for i := range s.batches {
 		if s.batches[i].spec == spec {

@@ -5,17 +5,9 @@ import (
 	"entgo.io/ent/schema"
 	"entgo.io/ent/schema/mixin"
 
+	"github.com/heraldgo/herald/entcapture/internal/annotation"
 	"github.com/heraldgo/herald/envelope"
 )
-
-// AnnotationName is the name of the schema annotation Mixin adds, which
-// tells Extension that a schema is captured.
-const AnnotationName = "HeraldCapture"
-
-// CascadeAnnotationName marks, in code generation, a schema that is not
-// captured but whose deletes cascade to captured rows: Extension adds it,
-// and its templates install entcapturert.CascadeHook on such schemas.
-const CascadeAnnotationName = "HeraldCascade"
 
 // Annotation is the part of a capture declaration that code generation
 // sees: which columns the event holds and its templates, so that unknown
@@ -33,7 +25,7 @@ type Annotation struct {
 }
 
 // Name implements schema.Annotation.
-func (Annotation) Name() string { return AnnotationName }
+func (Annotation) Name() string { return annotation.Capture }
 
 // Mixin declares change capture on the schemas that use it:
 //

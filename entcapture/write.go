@@ -14,6 +14,7 @@ import (
 	"github.com/heraldgo/herald/entcapture/entcapturert"
 	"github.com/heraldgo/herald/entcapture/internal/rtstate"
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/capture"
 	"github.com/heraldgo/herald/internal/names"
 	"github.com/heraldgo/herald/internal/outbox"
 )
@@ -22,7 +23,7 @@ import (
 type write struct {
 	g    entcapturert.Glue
 	sch  *entcapturert.Schema
-	spec *envelope.Spec
+	spec *capture.Spec
 	op   envelope.Operation
 	d    envelope.Dialect
 }

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/outbox"
+	"github.com/heraldgo/herald/internal/testkit"
 )
 
 // The array path (outbox.WriteArrays, the captures' bulk path) writes
@@ -101,4 +103,58 @@ func TestWriteCapturedArrays(t *testing.T) {
 			t.Errorf("empty topic: %v", err)
 		}
 	})
+}
+
+// recordingQuerier records the statements a write sends.
+type recordingQuerier struct {
+	q     envelope.Querier
+	stmts []string
+}
+
+func (r *recordingQuerier) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	r.stmts = append(r.stmts, query)
+	return r.q.ExecContext(ctx, query, args...)
+}
+
+func (r *recordingQuerier) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	r.stmts = append(r.stmts, query)
+	return r.q.QueryContext(ctx, query, args...)
+}
+
+// TestWriteArraysTakesUnnest: outbox.WriteArrays (Write given a context
+// marked for arrays) inserts a PostgreSQL batch with one unnest INSERT
+// that binds its columns as arrays ($1::uuid[]); Write with an unmarked
+// context binds them as text literals of arrays ($1::text::uuid[]).
+func TestWriteArraysTakesUnnest(t *testing.T) {
+	t.Parallel()
+	db, _ := testkit.Postgres(t)
+	ctx := context.Background()
+	if err := envelope.Migrate(ctx, db, envelope.Postgres, ""); err != nil {
+		t.Fatal(err)
+	}
+	w, _ := envelope.NewWriter(envelope.Postgres, "")
+	ms := []envelope.Message{{Topic: "t", Payload: 1, OrderingKey: "a"}, {Topic: "t", Payload: 2}, {Topic: "t", Payload: 3}}
+	unnest := func(stmts []string) int {
+		n := 0
+		for _, s := range stmts {
+			if strings.Contains(s, "$1::uuid[]") { // bound as a Go slice, not as text ($1::text::uuid[])
+				n++
+			}
+		}
+		return n
+	}
+	arrays := &recordingQuerier{q: db}
+	if _, err := outbox.WriteArrays(w)(ctx, arrays, ms); err != nil {
+		t.Fatal(err)
+	}
+	if n := unnest(arrays.stmts); n != 1 {
+		t.Errorf("WriteArrays sent %d array-bound statements, want 1: %q", n, arrays.stmts)
+	}
+	plain := &recordingQuerier{q: db}
+	if _, err := w.Write(ctx, plain, ms); err != nil {
+		t.Fatal(err)
+	}
+	if n := unnest(plain.stmts); n != 0 {
+		t.Errorf("Write sent %d array-bound statements, want 0: %q", n, plain.stmts)
+	}
 }

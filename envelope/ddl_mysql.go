@@ -155,12 +155,3 @@ var mysqlBucketRows = func() string {
 	}
 	return b.String()
 }()
-
-func createMigrationTableMySQL(q string) string {
-	return `CREATE TABLE IF NOT EXISTS ` + q + ` (
-    table_name VARCHAR(255) NOT NULL,
-    version    INTEGER NOT NULL,
-    applied_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
-    PRIMARY KEY (table_name, version)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`
-}

@@ -106,12 +106,4 @@
 // context). Every write, captured ones included, adds them to its events
 // where the message does not set them. envelope itself imports no
 // OpenTelemetry.
-//
-// # Writing a capture integration
-//
-// gormcapture and entcapture turn a model's Options into a [Spec] with
-// [Compile], given the model's [ModelInfo] (table, columns, primary key),
-// and write the events of a statement's row changes with
-// [Spec.Messages] and [Writer.Write]. These are exported for an
-// integration of another ORM; a service does not call them.
 package envelope

@@ -13,14 +13,6 @@ func SkipMySQLKeyLocks(w *Writer) { w.noKeyLocks = true }
 // MySQLKeyBucket is the key-lock bucket of an ordering key on MySQL.
 func MySQLKeyBucket(key string) int { return mysqlKeyBucket(key) }
 
-// TrustedJSONForTest is a payload written as its bytes, as Spec.Messages's are.
-func TrustedJSONForTest(s string) any { return trustedJSON(s) }
-
-// The template parser, for TestTemplateRender and TestTemplateErrors.
-type TemplateVars = templateVars
-
-var ParseTemplate = parseTemplate
-
 // Migrations returns every version of the outbox table's schema, rendered.
 var Migrations = migrations
 

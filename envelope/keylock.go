@@ -4,6 +4,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/heraldgo/herald/internal/outboxsql"
 )
 
 // Per-key commit order on PostgreSQL.
@@ -30,10 +32,11 @@ import (
 //     lock per key would (about 12,000 locks fail with "out of shared
 //     memory" on a stock PostgreSQL 15).
 //   - An event of a captured row change whose key is the row's own (the
-//     default template "{label}:{pk}", see Spec.RowKeyed) takes the lock
-//     SHARED: two writers of such a key hold the row's lock, which already
-//     serializes them, so they need not wait on each other — and writers of
-//     different rows whose keys share a bucket never do. Every other event
+//     default template "{label}:{pk}", see internal/capture's
+//     Spec.RowKeyed) takes the lock SHARED: two writers of such a key
+//     hold the row's lock, which already serializes them, so they need
+//     not wait on each other — and writers of different rows whose keys
+//     share a bucket never do. Every other event
 //     (Enqueue, a template without {pk}, an OrderingKeyFunc) takes it
 //     EXCLUSIVE, which waits for every other holder: for a row-keyed
 //     writer of the same key (captured update, then Enqueue with the row's
@@ -74,8 +77,8 @@ import (
 // that must not wait on each other (captured rows) and writers that must
 // wait for them (Enqueue) cannot be told apart otherwise.
 const (
-	keyLockBuckets = 1024
-	keyLockSeed    = 7281
+	keyLockBuckets = outboxsql.KeyLockBuckets
+	keyLockSeed    = outboxsql.KeyLockSeed
 )
 
 // lockClassSQL is the advisory lock classid of the table, as SQL: its OID
@@ -84,9 +87,7 @@ const (
 // outbox table — one per schema of a multi-tenant database, a test's own —
 // has a lock space of its own, while every writer of one table, whatever
 // name or search_path it reaches it by, shares it.
-func lockClassSQL(t Table) string {
-	return "('" + t.Quoted + "'::regclass::oid::int4)"
-}
+func lockClassSQL(t Table) string { return outboxsql.LockClassSQL(t.Quoted) }
 
 // keyLocks are the ordering keys a write locks, and whether exclusively.
 type keyLocks map[string]bool
@@ -224,18 +225,13 @@ func (w *Writer) lockCond(l keyLocks, args []any, scan bool) (string, []any) {
 // keyLockSQL (internal/outbox.KeyLockSQL) returns a boolean SQL condition, always true, that takes the
 // advisory lock of the ordering key keyExpr (a SQL text expression) on
 // PostgreSQL: shared for an event whose key is its row's own key and whose
-// row the statement locks (Spec.RowKeyed), exclusive otherwise. A
-// statement that writes an event itself, without the Writer, puts it where
+// row the statement locks (internal/capture's Spec.RowKeyed), exclusive
+// otherwise. A statement that writes an event itself, without the Writer, puts it where
 // it is evaluated before the event's sequence value is drawn: the WHERE
 // clause of "INSERT INTO outbox … SELECT … FROM … WHERE <cond>". See the
 // comment at keyLockBuckets for why.
 func (w *Writer) keyLockSQL(keyExpr string, rowKeyed bool) string {
-	f := "pg_advisory_xact_lock("
-	if rowKeyed {
-		f = "pg_advisory_xact_lock_shared("
-	}
-	return f + w.lockClass + `, (hashtextextended(` + keyExpr + `, ` + strconv.Itoa(keyLockSeed) + `) & ` +
-		strconv.Itoa(keyLockBuckets-1) + `)::int)::text = ''`
+	return outboxsql.KeyLockSQL(w.lockClass, keyExpr, rowKeyed)
 }
 
 // keyLocksSQL (internal/outbox.KeyLocksSQL) returns a boolean SQL condition, always true, that takes the
@@ -243,19 +239,13 @@ func (w *Writer) keyLockSQL(keyExpr string, rowKeyed bool) string {
 // one text column, NULLs ignored) on PostgreSQL: each key's bucket once,
 // in ascending bucket order (as Write takes them), shared for events whose
 // key is their row's own and whose rows the statement locks
-// (Spec.RowKeyed), exclusive otherwise. Written as the WHERE clause of
-// "INSERT INTO outbox … SELECT … FROM rows WHERE <cond>", it is a
+// (internal/capture's Spec.RowKeyed), exclusive otherwise. Written as the
+// WHERE clause of "INSERT INTO outbox … SELECT … FROM rows WHERE <cond>", it is a
 // one-time filter: the locks are taken before the first row is read, so
 // before any sequence value is drawn (see keyLockBuckets). A statement
 // that writes the events of many rows itself (gormcapture's fused bulk
 // update) uses it instead of one keyLockSQL per row, which would lock the
 // buckets in row order.
 func (w *Writer) keyLocksSQL(keysQuery string, rowKeyed bool) string {
-	f := "pg_advisory_xact_lock("
-	if rowKeyed {
-		f = "pg_advisory_xact_lock_shared("
-	}
-	c := w.lockClass
-	return `(SELECT count(` + f + c + `, l.b)::text) FROM (SELECT DISTINCT (hashtextextended(k.k, ` + strconv.Itoa(keyLockSeed) + `) & ` +
-		strconv.Itoa(keyLockBuckets-1) + `)::int AS b FROM (` + keysQuery + `) AS k(k) WHERE k.k IS NOT NULL ORDER BY 1) AS l) >= 0`
+	return outboxsql.KeyLocksSQL(w.lockClass, keysQuery, rowKeyed)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/capturedjson"
 	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/internal/testkit"
 )
@@ -190,5 +191,56 @@ func TestKeyLockSpacePerTable(t *testing.T) {
 	var pgErr interface{ SQLState() string }
 	if err == nil || !errors.As(err, &pgErr) || pgErr.SQLState() != "55P03" {
 		t.Fatalf("a write of key k to the same table by its qualified name did not wait for the open writer's lock (want lock_timeout, SQLSTATE 55P03): %v", err)
+	}
+}
+
+// TestCapturedPayloadLockModes: the Writer takes the key lock of a
+// message whose payload capture code marked capturedjson.RowKeyed (the
+// row's own key, the row locked by the write) shared, and of any other
+// keyed message (a capturedjson.JSON payload, a user's payload)
+// exclusive: pg_locks shows the transaction's advisory locks so.
+func TestCapturedPayloadLockModes(t *testing.T) {
+	t.Parallel()
+	db, _ := testkit.Postgres(t)
+	ctx := context.Background()
+	if err := envelope.Migrate(ctx, db, envelope.Postgres, ""); err != nil {
+		t.Fatal(err)
+	}
+	w, _ := envelope.NewWriter(envelope.Postgres, "")
+	for _, c := range []struct {
+		name    string
+		payload any
+		mode    string
+	}{
+		{"RowKeyed", capturedjson.RowKeyed(`{"id":1}`), "ShareLock"},
+		{"JSON", capturedjson.JSON(`{"id":1}`), "ExclusiveLock"},
+		{"user payload", map[string]any{"id": 1}, "ExclusiveLock"},
+	} {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Write(ctx, tx, []envelope.Message{{Topic: "t", Payload: c.payload, OrderingKey: "Loan:1"}}); err != nil {
+			t.Fatal(err)
+		}
+		var modes []string
+		rows, err := tx.QueryContext(ctx, `SELECT mode FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory' ORDER BY mode`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var m string
+			if err := rows.Scan(&m); err != nil {
+				t.Fatal(err)
+			}
+			modes = append(modes, m)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		_ = tx.Rollback()
+		if len(modes) != 1 || modes[0] != c.mode {
+			t.Errorf("%s: advisory locks %v, want one %s", c.name, modes, c.mode)
+		}
 	}
 }

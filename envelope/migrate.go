@@ -4,10 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"strings"
 
-	"github.com/heraldgo/herald/internal/names"
+	"github.com/heraldgo/herald/internal/tablemigrate"
 )
 
 // The outbox table's schema is versioned, as River's rivermigrate versions
@@ -255,76 +254,7 @@ func MigrationSQL(d Dialect, table string, version int, down bool) (string, erro
 		return "", configurationf("version", "%d: herald's %s outbox versions are 1 to %d", version, d, LatestVersionFor(d))
 	}
 	t, _ := ParseTable(d, table)
-	return migrationScript(d, t, "outbox", ms[version-1], down), nil
-}
-
-func migrationScript(d Dialect, t Table, what string, m Migration, down bool) string {
-	var stmts []string
-	if down {
-		stmts = append(stmts, m.Down...)
-		stmts = append(stmts, deleteVersionSQL(t, m.Version))
-	} else {
-		stmts = append(stmts, createMigrationTableSQL(d, t))
-		stmts = append(stmts, m.Up...)
-		stmts = append(stmts, recordVersionSQL(d, t, m.Version))
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "-- herald %s %s, version %d: %s\n", what, t.Name, m.Version, m.Name)
-	if down {
-		fmt.Fprintf(&b, "-- down: back to version %d\n", m.Version-1)
-	}
-	b.WriteString(strings.Join(stmts, ";\n\n"))
-	b.WriteString(";\n")
-	return b.String()
-}
-
-// migrationTable is MigrationTable in the outbox table's schema, and the
-// name the record keeps for the outbox table (unqualified: one record
-// table per schema).
-func migrationTable(t Table) (quoted, name string) {
-	if i := strings.LastIndexByte(t.Name, '.'); i >= 0 {
-		return names.Quote(t.Name[:i]) + "." + names.Quote(MigrationTable), t.Name[i+1:]
-	}
-	if strings.HasPrefix(t.Quoted, "`") {
-		return MySQL.QuoteIdent(MigrationTable), t.Name
-	}
-	return names.Quote(MigrationTable), t.Name
-}
-
-func createMigrationTableSQL(d Dialect, t Table) string {
-	q, _ := migrationTable(t)
-	if d == MySQL {
-		return createMigrationTableMySQL(q)
-	}
-	if d == Postgres {
-		return `CREATE TABLE IF NOT EXISTS ` + q + ` (
-    table_name VARCHAR(255) NOT NULL,
-    version    INTEGER NOT NULL,
-    applied_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-    PRIMARY KEY (table_name, version)
-)`
-	}
-	return `CREATE TABLE IF NOT EXISTS ` + q + ` (
-    table_name TEXT NOT NULL,
-    version    INTEGER NOT NULL,
-    applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
-    PRIMARY KEY (table_name, version)
-)`
-}
-
-// The table name is a validated identifier, so it can be a literal: the
-// scripts carry no bind parameters.
-func recordVersionSQL(d Dialect, t Table, version int) string {
-	q, name := migrationTable(t)
-	if d == MySQL {
-		return fmt.Sprintf(`INSERT INTO %s (table_name, version) VALUES ('%s', %d) ON DUPLICATE KEY UPDATE version = version`, q, name, version)
-	}
-	return fmt.Sprintf(`INSERT INTO %s (table_name, version) VALUES ('%s', %d) ON CONFLICT DO NOTHING`, q, name, version)
-}
-
-func deleteVersionSQL(t Table, version int) string {
-	q, name := migrationTable(t)
-	return fmt.Sprintf(`DELETE FROM %s WHERE table_name = '%s' AND version = %d`, q, name, version)
+	return tablemigrate.Script(string(d), tablemigrate.Table(t), "outbox", tablemigrate.Migration(ms[version-1]), down), nil
 }
 
 // Migrate brings the outbox table to LatestVersion, creating it when it
@@ -357,77 +287,7 @@ func MigrateTo(ctx context.Context, db *sql.DB, d Dialect, table string, version
 		return configurationf("version", "%d: herald's %s outbox versions are 0 (no table) to %d", version, d, LatestVersionFor(d))
 	}
 	ms, _ := migrations(d, table)
-	return migrateTable(ctx, db, d, t, ms, version, unrecordedVersion)
-}
-
-// migrateTableTo brings a herald table other than the outbox (the inbox
-// package's) to version through ms (internal/outbox.MigrateTable).
-func migrateTableTo(ctx context.Context, db *sql.DB, d Dialect, t Table, ms []Migration, version int) error {
-	if version < 0 || version > len(ms) {
-		return configurationf("version", "%d: %s's versions are 0 (no table) to %d", version, t.Name, len(ms))
-	}
-	return migrateTable(ctx, db, d, t, ms, version, existsAsVersion1)
-}
-
-// tableVersionOf is Version for a table migrateTableTo migrates.
-func tableVersionOf(ctx context.Context, db *sql.DB, d Dialect, t Table) (int, error) {
-	return tableVersion(ctx, db, d, t, existsAsVersion1)
-}
-
-// tableMigrationSQL is MigrationSQL for a table migrateTableTo migrates;
-// what names the kind of table in the script's first line ("inbox").
-func tableMigrationSQL(d Dialect, t Table, what string, ms []Migration, version int, down bool) (string, error) {
-	if version < 1 || version > len(ms) {
-		return "", configurationf("version", "%d: herald's %s versions are 1 to %d", version, what, len(ms))
-	}
-	return migrationScript(d, t, what, ms[version-1], down), nil
-}
-
-func existsAsVersion1(ctx context.Context, conn *sql.Conn, d Dialect, t Table) (int, error) {
-	exists, err := tableExists(ctx, conn, d, t.Quoted, t.Name)
-	if err != nil || !exists {
-		return 0, err
-	}
-	return 1, nil
-}
-
-type unrecordedFunc func(ctx context.Context, conn *sql.Conn, d Dialect, t Table) (int, error)
-
-func migrateTable(ctx context.Context, db *sql.DB, d Dialect, t Table, ms []Migration, version int, unrecorded unrecordedFunc) error {
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return fmt.Errorf("herald/envelope: migrate %s: %w", t.Name, err)
-	}
-	defer conn.Close()
-	if err := checkDialect(ctx, conn, d); err != nil {
-		return err
-	}
-	return inMigrationTx(ctx, conn, d, func() error {
-		if _, err := conn.ExecContext(ctx, createMigrationTableSQL(d, t)); err != nil {
-			return err
-		}
-		have, err := appliedVersion(ctx, conn, d, t, unrecorded)
-		if err != nil {
-			return err
-		}
-		for v := have + 1; v <= version; v++ {
-			if err := execAll(ctx, conn, ms[v-1].Up); err != nil {
-				return fmt.Errorf("up to version %d: %w", v, err)
-			}
-			if _, err := conn.ExecContext(ctx, recordVersionSQL(d, t, v)); err != nil {
-				return err
-			}
-		}
-		for v := have; v > version; v-- {
-			if err := execAll(ctx, conn, ms[v-1].Down); err != nil {
-				return fmt.Errorf("down from version %d: %w", v, err)
-			}
-			if _, err := conn.ExecContext(ctx, deleteVersionSQL(t, v)); err != nil {
-				return err
-			}
-		}
-		return nil
-	}, t)
+	return migrateErr(tablemigrate.Migrate(ctx, db, string(d), tablemigrate.Table(t), toMigrations(ms), version, unrecordedVersion))
 }
 
 // Version returns the schema version of the outbox table: 0 when it does
@@ -439,138 +299,8 @@ func Version(ctx context.Context, db *sql.DB, d Dialect, table string) (int, err
 	if err != nil {
 		return 0, err
 	}
-	return tableVersion(ctx, db, d, t, unrecordedVersion)
-}
-
-func tableVersion(ctx context.Context, db *sql.DB, d Dialect, t Table, unrecorded unrecordedFunc) (int, error) {
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("herald/envelope: version of %s: %w", t.Name, err)
-	}
-	defer conn.Close()
-	if err := checkDialect(ctx, conn, d); err != nil {
-		return 0, err
-	}
-	v, err := recordedVersion(ctx, conn, d, t)
-	if err == nil && v > 0 {
-		// A record outlives a table dropped without MigrateTo(0).
-		var exists bool
-		if exists, err = tableExists(ctx, conn, d, t.Quoted, t.Name); err == nil && !exists {
-			v = 0
-		}
-	}
-	if err == nil && v < 0 {
-		v, err = unrecorded(ctx, conn, d, t)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("herald/envelope: version of %s: %w", t.Name, err)
-	}
-	return v, nil
-}
-
-func execAll(ctx context.Context, conn *sql.Conn, stmts []string) error {
-	for _, s := range stmts {
-		if _, err := conn.ExecContext(ctx, s); err != nil {
-			return fmt.Errorf("%w\n%s", err, s)
-		}
-	}
-	return nil
-}
-
-// inMigrationTx runs f in a transaction on conn that no other migration
-// of any herald table runs beside: on PostgreSQL under a transaction-level
-// advisory lock (without it, two CREATE … IF NOT EXISTS race into a unique
-// violation in pg_type), on SQLite as BEGIN IMMEDIATE, which takes the
-// database's write lock before the first read (database/sql cannot begin
-// such a transaction whatever the driver's DSN says, so it is sent as SQL
-// on the one connection). f's statements go to conn.
-func inMigrationTx(ctx context.Context, conn *sql.Conn, d Dialect, f func() error, t Table) (err error) {
-	fail := func(err error) error { return fmt.Errorf("herald/envelope: migrate %s: %w", t.Name, err) }
-	if d == MySQL {
-		return inMySQLMigrationLock(ctx, conn, f, fail)
-	}
-	begin := "BEGIN IMMEDIATE"
-	if d == Postgres {
-		begin = "BEGIN"
-	}
-	if _, err := conn.ExecContext(ctx, begin); err != nil {
-		return fail(err)
-	}
-	defer func() {
-		if err != nil {
-			// A cancelled ctx must not leave the connection in a
-			// transaction when it goes back to the pool.
-			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
-		}
-	}()
-	if d == Postgres {
-		if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('herald:migrate', 0))`); err != nil {
-			return fail(err)
-		}
-	}
-	if err := f(); err != nil {
-		return fail(err)
-	}
-	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
-		return fail(err)
-	}
-	return nil
-}
-
-// appliedVersion is the version the table has: the highest recorded, or,
-// with no record, the one its layout shows, then recorded (versions up to
-// it) so the record is complete for the next run. A record of a table that
-// no longer exists (dropped by hand or by a test, left out of a restore) is
-// deleted and the version is 0, so Migrate creates the table again: what
-// it held is gone whatever Migrate does, and an outbox every write fails
-// on helps no one.
-func appliedVersion(ctx context.Context, conn *sql.Conn, d Dialect, t Table, unrecorded unrecordedFunc) (int, error) {
-	v, err := recordedVersion(ctx, conn, d, t)
-	if err != nil {
-		return v, err
-	}
-	if v > 0 {
-		exists, err := tableExists(ctx, conn, d, t.Quoted, t.Name)
-		if err != nil || exists {
-			return v, err
-		}
-		q, name := migrationTable(t)
-		if _, err := conn.ExecContext(ctx, `DELETE FROM `+q+` WHERE table_name = `+d.placeholder(1), name); err != nil {
-			return 0, err
-		}
-		return 0, nil
-	}
-	if v >= 0 {
-		return v, nil
-	}
-	if v, err = unrecorded(ctx, conn, d, t); err != nil {
-		return 0, err
-	}
-	for i := 1; i <= v; i++ {
-		if _, err := conn.ExecContext(ctx, recordVersionSQL(d, t, i)); err != nil {
-			return 0, err
-		}
-	}
-	return v, nil
-}
-
-// recordedVersion is the highest version recorded for t, or -1 when none
-// is (or MigrationTable does not exist).
-func recordedVersion(ctx context.Context, conn *sql.Conn, d Dialect, t Table) (int, error) {
-	q, name := migrationTable(t)
-	exists, err := tableExists(ctx, conn, d, q, MigrationTable)
-	if err != nil || !exists {
-		return -1, err
-	}
-	var v sql.NullInt64
-	err = conn.QueryRowContext(ctx, `SELECT max(version) FROM `+q+` WHERE table_name = `+d.placeholder(1), name).Scan(&v)
-	if err != nil {
-		return 0, err
-	}
-	if !v.Valid {
-		return -1, nil
-	}
-	return int(v.Int64), nil
+	v, err := tablemigrate.Version(ctx, db, string(d), tablemigrate.Table(t), unrecordedVersion)
+	return v, migrateErr(err)
 }
 
 // unrecordedVersion tells the version of a table no record describes: 0
@@ -579,12 +309,12 @@ func recordedVersion(ctx context.Context, conn *sql.Conn, d Dialect, t Table) (i
 // SQLite 1 (version 2 changes nothing there). Version 1's statements are
 // all IF NOT EXISTS, so running them again on a table made by a
 // development build before the first release adds what it lacks.
-func unrecordedVersion(ctx context.Context, conn *sql.Conn, d Dialect, t Table) (int, error) {
-	exists, err := tableExists(ctx, conn, d, t.Quoted, t.Name)
+func unrecordedVersion(ctx context.Context, conn *sql.Conn, d string, t tablemigrate.Table) (int, error) {
+	exists, err := tablemigrate.TableExists(ctx, conn, d, t.Quoted, t.Name)
 	if err != nil || !exists {
 		return 0, err
 	}
-	if d != Postgres {
+	if d != string(Postgres) {
 		return 1, nil
 	}
 	var typ string
@@ -602,51 +332,21 @@ WHERE attrelid = to_regclass($1) AND attname = 'payload' AND NOT attisdropped`, 
 	return 1, nil
 }
 
-func tableExists(ctx context.Context, conn *sql.Conn, d Dialect, quoted, name string) (bool, error) {
-	var n int
-	var err error
-	switch d {
-	case Postgres:
-		err = conn.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT to_regclass($1) AS r) x WHERE r IS NOT NULL`, quoted).Scan(&n)
-	case MySQL:
-		err = conn.QueryRowContext(ctx, `SELECT count(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?`, name).Scan(&n)
-	default:
-		err = conn.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?`, name).Scan(&n)
+// toMigrations is ms as tablemigrate's.
+func toMigrations(ms []Migration) []tablemigrate.Migration {
+	out := make([]tablemigrate.Migration, len(ms))
+	for i, m := range ms {
+		out[i] = tablemigrate.Migration(m)
 	}
-	return n > 0, err
+	return out
 }
 
-// checkDialect asks the database what it is when the dialect's own probe
-// fails, so that the wrong dialect is an ErrConfiguration that says which
-// to pass, and an unreachable database is the connection error it is.
-func checkDialect(ctx context.Context, conn *sql.Conn, d Dialect) error {
-	probe := map[Dialect]string{
-		Postgres: `SELECT current_setting('server_version_num')`,
-		SQLite:   `SELECT sqlite_version()`,
-		MySQL:    `SELECT @@version_comment`,
+// migrateErr makes a migration's wrong-dialect answer an ErrConfiguration
+// about "Dialect"; any other error is returned as it is.
+func migrateErr(err error) error {
+	var de *tablemigrate.DialectError
+	if errors.As(err, &de) {
+		return &Error{Kind: ErrConfiguration, Where: "Dialect", Msg: de.Msg, Err: de.Err}
 	}
-	var v string
-	err := conn.QueryRowContext(ctx, probe[d]).Scan(&v)
-	if err == nil {
-		return nil
-	}
-	for _, other := range []Dialect{Postgres, SQLite, MySQL} {
-		if other == d || conn.QueryRowContext(ctx, probe[other]).Scan(&v) != nil {
-			continue
-		}
-		return &Error{Kind: ErrConfiguration, Where: "Dialect",
-			Msg: fmt.Sprintf("envelope.%s given, but the database is %s: pass envelope.%s", dialectName(d), dialectName(other), dialectName(other)),
-			Err: err}
-	}
-	return fmt.Errorf("herald/envelope: migrate: %w", err)
-}
-
-func dialectName(d Dialect) string {
-	switch d {
-	case Postgres:
-		return "Postgres"
-	case MySQL:
-		return "MySQL"
-	}
-	return "SQLite"
+	return err
 }

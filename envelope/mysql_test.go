@@ -12,6 +12,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/capturedjson"
 	"github.com/heraldgo/herald/internal/testkit"
 )
 
@@ -274,7 +275,7 @@ func TestMySQLPayloadBytes(t *testing.T) {
 	t.Parallel()
 	db, w := mysqlOutbox(t)
 	raw := `{"z":1,"a":{"y":[1,2],"b":"x"}}`
-	res, err := w.Write(context.Background(), db, []envelope.Message{{Topic: "t", Payload: envelope.TrustedJSONForTest(raw)}})
+	res, err := w.Write(context.Background(), db, []envelope.Message{{Topic: "t", Payload: capturedjson.JSON(raw)}})
 	if err != nil {
 		t.Fatal(err)
 	}

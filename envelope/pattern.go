@@ -1,6 +1,10 @@
 package envelope
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/heraldgo/herald/internal/outboxsql"
+)
 
 // TopicPattern is a topic name ("library.loan.updated") or a prefix pattern
 // ending in '*' ("library.*" matches every topic that starts with
@@ -62,11 +66,4 @@ func (p TopicPattern) String() string {
 
 // likePattern returns the pattern for SQL `LIKE ? ESCAPE '\'`: the prefix
 // with '\', '%' and '_' escaped, then '%'. For a name it is the escaped name.
-func (p TopicPattern) likePattern() string {
-	r := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
-	s := r.Replace(p.Text)
-	if p.Prefix {
-		s += "%"
-	}
-	return s
-}
+func (p TopicPattern) likePattern() string { return outboxsql.LikePattern(p.Text, p.Prefix) }

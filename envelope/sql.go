@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/heraldgo/herald/internal/sqltime"
+	"github.com/heraldgo/herald/internal/outboxsql"
 )
 
 // Querier runs statements: *sql.DB, *sql.Tx and *sql.Conn all are one.
@@ -52,13 +52,7 @@ func ParseTable(d Dialect, name string) (Table, error) {
 // table (schema version 5), written for SQL: {base}_paused in the outbox
 // table's schema. The relay leases no event of a topic it lists; the
 // admin package writes it.
-func (t Table) pausedTable() string {
-	schema := ""
-	if i := strings.LastIndex(t.Quoted, `"."`); i >= 0 {
-		schema = t.Quoted[:i+2]
-	}
-	return schema + t.Base + "_paused"
-}
+func (t Table) pausedTable() string { return outboxsql.PausedTable(t.Quoted, t.Base) }
 
 // QuoteIdent quotes a validated identifier for the dialect: backticks on
 // MySQL, double quotes elsewhere.
@@ -74,34 +68,14 @@ func (d Dialect) QuoteIdent(s string) string {
 func (t Table) keyLockTable() string { return t.Base + "_keylock" }
 
 // placeholder returns the n-th (1-based) bind placeholder of the dialect.
-func (d Dialect) placeholder(n int) string {
-	if d == Postgres {
-		return "$" + strconv.Itoa(n)
-	}
-	return "?"
-}
+func (d Dialect) placeholder(n int) string { return outboxsql.Placeholder(string(d), n) }
 
 // maxBindParams is the most bind parameters one statement may carry.
-func (d Dialect) maxBindParams() int {
-	if d == Postgres || d == MySQL {
-		return 65535
-	}
-	return 32766
-}
+func (d Dialect) maxBindParams() int { return outboxsql.MaxBindParams(string(d)) }
 
 // timeArg returns t as a bind argument for the dialect. On SQLite times are
 // stored as fixed-width UTC text so that they compare correctly as text.
-func (d Dialect) timeArg(t time.Time) any {
-	switch d {
-	case SQLite:
-		return t.UTC().Format(sqltime.SQLiteFormat)
-	case MySQL:
-		// DATETIME(6) holds no zone: herald's are UTC, to the microsecond
-		// (go-sql-driver/mysql formats a time in its loc, UTC by default).
-		return t.UTC().Truncate(time.Microsecond)
-	}
-	return t
-}
+func (d Dialect) timeArg(t time.Time) any { return outboxsql.TimeArg(string(d), t) }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 

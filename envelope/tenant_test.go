@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/heraldgo/herald/envelope"
@@ -99,7 +100,7 @@ func TestTenantMigration(t *testing.T) {
 				if m.IdempotencyKey != "" && c.dialect == envelope.MySQL {
 					continue // ON DUPLICATE KEY names no index
 				}
-				if _, err := w.Write(ctx, db, []envelope.Message{m}); !errors.Is(err, envelope.ErrConfiguration) || !contains(err.Error(), "envelope.Migrate") {
+				if _, err := w.Write(ctx, db, []envelope.Message{m}); !errors.Is(err, envelope.ErrConfiguration) || !strings.Contains(err.Error(), "envelope.Migrate") {
 					t.Fatalf("%+v on a table before version 6: %v", m, err)
 				}
 			}
@@ -123,59 +124,4 @@ func TestTenantMigration(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestTenantOption: Options.Tenant names a column of the model, is read
-// from the row into Change.Tenant, the envelope and Message.Tenant.
-func TestTenantOption(t *testing.T) {
-	m := envelope.ModelInfo{Name: "Doc", Table: "docs", Columns: []string{"id", "org", "title"}, PrimaryKey: []string{"id"}}
-	if _, err := envelope.Compile(m, envelope.Options{Tenant: "orgid"}); !errors.Is(err, envelope.ErrConfiguration) ||
-		!containsAll(err.Error(), "Doc", "Tenant", "orgid") {
-		t.Fatalf("missing tenant column: %v", err)
-	}
-	if _, err := envelope.Compile(m, envelope.Options{Tenant: "org", Payload: envelope.Keys}); !errors.Is(err, envelope.ErrConfiguration) {
-		t.Fatalf("Tenant with Keys: %v", err)
-	}
-	if _, err := envelope.Compile(m, envelope.Options{Tenant: "org", Exclude: []string{"org"}}); !errors.Is(err, envelope.ErrConfiguration) {
-		t.Fatalf("Tenant in Exclude: %v", err)
-	}
-	s, err := envelope.Compile(m, envelope.Options{Tenant: "org", Fields: []string{"title"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var seen any
-	s.Options.Extend = func(_ context.Context, c envelope.Change) (*envelope.Extension, error) {
-		seen = c.Tenant
-		return nil, nil
-	}
-	ms, err := s.Messages(context.Background(), []envelope.Change{{Operation: envelope.Inserted, PK: 1, After: map[string]any{"id": 1, "org": "acme", "title": "t"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, _ := ms[0].Payload.(interface{ MarshalJSON() ([]byte, error) }).MarshalJSON()
-	if ms[0].Tenant != "acme" || seen != "acme" || !containsAll(string(p), `"tenant":"acme"`, `"org":"acme"`) {
-		t.Fatalf("tenant %q, Extend saw %v, payload %s", ms[0].Tenant, seen, p)
-	}
-	ms, err = s.Messages(context.Background(), []envelope.Change{{Operation: envelope.Deleted, PK: 1, Before: map[string]any{"id": 1, "org": int64(7)}}})
-	if err != nil || ms[0].Tenant != "7" {
-		t.Fatalf("delete's tenant from before: %v %q", err, ms[0].Tenant)
-	}
-}
-
-func containsAll(s string, subs ...string) bool {
-	for _, x := range subs {
-		if !contains(s, x) {
-			return false
-		}
-	}
-	return true
-}
-
-func contains(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return true
-		}
-	}
-	return false
 }

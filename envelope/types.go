@@ -131,11 +131,6 @@ type Message struct {
 	Tenant    string
 	Extra     map[string]any // values for the service's own extra outbox columns
 	DeliverAt time.Time      // zero = now; otherwise not before it (years 1 to 9999)
-
-	// rowKeyed: a captured change's event whose ordering key is its row's
-	// own and whose row the write locks (Spec.RowKeyed); set only by
-	// Spec.Messages. Its key lock is taken shared (see keyLockBuckets).
-	rowKeyed bool
 }
 
 // Change is one captured row change, as given to Extend, TopicFunc and

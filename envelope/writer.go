@@ -16,8 +16,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/heraldgo/herald/internal/capturedjson"
 	"github.com/heraldgo/herald/internal/names"
-	"github.com/heraldgo/herald/internal/sqltime"
+	"github.com/heraldgo/herald/internal/outboxsql"
 	"github.com/heraldgo/herald/jsonform"
 )
 
@@ -92,6 +93,9 @@ type WriteResult struct {
 // when a message is rejected (ErrValidation): every check runs before the
 // first statement.
 func (w *Writer) Write(ctx context.Context, q Querier, ms []Message) (*WriteResult, error) {
+	if outboxsql.Arrays(ctx) { // internal/outbox.WriteArrays
+		return w.writeCapturedArrays(ctx, q, ms)
+	}
 	return w.write(ctx, q, ms)
 }
 
@@ -109,7 +113,7 @@ type row struct {
 	extra   map[string]any
 	shape   string // sorted extra column names, and whether an idempotency key is set
 	dupOf   int    // index of an earlier message with the same idempotency key, or -1
-	rowKey  bool   // the key is its row's own, and the row is locked (Message.rowKeyed)
+	rowKey  bool   // the key is its row's own, and the row is locked (a capturedjson.RowKeyed payload)
 	i, n    int    // the message's index, and the call's message count
 }
 
@@ -198,26 +202,10 @@ func (w *Writer) unmigrated(err error) error {
 	if errors.As(err, &e) {
 		return err
 	}
-	msg := err.Error()
-	name := w.t.Name
-	if i := strings.LastIndexByte(name, '.'); i >= 0 {
-		name = name[i+1:]
+	if msg := outboxsql.Unmigrated(string(w.d), w.t.Name, err); msg != "" {
+		return &Error{Kind: ErrConfiguration, Where: "outbox table " + w.t.Name, Msg: msg, Err: err}
 	}
-	var st interface{ SQLState() string }
-	if strings.Contains(msg, `column "tenant"`) || strings.Contains(msg, "no such column: tenant") || strings.Contains(msg, "no column named tenant") || strings.Contains(msg, "Unknown column 'tenant'") ||
-		strings.Contains(msg, "no unique or exclusion constraint matching the ON CONFLICT") {
-		return &Error{Kind: ErrConfiguration, Where: "outbox table " + w.t.Name,
-			Msg: fmt.Sprintf("lacks the tenant column and index of schema version 6 (MySQL: 2), which tenants and idempotency keys need: run envelope.Migrate(ctx, db, %q, %q)", string(w.d), w.t.Name),
-			Err: err}
-	}
-	missing := (errors.As(err, &st) && st.SQLState() == "42P01") || strings.Contains(msg, "SQLSTATE 42P01") ||
-		strings.Contains(msg, "no such table")
-	if !missing || !strings.Contains(msg, name) {
-		return err
-	}
-	return &Error{Kind: ErrConfiguration, Where: "outbox table " + w.t.Name,
-		Msg: fmt.Sprintf("does not exist: create it before the first write with envelope.Migrate(ctx, db, %q, %q) (or the scripts of envelope.MigrationSQL)", string(w.d), w.t.Name),
-		Err: err}
+	return err
 }
 
 // prepare validates m into r; ch are the write's context headers
@@ -257,9 +245,12 @@ func (w *Writer) prepare(r *row, m *Message, ch map[string]string, i, n int) err
 			return validationf(where("DeliverAt"), "%s", why)
 		}
 	}
+	rowKey := false
 	switch p := m.Payload.(type) {
-	case trustedJSON:
+	case capturedjson.JSON: // a captured change's envelope
 		r.payload = string(p)
+	case capturedjson.RowKeyed:
+		r.payload, rowKey = string(p), true
 	default:
 		b, err := jsonform.MarshalPath("payload", m.Payload, jsonform.Strict)
 		if err != nil {
@@ -313,7 +304,7 @@ func (w *Writer) prepare(r *row, m *Message, ch map[string]string, i, n int) err
 	}
 	*r = row{id: id, topic: m.Topic, payload: r.payload, headers: r.headers, hdrs: hdrs,
 		okey: m.OrderingKey, ikey: m.IdempotencyKey, tenant: m.Tenant, at: m.DeliverAt, extra: m.Extra, shape: shape.String(),
-		rowKey: m.rowKeyed, i: i, n: n}
+		rowKey: rowKey, i: i, n: n}
 	return nil
 }
 
@@ -698,7 +689,7 @@ func (w *Writer) selectEvents(ctx context.Context, q Querier, query string, args
 		if err != nil {
 			return err
 		}
-		e.Tenant = tenantText(e.Extra["tenant"])
+		e.Tenant = names.TenantText(e.Extra["tenant"])
 		e.Extra = nil
 		out[tenantKey(e.Tenant, e.IdempotencyKey)] = e
 	}
@@ -715,41 +706,6 @@ const EventColumns = "sequence, id, topic, payload, headers, ordering_key, idemp
 // scanEvent (internal/outbox.ScanEvent) scans one row selected as EventColumns followed by the extra
 // columns named in extra (loaded into Event.Extra).
 func scanEvent(s interface{ Scan(dest ...any) error }, extra []string) (*Event, error) {
-	var (
-		e                                       Event
-		payload, headers                        []byte
-		okey, ikey, lastErr, leasedBy           sql.NullString
-		created, next, lease, published, killed sqltime.NullTime
-	)
-	dest := []any{&e.Sequence, &e.ID, &e.Topic, &payload, &headers, &okey, &ikey, &created, &e.Attempts,
-		&lastErr, &next, &lease, &leasedBy, &published, &killed}
-	var xv []any
-	if len(extra) > 0 {
-		xv = make([]any, len(extra))
-		for i := range xv {
-			dest = append(dest, &xv[i])
-		}
-	}
-	if err := s.Scan(dest...); err != nil {
-		return nil, fmt.Errorf("herald/envelope: scan event: %w", err)
-	}
-	e.Payload = json.RawMessage(payload)
-	if len(headers) > 0 && string(headers) != "{}" {
-		if err := json.Unmarshal(headers, &e.Headers); err != nil {
-			return nil, fmt.Errorf("herald/envelope: event %d: headers: %w", e.Sequence, err)
-		}
-	}
-	e.OrderingKey, e.IdempotencyKey, e.LastError, e.LeasedBy = okey.String, ikey.String, lastErr.String, leasedBy.String
-	e.CreatedAt = created.Time
-	e.NextAttemptAt, e.LeaseUntil, e.PublishedAt, e.DeadLetteredAt = next.Ptr(), lease.Ptr(), published.Ptr(), killed.Ptr()
-	if len(extra) > 0 {
-		e.Extra = make(map[string]any, len(extra))
-		for i, c := range extra {
-			if b, ok := xv[i].([]byte); ok { // drivers may reuse the buffer
-				xv[i] = slices.Clone(b)
-			}
-			e.Extra[c] = xv[i]
-		}
-	}
-	return &e, nil
+	e, err := outboxsql.ScanEvent(s, extra)
+	return (*Event)(e), err
 }

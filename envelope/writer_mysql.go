@@ -27,8 +27,8 @@ import (
 // UTF-8 bytes, as MySQL's own CRC32() computes it for a utf8mb4 string):
 //
 //   - FOR UPDATE (exclusive) for every event but a captured row change's
-//     whose key is its row's own (Spec.RowKeyed), which takes it LOCK IN
-//     SHARE MODE: the row's own lock serializes those writers already;
+//     whose key is its row's own (internal/capture's Spec.RowKeyed),
+//     which takes it LOCK IN SHARE MODE: the row's own lock serializes those writers already;
 //   - in ascending bucket order, one SELECT per run of buckets of one mode,
 //     so two writers never deadlock on each other's buckets;
 //   - released by the transaction's commit or rollback, whatever happens.

@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm/schema"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/capture"
 )
 
 // The database's own ON DELETE CASCADE / SET NULL / SET DEFAULT changes rows without any
@@ -204,7 +205,7 @@ func (p *Plugin) readCascade(ctx context.Context, db *gorm.DB, q gorm.ConnPool, 
 	deleted := map[string]bool{}
 	var order []*schema.Schema
 	groups := map[*schema.Schema]*batch{}
-	add := func(sch *schema.Schema, spec *envelope.Spec, c envelope.Change) {
+	add := func(sch *schema.Schema, spec *capture.Spec, c envelope.Change) {
 		b := groups[sch]
 		if b == nil {
 			b = &batch{spec: spec}
@@ -309,7 +310,7 @@ next:
 // UPDATE.
 type updateCascade struct {
 	edge *cascadeEdge
-	spec *envelope.Spec // nil: not captured (read to follow the cascade further)
+	spec *capture.Spec // nil: not captured (read to follow the cascade further)
 	rows []image
 }
 

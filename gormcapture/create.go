@@ -12,6 +12,7 @@ import (
 	"gorm.io/gorm/schema"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/capture"
 )
 
 // create replaces gorm:create for captured models. gorm:create reads
@@ -67,7 +68,7 @@ func (p *Plugin) create(orig func(*gorm.DB)) func(*gorm.DB) {
 // as: GORM's VALUES are built without it, as without the plugin, nothing
 // is filled back into the caller's maps but a RETURNING the caller asked
 // for, and the statement holds it only while the rows are captured.
-func (p *Plugin) insert(db *gorm.DB, spec *envelope.Spec, lent *schema.Schema) error {
+func (p *Plugin) insert(db *gorm.DB, spec *capture.Spec, lent *schema.Schema) error {
 	st := db.Statement
 	sch := st.Schema
 	ctx := st.Context

@@ -9,13 +9,14 @@ import (
 	"gorm.io/gorm/schema"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/capture"
 	"github.com/heraldgo/herald/internal/outbox"
 )
 
 // batch is one statement's changes of one model: what Spec.Messages (and
 // so ExtendMany) is called with.
 type batch struct {
-	spec    *envelope.Spec
+	spec    *capture.Spec
 	changes []envelope.Change
 }
 
@@ -52,7 +53,7 @@ func (p *Plugin) emit(db *gorm.DB, batches ...batch) error {
 }
 
 // change builds one change of a row.
-func change(spec *envelope.Spec, table string, op envelope.Operation, pk any, before, after image, changed []string, at time.Time) envelope.Change {
+func change(spec *capture.Spec, table string, op envelope.Operation, pk any, before, after image, changed []string, at time.Time) envelope.Change {
 	c := envelope.Change{Model: spec.Label, Table: table, Operation: op, PK: pk, OccurredAt: at}
 	if before != nil {
 		c.Before = map[string]any(before)
@@ -68,7 +69,7 @@ func change(spec *envelope.Spec, table string, op envelope.Operation, pk any, be
 
 // payloadColumns are the columns a snapshot of op reads: the primary key
 // plus, when the mode keeps rows, the spec's payload columns.
-func payloadColumns(sch *schema.Schema, spec *envelope.Spec, rows bool) []string {
+func payloadColumns(sch *schema.Schema, spec *capture.Spec, rows bool) []string {
 	cols := slices.Clone(keyColumns(sch))
 	if rows && spec != nil {
 		cols = union(cols, spec.Columns()...)

@@ -21,6 +21,7 @@ import (
 	"gorm.io/gorm/schema"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/capture"
 	"github.com/heraldgo/herald/internal/ctxhdr"
 	"github.com/heraldgo/herald/internal/fusedsql"
 	"github.com/heraldgo/herald/internal/outbox"
@@ -400,7 +401,7 @@ func stringJSON(e string) string {
 // i-th column col's rendered by render(col, beforeExpr(i, col)) or
 // render(col, afterExpr(i, col)); false when a column has no rendering
 // (the Go path runs instead).
-func markImages(ch *envelope.Change, marks fusedsql.Marks, spec *envelope.Spec, needBefore bool, beforeCols, afterCols []string,
+func markImages(ch *envelope.Change, marks fusedsql.Marks, spec *capture.Spec, needBefore bool, beforeCols, afterCols []string,
 	render func(col, expr string) (string, bool), beforeExpr, afterExpr func(i int, col string) string) bool {
 	image := func(kind string, cols []string, expr func(int, string) string) map[string]any {
 		img := make(map[string]any, len(cols))

@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm/schema"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/capture"
 )
 
 // MySQL and MariaDB (gorm.io/driver/mysql) have no RETURNING that both
@@ -43,7 +44,7 @@ import (
 
 // insertMySQL captures a create on MySQL/MariaDB around GORM's own
 // gorm:create (orig). lent: see insert.
-func (p *Plugin) insertMySQL(db *gorm.DB, spec *envelope.Spec, lent *schema.Schema, orig func(*gorm.DB)) error {
+func (p *Plugin) insertMySQL(db *gorm.DB, spec *capture.Spec, lent *schema.Schema, orig func(*gorm.DB)) error {
 	st := db.Statement
 	ctx := st.Context
 	at := now()
@@ -576,7 +577,7 @@ func readableColumns(sch *schema.Schema) []string {
 }
 
 // project keeps the key and the spec's payload columns of img.
-func project(img image, spec *envelope.Spec, pk []string) image {
+func project(img image, spec *capture.Spec, pk []string) image {
 	out := make(image, len(pk)+len(spec.Columns()))
 	for _, c := range pk {
 		out[c] = img[c]

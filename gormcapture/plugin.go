@@ -14,6 +14,7 @@ import (
 	"gorm.io/gorm/schema"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/capture"
 	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/internal/pgform"
 	"github.com/heraldgo/herald/wakeup"
@@ -390,8 +391,8 @@ func declaresCascade(sch *schema.Schema) bool {
 
 // model is what the plugin knows about one model type.
 type model struct {
-	spec  *envelope.Spec // nil: not captured
-	err   error          // a bad declaration, reported on every write
+	spec  *capture.Spec // nil: not captured
+	err   error         // a bad declaration, reported on every write
 	label string
 }
 
@@ -473,13 +474,13 @@ func (p *Plugin) tableModel(st *gorm.Statement) *schema.Schema {
 	return nil
 }
 
-func (p *Plugin) compile(sch *schema.Schema, opts envelope.Options) (*envelope.Spec, error) {
+func (p *Plugin) compile(sch *schema.Schema, opts envelope.Options) (*capture.Spec, error) {
 	key := keyColumns(sch)
 	if len(key) == 0 {
 		return nil, outbox.Configurationf(sch.Name, "table %s has no primary key to key its events by: tag one with gorm:\"primaryKey\" "+
 			"(a many-to-many join model without one is keyed by its foreign-key columns once given to db.SetupJoinTable: call it before db.Use and Capture)", sch.Table)
 	}
-	info := envelope.ModelInfo{
+	info := capture.ModelInfo{
 		Name:             sch.Name,
 		Table:            sch.Table,
 		Columns:          slices.Clone(sch.DBNames),
@@ -506,7 +507,7 @@ func (p *Plugin) compile(sch *schema.Schema, opts envelope.Options) (*envelope.S
 	if p.isOutbox(sch.Table) {
 		return nil, outbox.Configurationf(sch.Name, "table %s is the outbox table: the outbox cannot capture its own events", sch.Table)
 	}
-	return envelope.Compile(info, opts)
+	return capture.Compile(info, opts)
 }
 
 // isOutbox reports whether table is the plugin's outbox table.

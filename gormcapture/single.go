@@ -18,6 +18,7 @@ import (
 	"gorm.io/gorm/schema"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/capture"
 	"github.com/heraldgo/herald/internal/ctxhdr"
 	"github.com/heraldgo/herald/internal/fusedsql"
 	"github.com/heraldgo/herald/internal/names"
@@ -51,7 +52,7 @@ import (
 // OrderingKeyFunc), the topic does not contain a generated key, and every
 // column of the event has such a rendering; otherwise the event is
 // written by its own INSERT, as for any other write.
-func (p *Plugin) insertSingle(db *gorm.DB, spec *envelope.Spec, values clause.Values, fill []string, at time.Time, lent *schema.Schema) error {
+func (p *Plugin) insertSingle(db *gorm.DB, spec *capture.Spec, values clause.Values, fill []string, at time.Time, lent *schema.Schema) error {
 	st := db.Statement
 	sch := st.Schema
 	ctx := st.Context
@@ -186,7 +187,7 @@ func instanceKey(ctx context.Context, st *gorm.Statement, values clause.Values) 
 // selects back only the columns the instance gets back (back); ok is false
 // when the event cannot be built before the row exists or a column of it
 // has no rendering in SQL.
-func (p *Plugin) fusedInsert(st *gorm.Statement, spec *envelope.Spec, values clause.Values, ret, back []string, at time.Time) (sqlText string, args []any, topic string, ok bool) {
+func (p *Plugin) fusedInsert(st *gorm.Statement, spec *capture.Spec, values clause.Values, ret, back []string, at time.Time) (sqlText string, args []any, topic string, ok bool) {
 	if !fusable(spec) {
 		return "", nil, "", false
 	}
@@ -268,7 +269,7 @@ type fusedShape struct {
 
 type fusedShapeKey struct {
 	table string
-	spec  *envelope.Spec
+	spec  *capture.Spec
 	pgx   bool
 }
 
@@ -276,7 +277,7 @@ type fusedShapeKey struct {
 // the first time; ok is false when a column has no rendering in SQL (its
 // type unknown yet, or not an identifier) — not cached, so that a later
 // insert, once the types are known, is fused.
-func (p *Plugin) fusedShapeOf(st *gorm.Statement, spec *envelope.Spec, pk []string) (*fusedShape, bool) {
+func (p *Plugin) fusedShapeOf(st *gorm.Statement, spec *capture.Spec, pk []string) (*fusedShape, bool) {
 	pgx := p.bindsArrays(st.ConnPool)
 	key := fusedShapeKey{st.Table, spec, pgx}
 	if v, ok := p.shapes.Load(key); ok {
@@ -353,7 +354,7 @@ func (c *columnTypes) get(col string) string {
 // fusable reports whether spec's events may be rendered by a fused
 // statement: no Go callback needs the stored row, and no column's form
 // comes from its declared type (Spec.Typed).
-func fusable(spec *envelope.Spec) bool {
+func fusable(spec *capture.Spec) bool {
 	o := spec.Options
 	return o.Extend == nil && o.ExtendMany == nil && o.TopicFunc == nil && o.OrderingKeyFunc == nil &&
 		!spec.Typed() // a typed column's form is pgform's, in Go

@@ -15,6 +15,7 @@ import (
 	"gorm.io/gorm/schema"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/capture"
 )
 
 // Updates and deletes run GORM's own gorm:update / gorm:delete with the
@@ -42,7 +43,7 @@ type capturePool struct {
 	gorm.ConnPool
 	p    *Plugin
 	db   *gorm.DB
-	spec *envelope.Spec // nil: the model is not captured (a delete that cascades)
+	spec *capture.Spec // nil: the model is not captured (a delete that cascades)
 	at   time.Time
 
 	hit           bool
@@ -119,7 +120,7 @@ func (p *Plugin) delete(orig func(*gorm.DB)) func(*gorm.DB) {
 // model a statement without one writes as (tableModel): GORM builds the
 // statement without it, exactly as without the plugin, and the capture
 // sees it only while it reads and writes the rows (lend).
-func (p *Plugin) intercept(db *gorm.DB, orig func(*gorm.DB), spec *envelope.Spec, lent *schema.Schema) {
+func (p *Plugin) intercept(db *gorm.DB, orig func(*gorm.DB), spec *capture.Spec, lent *schema.Schema) {
 	st := db.Statement
 	c := &capturePool{ConnPool: st.ConnPool, p: p, db: db, spec: spec, at: now(), lent: lent}
 	st.ConnPool = c

@@ -83,7 +83,7 @@
 // A captured column whose declared database type has a text syntax of the
 // database's own is rendered from that type, not from the Go value (GORM:
 // the field's type: tag or data type; ent: the field's SchemaType for the
-// dialect; the capture packages pass it as envelope.ModelInfo.Types):
+// dialect):
 //
 //	declared type                         JSON form
 //	arrays (text[], bigint[], int[][], …)  lists, nested per dimension, each

@@ -38,6 +38,7 @@ import (
 	"entgo.io/ent/schema/field"
 
 	"github.com/heraldgo/herald/entcapture"
+	annot "github.com/heraldgo/herald/entcapture/internal/annotation"
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/outbox"
 	"github.com/heraldgo/herald/internal/pgform"
@@ -89,7 +90,7 @@ func (extension) Hooks() []gen.Hook {
 				if n.Annotations == nil {
 					n.Annotations = gen.Annotations{}
 				}
-				n.Annotations[entcapture.CascadeAnnotationName] = true
+				n.Annotations[annot.Cascade] = true
 			}
 			if err := next.Generate(g); err != nil {
 				return err
@@ -319,7 +320,7 @@ func timePrecision(f *gen.Field) (int, bool) {
 }
 
 func annotation(n *gen.Type) (entcapture.Annotation, bool, error) {
-	raw, ok := n.Annotations[entcapture.AnnotationName]
+	raw, ok := n.Annotations[annot.Capture]
 	if !ok || raw == nil {
 		return entcapture.Annotation{}, false, nil
 	}
@@ -329,7 +330,7 @@ func annotation(n *gen.Type) (entcapture.Annotation, bool, error) {
 		err = json.Unmarshal(b, &a)
 	}
 	if err != nil {
-		return a, false, outbox.Configurationf(n.Name, "bad %s annotation: %v", entcapture.AnnotationName, err)
+		return a, false, outbox.Configurationf(n.Name, "bad %s annotation: %v", annot.Capture, err)
 	}
 	return a, true, nil
 }

@@ -23,6 +23,7 @@ import (
 	"entgo.io/ent/schema/field"
 
 	"github.com/heraldgo/herald/entcapture"
+	annot "github.com/heraldgo/herald/entcapture/internal/annotation"
 	"github.com/heraldgo/herald/envelope"
 )
 
@@ -275,5 +276,20 @@ func TestSetDefaultRefused(t *testing.T) {
 	p, err := planOf(graph(Owner{}))
 	if err != nil || len(p.cascades["Owner"]) != 1 {
 		t.Fatalf("SET NULL: plan %+v, %v; want one followed cascade", p, err)
+	}
+}
+
+// TestTemplatesSpellTheAnnotationNames: the templates test a schema's
+// annotations by name ($.Annotations.HeraldCapture); the names are the
+// constants the mixin and the generator use, so renaming one without the
+// other fails here instead of generating glue for no schema.
+func TestTemplatesSpellTheAnnotationNames(t *testing.T) {
+	for _, name := range []string{annot.Capture, annot.Cascade} {
+		if !strings.Contains(templates, ".Annotations."+name+" ") && !strings.Contains(templates, ".Annotations."+name+"}") {
+			t.Errorf("entcapture.tmpl never tests .Annotations.%s", name)
+		}
+	}
+	if got := (entcapture.Annotation{}).Name(); got != annot.Capture {
+		t.Errorf("entcapture.Annotation's Name() = %q, want %q", got, annot.Capture)
 	}
 }

@@ -62,7 +62,7 @@ type Schema struct {
 	// Types maps an ent dialect name ("postgres", "sqlite3", "mysql") to
 	// the columns whose SchemaType declares a type with a JSON form of its
 	// own (an array, a range, json/jsonb, a geometric type) and that type:
-	// their events carry the type's form (see envelope.ModelInfo.Types).
+	// their events carry the type's form (the table in jsonform's package doc).
 	Types map[string]map[string]string
 	// Cascades are the foreign keys of captured tables that reference
 	// this one with ON DELETE CASCADE or SET NULL: the rows a delete makes

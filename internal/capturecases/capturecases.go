@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/capture"
 	"github.com/heraldgo/herald/internal/names"
 )
 
@@ -327,7 +328,7 @@ var EntUnsupported = map[string]string{
 // events must equal byte for byte once their occurred_at is replaced.
 func ExpectJSON(c Case, mode envelope.PayloadMode, occurredAt string) ([][]byte, error) {
 	m := ModelByName(c.Model)
-	spec, err := envelope.Compile(envelope.ModelInfo{Name: m.Name, Table: m.Table, Columns: m.Columns, PrimaryKey: m.PK,
+	spec, err := capture.Compile(capture.ModelInfo{Name: m.Name, Table: m.Table, Columns: m.Columns, PrimaryKey: m.PK,
 		Sensitive: m.Sensitive, DefaultNamespace: Namespace}, envelope.Options{Payload: mode})
 	if err != nil {
 		return nil, err

@@ -76,7 +76,7 @@ func SplitKey(key string, generated bool) (k Key, ok bool) {
 // Event is the event a fused insert writes.
 type Event struct {
 	Writer   *envelope.Writer
-	RowKeyed bool // envelope.Spec.RowKeyed
+	RowKeyed bool // capture.Spec.RowKeyed
 	Topic    string
 	Payload  []byte // the envelope, holding the markers of Marks
 	Marks    Marks

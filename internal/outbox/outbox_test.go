@@ -8,11 +8,13 @@ import (
 
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/outbox"
+	"github.com/heraldgo/herald/internal/outboxsql"
+	"github.com/heraldgo/herald/internal/tablemigrate"
 )
 
-// TestHooksSet: every function of outbox reaches envelope's own (its init
-// sets them), on each dialect where it differs.
-func TestHooksSet(t *testing.T) {
+// TestPlumbing: every function of outbox gives envelope's answer, on each
+// dialect where it differs.
+func TestPlumbing(t *testing.T) {
 	if got := outbox.Placeholder(envelope.Postgres, 2); got != "$2" {
 		t.Errorf("Placeholder(Postgres, 2) = %q", got)
 	}
@@ -67,5 +69,19 @@ func TestHooksSet(t *testing.T) {
 	}
 	if err := outbox.Validationf("M", "bad"); !errors.Is(err, envelope.ErrValidation) {
 		t.Errorf("Validationf = %v", err)
+	}
+}
+
+// TestDialectNames: internal/outboxsql spells envelope's dialects, and
+// internal/tablemigrate names the record table, as envelope does (they
+// cannot import envelope to use its constants).
+func TestDialectNames(t *testing.T) {
+	if tablemigrate.RecordTable != envelope.MigrationTable {
+		t.Errorf("tablemigrate.RecordTable %q, envelope.MigrationTable %q", tablemigrate.RecordTable, envelope.MigrationTable)
+	}
+	for d, s := range map[envelope.Dialect]string{envelope.Postgres: outboxsql.Postgres, envelope.SQLite: outboxsql.SQLite, envelope.MySQL: outboxsql.MySQL} {
+		if string(d) != s {
+			t.Errorf("envelope %q, outboxsql %q", d, s)
+		}
 	}
 }
