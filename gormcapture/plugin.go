@@ -97,6 +97,7 @@ type Plugin struct {
 	nstmts   atomic.Int64
 	arrays   sync.Map // *sql.DB -> bool: binds Go slices as arrays (pgx)
 	colTypes sync.Map // table name -> *columnTypes (PostgreSQL), for fused inserts
+	dbTypes  sync.Map // table name -> tableTypes: the catalog's column types with a form of pgform's (dbtypes.go)
 	shapes   sync.Map // fusedShapeKey -> *fusedShape (PostgreSQL), for fused inserts
 	tables   sync.Map // table name -> *schema.Schema: the first captured model seen on it (tableModel)
 	// table name -> map[string]string: string columns' JSON_TABLE types (MySQL, mysqlkeys.go)
@@ -310,6 +311,7 @@ func (p *Plugin) Capture(model any, opts envelope.Options) error {
 	p.cascades.Clear()
 	if sch != nil {
 		p.tables.LoadOrStore(sch.Table, sch)
+		p.preloadTypes(db, p.modelFor(sch), sch.Table)
 	}
 	return nil
 }
@@ -351,6 +353,9 @@ func (p *Plugin) register(db *gorm.DB, model any) error {
 		return nil // not captured: its constraint tags alone matter
 	}
 	m := p.modelFor(stmt.Schema)
+	if m.err == nil {
+		p.preloadTypes(db, m, stmt.Schema.Table)
+	}
 	return m.err
 }
 
@@ -390,6 +395,8 @@ type model struct {
 	spec  *envelope.Spec // nil: not captured
 	err   error          // a bad declaration, reported on every write
 	label string
+	open  []string // payload columns whose database type is read (undeclared, dbtypes.go)
+	specs sync.Map // table name -> *envelope.Spec: spec with that table's database types (typedSpec)
 }
 
 // modelFor returns the plugin's view of a schema's model, building it the
@@ -431,6 +438,7 @@ func (p *Plugin) buildModel(sch *schema.Schema) *model {
 		m.spec, m.err = p.compile(sch, opts)
 		if m.spec != nil {
 			m.label = m.spec.Label
+			m.open = undeclared(sch, m.spec)
 		}
 	}
 	v, loaded := p.models.LoadOrStore(sch.ModelType, m)
