@@ -197,7 +197,9 @@ func TestDatabaseTypesReadOnce(t *testing.T) {
 						must(t, db.Model(h).Update("obj", `[1]`).Error)
 						must(t, db.Delete(h).Error)
 					}
-					must(t, db.Transaction(func(tx *gorm.DB) error { return tx.Create(&HandDoc{Obj: `1`, Raw: []byte(`2`), Span: "empty", Plain: "0"}).Error }))
+					must(t, db.Transaction(func(tx *gorm.DB) error {
+						return tx.Create(&HandDoc{Obj: `1`, Raw: []byte(`2`), Span: "empty", Plain: "0"}).Error
+					}))
 				})
 				// Capture looks for the table either way (lazy: finds none).
 				wantFirst := 0
