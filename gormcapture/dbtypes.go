@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/hex"
 	"fmt"
 	"reflect"
 	"strings"
@@ -232,10 +233,15 @@ WHERE a.attrelid = to_regclass($1::text) AND a.attnum > 0 AND NOT a.attisdropped
 			dbName, name = table[:i], table[i+1:]
 		}
 		// MariaDB alone runs the /*M! … */ comment: its JSON columns are
-		// LONGTEXT with a json_valid CHECK named after the column.
-		rows, err = q.QueryContext(ctx, "SELECT c.COLUMN_NAME, CASE WHEN /*M! EXISTS (SELECT 1 FROM information_schema.CHECK_CONSTRAINTS k"+
-			" WHERE k.CONSTRAINT_SCHEMA = c.TABLE_SCHEMA AND k.TABLE_NAME = c.TABLE_NAME"+
-			" AND k.CHECK_CLAUSE = CONCAT('json_valid(`', c.COLUMN_NAME, '`)')) OR */ FALSE THEN 'json' ELSE c.COLUMN_TYPE END"+
+		// LONGTEXT with a json_valid CHECK. The names are literals there
+		// (MySQL would not count placeholders inside it), and the lookup is
+		// by constants: one correlated to the outer row made MariaDB open
+		// every table of the server (170 ms against 1.5 ms).
+		lit := func(s string) string { return "_utf8mb4 X'" + hex.EncodeToString([]byte(s)) + "'" }
+		rows, err = q.QueryContext(ctx, "SELECT c.COLUMN_NAME, CASE WHEN /*M! CONCAT('json_valid(`', c.COLUMN_NAME, '`)') IN"+
+			" (SELECT k.CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS k"+
+			" WHERE k.CONSTRAINT_SCHEMA = COALESCE(NULLIF("+lit(dbName)+", ''), DATABASE()) AND k.TABLE_NAME = "+lit(name)+") OR */ FALSE"+
+			" THEN 'json' ELSE c.COLUMN_TYPE END"+
 			" FROM information_schema.COLUMNS c WHERE c.TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND c.TABLE_NAME = ?", dbName, name)
 	default:
 		return nil, false, nil
