@@ -223,7 +223,10 @@ func (p *Plugin) readCascade(ctx context.Context, db *gorm.DB, q gorm.ConnPool, 
 				continue
 			}
 			child := e.child
-			spec := p.modelFor(child).spec
+			spec, err := p.typedSpec(ctx, db.Statement, q, p.modelFor(child), child.Table)
+			if err != nil {
+				return nil, nil, err
+			}
 			pk := keyColumns(child)
 			cols := union(slices.Clone(pk), e.fk...)
 			if !e.setNull {
@@ -374,7 +377,10 @@ func (p *Plugin) readUpdateCascade(ctx context.Context, db *gorm.DB, q gorm.Conn
 				continue
 			}
 			child := e.child
-			spec := p.modelFor(child).spec
+			spec, err := p.typedSpec(ctx, db.Statement, q, p.modelFor(child), child.Table)
+			if err != nil {
+				return nil, err
+			}
 			if spec != nil && !spec.Captures(envelope.Updated) {
 				spec = nil
 			}

@@ -50,13 +50,18 @@ func (p *Plugin) create(orig func(*gorm.DB)) func(*gorm.DB) {
 			return
 		}
 		p.inOwnTx(db, func() {
+			spec, err := p.typedSpec(st.Context, st, st.ConnPool, m, st.Table)
+			if err != nil {
+				fail(db, err)
+				return
+			}
 			if p.dialect == envelope.MySQL {
-				if err := p.insertMySQL(db, m.spec, lent, orig); err != nil {
+				if err := p.insertMySQL(db, spec, lent, orig); err != nil {
 					fail(db, err)
 				}
 				return
 			}
-			if err := p.insert(db, m.spec, lent); err != nil {
+			if err := p.insert(db, spec, lent); err != nil {
 				fail(db, err)
 			}
 		})

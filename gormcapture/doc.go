@@ -196,6 +196,22 @@
 //     data type) declares an array, a range, json/jsonb or a geometric
 //     type is in that type's form (jsonform's package doc lists them), and
 //     such a model's events are written from Go, not by a fused statement.
+//     So is a column whose field declares no type (a string, []byte or
+//     named string field, no type: tag) when the table has such a type in
+//     the database (a hand-written migration's jsonb, text[], int4range,
+//     point; SQLite's declared json or jsonb; MySQL's JSON and spatial
+//     types, MariaDB's JSON, a LONGTEXT with a json_valid check): a string
+//     field on a jsonb column is the embedded JSON, not a JSON string
+//     holding it. The plugin reads those types from the catalog
+//     (PostgreSQL: pg_attribute of to_regclass(table), as the connection's
+//     search_path resolves it; SQLite: pragma_table_info; MySQL:
+//     information_schema.COLUMNS) with one statement per table name: when
+//     the model is registered (Config.Models at db.Use, Capture) if the
+//     table exists then, otherwise in the transaction of its first
+//     captured write (on SQLite after taking the write lock); never per
+//     write, and never again for that table (a column altered later keeps
+//     the type first read; tables of one name in several schemas are
+//     taken to have one type). A type: tag always wins.
 //   - Savepoints are tracked from the SQL that creates, rolls back to and
 //     releases them (db.SavePoint, db.RollbackTo, nested Transaction, or
 //     db.Exec of SAVEPOINT / ROLLBACK [TRANSACTION] TO / RELEASE), names

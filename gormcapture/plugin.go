@@ -98,6 +98,7 @@ type Plugin struct {
 	nstmts   atomic.Int64
 	arrays   sync.Map // *sql.DB -> bool: binds Go slices as arrays (pgx)
 	colTypes sync.Map // table name -> *columnTypes (PostgreSQL), for fused inserts
+	dbTypes  sync.Map // table name -> tableTypes: the catalog's column types with a form of pgform's (dbtypes.go)
 	shapes   sync.Map // fusedShapeKey -> *fusedShape (PostgreSQL), for fused inserts
 	tables   sync.Map // table name -> *schema.Schema: the first captured model seen on it (tableModel)
 	// table name -> map[string]string: string columns' JSON_TABLE types (MySQL, mysqlkeys.go)
@@ -314,6 +315,7 @@ func (p *Plugin) Capture(model any, opts envelope.Options) error {
 	p.cascades.Clear()
 	if sch != nil {
 		p.tables.LoadOrStore(sch.Table, sch)
+		p.preloadTypes(db, p.modelFor(sch), sch.Table)
 	}
 	return nil
 }
@@ -355,6 +357,9 @@ func (p *Plugin) register(db *gorm.DB, model any) error {
 		return nil // not captured: its constraint tags alone matter
 	}
 	m := p.modelFor(stmt.Schema)
+	if m.err == nil {
+		p.preloadTypes(db, m, stmt.Schema.Table)
+	}
 	return m.err
 }
 
@@ -394,6 +399,8 @@ type model struct {
 	spec  *capture.Spec // nil: not captured
 	err   error         // a bad declaration, reported on every write
 	label string
+	open  []string // payload columns whose database type is read (undeclared, dbtypes.go)
+	specs sync.Map // table name -> *capture.Spec: spec with that table's database types (typedSpec)
 }
 
 // modelFor returns the plugin's view of a schema's model, building it the
@@ -435,6 +442,7 @@ func (p *Plugin) buildModel(sch *schema.Schema) *model {
 		m.spec, m.err = p.compile(sch, opts)
 		if m.spec != nil {
 			m.label = m.spec.Label
+			m.open = undeclared(sch, m.spec)
 		}
 	}
 	v, loaded := p.models.LoadOrStore(sch.ModelType, m)

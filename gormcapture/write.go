@@ -83,7 +83,7 @@ func (p *Plugin) update(orig func(*gorm.DB)) func(*gorm.DB) {
 			orig(db)
 			return
 		}
-		p.inOwnTx(db, func() { p.intercept(db, orig, spec, lent) })
+		p.inOwnTx(db, func() { p.interceptTyped(db, orig, m, spec, lent) })
 	}
 }
 
@@ -111,8 +111,23 @@ func (p *Plugin) delete(orig func(*gorm.DB)) func(*gorm.DB) {
 			orig(db)
 			return
 		}
-		p.inOwnTx(db, func() { p.intercept(db, orig, spec, lent) })
+		p.inOwnTx(db, func() { p.interceptTyped(db, orig, m, spec, lent) })
 	}
+}
+
+// interceptTyped is intercept with spec (m's, or nil) given the
+// table's database types (typedSpec), read in the write's transaction.
+func (p *Plugin) interceptTyped(db *gorm.DB, orig func(*gorm.DB), m *model, spec *capture.Spec, lent *schema.Schema) {
+	if spec != nil {
+		st := db.Statement
+		typed, err := p.typedSpec(st.Context, st, st.ConnPool, m, st.Table)
+		if err != nil {
+			fail(db, err)
+			return
+		}
+		spec = typed
+	}
+	p.intercept(db, orig, spec, lent)
 }
 
 // intercept runs GORM's own callback with the statement's pool swapped

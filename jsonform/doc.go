@@ -82,8 +82,9 @@
 //
 // A captured column whose declared database type has a text syntax of the
 // database's own is rendered from that type, not from the Go value (GORM:
-// the field's type: tag or data type; ent: the field's SchemaType for the
-// dialect):
+// the field's type: tag or data type, or for a field that declares none
+// the type its table has in the database; ent: the field's SchemaType for
+// the dialect):
 //
 //	declared type                         JSON form
 //	arrays (text[], bigint[], int[][], …)  lists, nested per dimension, each
