@@ -33,10 +33,7 @@
 //     It reads a bounded set of candidates (the first BatchSize pending
 //     events, the first BatchSize unordered ones, the heads of up to
 //     BatchSize keys), so a lease costs the same however large the backlog
-//     behind a few keys. After a full batch of unordered events the next
-//     lease reads the first source alone (it holds unordered events
-//     already); if that lease comes back short, another with every source
-//     follows at once.
+//     behind a few keys.
 //  2. Hold: the lease runs Config.Lease from the database's now. When the
 //     statement returned later than a renewal would be due, the relay
 //     renews before delivering and keeps only the events it still holds:
