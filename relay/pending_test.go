@@ -3,7 +3,6 @@ package relay
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -221,76 +220,4 @@ func TestLeaseFloorReachesBelow(t *testing.T) {
 		}
 	}
 	t.Fatalf("event %d below the floor was not leased in %d leases", first, floorEvery)
-}
-
-// TestOneSourceLeaseShortPollsAgain: after a full lease of unordered
-// events the next lease reads one candidate source (statements.leaseOne).
-// When that source holds only keyed events that cannot be leased (here:
-// behind a head another relay holds), the lease comes back empty, and the
-// loop must lease again at once with both sources — not wait its poll
-// interval (an hour here) — so the unordered events behind them go out.
-func TestOneSourceLeaseShortPollsAgain(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, envelope.Postgres)
-	var ms []envelope.Message
-	for range 20 { // two full leases: the first walks keys, the second sets one source
-		ms = append(ms, msg("front", "", 1))
-	}
-	for range 25 {
-		ms = append(ms, msg("keyed", "k", 1))
-	}
-	for range 5 {
-		ms = append(ms, msg("behind", "", 1))
-	}
-	evs := e.enqueue(t, ms...)
-	// The key's head is another relay's, for an hour: none of its 25
-	// events can be leased.
-	if _, err := e.db.Exec(`UPDATE herald_outbox SET leased_by = 'other', lease_until = now() + interval '1 hour' WHERE sequence = $1`, evs[20].Sequence); err != nil {
-		t.Fatal(err)
-	}
-	rec := &recorder{}
-	r := e.newRelay(t, rec, Config{BatchSize: 10, MinPollInterval: time.Hour, MaxPollInterval: time.Hour})
-	start(t, r)
-	deadline := time.Now().Add(30 * time.Second)
-	for rec.count() < 25 {
-		if time.Now().After(deadline) {
-			t.Fatalf("delivered %d of the 25 unordered events in 30 s: the relay waited its poll interval after a short one-source lease", rec.count())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	got := map[string]int{}
-	for _, ev := range rec.events() {
-		got[ev.Topic]++
-	}
-	if got["front"] != 20 || got["behind"] != 5 || got["keyed"] != 0 {
-		t.Fatalf("delivered by topic %v; want front 20, behind 5, keyed 0", got)
-	}
-}
-
-// TestOneSourceOnlyAfterFullUnorderedLease pins when the next lease reads
-// one source: after a full plain lease of unordered events, not after a
-// short one nor one holding keyed events.
-func TestOneSourceOnlyAfterFullUnorderedLease(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, envelope.Postgres)
-	fillKeyed(t, e, 30, 0)
-	fillKeyed(t, e, 10, 3)
-	r := e.newRelay(t, &recorder{}, Config{BatchSize: 10})
-	ctx := context.Background()
-	var ones []bool
-	for range 5 {
-		batch, _, err := r.lease(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := r.mark(ctx, batch, make([]error, len(batch))); err != nil {
-			t.Fatal(err)
-		}
-		ones = append(ones, r.one.Load())
-	}
-	// Leases: 10 unordered (walk: the first lease walks keys), 10
-	// unordered, 10 unordered, then keyed heads (short), then more.
-	if want := []bool{false, true, true, false}; !slices.Equal(ones[:4], want) {
-		t.Fatalf("one-source after each lease: %v; want %v first (the first lease walks keys; full unordered leases; then keyed)", ones, want)
-	}
 }

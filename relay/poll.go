@@ -36,7 +36,6 @@ type pollResult struct {
 	leased  int       // events leased (and handled)
 	keyed   int       // events with an ordering key that were delivered
 	nextDue time.Time // the earliest next attempt of a failure recorded (relay's clock), or zero
-	again   bool      // a one-source lease came back short: poll again at once with both sources
 }
 
 // withTimeout bounds ctx by d, naming what timed out.
@@ -72,7 +71,6 @@ func (r *Relay) pollCarry(ctx context.Context, carry bool) (res pollResult, err 
 			r.observe(ctx, "Polled", func() { po.Polled(ctx, p) })
 		}()
 	}
-	defer func() { res.again = err == nil && r.oneShort.Load() }()
 	batch, errs, err := r.lease(ctx)
 	p.Lease, p.Leased = r.now().Sub(t0), len(batch)
 	if err != nil || len(batch) == 0 {
@@ -157,11 +155,6 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 	if runs {
 		query = r.sql.leaseRuns
 	}
-	one := !runs && r.dialect == envelope.Postgres && r.one.Load() && r.walk.Load() == 0
-	if one {
-		query = r.sql.leaseOne
-	}
-	r.oneShort.Store(false)
 	if walk := r.walk.Load(); walk > 0 {
 		query = r.sql.leaseWalk
 		if runs {
@@ -170,7 +163,7 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 		args = append(args, walk)
 	}
 	args = append(args, r.fargs...)
-	floored := query == r.sql.lease || query == r.sql.leaseRuns || one // no key walk
+	floored := query == r.sql.lease || query == r.sql.leaseRuns // no key walk
 	if floored && r.dialect == envelope.Postgres {
 		args = append(args, r.floor.Load()) // see leaseFloor
 	}
@@ -237,7 +230,6 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 		r.observeDelivered(ctx, carried.delivered, carried.at)
 	}
 	r.afterLease(got, runs, floored)
-	r.oneShort.Store(one && len(got) < r.cfg.BatchSize)
 	slices.SortFunc(got, func(a, b leased) int { return cmp.Compare(a.e.Sequence, b.e.Sequence) })
 	// Of each key, keep the run's positions 1, 2, 3… without a gap: an
 	// event whose predecessor in its run is not in the batch (a follower
@@ -353,14 +345,6 @@ func (r *Relay) afterLease(got []leased, runs, floored bool) {
 		fullPlain := !runs && len(got) == r.cfg.BatchSize
 		r.runs.Store(keyed && !r.noRuns && !fullPlain)
 	}
-	// Whether the next plain lease reads one candidate source (see
-	// unorderedSourcePostgres): after a full plain lease of unordered
-	// events only.
-	one := floored && !runs && len(got) == r.cfg.BatchSize
-	for _, l := range got {
-		one = one && l.e.OrderingKey == ""
-	}
-	r.one.Store(one)
 }
 
 // hold makes sure the batch is still this relay's before it is delivered.

@@ -64,11 +64,6 @@ type Relay struct {
 	noJIT atomic.Bool
 	walk  atomic.Int64 // keys the next lease walks for heads (see leaseBatchPostgres)
 	runs  atomic.Bool  // the next lease takes runs of keys (leaseRunsPostgres): evidence of keys with events behind their heads
-	// one: the next plain lease reads one candidate source
-	// (statements.leaseOne): the last lease was full, plain and unordered.
-	// oneShort: the last lease read one source and came back short, so
-	// the loop polls again at once with both.
-	one, oneShort atomic.Bool
 	// lastKeys are the ordering keys of the last non-empty lease; noRuns:
 	// a runs lease found no followers since the last evidence of a key's
 	// backlog (both the poll loop's own).
@@ -517,7 +512,7 @@ func (r *Relay) loop(soft, hard context.Context, ru *run) {
 		// of those keys became due just now, and a backlog of few keys
 		// never fills a batch — waiting here would deliver one event per
 		// key per poll interval.
-		if err == nil && (res.leased == r.cfg.BatchSize || res.keyed > 0 || res.again) {
+		if err == nil && (res.leased == r.cfg.BatchSize || res.keyed > 0) {
 			p.full()
 			continue
 		}

@@ -113,7 +113,11 @@ RETURNING {columns}`
 // adds the ordering key for leaseRunsPostgres.
 const leaseHeadsPostgres = `{walkcte}SELECT e.sequence{headcols} FROM {table} e
     WHERE e.sequence = ANY(ARRAY(
-            {pendingsrc}{unorderedsrc}{walksource}))
+            {pendingsrc}
+            UNION ALL
+            (SELECT c.sequence FROM {table} c WHERE c.published_at IS NULL AND c.ordering_key IS NULL
+               {available}{floor}
+             ORDER BY c.sequence LIMIT {candidates}){walksource}))
       AND e.published_at IS NULL AND e.dead_lettered_at IS NULL
       AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= coalesce($3::timestamptz, now()))
       AND (e.lease_until IS NULL OR e.lease_until < coalesce($3::timestamptz, now()))
@@ -146,23 +150,6 @@ const (
                       ORDER BY c.sequence LIMIT {candidates}) c) d
              WHERE d.ordering_key IS NULL OR d.rn = 1)`
 )
-
-// unorderedSourcePostgres is leaseHeadsPostgres's second candidate
-// source: the first BatchSize pending unordered events
-// ({base}_pending_unordered_idx), so that a front of keyed events that are
-// not their keys' heads never hides an unordered event behind it. The
-// one-source form (statements.leaseOne) leaves it out: after a full lease
-// of unordered events the first source holds unordered events already,
-// and reading the same events a second time was a third of the lease's
-// cost (BENCHMARKS.md, "Backlog drains, fifth pass"). A one-source lease
-// that comes back short is followed at once by a lease with both sources
-// (Relay.lease), so an unordered event behind keyed ones waits no poll
-// interval for it.
-const unorderedSourcePostgres = `
-            UNION ALL
-            (SELECT c.sequence FROM {table} c WHERE c.published_at IS NULL AND c.ordering_key IS NULL
-               {available}{floor}
-             ORDER BY c.sequence LIMIT {candidates})`
 
 // leaseRunsPostgres is leaseBatchPostgres that also leases, behind each
 // keyed head it takes, the events that follow it in its key: a run of
@@ -523,7 +510,6 @@ var placeholderRE = regexp.MustCompile(`\$(\d+)`)
 // and topic filter.
 type statements struct {
 	lease, leaseWalk                                               string // without and with the key walk
-	leaseOne                                                       string // lease without the unordered source (PostgreSQL; see unorderedSourcePostgres)
 	leaseRuns, leaseRunsWalk                                       string // the same, leasing runs of a key (PostgreSQL; on SQLite = lease, leaseWalk)
 	markPublished, deletePublished, markFailed                     string
 	fusedMark, fusedDelete                                         string // the marks carried into a lease's transaction (pending.go; PostgreSQL)
@@ -667,14 +653,13 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 	avail := strings.NewReplacer("{available}", b.pick(availablePostgres, availableSQLite), "{candidates}", candidatesPostgres)
 	floor, noFloor := strings.NewReplacer("{floor}", fmt.Sprintf(floorPostgres, n5)), strings.NewReplacer("{floor}", "")
 	cte, src := b.pick(walkCTEPostgres, walkCTESQLite), b.pick(walkSourcePostgres, walkSourceSQLite)
-	st.lease = b.render(floor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", "", "{pendingsrc}", pendingSourcePostgres, "{unorderedsrc}", unorderedSourcePostgres).Replace(lease))), f5, "")
-	st.leaseOne = b.render(floor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", "", "{pendingsrc}", pendingSourcePostgres, "{unorderedsrc}", "").Replace(lease))), f5, "")
-	st.leaseWalk = b.render(noFloor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", "", "{pendingsrc}", pendingSourcePostgres, "{unorderedsrc}", unorderedSourcePostgres).Replace(lease))), f6, "")
+	st.lease = b.render(floor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", "", "{pendingsrc}", pendingSourcePostgres).Replace(lease))), f5, "")
+	st.leaseWalk = b.render(noFloor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", "", "{pendingsrc}", pendingSourcePostgres).Replace(lease))), f6, "")
 	st.leaseRuns, st.leaseRunsWalk = st.lease, st.leaseWalk
 	if b.d == envelope.Postgres {
 		runs := leaseRunsPostgres
-		st.leaseRuns = b.render(floor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourceRunsPostgres, "{unorderedsrc}", unorderedSourcePostgres).Replace(runs))), f5, "")
-		st.leaseRunsWalk = b.render(noFloor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourceRunsPostgres, "{unorderedsrc}", unorderedSourcePostgres).Replace(runs))), f6, "")
+		st.leaseRuns = b.render(floor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourceRunsPostgres).Replace(runs))), f5, "")
+		st.leaseRunsWalk = b.render(noFloor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourceRunsPostgres).Replace(runs))), f6, "")
 		st.fusedMark = b.render(fmt.Sprintf(fusedMarkSQL, markPublishedPostgres), "", "")
 		st.fusedDelete = b.render(fmt.Sprintf(fusedMarkSQL, deletePublishedPostgres), "", "")
 	}
