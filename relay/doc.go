@@ -134,10 +134,13 @@
 // On a pgx pool in pgx's default mode (the statement cache) the relay runs
 // its own statements in pgx's cache-describe mode, so that PostgreSQL
 // plans them at each execution for the table as it is, and they need no
-// server-side prepared statement. Where PostgreSQL can JIT-compile, each
-// lease runs with SET LOCAL jit = off: a large outbox's statistics would
+// server-side prepared statement. Where PostgreSQL can JIT-compile, a
+// lease whose estimated cost nears jit_above_cost runs with SET LOCAL jit
+// = off in a transaction of its own: a large outbox's statistics would
 // otherwise make a lease that reads a few hundred index entries pay tens
-// of milliseconds of compilation.
+// of milliseconds of compilation. The relay reads each lease form's
+// estimate with EXPLAIN every 10 seconds (and after a lease over 5 ms), so
+// a relay on a small table leases in one round trip.
 //
 // Behind a pooler in transaction mode (PgBouncer pool_mode=transaction)
 // pgx's statement cache fails with SQLSTATE 26000 or 42P05, and the errors

@@ -3,6 +3,11 @@ package relay
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"math"
+	"time"
 )
 
 // JIT and the lease.
@@ -22,28 +27,116 @@ import (
 // and the drain ran at a fifth of its speed with jit=off.
 //
 // A setting made inside the statement (as AsyncCommit's set_config) comes
-// too late: the decision was taken at planning. So where JIT can happen —
-// pg_jit_available() and jit on, as the relay's connections see them when
-// the relay checks its table — each lease runs in a transaction of its
-// own that first says SET LOCAL jit = off: the setting lasts until that
-// transaction ends, touches no other statement of the pool's connections,
-// and holds under a transaction-pooling PgBouncer. It costs three more
-// round trips per lease (BEGIN, SET, COMMIT; no statement is planned for
-// them), which a pool that already has jit off — in the DSN, the role or
-// the server's configuration — does not pay. The marks, renewals and
-// releases are estimated by their primary-key lookups at a few dozen
-// whatever the table holds, and run as before.
+// too late: the decision was taken at planning. So a lease whose estimate
+// may reach jit_above_cost runs in a transaction of its own that first
+// says SET LOCAL jit = off: the setting lasts until that transaction ends,
+// touches no other statement of the pool's connections, and holds under a
+// transaction-pooling PgBouncer. It costs three more round trips per lease
+// (BEGIN, SET, COMMIT; no statement is planned for them) — on a relay that
+// keeps up, most of the time from a commit to its delivery (p50 0.94 ms
+// without them, 1.78 ms with, at 500 events/s: BENCHMARKS.md, "Latency and
+// the JIT guard"). So they are paid only where JIT can happen:
+//
+//   - pg_jit_available() and jit on, as the relay's connections see them
+//     when the relay checks its table (a pool with jit off — in the DSN, the
+//     role or the server's configuration — never pays them);
+//   - and the lease's estimated cost at least half of jit_above_cost:
+//     the relay asks PostgreSQL (EXPLAIN, which plans without running) for
+//     the estimate of each form of the lease it runs, at its first run and
+//     again when that answer is jitRecheck old or a lease of that form
+//     unguarded took longer than jitSlowLease. An estimate that cannot be
+//     had counts as over the threshold. The estimate grows with the table,
+//     not with the work (above), so half the threshold leaves room for a
+//     table that doubles between two checks.
+//
+// A lease after a batch whose mark is carried (a full batch, a backlog)
+// runs in a transaction in any case, and the carried mark sets jit off in
+// it (pending.go). The marks, renewals and releases are estimated by their
+// primary-key lookups at a few dozen whatever the table holds, and run as
+// before.
 const (
-	jitPossibleSQL = `SELECT pg_jit_available() AND current_setting('jit')::boolean`
+	jitPossibleSQL = `SELECT pg_jit_available() AND current_setting('jit')::boolean, current_setting('jit_above_cost')::float8`
 	jitOffSQL      = `SET LOCAL jit = off`
 )
 
+// jitRecheck is how long a lease form's estimated cost is trusted;
+// jitSlowLease is a lease's duration that makes the relay ask again at
+// once (a JIT-compiled lease takes tens of milliseconds).
+const (
+	jitRecheck   = 10 * time.Second
+	jitSlowLease = 5 * time.Millisecond
+)
+
 // detectJIT reports whether the database may JIT-compile the relay's
-// statements on db's connections.
-func detectJIT(ctx context.Context, db *sql.DB) (bool, error) {
+// statements on db's connections, and the cost from which it does.
+func detectJIT(ctx context.Context, db *sql.DB) (bool, float64, error) {
 	var on bool
-	err := db.QueryRowContext(ctx, jitPossibleSQL).Scan(&on)
-	return on, err
+	var above float64
+	err := db.QueryRowContext(ctx, jitPossibleSQL).Scan(&on, &above)
+	return on && above >= 0, above, err // jit_above_cost -1: never
+}
+
+// jitEstimate is a lease form's estimated cost and when it was asked.
+type jitEstimate struct {
+	cost float64
+	at   time.Time
+}
+
+// leaseNeedsJITOff reports whether lease statement q (with args) runs in
+// a transaction with jit off: JIT possible on the relay's connections, and
+// q's estimated cost, asked at most jitRecheck ago, at least half of
+// jit_above_cost.
+func (r *Relay) leaseNeedsJITOff(ctx context.Context, q string, args []any) bool {
+	if !r.noJIT.Load() {
+		return false
+	}
+	threshold := math.Float64frombits(r.jitAbove.Load()) / 2
+	r.jitMu.Lock()
+	e, ok := r.jitCost[q]
+	r.jitMu.Unlock()
+	if ok && time.Since(e.at) < jitRecheck {
+		return e.cost >= threshold
+	}
+	cost, err := r.estimateCost(ctx, q, args)
+	if err != nil {
+		r.log.DebugContext(ctx, "herald/relay: could not read the lease's estimated cost; leasing with jit off", slog.String("relay", r.cfg.Name), slog.Any("error", err))
+		cost = math.Inf(1)
+	}
+	r.jitMu.Lock()
+	if r.jitCost == nil {
+		r.jitCost = map[string]jitEstimate{}
+	}
+	r.jitCost[q] = jitEstimate{cost, time.Now()}
+	r.jitMu.Unlock()
+	return cost >= threshold
+}
+
+// forgetJITEstimate makes the next lease of form q ask for its estimate.
+func (r *Relay) forgetJITEstimate(q string) {
+	r.jitMu.Lock()
+	delete(r.jitCost, q)
+	r.jitMu.Unlock()
+}
+
+// estimateCost returns the planner's total cost of q with args (EXPLAIN:
+// planned, not run).
+func (r *Relay) estimateCost(ctx context.Context, q string, args []any) (float64, error) {
+	var plan string
+	if err := r.queryRow(ctx, "EXPLAIN (FORMAT JSON) "+q, args...).Scan(&plan); err != nil {
+		return 0, err
+	}
+	var p []struct {
+		Plan struct {
+			TotalCost float64 `json:"Total Cost"`
+		} `json:"Plan"`
+	}
+	if err := json.Unmarshal([]byte(plan), &p); err != nil {
+		return 0, err
+	}
+	if len(p) == 0 {
+		return 0, errors.New("herald/relay: EXPLAIN returned no plan")
+	}
+	return p[0].Plan.TotalCost, nil
 }
 
 // leaseTx is the transaction a lease runs in where JIT is possible; nil
@@ -51,12 +144,17 @@ func detectJIT(ctx context.Context, db *sql.DB) (bool, error) {
 type leaseTx struct{ tx *sql.Tx }
 
 // beginLease opens the lease's transaction when the relay found JIT
-// possible or carries a mark (pending.go), and runs the carried mark in
-// it: the mark also sets jit off, in place of SET LOCAL.
-func (r *Relay) beginLease(ctx context.Context) (leaseTx, error) { return r.beginLeaseWith(ctx, nil) }
+// possible (always: the estimate aside) or carries a mark (pending.go),
+// and runs the carried mark in it: the mark also sets jit off, in place of
+// SET LOCAL.
+func (r *Relay) beginLease(ctx context.Context) (leaseTx, error) {
+	return r.beginLeaseWith(ctx, nil, r.noJIT.Load())
+}
 
-func (r *Relay) beginLeaseWith(ctx context.Context, carried *carriedMark) (leaseTx, error) {
-	if !r.noJIT.Load() && carried == nil {
+// beginLeaseWith is beginLease with jitOff saying whether the lease needs
+// jit off (leaseNeedsJITOff).
+func (r *Relay) beginLeaseWith(ctx context.Context, carried *carriedMark, jitOff bool) (leaseTx, error) {
+	if !jitOff && carried == nil {
 		return leaseTx{}, nil
 	}
 	tx, err := r.db.BeginTx(ctx, nil)

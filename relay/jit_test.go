@@ -86,7 +86,7 @@ func TestLeaseImmuneToJIT(t *testing.T) {
 	}
 	// A carried mark (pending.go) stands in for SET LOCAL: its statement
 	// sets jit off for the lease after it.
-	ltx, err = r.beginLeaseWith(context.Background(), &carriedMark{seqs: "{}"})
+	ltx, err = r.beginLeaseWith(context.Background(), &carriedMark{seqs: "{}"}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,5 +113,69 @@ func TestLeaseImmuneToJIT(t *testing.T) {
 	off := open("&jit=off")
 	if r := off.newRelay(t, &recorder{}, Config{Name: "nojit"}); r.noJIT.Load() {
 		t.Fatal("the relay leases in a transaction on connections with jit off")
+	}
+}
+
+// TestLeaseJITGuardFollowsTheEstimate: where JIT is possible, a lease
+// runs in a transaction with jit off only when its estimated cost reaches
+// half of jit_above_cost; a lease estimated far below it runs as one
+// statement (three round trips fewer on every poll of a relay that keeps
+// up). An estimate that cannot be had counts as over.
+func TestLeaseJITGuardFollowsTheEstimate(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envelope.Postgres)
+	var available bool
+	if err := e.db.QueryRow(`SELECT pg_jit_available()`).Scan(&available); err != nil {
+		t.Fatal(err)
+	}
+	if !available {
+		t.Skip("this PostgreSQL has no JIT provider (pg_jit_available() is false)")
+	}
+	fillKeyed(t, e, 300, 0)
+	relayOn := func(name, params string) *Relay {
+		db, err := sql.Open("pgx", e.dsn+params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		c := *e
+		c.db = db
+		return c.newRelay(t, &recorder{}, Config{Name: name, BatchSize: 10})
+	}
+	ctx := context.Background()
+	args := func(r *Relay) []any {
+		return []any{r.cfg.Lease.Microseconds(), r.cfg.Name, nil, r.cfg.BatchSize, int64(0)}
+	}
+	for _, c := range []struct {
+		name, params string
+		guarded      bool
+	}{
+		{"cheap", "&jit=on&jit_above_cost=1e12", false},
+		{"dear", "&jit=on&jit_above_cost=2", true},
+	} {
+		r := relayOn(c.name, c.params)
+		if !r.noJIT.Load() {
+			t.Fatalf("%s: the relay did not see that its connections may JIT-compile", c.name)
+		}
+		if got := r.leaseNeedsJITOff(ctx, r.sql.lease, args(r)); got != c.guarded {
+			t.Fatalf("%s (%s): lease with jit off = %v, want %v (estimate %v)", c.name, c.params, got, c.guarded, r.jitCost[r.sql.lease])
+		}
+		if est := r.jitCost[r.sql.lease]; est.cost <= 0 || est.at.IsZero() {
+			t.Fatalf("%s: no estimate recorded: %+v", c.name, est)
+		}
+		batch, _, err := r.lease(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(batch) != 10 {
+			t.Fatalf("%s: leased %d events, want 10", c.name, len(batch))
+		}
+		if _, err := r.mark(ctx, batch, make([]error, len(batch))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := relayOn("unknown", "&jit=on&jit_above_cost=1e12")
+	if !r.leaseNeedsJITOff(ctx, "SELECT * FROM herald_no_such_table", nil) {
+		t.Fatal("a lease whose estimate could not be read ran without jit off")
 	}
 }

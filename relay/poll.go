@@ -179,10 +179,12 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 			}
 		}()
 	}
-	ltx, err := r.beginLeaseWith(ctx, carried)
+	jitOff := carried == nil && r.leaseNeedsJITOff(ctx, query, args)
+	ltx, err := r.beginLeaseWith(ctx, carried, jitOff)
 	if err != nil {
 		return nil, nil, stmtErr(ctx, "lease query", err)
 	}
+	began := time.Now()
 	rows, err := ltx.query(ctx, r, query, args...)
 	if err != nil {
 		ltx.rollback()
@@ -226,6 +228,9 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 		return nil, nil, stmtErr(ctx, "lease query", err)
 	}
 	committed = true
+	if ltx.tx == nil && r.noJIT.Load() && time.Since(began) > jitSlowLease {
+		r.forgetJITEstimate(query) // JIT-compiled, perhaps: ask again
+	}
 	if carried != nil {
 		r.observeDelivered(ctx, carried.delivered, carried.at)
 	}

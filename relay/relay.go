@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	mrand "math/rand/v2"
 	"strings"
 	"sync"
@@ -60,10 +61,16 @@ type Relay struct {
 	// QueryExecModeCacheDescribe (see detectExecMode). Found with the table.
 	execMode atomic.Pointer[any]
 	// noJIT: the database may JIT-compile the lease, which then runs in a
-	// transaction with jit off (see jit.go). Found with the table.
+	// transaction with jit off when its estimate comes near jit_above_cost
+	// (see jit.go). Found with the table.
 	noJIT atomic.Bool
-	walk  atomic.Int64 // keys the next lease walks for heads (see leaseBatchPostgres)
-	runs  atomic.Bool  // the next lease takes runs of keys (leaseRunsPostgres): evidence of keys with events behind their heads
+	// jitAbove: the connections' jit_above_cost (float64 bits); jitCost:
+	// each lease form's estimated cost (leaseNeedsJITOff).
+	jitAbove atomic.Uint64
+	jitMu    sync.Mutex
+	jitCost  map[string]jitEstimate
+	walk     atomic.Int64 // keys the next lease walks for heads (see leaseBatchPostgres)
+	runs     atomic.Bool  // the next lease takes runs of keys (leaseRunsPostgres): evidence of keys with events behind their heads
 	// lastKeys are the ordering keys of the last non-empty lease; noRuns:
 	// a runs lease found no followers since the last evidence of a key's
 	// backlog (both the poll loop's own).
@@ -247,10 +254,11 @@ func (r *Relay) checkTable(ctx context.Context) error {
 		if mode != nil {
 			r.execMode.Store(&mode)
 		}
-		jit, err := detectJIT(ctx, r.db)
+		jit, above, err := detectJIT(ctx, r.db)
 		if err != nil {
 			return fmt.Errorf("%w: %w%s", errUnreachable, err, poolerHint(err))
 		}
+		r.jitAbove.Store(math.Float64bits(above))
 		r.noJIT.Store(jit)
 	}
 	if r.dialect == envelope.MySQL {
