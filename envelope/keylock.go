@@ -233,19 +233,3 @@ func (w *Writer) lockCond(l keyLocks, args []any, scan bool) (string, []any) {
 func (w *Writer) keyLockSQL(keyExpr string, rowKeyed bool) string {
 	return outboxsql.KeyLockSQL(w.lockClass, keyExpr, rowKeyed)
 }
-
-// keyLocksSQL (internal/outbox.KeyLocksSQL) returns a boolean SQL condition, always true, that takes the
-// advisory locks of the ordering keys keysQuery returns (a SQL query of
-// one text column, NULLs ignored) on PostgreSQL: each key's bucket once,
-// in ascending bucket order (as Write takes them), shared for events whose
-// key is their row's own and whose rows the statement locks
-// (internal/capture's Spec.RowKeyed), exclusive otherwise. Written as the
-// WHERE clause of "INSERT INTO outbox … SELECT … FROM rows WHERE <cond>", it is a
-// one-time filter: the locks are taken before the first row is read, so
-// before any sequence value is drawn (see keyLockBuckets). A statement
-// that writes the events of many rows itself (gormcapture's fused bulk
-// update) uses it instead of one keyLockSQL per row, which would lock the
-// buckets in row order.
-func (w *Writer) keyLocksSQL(keysQuery string, rowKeyed bool) string {
-	return outboxsql.KeyLocksSQL(w.lockClass, keysQuery, rowKeyed)
-}

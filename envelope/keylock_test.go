@@ -228,6 +228,7 @@ func TestCapturedPayloadLockModes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer rows.Close()
 		for rows.Next() {
 			var m string
 			if err := rows.Scan(&m); err != nil {

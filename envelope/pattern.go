@@ -2,8 +2,6 @@ package envelope
 
 import (
 	"strings"
-
-	"github.com/heraldgo/herald/internal/outboxsql"
 )
 
 // TopicPattern is a topic name ("library.loan.updated") or a prefix pattern
@@ -63,7 +61,3 @@ func (p TopicPattern) String() string {
 	}
 	return p.Text
 }
-
-// likePattern returns the pattern for SQL `LIKE ? ESCAPE '\'`: the prefix
-// with '\', '%' and '_' escaped, then '%'. For a name it is the escaped name.
-func (p TopicPattern) likePattern() string { return outboxsql.LikePattern(p.Text, p.Prefix) }
