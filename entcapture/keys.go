@@ -2,7 +2,6 @@ package entcapture
 
 import (
 	"database/sql/driver"
-	"encoding/json"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,6 +9,7 @@ import (
 	"entgo.io/ent/dialect/sql"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/keyset"
 	"github.com/heraldgo/herald/internal/names"
 )
 
@@ -94,39 +94,11 @@ func inSetP(d envelope.Dialect, rowType string, s *sql.Selector, cols []string, 
 	})
 }
 
-// setJSON returns the tuples as inSet's JSON parameter: on PostgreSQL a
-// list of objects by column name, on SQLite a list of values (one
-// column) or of lists. ok is false when a value is not an integer or a
-// string once its Valuer ran (a uuid is its text).
+// setJSON returns the tuples as inSet's JSON parameter (internal/keyset's
+// shape). ok is false when a value is not an integer or a string once its
+// Valuer ran (a uuid is its text).
 func setJSON(d envelope.Dialect, cols []string, tuples [][]any) (string, bool) {
-	out := make([]any, len(tuples))
-	for i, t := range tuples {
-		vs := make([]any, len(cols))
-		for j := range cols {
-			v, ok := jsonKey(t[j])
-			if !ok {
-				return "", false
-			}
-			vs[j] = v
-		}
-		switch {
-		case d == envelope.Postgres:
-			m := make(map[string]any, len(cols))
-			for j, c := range cols {
-				m[c] = vs[j]
-			}
-			out[i] = m
-		case len(cols) == 1:
-			out[i] = vs[0]
-		default:
-			out[i] = vs
-		}
-	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		return "", false
-	}
-	return string(b), true
+	return keyset.JSON(d, cols, tuples, jsonKey)
 }
 
 // jsonKey returns v as a value whose JSON the database reads back as v:

@@ -3,7 +3,6 @@ package gormcapture
 import (
 	"context"
 	"database/sql/driver"
-	"encoding/json"
 	"math"
 	"strconv"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"gorm.io/gorm/clause"
 
 	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/keyset"
 )
 
 // Sets of keys on every dialect: the rows the capture reads by key (an
@@ -95,41 +95,12 @@ func (p *Plugin) keySetIn(ctx context.Context, q gorm.ConnPool, table string, ke
 	return nil, false, nil
 }
 
-// keyJSON returns keys as keySetIn's JSON parameter: on PostgreSQL a list
-// of objects by column name (json_populate_recordset), on SQLite a list
-// of values (one column) or of lists. ok is false when a value has no
-// JSON form that the database reads back as the value bound would be.
-// timeForm, on SQLite, returns the driver's text of a time (nil: none
-// known).
+// keyJSON returns keys as keySetIn's JSON parameter (internal/keyset's
+// shape). ok is false when a value has no JSON form that the database
+// reads back as the value bound would be. timeForm, on SQLite, returns
+// the driver's text of a time (nil: none known).
 func keyJSON(d envelope.Dialect, cols []string, keys [][]any, timeForm func() func(time.Time) string) (string, bool) {
-	out := make([]any, len(keys))
-	for i, k := range keys {
-		vs := make([]any, len(cols))
-		for j := range cols {
-			v, ok := jsonKeyOf(d, k[j], timeForm)
-			if !ok {
-				return "", false
-			}
-			vs[j] = v
-		}
-		switch {
-		case d == envelope.Postgres:
-			m := make(map[string]any, len(cols))
-			for j, c := range cols {
-				m[c] = vs[j]
-			}
-			out[i] = m
-		case len(cols) == 1:
-			out[i] = vs[0]
-		default:
-			out[i] = vs
-		}
-	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		return "", false
-	}
-	return string(b), true
+	return keyset.JSON(d, cols, keys, func(v any) (any, bool) { return jsonKeyOf(d, v, timeForm) })
 }
 
 // jsonKeyOf returns v (after its Valuer, as database/sql converts it) as
