@@ -18,6 +18,7 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/heraldgo/herald/integration/relaybench"
+	"github.com/heraldgo/herald/relay"
 )
 
 // payload is the ~250-byte body every drained message carries (the same as
@@ -45,9 +46,13 @@ func drainCases() []drainCase {
 		{"herald relay, batch 1000, 1 relay, BatchDelivery", heraldDrain(1000, 1, true, 0)},
 		{"herald relay, tuned (batch 1000, 2 relays, BatchDelivery)", heraldDrain(1000, 2, true, 0)},
 		{"herald relay, batch 1000, 1 relay, BatchDelivery, 1,000 ordering keys", heraldDrain(1000, 1, true, 1000)},
+		{"herald relay, batch 10000, 1 relay, BatchDelivery", heraldDrain(10000, 1, true, 0)},
+		{"herald relay, batch 1000, 1 relay, BatchDelivery, DeleteOnPublish", heraldDrainConfig(1, true, relay.Config{BatchSize: 1000, DeleteOnPublish: true})},
+		{"herald relay, batch 10000, 1 relay, BatchDelivery, DeleteOnPublish", heraldDrainConfig(1, true, relay.Config{BatchSize: 10000, DeleteOnPublish: true})},
 		{"bare lease-and-mark loop (relaybench), batch 100, 1 worker", bareDrain(100, 1)},
 		{"bare lease-and-mark loop (relaybench), batch 1000, 1 worker", bareDrain(1000, 1)},
 		{"bare lease-and-mark loop (relaybench), batch 1000, 2 workers", bareDrain(1000, 2)},
+		{"bare lease-and-mark loop (relaybench), batch 10000, 1 worker", bareDrain(10000, 1)},
 		{"watermill-sql subscriber, defaults (batch 100)", watermillDrain(0)},
 	}
 	for _, b := range watermillBatches {
@@ -67,6 +72,23 @@ func openDB(cfg config) (*sql.DB, error) { return sql.Open("pgx", cfg.dsn) }
 func heraldDrain(batch, relays int, batchDelivery bool, keys int) func(context.Context, config) (float64, string, error) {
 	return func(ctx context.Context, cfg config) (float64, string, error) {
 		return heraldDrainOf(ctx, cfg, cfg.events, batch, relays, batchDelivery, keys)
+	}
+}
+
+// heraldDrainConfig drains the run's events (unordered) with relays
+// relays of cfg.
+func heraldDrainConfig(relays int, batchDelivery bool, cfg relay.Config) func(context.Context, config) (float64, string, error) {
+	return func(ctx context.Context, c config) (float64, string, error) {
+		db, err := openDB(c)
+		if err != nil {
+			return 0, "", err
+		}
+		defer db.Close()
+		if err := fillHeraldKeys(ctx, db, c.events, 0); err != nil {
+			return 0, "", err
+		}
+		d, err := relaybench.DrainRelaysConfig(ctx, db, "herald_outbox", c.events, relays, batchDelivery, cfg)
+		return rate(c.events, d), "", err
 	}
 }
 

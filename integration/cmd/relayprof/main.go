@@ -12,6 +12,7 @@
 //	go run ./integration/cmd/relayprof -n 1000000 -explain 0.5
 //	go run ./integration/cmd/relayprof -n 100000 -batch 1000 -keys 1000
 //	go run ./integration/cmd/relayprof -n 100000 -explain 0.5 -plans 40
+//	go run ./integration/cmd/relayprof -n 100000 -batch 1000 -replay
 //
 // With -plans k (and -explain) it also prepares that lease statement and
 // runs it k times under EXPLAIN (ANALYZE, SUMMARY), each in a transaction
@@ -37,7 +38,9 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,6 +64,8 @@ func main() {
 		explain = flag.Float64("explain", 0, "when this fraction of the backlog is delivered, EXPLAIN (ANALYZE, BUFFERS) the relay's last lease (0: never)")
 		async   = flag.Bool("async-commit", false, "the relay's AsyncCommit")
 		plans   = flag.Int("plans", 0, "with -explain: run the lease this many times with a custom and a generic plan each and report the server's planning and execution times")
+		replay  = flag.Bool("replay", false, "after the drain, drain the same backlog again with the relay's own lease and carried mark statements replayed in a bare loop (rows read as raw bytes, no Events, no delivery): the statements' share of the relay's rate")
+		cpuprof = flag.String("cpuprofile", "", "write a CPU profile of the relay's drain to this file")
 	)
 	flag.Parse()
 	ctx := context.Background()
@@ -112,11 +117,19 @@ func main() {
 	})
 	check(err)
 	tr.reset()
+	if *cpuprof != "" {
+		f, err := os.Create(*cpuprof)
+		check(err)
+		check(pprof.StartCPUProfile(f))
+	}
 	start := time.Now()
 	check(r.Start(ctx))
 	<-done
 	check(r.Stop(ctx)) // writes a mark still carried
 	wall := time.Since(start)
+	if *cpuprof != "" {
+		pprof.StopCPUProfile()
+	}
 	explainWG.Wait()
 
 	var version string
@@ -137,6 +150,14 @@ func main() {
 			float64(s.total.Microseconds())/1000, float64(s.total.Microseconds())/float64(s.count), 100*s.total.Seconds()/wall.Seconds())
 	}
 	fmt.Printf("| outside statements (delivery, Go) | | | %.0f | | %.1f%% |\n", float64((wall-sum).Microseconds())/1000, 100*(wall-sum).Seconds()/wall.Seconds())
+	if *replay {
+		check(relaybench.Reset(ctx, setup, "herald_outbox"))
+		check(relaybench.Fill(ctx, setup, "herald_outbox", *n, *keys))
+		_, err = setup.ExecContext(ctx, `CHECKPOINT`)
+		check(err)
+		fmt.Println()
+		fmt.Print(replayDrain(ctx, base, tr, *n, *batch, wall))
+	}
 	if plan != "" {
 		fmt.Printf("\nEXPLAIN (ANALYZE, BUFFERS) of the relay's lease with %d of %d events delivered:\n\n```\n%s```\n", explainAt, *n, plan)
 	}
@@ -154,6 +175,9 @@ type tracer struct {
 	stats     map[string]*stat
 	lastLease string
 	leaseArgs []any
+	// plainLease and fusedMark are the first plain lease (no key walk, no
+	// runs) and the first carried mark the relay ran, for -replay.
+	plainLease, fusedMark string
 }
 
 type startKey struct{}
@@ -174,6 +198,16 @@ func (t *tracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQu
 		}
 		t.mu.Lock()
 		t.lastLease, t.leaseArgs = d.SQL, args
+		if k == "lease" && t.plainLease == "" {
+			t.plainLease = d.SQL
+		}
+		t.mu.Unlock()
+	}
+	if k == kindFusedMark {
+		t.mu.Lock()
+		if t.fusedMark == "" {
+			t.fusedMark = d.SQL
+		}
 		t.mu.Unlock()
 	}
 	return context.WithValue(ctx, startKey{}, started{time.Now(), k})
@@ -222,6 +256,10 @@ func (t *tracer) kinds() []string {
 	return ks
 }
 
+// kindFusedMark is the kind of the mark the relay carries into the next
+// lease's transaction.
+const kindFusedMark = "mark, carried into the lease's transaction"
+
 // kind names a statement of the relay by its text.
 func kind(q string) string {
 	l := strings.ToLower(strings.TrimSpace(q))
@@ -235,7 +273,7 @@ func kind(q string) string {
 	case strings.HasPrefix(l, "set local jit"):
 		return "SET LOCAL jit = off"
 	case strings.Contains(l, "herald_marked"):
-		return "mark, carried into the lease's transaction"
+		return kindFusedMark
 	case strings.Contains(l, "set published_at"):
 		return "mark"
 	case strings.HasPrefix(l, "delete") && strings.Contains(l, "leased_by"):
@@ -439,4 +477,113 @@ func check(err error) {
 	if err != nil {
 		log.Fatal(err)
 	}
+}
+
+// replayDrain drains the backlog again with the relay's own statements —
+// its plain lease and its carried mark, as the tracer saw them — in a loop
+// of the relay's shape (BEGIN, the last batch's mark, the lease, COMMIT;
+// the lease's floor at the last full batch's lowest sequence, from the
+// start every 16th lease, as relay.leaseFloor does; planned at each
+// execution, as the relay runs them on pgx), reading each row's columns
+// as raw bytes: no Event is built and nothing is delivered. What the
+// relay's drain takes beyond this loop is its own work in Go (decoding,
+// delivery, observers, bookkeeping). Keyed backlogs are replayed with the
+// plain lease too (no runs, no key walk): only unordered backlogs compare
+// like with like.
+func replayDrain(ctx context.Context, dsn string, t *tracer, n, batch int, relayWall time.Duration) string {
+	t.mu.Lock()
+	lease, mark := t.plainLease, t.fusedMark
+	t.mu.Unlock()
+	if lease == "" || mark == "" {
+		return "replay: the relay ran no plain lease or no carried mark to replay\n"
+	}
+	db, err := sql.Open("pgx", dsn)
+	check(err)
+	defer db.Close()
+	db.SetMaxIdleConns(2)
+	mode := pgx.QueryExecModeCacheDescribe
+	const name = "relayprof-replay"
+	var tLease, tMark, tCommit time.Duration
+	var floor int64
+	var prev string
+	polls, total, full := 0, 0, 0
+	start := time.Now()
+	for {
+		tx, err := db.BeginTx(ctx, nil)
+		check(err)
+		if prev != "" {
+			s := time.Now()
+			var k int64
+			var jit string
+			check(tx.QueryRowContext(ctx, mark, mode, nil, prev, name).Scan(&k, &jit))
+			tMark += time.Since(s)
+		}
+		s := time.Now()
+		rows, err := tx.QueryContext(ctx, lease, mode, time.Minute.Microseconds(), name, nil, batch, floor)
+		check(err)
+		cols, err := rows.Columns()
+		check(err)
+		raw := make([]sql.RawBytes, len(cols))
+		dest := make([]any, len(cols))
+		for i := range raw {
+			dest[i] = &raw[i]
+		}
+		var b strings.Builder
+		b.WriteByte('{')
+		got := 0
+		lowest := int64(0)
+		for rows.Next() {
+			check(rows.Scan(dest...))
+			seq, err := strconv.ParseInt(string(raw[0]), 10, 64)
+			check(err)
+			if got > 0 {
+				b.WriteByte(',')
+			}
+			if got == 0 || seq < lowest {
+				lowest = seq
+			}
+			b.WriteString(string(raw[0]))
+			got++
+		}
+		check(rows.Err())
+		b.WriteByte('}')
+		tLease += time.Since(s)
+		s = time.Now()
+		check(tx.Commit())
+		tCommit += time.Since(s)
+		polls++
+		total += got
+		prev = ""
+		if got > 0 {
+			prev = b.String()
+		}
+		floor = 0
+		if got == batch {
+			if full++; full%16 != 0 {
+				floor = lowest
+			}
+		}
+		if total >= n {
+			break
+		}
+		if got == 0 && time.Since(start) > time.Minute {
+			return fmt.Sprintf("replay: stuck at %d of %d events\n", total, n)
+		}
+	}
+	// The last batch's mark, on its own (as the relay's Stop writes it).
+	s := time.Now()
+	tx, err := db.BeginTx(ctx, nil)
+	check(err)
+	var k int64
+	var jit string
+	check(tx.QueryRowContext(ctx, mark, mode, nil, prev, name).Scan(&k, &jit))
+	check(tx.Commit())
+	tMark += time.Since(s)
+	wall := time.Since(start)
+	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(polls) }
+	var out strings.Builder
+	fmt.Fprintf(&out, "replay of the relay's statements (its plain lease and carried mark, BEGIN … COMMIT, rows read as raw bytes, nothing delivered): %s, %.0f events/s; %d polls of %.1f ms (lease %.1f, carried mark %.1f, COMMIT %.1f ms)\n",
+		wall.Round(time.Millisecond), float64(n)/wall.Seconds(), polls, per(wall), per(tLease), per(tMark), per(tCommit))
+	fmt.Fprintf(&out, "\nthe relay's drain ÷ the replay's: %.2f\n", wall.Seconds()/relayWall.Seconds())
+	return out.String()
 }
