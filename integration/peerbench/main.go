@@ -447,7 +447,7 @@ func sectionNote(sec string, cfg config) string {
 	case "backlog":
 		return "Drains of backlogs of each -backlogs size with the relay at its defaults (batch 100, one relay, delivery.Func), each from a freshly filled table, at the server's settings as listed above (JIT as configured there): the rate should not fall with the size."
 	case "producer":
-		return fmt.Sprintf("Time per write of %d writes, each in its own transaction, ÷ the time of a plain GORM Create of the same row in its own transaction, alternated write by write.", cfg.writes)
+		return fmt.Sprintf("Time per write of %d writes, each in its own transaction, ÷ the time of a plain GORM Create of the same row in its own transaction, alternated write by write with that case alone (one case after the other, each with plain Creates of its own), on one pool shared by plain GORM and herald.", cfg.writes)
 	case "enqueue-many":
 		return fmt.Sprintf("%d events (~250-byte JSON payload) per case, in transactions of %d events, the cases alternated transaction by transaction; timed: building the batch, BEGIN, the insert, COMMIT.", cfg.events, manyPerTx)
 	case "bulk":
