@@ -135,6 +135,29 @@ func (r *Relay) leaseFloor(full bool, lowest int64) {
 	r.floor.Store(lowest)
 }
 
+// leaseQuery returns the form of the next lease (see afterLease): with
+// runs of keys or not, with the key walk (walk > 0: how many keys) or
+// not, and, from the floor after a full lease of unordered events alone,
+// the lease of unordered events.
+func (r *Relay) leaseQuery() (query string, runs bool, walk int64) {
+	// After a lease that held keyed events, lease runs of their keys
+	// (leaseRunsPostgres): the heads' next events are the work at hand.
+	runs = r.dialect == envelope.Postgres && r.runs.Load()
+	query = r.sql.lease
+	if runs {
+		query = r.sql.leaseRuns
+	}
+	if walk = r.walk.Load(); walk > 0 {
+		query = r.sql.leaseWalk
+		if runs {
+			query = r.sql.leaseRunsWalk
+		}
+	} else if !runs && r.unordered.Load() && r.floor.Load() > 0 {
+		query = r.sql.leaseUnordered // see leaseUnorderedPostgres
+	}
+	return query, runs, walk
+}
+
 func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 	if r.dialect == envelope.MySQL {
 		return r.leaseMySQL(ctx)
@@ -148,22 +171,12 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 		now := r.sqliteNow()
 		args = append(args, outbox.TimeArg(r.dialect, now.Add(r.cfg.Lease)), r.cfg.Name, outbox.TimeArg(r.dialect, now), r.cfg.BatchSize)
 	}
-	// After a lease that held keyed events, lease runs of their keys
-	// (leaseRunsPostgres): the heads' next events are the work at hand.
-	runs := r.dialect == envelope.Postgres && r.runs.Load()
-	query := r.sql.lease
-	if runs {
-		query = r.sql.leaseRuns
-	}
-	if walk := r.walk.Load(); walk > 0 {
-		query = r.sql.leaseWalk
-		if runs {
-			query = r.sql.leaseRunsWalk
-		}
+	query, runs, walk := r.leaseQuery()
+	if walk > 0 {
 		args = append(args, walk)
 	}
 	args = append(args, r.fargs...)
-	floored := query == r.sql.lease || query == r.sql.leaseRuns // no key walk
+	floored := query == r.sql.lease || query == r.sql.leaseRuns || query == r.sql.leaseUnordered // no key walk
 	if floored && r.dialect == envelope.Postgres {
 		args = append(args, r.floor.Load()) // see leaseFloor
 	}
@@ -295,6 +308,19 @@ func (r *Relay) afterLease(got []leased, runs, floored bool) {
 		}
 	}
 	r.leaseFloor(floored && len(got) == r.cfg.BatchSize, lowest)
+	// Whether the next lease, if it starts at the floor, takes unordered
+	// events alone (leaseUnorderedPostgres): after a full lease that held
+	// no keyed event — a backlog of unordered events being drained. Any
+	// short lease, and every lease from the start of the table, is the
+	// full form, which finds keyed events too.
+	unordered := r.dialect == envelope.Postgres && floored && len(got) == r.cfg.BatchSize
+	for _, l := range got {
+		if !unordered {
+			break
+		}
+		unordered = l.e.OrderingKey == ""
+	}
+	r.unordered.Store(unordered)
 	// Whether the next lease walks keys (see leaseBatchPostgres). A full
 	// batch needs no walk. A short one may have missed heads beyond the
 	// first BatchSize pending events: walk when it held keyed events or

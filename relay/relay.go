@@ -88,6 +88,9 @@ type Relay struct {
 	// floor is where the next lease's candidate scans start, floorLeases
 	// counts the full leases that set it (see leaseFloor).
 	floor, floorLeases atomic.Int64
+	// unordered: the next lease from the floor takes unordered events
+	// alone (see afterLease).
+	unordered atomic.Bool
 	// shortLeases counts short leases of unordered events only (see lease).
 	shortLeases atomic.Int64
 	cleanups    atomic.Int64 // scheduled cleanup passes finished, for tests

@@ -136,7 +136,7 @@ var (
   SELECT e.sequence FROM (
     (SELECT c.sequence FROM {table} c FORCE INDEX ({pendingidx})
      WHERE c.published_at IS NULL AND c.dead_lettered_at IS NULL
-       ` + mysqlAvailable + `
+       ` + mysqlAvailable + `{cfilter}
      ORDER BY c.sequence LIMIT $2){unorderedsource}{walksource}) AS c
   JOIN {table} e FORCE INDEX (PRIMARY) ON e.sequence = c.sequence
   WHERE ` + mysqlLeasable + mysqlHead + `
@@ -147,7 +147,7 @@ var (
     UNION
     (SELECT c.sequence FROM {table} c FORCE INDEX ({keyidx})
      WHERE c.published_at IS NULL AND c.ordering_key IS NULL
-       ` + mysqlAvailable + `
+       ` + mysqlAvailable + `{cfilter}
      ORDER BY c.sequence LIMIT $2)`
 
 	walkKeysMySQL = `SELECT DISTINCT w.published_at, w.ordering_key FROM {table} w FORCE INDEX ({keyidx})
@@ -272,7 +272,10 @@ func (b sqlBuilder) buildMySQL(f filter) (statements, mysqlStatements, []any) {
 		return strings.NewReplacer("{walksource}", w.Replace(walkSourceMySQL), "{walkend}", w.Replace(walkEndMySQL))
 	}
 	for u, src := range []string{"", unorderedSourceMySQL} {
+		// The candidate sources take the relay's filter and skip paused
+		// topics (see build).
 		cands := strings.NewReplacer("{unorderedsource}", src).Replace(leaseCandidatesMySQL)
+		cands = strings.ReplaceAll(cands, "{cfilter}", b.candidateFilter(f7, "c"))
 		for w, form := range []*strings.Replacer{
 			strings.NewReplacer("{walksource}", "", "{walkend}", ""),
 			walk("w.ordering_key IS NOT NULL"),

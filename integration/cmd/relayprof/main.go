@@ -175,9 +175,10 @@ type tracer struct {
 	stats     map[string]*stat
 	lastLease string
 	leaseArgs []any
-	// plainLease and fusedMark are the first plain lease (no key walk, no
-	// runs) and the first carried mark the relay ran, for -replay.
-	plainLease, fusedMark string
+	// plainLease, unorderedLease and fusedMark are the first plain lease
+	// (no key walk, no runs), lease of unordered events and carried mark
+	// the relay ran, for -replay.
+	plainLease, unorderedLease, fusedMark string
 }
 
 type startKey struct{}
@@ -200,6 +201,9 @@ func (t *tracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQu
 		t.lastLease, t.leaseArgs = d.SQL, args
 		if k == "lease" && t.plainLease == "" {
 			t.plainLease = d.SQL
+		}
+		if k == kindUnorderedLease && t.unorderedLease == "" {
+			t.unorderedLease = d.SQL
 		}
 		t.mu.Unlock()
 	}
@@ -260,6 +264,10 @@ func (t *tracer) kinds() []string {
 // lease's transaction.
 const kindFusedMark = "mark, carried into the lease's transaction"
 
+// kindUnorderedLease is the kind of the lease of unordered events alone,
+// which the relay runs while it drains a backlog of them.
+const kindUnorderedLease = "lease (unordered events)"
+
 // kind names a statement of the relay by its text.
 func kind(q string) string {
 	l := strings.ToLower(strings.TrimSpace(q))
@@ -284,6 +292,8 @@ func kind(q string) string {
 		return "renewal"
 	case strings.Contains(l, "set lease_until = null"):
 		return "release"
+	case strings.Contains(l, "where e.published_at is null and e.ordering_key is null and e.dead_lettered_at is null"):
+		return kindUnorderedLease
 	case strings.Contains(l, "returning") && strings.Contains(l, "leased_by = $2"), strings.Contains(l, "with heads as"):
 		switch {
 		case strings.Contains(l, "with heads as") && strings.Contains(l, "recursive walk"):
@@ -480,7 +490,8 @@ func check(err error) {
 }
 
 // replayDrain drains the backlog again with the relay's own statements —
-// its plain lease and its carried mark, as the tracer saw them — in a loop
+// its plain lease, its lease of unordered events and its carried mark, as
+// the tracer saw them — in a loop
 // of the relay's shape (BEGIN, the last batch's mark, the lease, COMMIT;
 // the lease's floor at the last full batch's lowest sequence, from the
 // start every 16th lease, as relay.leaseFloor does; planned at each
@@ -492,7 +503,7 @@ func check(err error) {
 // like with like.
 func replayDrain(ctx context.Context, dsn string, t *tracer, n, batch int, relayWall time.Duration) string {
 	t.mu.Lock()
-	lease, mark := t.plainLease, t.fusedMark
+	lease, unorderedLease, mark := t.plainLease, t.unorderedLease, t.fusedMark
 	t.mu.Unlock()
 	if lease == "" || mark == "" {
 		return "replay: the relay ran no plain lease or no carried mark to replay\n"
@@ -506,6 +517,7 @@ func replayDrain(ctx context.Context, dsn string, t *tracer, n, batch int, relay
 	var tLease, tMark, tCommit time.Duration
 	var floor int64
 	var prev string
+	allUnordered := false
 	polls, total, full := 0, 0, 0
 	start := time.Now()
 	for {
@@ -519,7 +531,11 @@ func replayDrain(ctx context.Context, dsn string, t *tracer, n, batch int, relay
 			tMark += time.Since(s)
 		}
 		s := time.Now()
-		rows, err := tx.QueryContext(ctx, lease, mode, time.Minute.Microseconds(), name, nil, batch, floor)
+		q := lease
+		if floor > 0 && unorderedLease != "" && allUnordered {
+			q = unorderedLease // as the relay does after a full lease of unordered events
+		}
+		rows, err := tx.QueryContext(ctx, q, mode, time.Minute.Microseconds(), name, nil, batch, floor)
 		check(err)
 		cols, err := rows.Columns()
 		check(err)
@@ -532,6 +548,7 @@ func replayDrain(ctx context.Context, dsn string, t *tracer, n, batch int, relay
 		b.WriteByte('{')
 		got := 0
 		lowest := int64(0)
+		keyed := false
 		for rows.Next() {
 			check(rows.Scan(dest...))
 			seq, err := strconv.ParseInt(string(raw[0]), 10, 64)
@@ -543,6 +560,9 @@ func replayDrain(ctx context.Context, dsn string, t *tracer, n, batch int, relay
 				lowest = seq
 			}
 			b.WriteString(string(raw[0]))
+			if raw[5] != nil {
+				keyed = true
+			}
 			got++
 		}
 		check(rows.Err())
@@ -563,6 +583,7 @@ func replayDrain(ctx context.Context, dsn string, t *tracer, n, batch int, relay
 				floor = lowest
 			}
 		}
+		allUnordered = !keyed
 		if total >= n {
 			break
 		}
@@ -582,7 +603,7 @@ func replayDrain(ctx context.Context, dsn string, t *tracer, n, batch int, relay
 	wall := time.Since(start)
 	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(polls) }
 	var out strings.Builder
-	fmt.Fprintf(&out, "replay of the relay's statements (its plain lease and carried mark, BEGIN … COMMIT, rows read as raw bytes, nothing delivered): %s, %.0f events/s; %d polls of %.1f ms (lease %.1f, carried mark %.1f, COMMIT %.1f ms)\n",
+	fmt.Fprintf(&out, "replay of the relay's statements (its leases and carried mark, BEGIN … COMMIT, rows read as raw bytes, nothing delivered): %s, %.0f events/s; %d polls of %.1f ms (lease %.1f, carried mark %.1f, COMMIT %.1f ms)\n",
 		wall.Round(time.Millisecond), float64(n)/wall.Seconds(), polls, per(wall), per(tLease), per(tMark), per(tCommit))
 	fmt.Fprintf(&out, "\nthe relay's drain ÷ the replay's: %.2f\n", wall.Seconds()/relayWall.Seconds())
 	return out.String()
