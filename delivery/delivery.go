@@ -180,7 +180,14 @@ func each(ctx context.Context, d Delivery, es []*envelope.Event, concurrency int
 	}
 	// Workers take the next event by an atomic counter: cheaper than a
 	// channel when deliveries are fast. The calling goroutine is one of
-	// them, so fast deliveries are mostly done before the others start.
+	// them, and the others start only when the batch is not done within
+	// spawnAfter: a batch of fast deliveries (in memory, a local queue)
+	// is done by the calling goroutine alone, without starting goroutines
+	// that would find nothing left to do — 9 a batch at the default
+	// concurrency, whose start and scheduling were a fifth of a relay's
+	// CPU at its defaults (BENCHMARKS.md, "Backlog drains, sixth pass").
+	// A delivery that waits (a network call) is joined by the others
+	// spawnAfter after the batch began, whatever the first event does.
 	var next atomic.Int64
 	work := func() {
 		for i := int(next.Add(1) - 1); i < len(es); i = int(next.Add(1) - 1) {
@@ -188,13 +195,27 @@ func each(ctx context.Context, d Delivery, es []*envelope.Event, concurrency int
 		}
 	}
 	var wg sync.WaitGroup
-	for range min(concurrency, len(es)) - 1 {
-		wg.Go(work)
-	}
+	spawned := make(chan struct{})
+	timer := time.AfterFunc(spawnAfter, func() {
+		defer close(spawned)
+		for range min(concurrency, len(es)) - 1 {
+			if int(next.Load()) >= len(es) {
+				return // nothing left to take
+			}
+			wg.Go(work)
+		}
+	})
 	work()
+	if !timer.Stop() {
+		<-spawned // the workers, if any, were started: wait for them
+	}
 	wg.Wait()
 	return errs
 }
+
+// spawnAfter is how long each's calling goroutine delivers alone before
+// the other workers start.
+const spawnAfter = 50 * time.Microsecond
 
 // TimeoutError is the error of a delivery that ran out of its time.
 type TimeoutError struct {

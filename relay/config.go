@@ -77,6 +77,8 @@ type Config struct {
 
 	// Concurrency is how many events of a batch a plain Delivery gets at
 	// once (a BatchDelivery gets the whole batch); 0 = DefaultConcurrency.
+	// The relay's goroutine delivers alone for the batch's first 50 µs:
+	// the other workers start only for a batch not done by then.
 	Concurrency int
 
 	// Topics limits the relay to events of these topics: names, or prefix
