@@ -535,38 +535,7 @@ func replayDrain(ctx context.Context, dsn string, t *tracer, n, batch int, relay
 		if floor > 0 && unorderedLease != "" && allUnordered {
 			q = unorderedLease // as the relay does after a full lease of unordered events
 		}
-		rows, err := tx.QueryContext(ctx, q, mode, time.Minute.Microseconds(), name, nil, batch, floor)
-		check(err)
-		cols, err := rows.Columns()
-		check(err)
-		raw := make([]sql.RawBytes, len(cols))
-		dest := make([]any, len(cols))
-		for i := range raw {
-			dest[i] = &raw[i]
-		}
-		var b strings.Builder
-		b.WriteByte('{')
-		got := 0
-		lowest := int64(0)
-		keyed := false
-		for rows.Next() {
-			check(rows.Scan(dest...))
-			seq, err := strconv.ParseInt(string(raw[0]), 10, 64)
-			check(err)
-			if got > 0 {
-				b.WriteByte(',')
-			}
-			if got == 0 || seq < lowest {
-				lowest = seq
-			}
-			b.WriteString(string(raw[0]))
-			if raw[5] != nil {
-				keyed = true
-			}
-			got++
-		}
-		check(rows.Err())
-		b.WriteByte('}')
+		got, lowest, keyed, seqs := replayLease(ctx, tx, q, mode, name, batch, floor)
 		tLease += time.Since(s)
 		s = time.Now()
 		check(tx.Commit())
@@ -575,7 +544,7 @@ func replayDrain(ctx context.Context, dsn string, t *tracer, n, batch int, relay
 		total += got
 		prev = ""
 		if got > 0 {
-			prev = b.String()
+			prev = seqs
 		}
 		floor = 0
 		if got == batch {
@@ -607,4 +576,41 @@ func replayDrain(ctx context.Context, dsn string, t *tracer, n, batch int, relay
 		wall.Round(time.Millisecond), float64(n)/wall.Seconds(), polls, per(wall), per(tLease), per(tMark), per(tCommit))
 	fmt.Fprintf(&out, "\nthe relay's drain ÷ the replay's: %.2f\n", wall.Seconds()/relayWall.Seconds())
 	return out.String()
+}
+
+// replayLease runs one lease of replayDrain in tx and reads its rows as raw
+// bytes: how many, the lowest sequence, whether any was keyed, and the
+// sequences as a bigint[] literal for the mark.
+func replayLease(ctx context.Context, tx *sql.Tx, q string, mode pgx.QueryExecMode, name string, batch int, floor int64) (got int, lowest int64, keyed bool, seqs string) {
+	rows, err := tx.QueryContext(ctx, q, mode, time.Minute.Microseconds(), name, nil, batch, floor)
+	check(err)
+	defer rows.Close()
+	cols, err := rows.Columns()
+	check(err)
+	raw := make([]sql.RawBytes, len(cols))
+	dest := make([]any, len(cols))
+	for i := range raw {
+		dest[i] = &raw[i]
+	}
+	var b strings.Builder
+	b.WriteByte('{')
+	for rows.Next() {
+		check(rows.Scan(dest...))
+		seq, err := strconv.ParseInt(string(raw[0]), 10, 64)
+		check(err)
+		if got > 0 {
+			b.WriteByte(',')
+		}
+		if got == 0 || seq < lowest {
+			lowest = seq
+		}
+		b.WriteString(string(raw[0]))
+		if raw[5] != nil { // ordering_key
+			keyed = true
+		}
+		got++
+	}
+	check(rows.Err())
+	b.WriteByte('}')
+	return got, lowest, keyed, b.String()
 }
