@@ -34,6 +34,35 @@ func explainJIT(t *testing.T, r *Relay, q interface {
 	return strings.Contains(plan, `"JIT"`)
 }
 
+// jitEnv is a PostgreSQL env whose server can JIT-compile; the test is
+// skipped where it has no JIT provider (nothing to guard against).
+func jitEnv(t *testing.T) *env {
+	t.Helper()
+	e := newEnv(t, envelope.Postgres)
+	var available bool
+	if err := e.db.QueryRow(`SELECT pg_jit_available()`).Scan(&available); err != nil {
+		t.Fatal(err)
+	}
+	if !available {
+		t.Skip("this PostgreSQL has no JIT provider (pg_jit_available() is false): nothing to guard against")
+	}
+	return e
+}
+
+// withParams is e on a pool of its own whose DSN adds params (session
+// settings such as "&jit=off").
+func (e *env) withParams(t *testing.T, params string) *env {
+	t.Helper()
+	db, err := sql.Open("pgx", e.dsn+params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	c := *e
+	c.db = db
+	return &c
+}
+
 // TestLeaseImmuneToJIT: on connections where PostgreSQL would JIT-compile
 // the lease (jit_above_cost = 0 stands for a large table's estimate), the
 // relay leases with jit off in the lease's own transaction, and the lease
@@ -41,25 +70,9 @@ func explainJIT(t *testing.T, r *Relay, q interface {
 // leases as a single statement.
 func TestLeaseImmuneToJIT(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envelope.Postgres)
-	var available bool
-	if err := e.db.QueryRow(`SELECT pg_jit_available()`).Scan(&available); err != nil {
-		t.Fatal(err)
-	}
-	if !available {
-		t.Skip("this PostgreSQL has no JIT provider (pg_jit_available() is false): nothing to be immune to")
-	}
+	e := jitEnv(t)
 	fillKeyed(t, e, 500, 0)
-	open := func(params string) *env {
-		db, err := sql.Open("pgx", e.dsn+params)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { db.Close() })
-		c := *e
-		c.db = db
-		return &c
-	}
+	open := func(params string) *env { return e.withParams(t, params) }
 
 	jit := open("&jit=on&jit_above_cost=0")
 	r := jit.newRelay(t, &recorder{}, Config{Name: "jit"})
@@ -123,24 +136,10 @@ func TestLeaseImmuneToJIT(t *testing.T) {
 // up). An estimate that cannot be had counts as over.
 func TestLeaseJITGuardFollowsTheEstimate(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envelope.Postgres)
-	var available bool
-	if err := e.db.QueryRow(`SELECT pg_jit_available()`).Scan(&available); err != nil {
-		t.Fatal(err)
-	}
-	if !available {
-		t.Skip("this PostgreSQL has no JIT provider (pg_jit_available() is false)")
-	}
+	e := jitEnv(t)
 	fillKeyed(t, e, 300, 0)
 	relayOn := func(name, params string) *Relay {
-		db, err := sql.Open("pgx", e.dsn+params)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { db.Close() })
-		c := *e
-		c.db = db
-		return c.newRelay(t, &recorder{}, Config{Name: name, BatchSize: 10})
+		return e.withParams(t, params).newRelay(t, &recorder{}, Config{Name: name, BatchSize: 10})
 	}
 	ctx := context.Background()
 	args := func(r *Relay) []any {

@@ -2,21 +2,17 @@ package gormcapture_test
 
 import (
 	"context"
-	"strings"
-	"sync"
+	"strconv"
 	"testing"
-	"time"
 
 	"gorm.io/driver/mysql"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 	"gorm.io/gorm/logger"
 
-	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/gormcapture"
 	"github.com/heraldgo/herald/internal/testkit"
-	"github.com/heraldgo/herald/relay"
 )
 
 // WKT is a spatial value a model writes as text: GORM binds it through
@@ -67,25 +63,7 @@ func TestMySQLSpatialForms(t *testing.T) {
 	must(t, gdb.Model(&Place{ID: pl.ID}).Update("spot", WKT("POINT(3 4)")).Error)
 	must(t, gdb.Delete(&Place{ID: pl.ID}).Error)
 
-	var (
-		mu  sync.Mutex
-		got []string
-	)
-	r, err := relay.New(db, delivery.Func(func(_ context.Context, e *envelope.Event) error {
-		mu.Lock()
-		defer mu.Unlock()
-		got = append(got, string(e.Payload))
-		return nil
-	}), relay.Config{Name: "spatial", MinPollInterval: time.Millisecond, MaxPollInterval: 10 * time.Millisecond})
-	must(t, err)
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(rctx) }()
-	testkit.Eventually(t, 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= 3 }, "3 events delivered")
-	stop()
-	must(t, <-done)
-	mu.Lock()
-	defer mu.Unlock()
+	got := relayed(t, db)(3)
 	for i, want := range [][]string{
 		{`"spot":{"type":"Point","coordinates":[1,2]}`, `"route":{"type":"LineString","coordinates":[[0,0],[1,1]]}`,
 			`"area":{"type":"Polygon","coordinates":[[[0,0],[1,1],[1,0],[0,0]]]}`, `"meta":{"a":[1,2]}`, `"raw":[true,null]`,
@@ -93,10 +71,6 @@ func TestMySQLSpatialForms(t *testing.T) {
 		{`"spot":{"type":"Point","coordinates":[3,4]}`},
 		{`"before":{"id":1,"name":"a","spot":{"type":"Point","coordinates":[3,4]}`},
 	} {
-		for _, w := range want {
-			if !strings.Contains(got[i], w) {
-				t.Errorf("event %d lacks %s:\n %s", i, w, got[i])
-			}
-		}
+		contains(t, "event "+strconv.Itoa(i), got[i], want...)
 	}
 }
