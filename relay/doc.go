@@ -30,10 +30,14 @@
 //
 //  1. Lease: one statement takes the next batch in sequence order: events
 //     not published, not dead-lettered, due, and not under a live lease.
-//     It reads a bounded set of candidates (the first BatchSize pending
-//     events, the first BatchSize unordered ones, the heads of up to
-//     BatchSize keys), so a lease costs the same however large the backlog
-//     behind a few keys.
+//     It reads a bounded set of candidates among the events the relay
+//     takes (its topics and tenants, no paused topic): the first
+//     2 × BatchSize pending events, the first 2 × BatchSize unordered
+//     ones, the heads of up to BatchSize keys. So a lease costs the same
+//     however large the backlog behind a few keys, and looks past any
+//     number of events it does not take. While a backlog of unordered
+//     events drains (PostgreSQL), the lease takes them in one locking
+//     scan of their index instead.
 //  2. Hold: the lease runs Config.Lease from the database's now. When the
 //     statement returned later than a renewal would be due, the relay
 //     renews before delivering and keeps only the events it still holds:
