@@ -156,3 +156,39 @@ func TestUnknownDriverWithTheDatabaseDown(t *testing.T) {
 		t.Fatalf("database down, Config.Dialect set: %v", err)
 	}
 }
+
+// A partitioned outbox table, or one with inheritance children, is refused
+// by New with ErrConfiguration naming the table: the lease finds the rows
+// it locked again by their ctid, unique within one table only.
+func TestSplitTableIsAConfigurationError(t *testing.T) {
+	t.Parallel()
+	db, _ := testkit.Postgres(t)
+	ctx := context.Background()
+	if err := envelope.Migrate(ctx, db, envelope.Postgres, "herald_outbox"); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`CREATE TABLE herald_parted (LIKE herald_outbox INCLUDING DEFAULTS) PARTITION BY RANGE (sequence)`,
+		`CREATE TABLE herald_parted_paused (LIKE herald_outbox_paused INCLUDING ALL)`,
+		`CREATE TABLE herald_parted_1 PARTITION OF herald_parted FOR VALUES FROM (MINVALUE) TO (MAXVALUE)`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	if _, err := New(db, &recorder{}, Config{Logger: quiet}); err != nil {
+		t.Fatalf("New on the plain table: %v", err)
+	}
+	if _, err := New(db, &recorder{}, Config{Logger: quiet, Table: "herald_parted"}); !errors.Is(err, envelope.ErrConfiguration) ||
+		!strings.Contains(err.Error(), "herald_parted is partitioned") {
+		t.Fatalf("New on a partitioned table: %v; want ErrConfiguration naming herald_parted", err)
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE herald_outbox_child () INHERITS (herald_outbox)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(db, &recorder{}, Config{Logger: quiet}); !errors.Is(err, envelope.ErrConfiguration) ||
+		!strings.Contains(err.Error(), "inheritance children") {
+		t.Fatalf("New on a table with an inheritance child: %v; want ErrConfiguration", err)
+	}
+}

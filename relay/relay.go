@@ -250,6 +250,9 @@ func (r *Relay) checkTable(ctx context.Context) error {
 			Err: err}
 	}
 	if r.dialect == envelope.Postgres {
+		if err := r.checkPlainTable(ctx); err != nil {
+			return err
+		}
 		mode, err := detectExecMode(ctx, r.db)
 		if err != nil {
 			return fmt.Errorf("%w: %w%s", errUnreachable, err, poolerHint(err))
@@ -307,6 +310,27 @@ WHERE table_schema = DATABASE() AND table_name = ? AND index_name IN (?, ?) AND 
 	if col := first[r.table.Base+"_pending_key_idx"]; !strings.EqualFold(col, "published_at") {
 		r.log.WarnContext(ctx, "herald/relay: the outbox's pending-key index is older than MySQL schema version 3: leases walk published events too; migrate with envelope.Migrate",
 			slog.String("relay", r.cfg.Name), slog.String("table", r.table.Name), slog.Int("want_version", envelope.LatestMySQLVersion))
+	}
+	return nil
+}
+
+// plainTableSQL says whether the outbox table is partitioned or has
+// inheritance children (PostgreSQL).
+const plainTableSQL = `SELECT c.relkind = 'p' OR EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhparent = c.oid)
+FROM pg_class c WHERE c.oid = to_regclass($1)`
+
+// checkPlainTable refuses a partitioned outbox table, or one with
+// inheritance children (PostgreSQL): the lease finds the rows it locked
+// again by their physical address (ctid, see leaseBatchPostgres), which
+// is unique within one table only.
+func (r *Relay) checkPlainTable(ctx context.Context) error {
+	var split bool
+	if err := r.db.QueryRowContext(ctx, plainTableSQL, r.table.Quoted).Scan(&split); err != nil {
+		return fmt.Errorf("%w: %w%s", errUnreachable, err, poolerHint(err))
+	}
+	if split {
+		return &envelope.Error{Kind: envelope.ErrConfiguration, Where: "relay.Config.Table",
+			Msg: fmt.Sprintf("outbox table %s is partitioned or has inheritance children: the relay needs one plain table (its lease finds the rows it locked by their ctid, unique within one table only); create it with envelope.Migrate", r.table.Name)}
 	}
 	return nil
 }

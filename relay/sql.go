@@ -73,9 +73,10 @@ import (
 // 16 keys, measured in psql on PostgreSQL 15). So the candidates are a
 // bounded set, and the predicates above are checked on them alone:
 //
-//   - the first BatchSize pending events in sequence order ({base}_pending_idx):
-//     when keys are many, they are mostly heads already;
-//   - the first BatchSize pending unordered events
+//   - the first 2 × BatchSize pending events in sequence order
+//     ({base}_pending_idx), of which only the unordered ones and the first
+//     of each key go on (pendingSourcePostgres);
+//   - the first 2 × BatchSize pending unordered events
 //     ({base}_pending_unordered_idx, schema version 3), so a backlog of
 //     keyed events never hides an unordered one;
 //   - the heads of up to $5 keys, walked through {base}_pending_key_idx one
@@ -90,62 +91,83 @@ import (
 //
 // The candidates only narrow where the predicates look; every predicate is
 // checked on the row as before, so the per-key argument above is unchanged.
-// The head test is written as "e is the first pending event of its key" in
-// ({ordering_key}, sequence) order, which only {base}_pending_key_idx can
-// answer (one descent); written as NOT EXISTS (… p.sequence < e.sequence)
-// the planner may walk the primary key backwards through the whole backlog.
+// The head test is "no pending event of e's key lies before e": a backward
+// scan of {base}_pending_key_idx from (key, sequence), ended by the key's
+// lower bound. For a head it finds nothing and reads no row (an entry
+// found would need its row for visibility: without VACUUM no page is
+// all-visible); the earlier form, "e is the first pending entry of its
+// key", read the head's row every time, and that read was a third of a
+// keyed lease. It is written with a row comparison and no equality on
+// purpose: with "p.ordering_key = e.ordering_key AND p.sequence <
+// e.sequence" the planner, on a table of few keys, answered the test with
+// a sequential scan that stops at the first match (2,000 buffers a lease
+// at 20,000 events on 4 keys, TestLeaseCostIndependentOfBacklog), or by
+// the primary key; the order (ordering_key, sequence) DESC only
+// {base}_pending_key_idx gives. The scan must run backward: forward, a
+// row comparison ends the scan only on its first column, and the test
+// read every entry of the key.
+//
 // A key's walk visits keys in key order: with more than $5 keys ready and
 // their heads beyond the first source, the later keys wait for the earlier
 // ones to drain — delayed, never skipped.
 //
-// "sequence = ANY(ARRAY(subquery))" is "sequence IN (subquery)" written so
-// that the candidates are an InitPlan run once and the UPDATE finds its
-// rows through the primary key: with IN, the planner may hash-join the
-// candidates against a sequential scan of the whole table (published
-// history included), as EXPLAIN shows on a table of 100k rows.
+// "ctid = ANY(ARRAY(subquery))" is "ctid IN (subquery)" written so that
+// the candidates, and then the heads, are an InitPlan run once: with IN,
+// the planner may hash-join them against a sequential scan of the whole
+// table (published history included), as EXPLAIN shows on a table of 100k
+// rows. The rows are found again by their physical address (a TID scan),
+// not through an index: one page read each instead of a descent of
+// {base}_pending_idx for each candidate and of the primary key for each
+// head. The heads' ctids are those of the versions FOR UPDATE locked (the
+// newest, when another transaction changed a row meanwhile), so the
+// UPDATE finds exactly the rows locked; a ctid names a row within one
+// table only, so the relay refuses a partitioned table or one with
+// inheritance children (Relay.checkPlainTable). The forms with the key
+// walk, whose heads come as sequences, find their candidates by sequence.
 const leaseBatchPostgres = `UPDATE {table} SET lease_until = coalesce($3::timestamptz, now()) + $1::bigint * interval '1 microsecond', leased_by = $2
-WHERE sequence = ANY(ARRAY(
+WHERE {hby} = ANY(ARRAY(
     ` + leaseHeadsPostgres + `))
 RETURNING {columns}`
 
 // leaseHeadsPostgres selects and locks the heads a lease takes: the
 // candidates of leaseBatchPostgres that pass every predicate. {headcols}
 // adds the ordering key for leaseRunsPostgres.
-const leaseHeadsPostgres = `{walkcte}SELECT e.sequence{headcols} FROM {table} e
-    WHERE e.sequence = ANY(ARRAY(
+const leaseHeadsPostgres = `{walkcte}SELECT e.{hby}{headcols} FROM {table} e
+    WHERE e.{cby} = ANY(ARRAY(
             {pendingsrc}
             UNION ALL
-            (SELECT c.sequence FROM {table} c WHERE c.published_at IS NULL AND c.ordering_key IS NULL
+            (SELECT c.{cby} FROM {table} c WHERE c.published_at IS NULL AND c.ordering_key IS NULL
                {available}{floor}{cfilter}
              ORDER BY c.sequence LIMIT {candidates}){walksource}))
       AND e.published_at IS NULL AND e.dead_lettered_at IS NULL
       AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= coalesce($3::timestamptz, now()))
       AND (e.lease_until IS NULL OR e.lease_until < coalesce($3::timestamptz, now()))
-      AND (e.ordering_key IS NULL OR e.sequence = (
-            SELECT p.sequence FROM {table} p
-            WHERE p.published_at IS NULL AND p.ordering_key IS NOT NULL AND p.ordering_key >= e.ordering_key
-            ORDER BY p.ordering_key, p.sequence LIMIT 1))
-      {filter}
+      AND (e.ordering_key IS NULL OR (
+            SELECT 1 FROM {table} p
+            WHERE p.published_at IS NULL AND p.ordering_key IS NOT NULL
+              AND p.ordering_key >= e.ordering_key AND (p.ordering_key, p.sequence) < (e.ordering_key, e.sequence)
+            ORDER BY p.ordering_key DESC, p.sequence DESC LIMIT 1) IS NULL)
+      {efilter}
     ORDER BY e.sequence
     LIMIT $4
     FOR UPDATE SKIP LOCKED`
 
 // pendingSourcePostgres is leaseHeadsPostgres's first candidate source:
-// the first BatchSize pending events. pendingSourceRunsPostgres, its form in
-// leaseRunsPostgres, keeps of them the unordered events and the first of
-// each key — exactly the candidates that can be heads, since a later
-// candidate of a key has an earlier pending one — so the head test runs
-// once per key, not once per event of a run: after a run of 1000 events of
-// one key is published, each head test steps over their 1000 index entries
-// until VACUUM (or an index scan allowed to mark them dead) removes them,
-// and 1000 such tests made a lease take seconds.
+// of the first 2 × BatchSize pending events, the unordered events and the
+// first of each key — exactly the candidates that can be heads, since a
+// later candidate of a key has an earlier pending one — so the head test
+// runs once per key, not once per event of a run: after a run of 1000
+// events of one key is published, each head test steps over their 1000
+// index entries until VACUUM (or an index scan allowed to mark them dead)
+// removes them, and 1000 such tests made a lease take seconds. With many
+// keys it halves the head tests of a drain (two events of each of 1,000
+// keys among 2,000 candidates). The keys are compared bytewise (COLLATE
+// "C"): only equal keys matter, and the sort need not follow the
+// database's collation.
 const (
-	pendingSourcePostgres = `(SELECT c.sequence FROM {table} c WHERE c.published_at IS NULL AND c.dead_lettered_at IS NULL
-               {available}{floor}{cfilter}
-             ORDER BY c.sequence LIMIT {candidates})`
-	pendingSourceRunsPostgres = `(SELECT d.sequence FROM (
-                SELECT c.sequence, c.ordering_key, row_number() OVER (PARTITION BY c.ordering_key ORDER BY c.sequence) AS rn
-                FROM (SELECT c.sequence, c.ordering_key FROM {table} c WHERE c.published_at IS NULL AND c.dead_lettered_at IS NULL
+	pendingSourcePostgres = `(SELECT d.{cby} FROM (
+                SELECT c.ctid, c.sequence, c.ordering_key, row_number() OVER (PARTITION BY c.ordering_key COLLATE "C" ORDER BY c.sequence) AS rn
+                FROM (SELECT c.ctid, c.sequence, c.ordering_key FROM {table} c WHERE c.published_at IS NULL AND c.dead_lettered_at IS NULL
                         {available}{floor}{cfilter}
                       ORDER BY c.sequence LIMIT {candidates}) c) d
              WHERE d.ordering_key IS NULL OR d.rn = 1)`
@@ -176,14 +198,19 @@ const (
 // delivered keeps the ordering contract (Relay.deliver): the events of a
 // key one after another, each only after the one before it succeeded.
 //
-// The rows to update are found as in leaseBatchPostgres, by primary key
-// from an array of the runs' sequences (an InitPlan run once); joined to
-// runs only for herald_pos. The re-check of the predicates is written as
+// The rows to update are found by primary key from an array of the runs'
+// sequences (an InitPlan run once); joined to runs only for herald_pos. The re-check of the predicates is written as
 // a CASE so that the planner cannot answer it with a partial index (the
 // topic index, partial on published_at IS NULL) instead of the primary
 // key. Without all that, on a table without statistics
 // (never analyzed: autovacuum off) the planner scanned the pending index
 // and re-ran the runs for each of its rows — 1.4 s for a lease of 100.
+//
+// A head's followers are read forward from (key, head) in
+// {base}_pending_key_idx, the scan ended by the key's upper bound; written
+// with an equality on the key, the planner read them through the primary
+// key from the head on, stepping over the other keys' events in between
+// (976 rows read for 61 followers in a drain of 16 keys, auto_explain).
 //
 // The runs share the batch: each keyed head gets at most
 // (BatchSize − heads) ÷ keyed heads followers, so a lease still returns at
@@ -203,7 +230,7 @@ runs(herald_seq, herald_pos) AS MATERIALIZED (
                     {filter}) OVER w AS ok
             FROM (SELECT p.* FROM {table} p
                   WHERE p.published_at IS NULL AND p.ordering_key IS NOT NULL
-                    AND p.ordering_key = h.ordering_key AND p.sequence > h.sequence
+                    AND p.ordering_key <= h.ordering_key AND (p.ordering_key, p.sequence) > (h.ordering_key, h.sequence)
                   ORDER BY p.ordering_key, p.sequence
                   LIMIT ($4 - (SELECT count(*) FROM heads)) / greatest((SELECT count(*) FROM heads WHERE ordering_key IS NOT NULL), 1)) e
             WINDOW w AS (ORDER BY e.sequence)) r
@@ -310,8 +337,8 @@ const (
 // planner estimated that one row qualified, and sorted the whole table
 // (53–57 ms a lease, measured in psql).
 const leaseUnorderedPostgres = `UPDATE {table} SET lease_until = coalesce($3::timestamptz, now()) + $1::bigint * interval '1 microsecond', leased_by = $2
-WHERE sequence = ANY(ARRAY(
-    SELECT e.sequence FROM {table} e
+WHERE ctid = ANY(ARRAY(
+    SELECT e.ctid FROM {table} e
     WHERE e.published_at IS NULL AND e.ordering_key IS NULL AND e.dead_lettered_at IS NULL
       AND (e.lease_until IS NULL OR e.lease_until < coalesce($3::timestamptz, now()))
       AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= coalesce($3::timestamptz, now()))
@@ -709,6 +736,7 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 	// backlog, cleanup and retry see paused topics' events as any others.
 	paused := " AND NOT EXISTS (SELECT 1 FROM " + outbox.PausedTable(b.t) + " z WHERE z.topic = e.topic)"
 	fu := f5 // the filter of leaseUnorderedPostgres, which reads paused topics its own way
+	f6nopause := f6
 	c5, c6 := b.candidateFilter(f5, "c"), b.candidateFilter(f6, "c")
 	h6 := strings.NewReplacer("e.topic", "h.topic", "e.tenant", "h.tenant").Replace(f6)
 	f5, f6 = f5+paused, f6+paused
@@ -722,15 +750,16 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 	// topic's backlog, another relay's topics or tenants — filled its
 	// candidates, every lease came back empty and nothing behind them
 	// was delivered (TestLeaseLooksPastEventsItDoesNotTake).
-	cf5 := strings.NewReplacer("{cfilter}", c5, "{hfilter}", "")
-	cf6 := strings.NewReplacer("{cfilter}", c6, "{hfilter}", h6)
-	st.lease = b.render(cf5.Replace(floor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", "", "{pendingsrc}", pendingSourcePostgres).Replace(lease)))), f5, "")
-	st.leaseWalk = b.render(cf6.Replace(noFloor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", "", "{pendingsrc}", pendingSourcePostgres).Replace(lease)))), f6, "")
+	cf5 := strings.NewReplacer("{cfilter}", c5, "{hfilter}", "", "{efilter}", fu)
+	cf6 := strings.NewReplacer("{cfilter}", c6, "{hfilter}", h6, "{efilter}", f6nopause)
+	by := func(c, h string) *strings.Replacer { return strings.NewReplacer("{cby}", c, "{hby}", h) }
+	st.lease = b.render(by("ctid", "ctid").Replace(cf5.Replace(floor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", "", "{pendingsrc}", pendingSourcePostgres).Replace(lease))))), f5, "")
+	st.leaseWalk = b.render(by("sequence", "ctid").Replace(cf6.Replace(noFloor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", "", "{pendingsrc}", pendingSourcePostgres).Replace(lease))))), f6, "")
 	st.leaseRuns, st.leaseRunsWalk = st.lease, st.leaseWalk
 	if b.d == envelope.Postgres {
 		runs := leaseRunsPostgres
-		st.leaseRuns = b.render(cf5.Replace(floor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourceRunsPostgres).Replace(runs)))), f5, "")
-		st.leaseRunsWalk = b.render(cf6.Replace(noFloor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourceRunsPostgres).Replace(runs)))), f6, "")
+		st.leaseRuns = b.render(by("ctid", "sequence").Replace(cf5.Replace(floor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourcePostgres).Replace(runs))))), f5, "")
+		st.leaseRunsWalk = b.render(by("sequence", "sequence").Replace(cf6.Replace(noFloor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourcePostgres).Replace(runs))))), f6, "")
 		st.leaseUnordered = b.render(fmt.Sprintf(leaseUnorderedPostgres, n5), fu, "")
 		st.fusedMark = b.render(fmt.Sprintf(fusedMarkSQL, markPublishedPostgres), "", "")
 		st.fusedDelete = b.render(fmt.Sprintf(fusedMarkSQL, deletePublishedPostgres), "", "")
