@@ -161,8 +161,9 @@
 // synchronous_commit off; the leases still wait for the WAL flush, which
 // also writes the marks before them. Otherwise, on PostgreSQL, when a
 // batch was delivered whole and the loop polls again at once, its mark
-// runs as the first statement of the next lease's transaction: one commit
-// per batch in a drain. With Config.DeleteOnPublish no published history is
+// runs as the first statement of the next lease's transaction — or, while
+// a backlog of unordered events drains, inside the lease's own statement:
+// one commit per batch in a drain. With Config.DeleteOnPublish no published history is
 // kept, and a delivered event's idempotency key is free again.
 //
 // # Operations

@@ -186,3 +186,74 @@ func TestLeaseLooksPastEventsItDoesNotTake(t *testing.T) {
 		}
 	})
 }
+
+// A mark carried into the lease of unordered events runs in the lease's
+// statement: the carried events are published (or deleted) and the next
+// ones leased, in one statement. The mark runs before the lease's scan,
+// so even carried events whose lease ran out before their mark are
+// marked, not leased again.
+func TestCarriedMarkRunsInTheUnorderedLease(t *testing.T) {
+	t.Parallel()
+	for _, del := range []bool{false, true} {
+		t.Run(fmt.Sprintf("DeleteOnPublish=%v", del), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, envelope.Postgres)
+			fillKeyed(t, e, 60, 0)
+			r := e.newRelay(t, &recorder{}, Config{BatchSize: 10, DeleteOnPublish: del})
+			ctx := context.Background()
+			var first []*envelope.Event
+			for range 3 { // until a full lease from the floor: the first walks keys
+				batch, _, err := r.lease(ctx)
+				if err != nil || len(batch) != 10 {
+					t.Fatalf("lease: %d events, %v", len(batch), err)
+				}
+				if q, _, _ := r.leaseQuery(); q == r.sql.leaseUnordered {
+					first = batch
+					break
+				}
+				if _, err := r.mark(ctx, batch, make([]error, len(batch))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if first == nil {
+				t.Fatal("after full leases of unordered events the next lease is not the unordered form")
+			}
+			// Delivered, and its lease ran out before the mark.
+			if _, err := e.db.Exec(`UPDATE herald_outbox SET lease_until = now() - interval '1 second' WHERE leased_by = $1`, r.cfg.Name); err != nil {
+				t.Fatal(err)
+			}
+			r.carried = &carriedMark{delivered: first, seqs: r.seqArg(first), at: time.Now()}
+			second, _, err := r.lease(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.carried != nil {
+				t.Fatal("the carried mark is still carried after the lease")
+			}
+			if len(second) != 10 || second[0].Sequence != first[9].Sequence+1 {
+				t.Fatalf("second lease: %s; want the next 10 events after %d", describe(second), first[9].Sequence)
+			}
+			left := "published_at IS NOT NULL"
+			if del {
+				left = "sequence > 0" // deleted: not in the table at all
+			}
+			var inTable, done int
+			if err := e.db.QueryRow(`SELECT count(*), count(*) FILTER (WHERE `+left+`) FROM herald_outbox WHERE sequence BETWEEN $1 AND $2`, first[0].Sequence, first[9].Sequence).Scan(&inTable, &done); err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case del && inTable != 0:
+				t.Fatalf("%d of the 10 carried events are still in the table; DeleteOnPublish deletes them", inTable)
+			case !del && done != 10:
+				t.Fatalf("%d of the 10 carried events are published, want 10", done)
+			}
+			var leasedAgain int
+			if err := e.db.QueryRow(`SELECT count(*) FROM herald_outbox WHERE sequence BETWEEN $1 AND $2 AND lease_until > now()`, first[0].Sequence, first[9].Sequence).Scan(&leasedAgain); err != nil {
+				t.Fatal(err)
+			}
+			if leasedAgain != 0 {
+				t.Fatalf("%d carried events were leased again by the lease that marked them", leasedAgain)
+			}
+		})
+	}
+}

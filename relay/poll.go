@@ -192,10 +192,27 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 			}
 		}()
 	}
+	// A carried mark and the lease of unordered events run as one
+	// statement (leaseUnorderedMarkedPostgres), unless the statement may
+	// be JIT-compiled: then in the transaction, whose mark sets jit off.
+	var withMark bool
+	if carried != nil && query == r.sql.leaseUnordered {
+		q := r.sql.leaseUnorderedMarked
+		if r.cfg.DeleteOnPublish {
+			q = r.sql.leaseUnorderedDeleted
+		}
+		if a := append(slices.Clip(args), carried.seqs); !r.leaseNeedsJITOff(ctx, q, a) {
+			query, args, withMark = q, a, true
+		}
+	}
 	jitOff := carried == nil && r.leaseNeedsJITOff(ctx, query, args)
-	ltx, err := r.beginLeaseWith(ctx, carried, jitOff)
-	if err != nil {
-		return nil, nil, stmtErr(ctx, "lease query", err)
+	var ltx leaseTx
+	var err error
+	if !withMark {
+		ltx, err = r.beginLeaseWith(ctx, carried, jitOff)
+		if err != nil {
+			return nil, nil, stmtErr(ctx, "lease query", err)
+		}
 	}
 	began := time.Now()
 	rows, err := ltx.query(ctx, r, query, args...)
@@ -208,6 +225,10 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 	sc := newLeaseScanner(r.extra, r.cfg.Name, r.dialect != envelope.Postgres)
 	if runs {
 		sc.dest = append(sc.dest, &sc.pos)
+	}
+	marked := int64(-1) // the carried mark's rows, when the lease returned them
+	if withMark {
+		sc.dest = append(sc.dest, &marked)
 	}
 	for rows.Next() {
 		sc.pos = 1
@@ -241,10 +262,17 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 		return nil, nil, stmtErr(ctx, "lease query", err)
 	}
 	committed = true
-	if ltx.tx == nil && r.noJIT.Load() && time.Since(began) > jitSlowLease {
+	rowsTouched := len(got)
+	if withMark {
+		rowsTouched += len(carried.delivered)
+	}
+	if ltx.tx == nil && r.noJIT.Load() && time.Since(began) > jitSlow(rowsTouched) {
 		r.forgetJITEstimate(query) // JIT-compiled, perhaps: ask again
 	}
 	if carried != nil {
+		if withMark && marked >= 0 {
+			r.warnUnmarked(ctx, len(carried.delivered), marked)
+		}
 		r.observeDelivered(ctx, carried.delivered, carried.at)
 	}
 	r.afterLease(got, runs, floored)

@@ -336,18 +336,56 @@ const (
 // plain condition, on a table whose events all have one topic the
 // planner estimated that one row qualified, and sorted the whole table
 // (53–57 ms a lease, measured in psql).
-const leaseUnorderedPostgres = `UPDATE {table} SET lease_until = coalesce($3::timestamptz, now()) + $1::bigint * interval '1 microsecond', leased_by = $2
+//
+// With a mark carried from the batch before (pending.go) it runs as one
+// statement with the mark ({markcte}: leaseUnorderedMarkedPostgres), not
+// in a transaction of BEGIN, mark, lease and COMMIT.
+const leaseUnorderedPostgres = `{markcte}UPDATE {table} SET lease_until = coalesce($3::timestamptz, now()) + $1::bigint * interval '1 microsecond', leased_by = $2
 WHERE ctid = ANY(ARRAY(
     SELECT e.ctid FROM {table} e
     WHERE e.published_at IS NULL AND e.ordering_key IS NULL AND e.dead_lettered_at IS NULL
       AND (e.lease_until IS NULL OR e.lease_until < coalesce($3::timestamptz, now()))
       AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= coalesce($3::timestamptz, now()))
-      AND e.sequence >= $%d::bigint
-      AND coalesce((e.topic <> ALL(ARRAY(SELECT z.topic FROM {paused} z)) {filter}), false)
+      AND e.sequence >= $%[1]d::bigint
+      AND coalesce((e.topic <> ALL(ARRAY(SELECT z.topic FROM {paused} z)) {filter}), false){markgate}
     ORDER BY e.sequence
     LIMIT $4
     FOR UPDATE SKIP LOCKED))
-RETURNING {columns}`
+RETURNING {columns}{markcount}`
+
+// leaseUnorderedMarkedPostgres fills leaseUnorderedPostgres's {mark…}: the
+// mark carried from the last batch — published, or deleted with
+// Config.DeleteOnPublish — as a data-modifying WITH of the lease, the
+// delivered sequences bound as the last argument ($%[2]d). One statement
+// and one commit, where the transaction took four round trips (BEGIN,
+// mark, lease, COMMIT); the commit still waits for one WAL flush.
+//
+// Why the lease needs nothing of the mark: it takes unordered events
+// alone, so no head of a key waits for the mark to be seen, and the events
+// marked are this relay's, leased until later than now, which the lease's
+// predicates step over. The rows it marks and the rows it leases are apart
+// even when a lease ran out before its mark: the mark runs first — the
+// lease's scan is gated on the mark's row count ({markgate}, a condition
+// on no column, which PostgreSQL evaluates once before the scan's first
+// row) — and a row the mark changed in this statement is one the lease's
+// FOR UPDATE steps over. {markcount} returns the mark's row count with
+// each leased event, for Relay.warnUnmarked; a lease that returns no event
+// returns no count, and then nothing is said of the mark.
+const (
+	carriedMarkCTEPostgres = `WITH herald_marked AS (
+    UPDATE {table} SET published_at = coalesce($3::timestamptz, now())
+    WHERE sequence = ANY($%[2]d::bigint[]) AND leased_by = $2 AND published_at IS NULL
+    RETURNING 1)
+`
+	carriedDeleteCTEPostgres = `WITH herald_marked AS (
+    DELETE FROM {table}
+    WHERE sequence = ANY($%[2]d::bigint[]) AND leased_by = $2 AND published_at IS NULL
+    RETURNING 1)
+`
+	carriedGatePostgres = `
+      AND (SELECT count(*) FROM herald_marked) >= 0`
+	carriedCountPostgres = `, (SELECT count(*) FROM herald_marked)`
+)
 
 // leaseBatchSQLite is leaseBatchPostgres for SQLite: one UPDATE …
 // RETURNING, atomic because SQLite has one writer at a time and the
@@ -582,6 +620,7 @@ var placeholderRE = regexp.MustCompile(`\$(\d+)`)
 type statements struct {
 	lease, leaseWalk                                               string // without and with the key walk
 	leaseUnordered                                                 string // unordered events alone, while a backlog of them drains (PostgreSQL)
+	leaseUnorderedMarked, leaseUnorderedDeleted                    string // leaseUnordered with a carried mark or delete in the statement (PostgreSQL)
 	leaseRuns, leaseRunsWalk                                       string // the same, leasing runs of a key (PostgreSQL; on SQLite = lease, leaseWalk)
 	markPublished, deletePublished, markFailed                     string
 	fusedMark, fusedDelete                                         string // the marks carried into a lease's transaction (pending.go; PostgreSQL)
@@ -760,7 +799,13 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 		runs := leaseRunsPostgres
 		st.leaseRuns = b.render(by("ctid", "sequence").Replace(cf5.Replace(floor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourcePostgres).Replace(runs))))), f5, "")
 		st.leaseRunsWalk = b.render(by("sequence", "sequence").Replace(cf6.Replace(noFloor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourcePostgres).Replace(runs))))), f6, "")
-		st.leaseUnordered = b.render(fmt.Sprintf(leaseUnorderedPostgres, n5), fu, "")
+		unordered := func(cte, gate, count string) string {
+			q := strings.NewReplacer("{markcte}", cte, "{markgate}", gate, "{markcount}", count).Replace(leaseUnorderedPostgres)
+			return b.render(fmt.Sprintf(q, n5, n5+1), fu, "")
+		}
+		st.leaseUnordered = unordered("", "", "")
+		st.leaseUnorderedMarked = unordered(carriedMarkCTEPostgres, carriedGatePostgres, carriedCountPostgres)
+		st.leaseUnorderedDeleted = unordered(carriedDeleteCTEPostgres, carriedGatePostgres, carriedCountPostgres)
 		st.fusedMark = b.render(fmt.Sprintf(fusedMarkSQL, markPublishedPostgres), "", "")
 		st.fusedDelete = b.render(fmt.Sprintf(fusedMarkSQL, deletePublishedPostgres), "", "")
 	}

@@ -179,6 +179,7 @@ type tracer struct {
 	// (no key walk, no runs), lease of unordered events and carried mark
 	// the relay ran, for -replay.
 	plainLease, unorderedLease, fusedMark string
+	markedLease                           string // the lease of unordered events with the carried mark
 }
 
 type startKey struct{}
@@ -204,6 +205,9 @@ func (t *tracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQu
 		}
 		if k == kindUnorderedLease && t.unorderedLease == "" {
 			t.unorderedLease = d.SQL
+		}
+		if k == kindMarkedLease && t.markedLease == "" {
+			t.markedLease = d.SQL
 		}
 		t.mu.Unlock()
 	}
@@ -265,8 +269,13 @@ func (t *tracer) kinds() []string {
 const kindFusedMark = "mark, carried into the lease's transaction"
 
 // kindUnorderedLease is the kind of the lease of unordered events alone,
-// which the relay runs while it drains a backlog of them.
-const kindUnorderedLease = "lease (unordered events)"
+// which the relay runs while it drains a backlog of them;
+// kindMarkedLease the same lease with the last batch's mark carried into
+// the statement.
+const (
+	kindUnorderedLease = "lease (unordered events)"
+	kindMarkedLease    = "lease (unordered events) with the carried mark, one statement"
+)
 
 // kind names a statement of the relay by its text.
 func kind(q string) string {
@@ -278,8 +287,12 @@ func kind(q string) string {
 		return "COMMIT"
 	case l == "rollback":
 		return "ROLLBACK"
+	case strings.HasPrefix(l, "explain"):
+		return "EXPLAIN (the JIT guard's estimate)"
 	case strings.HasPrefix(l, "set local jit"):
 		return "SET LOCAL jit = off"
+	case strings.Contains(l, "herald_marked") && strings.Contains(l, "set lease_until"):
+		return kindMarkedLease
 	case strings.Contains(l, "herald_marked"):
 		return kindFusedMark
 	case strings.Contains(l, "set published_at"):
@@ -503,7 +516,7 @@ func check(err error) {
 // like with like.
 func replayDrain(ctx context.Context, dsn string, t *tracer, n, batch int, relayWall time.Duration) string {
 	t.mu.Lock()
-	lease, unorderedLease, mark := t.plainLease, t.unorderedLease, t.fusedMark
+	lease, unorderedLease, mark, marked := t.plainLease, t.unorderedLease, t.fusedMark, t.markedLease
 	t.mu.Unlock()
 	if lease == "" || mark == "" {
 		return "replay: the relay ran no plain lease or no carried mark to replay\n"
@@ -521,6 +534,29 @@ func replayDrain(ctx context.Context, dsn string, t *tracer, n, batch int, relay
 	polls, total, full := 0, 0, 0
 	start := time.Now()
 	for {
+		if floor > 0 && allUnordered && prev != "" && marked != "" {
+			// The relay's lease of unordered events with the carried mark:
+			// one statement, no transaction around it.
+			s := time.Now()
+			got, lowest, _, seqs := replayLease(ctx, db, marked, mode, name, batch, floor, prev)
+			tLease += time.Since(s)
+			polls++
+			total += got
+			prev = ""
+			if got > 0 {
+				prev = seqs
+			}
+			floor = 0
+			if got == batch {
+				if full++; full%16 != 0 {
+					floor = lowest
+				}
+			}
+			if total >= n {
+				break
+			}
+			continue
+		}
 		tx, err := db.BeginTx(ctx, nil)
 		check(err)
 		if prev != "" {
@@ -578,11 +614,16 @@ func replayDrain(ctx context.Context, dsn string, t *tracer, n, batch int, relay
 	return out.String()
 }
 
+// querier is a *sql.DB or a *sql.Tx.
+type querier interface {
+	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
+}
+
 // replayLease runs one lease of replayDrain in tx and reads its rows as raw
 // bytes: how many, the lowest sequence, whether any was keyed, and the
 // sequences as a bigint[] literal for the mark.
-func replayLease(ctx context.Context, tx *sql.Tx, q string, mode pgx.QueryExecMode, name string, batch int, floor int64) (got int, lowest int64, keyed bool, seqs string) {
-	rows, err := tx.QueryContext(ctx, q, mode, time.Minute.Microseconds(), name, nil, batch, floor)
+func replayLease(ctx context.Context, tx querier, q string, mode pgx.QueryExecMode, name string, batch int, floor int64, mark ...any) (got int, lowest int64, keyed bool, seqs string) {
+	rows, err := tx.QueryContext(ctx, q, append([]any{mode, time.Minute.Microseconds(), name, nil, batch, floor}, mark...)...)
 	check(err)
 	defer rows.Close()
 	cols, err := rows.Columns()
