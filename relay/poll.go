@@ -201,7 +201,11 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 		if r.cfg.DeleteOnPublish {
 			q = r.sql.leaseUnorderedDeleted
 		}
-		if a := append(slices.Clip(args), carried.seqs); !r.leaseNeedsJITOff(ctx, q, a) {
+		lo, hi := carried.delivered[0].Sequence, carried.delivered[0].Sequence
+		for _, e := range carried.delivered {
+			lo, hi = min(lo, e.Sequence), max(hi, e.Sequence)
+		}
+		if a := append(slices.Clip(args), carried.seqs, lo, hi); !r.leaseNeedsJITOff(ctx, q, a) {
 			query, args, withMark = q, a, true
 		}
 	}

@@ -111,19 +111,24 @@ import (
 // their heads beyond the first source, the later keys wait for the earlier
 // ones to drain — delayed, never skipped.
 //
-// "ctid = ANY(ARRAY(subquery))" is "ctid IN (subquery)" written so that
-// the candidates, and then the heads, are an InitPlan run once: with IN,
-// the planner may hash-join them against a sequential scan of the whole
-// table (published history included), as EXPLAIN shows on a table of 100k
-// rows. The rows are found again by their physical address (a TID scan),
-// not through an index: one page read each instead of a descent of
-// {base}_pending_idx for each candidate and of the primary key for each
-// head. The heads' ctids are those of the versions FOR UPDATE locked (the
-// newest, when another transaction changed a row meanwhile), so the
-// UPDATE finds exactly the rows locked; a ctid names a row within one
-// table only, so the relay refuses a partitioned table or one with
-// inheritance children (Relay.checkPlainTable). The forms with the key
-// walk, whose heads come as sequences, find their candidates by sequence.
+// "sequence = ANY(ARRAY(subquery))" is "sequence IN (subquery)" written so
+// that the candidates are an InitPlan run once, found again through
+// {base}_pending_idx in sequence order (no sort before the locks), and
+// likewise "ctid = ANY(ARRAY(…))" for the heads: with IN, the planner may
+// hash-join them against a sequential scan of the whole table (published
+// history included), as EXPLAIN shows on a table of 100k rows. The UPDATE
+// finds the heads by their physical address (a TID scan), not by a descent
+// of the primary key each. The heads' ctids are those of the versions FOR
+// UPDATE locked (the newest, when another transaction changed a row
+// meanwhile), so the UPDATE finds exactly the rows locked; a ctid names a
+// row within one table only, so the relay refuses a partitioned table or
+// one with inheritance children (Relay.checkPlainTable). The candidates
+// are not found by ctid: under the locks that needs a sort, and each row
+// another relay leased since the statement's snapshot is then rechecked
+// (EvalPlanQual) through the sort at about 130 µs a row against a few for
+// an index scan. With two relays a lease took 280 ms, holding the locks it
+// took on the other relay's rows, and the other relay's mark waited for
+// it (auto_explain in a drain of 100,000 events by two relays).
 const leaseBatchPostgres = `UPDATE {table} SET lease_until = coalesce($3::timestamptz, now()) + $1::bigint * interval '1 microsecond', leased_by = $2
 WHERE {hby} = ANY(ARRAY(
     ` + leaseHeadsPostgres + `))
@@ -133,10 +138,10 @@ RETURNING {columns}`
 // candidates of leaseBatchPostgres that pass every predicate. {headcols}
 // adds the ordering key for leaseRunsPostgres.
 const leaseHeadsPostgres = `{walkcte}SELECT e.{hby}{headcols} FROM {table} e
-    WHERE e.{cby} = ANY(ARRAY(
+    WHERE e.sequence = ANY(ARRAY(
             {pendingsrc}
             UNION ALL
-            (SELECT c.{cby} FROM {table} c WHERE c.published_at IS NULL AND c.ordering_key IS NULL
+            (SELECT c.sequence FROM {table} c WHERE c.published_at IS NULL AND c.ordering_key IS NULL
                {available}{floor}{cfilter}
              ORDER BY c.sequence LIMIT {candidates}){walksource}))
       AND e.published_at IS NULL AND e.dead_lettered_at IS NULL
@@ -165,9 +170,9 @@ const leaseHeadsPostgres = `{walkcte}SELECT e.{hby}{headcols} FROM {table} e
 // "C"): only equal keys matter, and the sort need not follow the
 // database's collation.
 const (
-	pendingSourcePostgres = `(SELECT d.{cby} FROM (
-                SELECT c.ctid, c.sequence, c.ordering_key, row_number() OVER (PARTITION BY c.ordering_key COLLATE "C" ORDER BY c.sequence) AS rn
-                FROM (SELECT c.ctid, c.sequence, c.ordering_key FROM {table} c WHERE c.published_at IS NULL AND c.dead_lettered_at IS NULL
+	pendingSourcePostgres = `(SELECT d.sequence FROM (
+                SELECT c.sequence, c.ordering_key, row_number() OVER (PARTITION BY c.ordering_key COLLATE "C" ORDER BY c.sequence) AS rn
+                FROM (SELECT c.sequence, c.ordering_key FROM {table} c WHERE c.published_at IS NULL AND c.dead_lettered_at IS NULL
                         {available}{floor}{cfilter}
                       ORDER BY c.sequence LIMIT {candidates}) c) d
              WHERE d.ordering_key IS NULL OR d.rn = 1)`
@@ -383,7 +388,7 @@ const (
     RETURNING 1)
 `
 	carriedGatePostgres = `
-      AND (SELECT count(*) FROM herald_marked) >= 0`
+      AND NOT (e.sequence BETWEEN $%[3]d AND $%[4]d AND e.sequence = ANY($%[2]d::bigint[]))`
 	carriedCountPostgres = `, (SELECT count(*) FROM herald_marked)`
 )
 
@@ -791,17 +796,17 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 	// was delivered (TestLeaseLooksPastEventsItDoesNotTake).
 	cf5 := strings.NewReplacer("{cfilter}", c5, "{hfilter}", "", "{efilter}", fu)
 	cf6 := strings.NewReplacer("{cfilter}", c6, "{hfilter}", h6, "{efilter}", f6nopause)
-	by := func(c, h string) *strings.Replacer { return strings.NewReplacer("{cby}", c, "{hby}", h) }
-	st.lease = b.render(by("ctid", "ctid").Replace(cf5.Replace(floor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", "", "{pendingsrc}", pendingSourcePostgres).Replace(lease))))), f5, "")
-	st.leaseWalk = b.render(by("sequence", "ctid").Replace(cf6.Replace(noFloor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", "", "{pendingsrc}", pendingSourcePostgres).Replace(lease))))), f6, "")
+	by := func(h string) *strings.Replacer { return strings.NewReplacer("{hby}", h) }
+	st.lease = b.render(by("ctid").Replace(cf5.Replace(floor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", "", "{pendingsrc}", pendingSourcePostgres).Replace(lease))))), f5, "")
+	st.leaseWalk = b.render(by("ctid").Replace(cf6.Replace(noFloor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", "", "{pendingsrc}", pendingSourcePostgres).Replace(lease))))), f6, "")
 	st.leaseRuns, st.leaseRunsWalk = st.lease, st.leaseWalk
 	if b.d == envelope.Postgres {
 		runs := leaseRunsPostgres
-		st.leaseRuns = b.render(by("ctid", "sequence").Replace(cf5.Replace(floor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourcePostgres).Replace(runs))))), f5, "")
-		st.leaseRunsWalk = b.render(by("sequence", "sequence").Replace(cf6.Replace(noFloor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourcePostgres).Replace(runs))))), f6, "")
+		st.leaseRuns = b.render(by("sequence").Replace(cf5.Replace(floor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourcePostgres).Replace(runs))))), f5, "")
+		st.leaseRunsWalk = b.render(by("sequence").Replace(cf6.Replace(noFloor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourcePostgres).Replace(runs))))), f6, "")
 		unordered := func(cte, gate, count string) string {
 			q := strings.NewReplacer("{markcte}", cte, "{markgate}", gate, "{markcount}", count).Replace(leaseUnorderedPostgres)
-			return b.render(fmt.Sprintf(q, n5, n5+1), fu, "")
+			return b.render(fmt.Sprintf(q, n5, n5+1, n5+2, n5+3), fu, "")
 		}
 		st.leaseUnordered = unordered("", "", "")
 		st.leaseUnorderedMarked = unordered(carriedMarkCTEPostgres, carriedGatePostgres, carriedCountPostgres)
