@@ -38,8 +38,8 @@
 //     number of events it does not take. While a backlog of unordered
 //     events drains (PostgreSQL), the lease takes them in one locking
 //     scan of their index instead. On PostgreSQL the rows locked are
-//     found again by their ctid, so New refuses a partitioned outbox
-//     table, or one with inheritance children (ErrConfiguration).
+//     updated by their ctid, so New refuses a partitioned outbox table,
+//     or one with inheritance children (ErrConfiguration).
 //  2. Hold: the lease runs Config.Lease from the database's now. When the
 //     statement returned later than a renewal would be due, the relay
 //     renews before delivering and keeps only the events it still holds:
