@@ -189,9 +189,9 @@ func TestLeaseLooksPastEventsItDoesNotTake(t *testing.T) {
 
 // A mark carried into the lease of unordered events runs in the lease's
 // statement: the carried events are published (or deleted) and the next
-// ones leased, in one statement. The mark runs before the lease's scan,
-// so even carried events whose lease ran out before their mark are
-// marked, not leased again.
+// ones leased, in one statement. The lease leaves the carried events out,
+// so even those whose lease ran out before their mark are marked, not
+// leased again.
 func TestCarriedMarkRunsInTheUnorderedLease(t *testing.T) {
 	t.Parallel()
 	for _, del := range []bool{false, true} {

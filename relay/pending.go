@@ -24,7 +24,7 @@ import (
 // events drains, the next lease is leaseUnorderedPostgres, and the mark
 // runs inside that statement instead (leaseUnorderedMarkedPostgres): one
 // round trip, one commit. That lease takes no keyed event, so it needs
-// nothing of the mark, which runs first all the same.
+// nothing of the mark, and it leaves the carried events out.
 //
 // At least once. Nothing is marked before it was delivered, and a carried
 // mark only moves later in time. If the process dies before the fused

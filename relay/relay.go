@@ -320,9 +320,9 @@ const plainTableSQL = `SELECT c.relkind = 'p' OR EXISTS (SELECT 1 FROM pg_inheri
 FROM pg_class c WHERE c.oid = to_regclass($1)`
 
 // checkPlainTable refuses a partitioned outbox table, or one with
-// inheritance children (PostgreSQL): the lease finds the rows it locked
-// again by their physical address (ctid, see leaseBatchPostgres), which
-// is unique within one table only.
+// inheritance children (PostgreSQL): the lease updates the rows it locked
+// by their physical address (ctid, see leaseBatchPostgres), which is
+// unique within one table only.
 func (r *Relay) checkPlainTable(ctx context.Context) error {
 	var split bool
 	if err := r.db.QueryRowContext(ctx, plainTableSQL, r.table.Quoted).Scan(&split); err != nil {
@@ -330,7 +330,7 @@ func (r *Relay) checkPlainTable(ctx context.Context) error {
 	}
 	if split {
 		return &envelope.Error{Kind: envelope.ErrConfiguration, Where: "relay.Config.Table",
-			Msg: fmt.Sprintf("outbox table %s is partitioned or has inheritance children: the relay needs one plain table (its lease finds the rows it locked by their ctid, unique within one table only); create it with envelope.Migrate", r.table.Name)}
+			Msg: fmt.Sprintf("outbox table %s is partitioned or has inheritance children: the relay needs one plain table (its lease updates the rows it locked by their ctid, unique within one table only); create it with envelope.Migrate", r.table.Name)}
 	}
 	return nil
 }

@@ -352,7 +352,7 @@ WHERE ctid = ANY(ARRAY(
       AND (e.lease_until IS NULL OR e.lease_until < coalesce($3::timestamptz, now()))
       AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= coalesce($3::timestamptz, now()))
       AND e.sequence >= $%[1]d::bigint
-      AND coalesce((e.topic <> ALL(ARRAY(SELECT z.topic FROM {paused} z)) {filter}), false){markgate}
+      AND coalesce((e.topic <> ALL(ARRAY(SELECT z.topic FROM {paused} z)) {filter}), false){markexcl}
     ORDER BY e.sequence
     LIMIT $4
     FOR UPDATE SKIP LOCKED))
@@ -361,21 +361,23 @@ RETURNING {columns}{markcount}`
 // leaseUnorderedMarkedPostgres fills leaseUnorderedPostgres's {mark…}: the
 // mark carried from the last batch — published, or deleted with
 // Config.DeleteOnPublish — as a data-modifying WITH of the lease, the
-// delivered sequences bound as the last argument ($%[2]d). One statement
-// and one commit, where the transaction took four round trips (BEGIN,
-// mark, lease, COMMIT); the commit still waits for one WAL flush.
+// delivered sequences bound after the floor ($%[2]d), then their lowest
+// and highest ($%[3]d, $%[4]d). One statement and one commit, where the
+// transaction took four round trips (BEGIN, mark, lease, COMMIT); the
+// commit still waits for one WAL flush.
 //
 // Why the lease needs nothing of the mark: it takes unordered events
 // alone, so no head of a key waits for the mark to be seen, and the events
 // marked are this relay's, leased until later than now, which the lease's
-// predicates step over. The rows it marks and the rows it leases are apart
-// even when a lease ran out before its mark: the mark runs first — the
-// lease's scan is gated on the mark's row count ({markgate}, a condition
-// on no column, which PostgreSQL evaluates once before the scan's first
-// row) — and a row the mark changed in this statement is one the lease's
-// FOR UPDATE steps over. {markcount} returns the mark's row count with
-// each leased event, for Relay.warnUnmarked; a lease that returns no event
-// returns no count, and then nothing is said of the mark.
+// predicates step over. The rows it marks and the rows it leases are kept
+// apart even when a lease ran out before its mark ({markexcl}): the scan
+// leaves out the carried sequences, tested only on rows between the
+// lowest and the highest of them that pass every other predicate, so in a
+// drain almost no row pays for the test. Two updates of one row in one
+// statement would leave one of them undone, and the event leased again
+// (TestCarriedMarkRunsInTheUnorderedLease). {markcount} returns the mark's
+// row count with each leased event, for Relay.warnUnmarked; a lease that
+// returns no event returns no count, and then nothing is said of the mark.
 const (
 	carriedMarkCTEPostgres = `WITH herald_marked AS (
     UPDATE {table} SET published_at = coalesce($3::timestamptz, now())
@@ -387,7 +389,7 @@ const (
     WHERE sequence = ANY($%[2]d::bigint[]) AND leased_by = $2 AND published_at IS NULL
     RETURNING 1)
 `
-	carriedGatePostgres = `
+	carriedExclusionPostgres = `
       AND NOT (e.sequence BETWEEN $%[3]d AND $%[4]d AND e.sequence = ANY($%[2]d::bigint[]))`
 	carriedCountPostgres = `, (SELECT count(*) FROM herald_marked)`
 )
@@ -805,12 +807,12 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 		st.leaseRuns = b.render(by("sequence").Replace(cf5.Replace(floor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourcePostgres).Replace(runs))))), f5, "")
 		st.leaseRunsWalk = b.render(by("sequence").Replace(cf6.Replace(noFloor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourcePostgres).Replace(runs))))), f6, "")
 		unordered := func(cte, gate, count string) string {
-			q := strings.NewReplacer("{markcte}", cte, "{markgate}", gate, "{markcount}", count).Replace(leaseUnorderedPostgres)
+			q := strings.NewReplacer("{markcte}", cte, "{markexcl}", gate, "{markcount}", count).Replace(leaseUnorderedPostgres)
 			return b.render(fmt.Sprintf(q, n5, n5+1, n5+2, n5+3), fu, "")
 		}
 		st.leaseUnordered = unordered("", "", "")
-		st.leaseUnorderedMarked = unordered(carriedMarkCTEPostgres, carriedGatePostgres, carriedCountPostgres)
-		st.leaseUnorderedDeleted = unordered(carriedDeleteCTEPostgres, carriedGatePostgres, carriedCountPostgres)
+		st.leaseUnorderedMarked = unordered(carriedMarkCTEPostgres, carriedExclusionPostgres, carriedCountPostgres)
+		st.leaseUnorderedDeleted = unordered(carriedDeleteCTEPostgres, carriedExclusionPostgres, carriedCountPostgres)
 		st.fusedMark = b.render(fmt.Sprintf(fusedMarkSQL, markPublishedPostgres), "", "")
 		st.fusedDelete = b.render(fmt.Sprintf(fusedMarkSQL, deletePublishedPostgres), "", "")
 	}
