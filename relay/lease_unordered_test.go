@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -187,6 +188,73 @@ func TestLeaseLooksPastEventsItDoesNotTake(t *testing.T) {
 	})
 }
 
+// leaseToUnorderedForm leases and marks batches of r until its next lease
+// is the lease of unordered events, and returns the last batch, leased
+// and not marked.
+func leaseToUnorderedForm(t *testing.T, r *Relay) []*envelope.Event {
+	t.Helper()
+	ctx := context.Background()
+	for range 3 { // until a full lease from the floor: the first walks keys
+		batch, _, err := r.lease(ctx)
+		if err != nil || len(batch) != r.cfg.BatchSize {
+			t.Fatalf("lease: %d events, %v", len(batch), err)
+		}
+		if q, _, _ := r.leaseQuery(); q == r.sql.leaseUnordered {
+			return batch
+		}
+		if _, err := r.mark(ctx, batch, make([]error, len(batch))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Fatal("after full leases of unordered events the next lease is not the unordered form")
+	return nil
+}
+
+// Where PostgreSQL may JIT-compile the one-statement form (its estimate at
+// half of jit_above_cost or more), the carried mark runs in the lease's
+// transaction instead, which sets jit off; elsewhere in the statement.
+// Either way the carried events are marked and the next ones leased.
+func TestCarriedMarkKeepsTheJITGuard(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, params string
+		guarded      bool
+	}{
+		{"cheap", "&jit=on&jit_above_cost=1e12", false},
+		{"dear", "&jit=on&jit_above_cost=2", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := jitEnv(t)
+			fillKeyed(t, e, 60, 0)
+			r := e.withParams(t, c.params).newRelay(t, &recorder{}, Config{Name: c.name, BatchSize: 10})
+			first := leaseToUnorderedForm(t, r)
+			carried := &carriedMark{delivered: first, seqs: r.seqArg(first), at: time.Now()}
+			args := []any{r.cfg.Lease.Microseconds(), r.cfg.Name, nil, r.cfg.BatchSize, r.floor.Load()}
+			if _, _, one := r.leaseWithMark(context.Background(), r.sql.leaseUnordered, args, carried); one == c.guarded {
+				t.Fatalf("one statement = %v with jit_above_cost %v (the form's estimate %v); want %v",
+					one, math.Float64frombits(r.jitAbove.Load()), r.jitCost[r.sql.leaseUnorderedMarked].cost, !c.guarded)
+			}
+			r.carried = carried
+			second, _, err := r.lease(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(second) != 10 || second[0].Sequence != first[9].Sequence+1 {
+				t.Fatalf("second lease: %s; want the next 10 events after %d", describe(second), first[9].Sequence)
+			}
+			var published int
+			if err := e.db.QueryRow(`SELECT count(*) FROM herald_outbox WHERE sequence BETWEEN $1 AND $2 AND published_at IS NOT NULL`,
+				first[0].Sequence, first[9].Sequence).Scan(&published); err != nil {
+				t.Fatal(err)
+			}
+			if published != 10 {
+				t.Fatalf("%d of the 10 carried events are published, want 10", published)
+			}
+		})
+	}
+}
+
 // A mark carried into the lease of unordered events runs in the lease's
 // statement: the carried events are published (or deleted) and the next
 // ones leased, in one statement. The lease leaves the carried events out,
@@ -201,23 +269,7 @@ func TestCarriedMarkRunsInTheUnorderedLease(t *testing.T) {
 			fillKeyed(t, e, 60, 0)
 			r := e.newRelay(t, &recorder{}, Config{BatchSize: 10, DeleteOnPublish: del})
 			ctx := context.Background()
-			var first []*envelope.Event
-			for range 3 { // until a full lease from the floor: the first walks keys
-				batch, _, err := r.lease(ctx)
-				if err != nil || len(batch) != 10 {
-					t.Fatalf("lease: %d events, %v", len(batch), err)
-				}
-				if q, _, _ := r.leaseQuery(); q == r.sql.leaseUnordered {
-					first = batch
-					break
-				}
-				if _, err := r.mark(ctx, batch, make([]error, len(batch))); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if first == nil {
-				t.Fatal("after full leases of unordered events the next lease is not the unordered form")
-			}
+			first := leaseToUnorderedForm(t, r)
 			// Delivered, and its lease ran out before the mark.
 			if _, err := e.db.Exec(`UPDATE herald_outbox SET lease_until = now() - interval '1 second' WHERE leased_by = $1`, r.cfg.Name); err != nil {
 				t.Fatal(err)

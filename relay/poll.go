@@ -192,22 +192,9 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 			}
 		}()
 	}
-	// A carried mark and the lease of unordered events run as one
-	// statement (leaseUnorderedMarkedPostgres), unless the statement may
-	// be JIT-compiled: then in the transaction, whose mark sets jit off.
 	var withMark bool
-	if carried != nil && query == r.sql.leaseUnordered {
-		q := r.sql.leaseUnorderedMarked
-		if r.cfg.DeleteOnPublish {
-			q = r.sql.leaseUnorderedDeleted
-		}
-		lo, hi := carried.delivered[0].Sequence, carried.delivered[0].Sequence
-		for _, e := range carried.delivered {
-			lo, hi = min(lo, e.Sequence), max(hi, e.Sequence)
-		}
-		if a := append(slices.Clip(args), carried.seqs, lo, hi); !r.leaseNeedsJITOff(ctx, q, a) {
-			query, args, withMark = q, a, true
-		}
+	if q, a, ok := r.leaseWithMark(ctx, query, args, carried); ok {
+		query, args, withMark = q, a, true
 	}
 	jitOff := carried == nil && r.leaseNeedsJITOff(ctx, query, args)
 	var ltx leaseTx
@@ -317,6 +304,30 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 		}
 	}
 	return batch, errs, nil
+}
+
+// leaseWithMark returns the statement and arguments that run carried, a
+// carried mark, inside lease query q (with args): when q is the lease of
+// unordered events (leaseUnorderedMarkedPostgres), and unless that
+// statement may be JIT-compiled — then ok is false, and the mark runs in
+// the lease's transaction, which it sets jit off for.
+func (r *Relay) leaseWithMark(ctx context.Context, q string, args []any, carried *carriedMark) (string, []any, bool) {
+	if carried == nil || len(carried.delivered) == 0 || q != r.sql.leaseUnordered {
+		return "", nil, false
+	}
+	mq := r.sql.leaseUnorderedMarked
+	if r.cfg.DeleteOnPublish {
+		mq = r.sql.leaseUnorderedDeleted
+	}
+	lo, hi := carried.delivered[0].Sequence, carried.delivered[0].Sequence
+	for _, e := range carried.delivered {
+		lo, hi = min(lo, e.Sequence), max(hi, e.Sequence)
+	}
+	a := append(slices.Clip(args), carried.seqs, lo, hi)
+	if r.leaseNeedsJITOff(ctx, mq, a) {
+		return "", nil, false
+	}
+	return mq, a, true
 }
 
 // leased is one event a lease returned: the event, why it could not be
