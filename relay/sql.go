@@ -204,10 +204,10 @@ const (
 // key one after another, each only after the one before it succeeded.
 //
 // The rows to update are found by primary key from an array of the runs'
-// sequences (an InitPlan run once); joined to runs only for herald_pos. The re-check of the predicates is written as
-// a CASE so that the planner cannot answer it with a partial index (the
-// topic index, partial on published_at IS NULL) instead of the primary
-// key. Without all that, on a table without statistics
+// sequences (an InitPlan run once); joined to runs only for herald_pos.
+// The re-check of the predicates is written as a CASE so that the planner
+// cannot answer it with a partial index (the topic index, partial on
+// published_at IS NULL) instead of the primary key. Without all that, on a table without statistics
 // (never analyzed: autovacuum off) the planner scanned the pending index
 // and re-ran the runs for each of its rows — 1.4 s for a lease of 100.
 //
