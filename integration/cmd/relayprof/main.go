@@ -529,58 +529,48 @@ func replayDrain(ctx context.Context, dsn string, t *tracer, n, batch int, relay
 	const name = "relayprof-replay"
 	var tLease, tMark, tCommit time.Duration
 	var floor int64
-	var prev string
+	var prev string             // the last batch's sequences, for its mark
+	var prevLow, prevHigh int64 // and their lowest and highest (the one-statement form's arguments)
 	allUnordered := false
 	polls, total, full := 0, 0, 0
 	start := time.Now()
 	for {
-		if floor > 0 && allUnordered && prev != "" && marked != "" {
-			// The relay's lease of unordered events with the carried mark:
-			// one statement, no transaction around it.
-			s := time.Now()
-			got, lowest, _, seqs := replayLease(ctx, db, marked, mode, name, batch, floor, prev)
-			tLease += time.Since(s)
-			polls++
-			total += got
-			prev = ""
-			if got > 0 {
-				prev = seqs
-			}
-			floor = 0
-			if got == batch {
-				if full++; full%16 != 0 {
-					floor = lowest
-				}
-			}
-			if total >= n {
-				break
-			}
-			continue
-		}
-		tx, err := db.BeginTx(ctx, nil)
-		check(err)
-		if prev != "" {
-			s := time.Now()
-			var k int64
-			var jit string
-			check(tx.QueryRowContext(ctx, mark, mode, nil, prev, name).Scan(&k, &jit))
-			tMark += time.Since(s)
-		}
+		var got int
+		var lowest, highest int64
+		var keyed bool
+		var seqs string
 		s := time.Now()
-		q := lease
-		if floor > 0 && unorderedLease != "" && allUnordered {
-			q = unorderedLease // as the relay does after a full lease of unordered events
+		switch {
+		case floor > 0 && allUnordered && prev != "" && marked != "":
+			// The relay's lease of unordered events with the carried
+			// mark: one statement, no transaction around it.
+			got, lowest, highest, keyed, seqs = replayLease(ctx, db, marked, mode, name, batch, floor, prev, prevLow, prevHigh)
+			tLease += time.Since(s)
+		default:
+			tx, err := db.BeginTx(ctx, nil)
+			check(err)
+			if prev != "" {
+				var k int64
+				var jit string
+				check(tx.QueryRowContext(ctx, mark, mode, nil, prev, name).Scan(&k, &jit))
+				tMark += time.Since(s)
+			}
+			q := lease
+			if floor > 0 && unorderedLease != "" && allUnordered {
+				q = unorderedLease // as the relay does after a full lease of unordered events
+			}
+			l := time.Now()
+			got, lowest, highest, keyed, seqs = replayLease(ctx, tx, q, mode, name, batch, floor)
+			tLease += time.Since(l)
+			c := time.Now()
+			check(tx.Commit())
+			tCommit += time.Since(c)
 		}
-		got, lowest, keyed, seqs := replayLease(ctx, tx, q, mode, name, batch, floor)
-		tLease += time.Since(s)
-		s = time.Now()
-		check(tx.Commit())
-		tCommit += time.Since(s)
 		polls++
 		total += got
-		prev = ""
+		prev, prevLow, prevHigh = "", 0, 0
 		if got > 0 {
-			prev = seqs
+			prev, prevLow, prevHigh = seqs, lowest, highest
 		}
 		floor = 0
 		if got == batch {
@@ -620,9 +610,10 @@ type querier interface {
 }
 
 // replayLease runs one lease of replayDrain in tx and reads its rows as raw
-// bytes: how many, the lowest sequence, whether any was keyed, and the
-// sequences as a bigint[] literal for the mark.
-func replayLease(ctx context.Context, tx querier, q string, mode pgx.QueryExecMode, name string, batch int, floor int64, mark ...any) (got int, lowest int64, keyed bool, seqs string) {
+// bytes: how many, the lowest and highest sequence, whether any was keyed,
+// and the sequences as a bigint[] literal for the mark. mark holds the
+// arguments of a carried mark in the statement.
+func replayLease(ctx context.Context, tx querier, q string, mode pgx.QueryExecMode, name string, batch int, floor int64, mark ...any) (got int, lowest, highest int64, keyed bool, seqs string) {
 	rows, err := tx.QueryContext(ctx, q, append([]any{mode, time.Minute.Microseconds(), name, nil, batch, floor}, mark...)...)
 	check(err)
 	defer rows.Close()
@@ -645,6 +636,7 @@ func replayLease(ctx context.Context, tx querier, q string, mode pgx.QueryExecMo
 		if got == 0 || seq < lowest {
 			lowest = seq
 		}
+		highest = max(highest, seq)
 		b.WriteString(string(raw[0]))
 		if raw[5] != nil { // ordering_key
 			keyed = true
@@ -653,5 +645,5 @@ func replayLease(ctx context.Context, tx querier, q string, mode pgx.QueryExecMo
 	}
 	check(rows.Err())
 	b.WriteByte('}')
-	return got, lowest, keyed, b.String()
+	return got, lowest, highest, keyed, b.String()
 }
