@@ -781,8 +781,10 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 	// order, and other topics and keys pass. Only the lease carries it:
 	// backlog, cleanup and retry see paused topics' events as any others.
 	paused := " AND NOT EXISTS (SELECT 1 FROM " + outbox.PausedTable(b.t) + " z WHERE z.topic = e.topic)"
-	fu := f5 // the filter of leaseUnorderedPostgres, which reads paused topics its own way
-	f6nopause := f6
+	// The filters without the paused topics: for leaseUnorderedPostgres,
+	// which reads them its own way, and for the heads ({efilter}), whose
+	// candidate sources already skip them.
+	fu, fu6 := f5, f6
 	c5, c6 := b.candidateFilter(f5, "c"), b.candidateFilter(f6, "c")
 	h6 := strings.NewReplacer("e.topic", "h.topic", "e.tenant", "h.tenant").Replace(f6)
 	f5, f6 = f5+paused, f6+paused
@@ -797,7 +799,7 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 	// candidates, every lease came back empty and nothing behind them
 	// was delivered (TestLeaseLooksPastEventsItDoesNotTake).
 	cf5 := strings.NewReplacer("{cfilter}", c5, "{hfilter}", "", "{efilter}", fu)
-	cf6 := strings.NewReplacer("{cfilter}", c6, "{hfilter}", h6, "{efilter}", f6nopause)
+	cf6 := strings.NewReplacer("{cfilter}", c6, "{hfilter}", h6, "{efilter}", fu6)
 	by := func(h string) *strings.Replacer { return strings.NewReplacer("{hby}", h) }
 	st.lease = b.render(by("ctid").Replace(cf5.Replace(floor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", "", "{pendingsrc}", pendingSourcePostgres).Replace(lease))))), f5, "")
 	st.leaseWalk = b.render(by("ctid").Replace(cf6.Replace(noFloor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", "", "{pendingsrc}", pendingSourcePostgres).Replace(lease))))), f6, "")
