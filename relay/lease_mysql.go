@@ -136,7 +136,7 @@ func (r *Relay) leaseMySQL(ctx context.Context) ([]*envelope.Event, []error, err
 	if walk > 0 {
 		r.walkAfter = walkedTo
 	}
-	r.afterLease(got, runs, false)
+	r.afterLease(got, runs, false, false)
 	// The unordered source after a full lease of unordered events only
 	// (see leaseCandidatesMySQL) is not needed.
 	r.noUnordered = len(got) == r.cfg.BatchSize

@@ -192,8 +192,10 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 			}
 		}()
 	}
-	var withMark bool
-	if q, a, ok := r.leaseWithMark(ctx, query, args, carried); ok {
+	var withMark, successors bool
+	if q, a, ok := r.leaseSuccessors(ctx, append(slices.Clip(args[:4]), r.fargs...), carried); ok {
+		query, args, withMark, successors, runs, floored = q, a, true, true, true, false
+	} else if q, a, ok := r.leaseWithMark(ctx, query, args, carried); ok {
 		query, args, withMark = q, a, true
 	}
 	jitOff := carried == nil && r.leaseNeedsJITOff(ctx, query, args)
@@ -204,6 +206,9 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 		if err != nil {
 			return nil, nil, stmtErr(ctx, "lease query", err)
 		}
+	}
+	if r.onLease != nil {
+		r.onLease(query)
 	}
 	began := time.Now()
 	rows, err := ltx.query(ctx, r, query, args...)
@@ -266,7 +271,14 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 		}
 		r.observeDelivered(ctx, carried.delivered, carried.at)
 	}
-	r.afterLease(got, runs, floored)
+	if successors && len(got) == 0 {
+		// No successor to lease (the keys delivered were drained, or their
+		// next events are not leasable): the full form, now, rather than
+		// a wait for the next poll with work perhaps waiting elsewhere.
+		r.successors = false
+		return r.lease(ctx)
+	}
+	r.afterLease(got, runs, floored, successors)
 	slices.SortFunc(got, func(a, b leased) int { return cmp.Compare(a.e.Sequence, b.e.Sequence) })
 	// Of each key, keep the run's positions 1, 2, 3… without a gap: an
 	// event whose predecessor in its run is not in the batch (a follower
@@ -330,6 +342,31 @@ func (r *Relay) leaseWithMark(ctx context.Context, q string, args []any, carried
 	return mq, a, true
 }
 
+// leaseSuccessors returns the statement and arguments that run carried,
+// a carried mark, together with the lease of the next events of the keys
+// it delivered (leaseSuccessorsPostgres), when the last lease asked for it
+// (afterLease) and carried holds keyed events — unless that statement may
+// be JIT-compiled: then ok is false and the full form runs, the mark in
+// its transaction. base is the lease's first four arguments and the
+// relay's filter's.
+func (r *Relay) leaseSuccessors(ctx context.Context, base []any, carried *carriedMark) (string, []any, bool) {
+	if !r.successors || carried == nil || r.dialect != envelope.Postgres {
+		return "", nil, false
+	}
+	if !slices.ContainsFunc(carried.delivered, func(e *envelope.Event) bool { return e.OrderingKey != "" }) {
+		return "", nil, false
+	}
+	q := r.sql.leaseSuccessorsMarked
+	if r.cfg.DeleteOnPublish {
+		q = r.sql.leaseSuccessorsDeleted
+	}
+	a := append(slices.Clip(base), carried.seqs, int64(len(carried.delivered)))
+	if r.leaseNeedsJITOff(ctx, q, a) {
+		return "", nil, false
+	}
+	return q, a, true
+}
+
 // leased is one event a lease returned: the event, why it could not be
 // decoded (nil when it could), its position in its key's run (1 for a
 // head and an unordered event).
@@ -340,17 +377,33 @@ type leased struct {
 }
 
 // afterLease sets, from what a lease returned, where the next lease's
-// candidate scans start (leaseFloor), whether it walks keys and whether
-// it takes runs. runs: this lease took runs; floored: it ran without the
-// key walk, from the floor.
-func (r *Relay) afterLease(got []leased, runs, floored bool) {
+// candidate scans start (leaseFloor), whether it walks keys, whether it
+// takes runs and whether it leases the successors of the keys it
+// delivered. runs: this lease took runs; floored: it ran without the key
+// walk, from the floor; successors: it was the lease of successors.
+func (r *Relay) afterLease(got []leased, runs, floored, successors bool) {
 	var lowest int64
+	keyed := false
 	for i, l := range got {
 		if i == 0 || l.e.Sequence < lowest {
 			lowest = l.e.Sequence
 		}
+		keyed = keyed || l.e.OrderingKey != ""
 	}
 	r.leaseFloor(floored && len(got) == r.cfg.BatchSize, lowest)
+	// Whether the next lease that carries a mark leases the successors of
+	// the keys delivered (leaseSuccessorsPostgres): after a lease of at
+	// least half a batch that held keyed events — a backlog of keys being
+	// drained (a run lease with many keys leaves up to a follower per key
+	// of its batch unused, so "full" would rarely hold) — and for at most
+	// floorEvery − 1 leases in a row: then the full form, which reaches
+	// the keys the batches did not hold and the unordered events.
+	if successors {
+		r.successorLeases++
+	} else {
+		r.successorLeases = 0
+	}
+	r.successors = r.dialect == envelope.Postgres && keyed && 2*len(got) >= r.cfg.BatchSize && r.successorLeases < floorEvery-1
 	// Whether the next lease, if it starts at the floor, takes unordered
 	// events alone (leaseUnorderedPostgres): after a full lease that held
 	// no keyed event — a backlog of unordered events being drained. Any
@@ -373,7 +426,9 @@ func (r *Relay) afterLease(got []leased, runs, floored bool) {
 	// keep every lease busy. A table of unordered events alone then
 	// rarely runs the walk's statement at all.
 	walk := false
-	if len(got) < r.cfg.BatchSize {
+	if len(got) < r.cfg.BatchSize && !successors {
+		// (A lease of successors says nothing of heads elsewhere: the full
+		// form after it, short or not, decides.)
 		keyed := len(got) == 0
 		for _, l := range got {
 			keyed = keyed || l.e.OrderingKey != ""

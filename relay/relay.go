@@ -91,11 +91,19 @@ type Relay struct {
 	// unordered: the next lease from the floor takes unordered events
 	// alone (see afterLease).
 	unordered atomic.Bool
+	// successors: the next lease carrying a mark is the lease of the
+	// delivered keys' next events (leaseSuccessorsPostgres; see
+	// afterLease); successorLeases counts those run in a row. The poll
+	// loop's own.
+	successors      bool
+	successorLeases int
 	// shortLeases counts short leases of unordered events only (see lease).
 	shortLeases atomic.Int64
 	cleanups    atomic.Int64 // scheduled cleanup passes finished, for tests
-	// onWait, when set (tests), is told of each wait between polls.
-	onWait func(time.Duration)
+	// onWait, when set (tests), is told of each wait between polls;
+	// onLease of each lease statement run.
+	onWait  func(time.Duration)
+	onLease func(query string)
 
 	// poke asks the loop to poll now (a wakeup, RetryDeadLettered).
 	poke          chan struct{}

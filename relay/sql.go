@@ -223,7 +223,12 @@ const (
 // backlog, and many ready keys (a batch full of heads) take no followers.
 const leaseRunsPostgres = `WITH heads AS MATERIALIZED (
     ` + leaseHeadsPostgres + `),
-runs(herald_seq, herald_pos) AS MATERIALIZED (
+` + runsPostgres
+
+// runsPostgres is the part of leaseRunsPostgres after its heads: the
+// heads' followers, and the UPDATE of heads and followers;
+// leaseSuccessorsPostgres shares it.
+const runsPostgres = `runs(herald_seq, herald_pos) AS MATERIALIZED (
     SELECT h.sequence, 1 FROM heads h
     UNION ALL
     SELECT f.sequence, f.pos FROM heads h CROSS JOIN LATERAL (
@@ -247,7 +252,81 @@ WHERE t.sequence = ANY(ARRAY(SELECT herald_seq FROM runs)) AND t.sequence = runs
   AND CASE WHEN t.published_at IS NULL AND t.dead_lettered_at IS NULL
       AND (t.next_attempt_at IS NULL OR t.next_attempt_at <= coalesce($3::timestamptz, now()))
       AND (t.lease_until IS NULL OR t.lease_until < coalesce($3::timestamptz, now())) THEN true ELSE false END
-RETURNING {tcolumns}, runs.herald_pos`
+RETURNING {tcolumns}, runs.herald_pos{markcount}`
+
+// leaseSuccessorsPostgres is the lease a relay runs while it drains a
+// backlog of keyed events (PostgreSQL; see Relay.afterLease): after a full
+// lease that held keyed events and was delivered whole, the mark of that
+// batch (published, or deleted with Config.DeleteOnPublish) and the lease
+// of the next events of its keys, in one statement. A key's successor —
+// its first pending event after the last one the batch delivered — is
+// that key's head once the mark commits, so it is leased with no head
+// test and no candidate scan: one forward descent of
+// {base}_pending_key_idx per key, from (key, last delivered), where
+// leaseRunsPostgres scans 2 × BatchSize candidates, sorts them by key and
+// tests each with a backward descent that steps over the entry the mark
+// just published. Behind each successor, its followers, as in
+// leaseRunsPostgres (runsPostgres).
+//
+// Why a successor may be leased before the mark is seen. The statement's
+// snapshot is taken before its mark, so the mark's rows look pending to
+// it; the successors are found after them. The delivered events of a key
+// are the pending events of that key from its head on, in order, with no
+// gap: a lease takes a head and the events that follow it in its key (a
+// run, cut at the first one not leasable; the relay keeps a prefix), a
+// head has no earlier pending event of its key, and none can appear later
+// (writers of a key commit in sequence order; see leaseBatchPostgres).
+// So once the delivered events are published, the first pending event
+// after the last of them has nothing pending before it. That holds only
+// if the mark published every one of them: a mark that found an event no
+// longer leased by this relay (its lease ran out and another relay took
+// it) leaves it pending, and then no successor is leased at all — the
+// statement's successors are taken only when the mark's row count is the
+// number of events delivered ($%[2]d). The successor itself must pass
+// every predicate (due, not leased, not dead, the relay's topics, not
+// paused): it is the first pending event of its key after the last
+// delivered, tested as found, never the first leasable one — a key whose
+// next event waits for its retry gives nothing. Other relays' snapshots
+// see the delivered events pending until this statement commits, and the
+// successors leased once it has: no other relay can take a successor as a
+// head meanwhile, and one that tries after the commit finds it leased
+// (EvalPlanQual re-checks the newest version).
+//
+// Keys the batch did not hold, and unordered events, are not its
+// business: the relay runs the full form (leaseRunsPostgres, with the
+// mark in its transaction) after any short lease and every floorEvery-th
+// successive lease of successors, so an event outside the delivered keys
+// waits at most floorEvery leases.
+const leaseSuccessorsPostgres = `WITH herald_marked AS (
+    {markstmt}
+    WHERE sequence = ANY($%[1]d::bigint[]) AND leased_by = $2 AND published_at IS NULL
+    RETURNING sequence, ordering_key),
+heads AS MATERIALIZED (
+    SELECT e.sequence, e.ordering_key FROM (
+        SELECT m.ordering_key, max(m.sequence) AS last FROM herald_marked m
+        WHERE m.ordering_key IS NOT NULL
+        GROUP BY m.ordering_key
+        HAVING (SELECT count(*) FROM herald_marked) = $%[2]d::bigint) d
+    CROSS JOIN LATERAL (
+        SELECT p.* FROM {table} p
+        WHERE p.published_at IS NULL AND p.ordering_key IS NOT NULL
+          AND p.ordering_key <= d.ordering_key AND (p.ordering_key, p.sequence) > (d.ordering_key, d.last)
+        ORDER BY p.ordering_key, p.sequence
+        LIMIT 1) e
+    WHERE e.dead_lettered_at IS NULL
+      AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= coalesce($3::timestamptz, now()))
+      AND (e.lease_until IS NULL OR e.lease_until < coalesce($3::timestamptz, now()))
+      {filter}
+    LIMIT $4),
+` + runsPostgres
+
+// successorMarkPostgres and successorDeletePostgres fill
+// leaseSuccessorsPostgres's {markstmt}: the carried mark, published or
+// deleted.
+const (
+	successorMarkPostgres   = `UPDATE {table} SET published_at = coalesce($3::timestamptz, now())`
+	successorDeletePostgres = `DELETE FROM {table}`
+)
 
 // availablePostgres narrows the lease's candidate sources to events no
 // live lease holds and whose retry is due. The candidates were the first
@@ -629,6 +708,7 @@ type statements struct {
 	leaseUnordered                                                 string // unordered events alone, while a backlog of them drains (PostgreSQL)
 	leaseUnorderedMarked, leaseUnorderedDeleted                    string // leaseUnordered with a carried mark or delete in the statement (PostgreSQL)
 	leaseRuns, leaseRunsWalk                                       string // the same, leasing runs of a key (PostgreSQL; on SQLite = lease, leaseWalk)
+	leaseSuccessorsMarked, leaseSuccessorsDeleted                  string // a carried mark or delete and the next events of its keys (PostgreSQL)
 	markPublished, deletePublished, markFailed                     string
 	fusedMark, fusedDelete                                         string // the marks carried into a lease's transaction (pending.go; PostgreSQL)
 	renew, release                                                 string
@@ -806,12 +886,19 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 	st.leaseRuns, st.leaseRunsWalk = st.lease, st.leaseWalk
 	if b.d == envelope.Postgres {
 		runs := leaseRunsPostgres
-		st.leaseRuns = b.render(by("sequence").Replace(cf5.Replace(floor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourcePostgres).Replace(runs))))), f5, "")
-		st.leaseRunsWalk = b.render(by("sequence").Replace(cf6.Replace(noFloor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourcePostgres).Replace(runs))))), f6, "")
+		noCount := strings.NewReplacer("{markcount}", "")
+		st.leaseRuns = b.render(noCount.Replace(by("sequence").Replace(cf5.Replace(floor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourcePostgres).Replace(runs)))))), f5, "")
+		st.leaseRunsWalk = b.render(noCount.Replace(by("sequence").Replace(cf6.Replace(noFloor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourcePostgres).Replace(runs)))))), f6, "")
 		unordered := func(cte, gate, count string) string {
 			q := strings.NewReplacer("{markcte}", cte, "{markexcl}", gate, "{markcount}", count).Replace(leaseUnorderedPostgres)
 			return b.render(fmt.Sprintf(q, n5, n5+1, n5+2, n5+3), fu, "")
 		}
+		successors := func(stmt string) string {
+			q := strings.NewReplacer("{markstmt}", stmt, "{markcount}", carriedCountPostgres).Replace(leaseSuccessorsPostgres)
+			return b.render(fmt.Sprintf(q, n5, n5+1), f5, "")
+		}
+		st.leaseSuccessorsMarked = successors(successorMarkPostgres)
+		st.leaseSuccessorsDeleted = successors(successorDeletePostgres)
 		st.leaseUnordered = unordered("", "", "")
 		st.leaseUnorderedMarked = unordered(carriedMarkCTEPostgres, carriedExclusionPostgres, carriedCountPostgres)
 		st.leaseUnorderedDeleted = unordered(carriedDeleteCTEPostgres, carriedExclusionPostgres, carriedCountPostgres)

@@ -277,6 +277,10 @@ const (
 	kindMarkedLease    = "lease (unordered events) with the carried mark, one statement"
 )
 
+// kindSuccessorsLease is the lease of the next events of the keys the last
+// batch delivered, with that batch's mark, in one statement.
+const kindSuccessorsLease = "lease (successors of the keys delivered) with the carried mark, one statement"
+
 // kind names a statement of the relay by its text.
 func kind(q string) string {
 	l := strings.ToLower(strings.TrimSpace(q))
@@ -291,6 +295,8 @@ func kind(q string) string {
 		return "EXPLAIN (the JIT guard's estimate)"
 	case strings.HasPrefix(l, "set local jit"):
 		return "SET LOCAL jit = off"
+	case strings.Contains(l, "herald_marked") && strings.Contains(l, "cross join lateral"):
+		return kindSuccessorsLease
 	case strings.Contains(l, "herald_marked") && strings.Contains(l, "set lease_until"):
 		return kindMarkedLease
 	case strings.Contains(l, "herald_marked"):

@@ -1,0 +1,292 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/heraldgo/herald/envelope"
+	"github.com/heraldgo/herald/internal/testkit"
+)
+
+// successorsEnv is a PostgreSQL relay whose lease statements are counted
+// by form: the lease of successors, and all of them.
+type successorsEnv struct {
+	*env
+	r                *Relay
+	rec              *recorder
+	successors, all  int
+	lastWasSuccessor bool
+}
+
+func newSuccessorsEnv(t *testing.T, cfg Config) *successorsEnv {
+	t.Helper()
+	s := &successorsEnv{env: newEnv(t, envelope.Postgres), rec: &recorder{}}
+	s.r = s.newRelay(t, s.rec, cfg)
+	s.r.onLease = func(q string) {
+		s.all++
+		s.lastWasSuccessor = q == s.r.sql.leaseSuccessorsMarked || q == s.r.sql.leaseSuccessorsDeleted
+		if s.lastWasSuccessor {
+			s.successors++
+		}
+	}
+	return s
+}
+
+// poll polls as the poll loop does (a batch delivered whole carries its
+// mark into the next lease) and returns what it delivered.
+func (s *successorsEnv) poll(t *testing.T) []*envelope.Event {
+	t.Helper()
+	before := s.rec.count()
+	if _, err := s.r.pollCarry(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	return s.rec.events()[before:]
+}
+
+// keysOf is the ordering keys of es, in order.
+func keysOf(es []*envelope.Event) []string {
+	var ks []string
+	for _, e := range es {
+		ks = append(ks, e.OrderingKey)
+	}
+	return ks
+}
+
+// A backlog of more keys than a batch holds drains through leases of the
+// delivered keys' next events, each key in sequence order, every event
+// once; and an event of a key the batches did not hold — written behind
+// the first events of the others — waits at most floorEvery leases.
+func TestSuccessorsDrainKeysInOrder(t *testing.T) {
+	t.Parallel()
+	for _, del := range []bool{false, true} {
+		t.Run(fmt.Sprintf("DeleteOnPublish=%v", del), func(t *testing.T) {
+			t.Parallel()
+			s := newSuccessorsEnv(t, Config{BatchSize: 20, DeleteOnPublish: del})
+			var ms []envelope.Message
+			for i := range 5 * 20 {
+				ms = append(ms, msg("t", fmt.Sprintf("k%02d", i%20), i))
+			}
+			ms = append(ms, msg("late-keyed", "z", 0), msg("late-unordered", "", 0))
+			for i := range 95 * 20 {
+				ms = append(ms, msg("t", fmt.Sprintf("k%02d", i%20), 100+i))
+			}
+			written := s.enqueue(t, ms...)
+			lateAt := map[string]int{}
+			var polls int
+			for polls = 1; s.rec.count() < len(written) && polls < 500; polls++ {
+				for _, e := range s.poll(t) {
+					if e.Topic == "late-keyed" || e.Topic == "late-unordered" {
+						lateAt[e.Topic] = polls
+					}
+				}
+			}
+			got := s.rec.events()
+			if len(got) != len(written) {
+				t.Fatalf("delivered %d of %d events in %d polls", len(got), len(written), polls)
+			}
+			perKey := map[string][]*envelope.Event{}
+			seen := map[int64]bool{}
+			for _, e := range got {
+				if seen[e.Sequence] {
+					t.Fatalf("event %d delivered twice", e.Sequence)
+				}
+				seen[e.Sequence] = true
+				perKey[e.OrderingKey] = append(perKey[e.OrderingKey], e)
+			}
+			for k, es := range perKey {
+				if k != "" && !inSequence(es) {
+					t.Fatalf("key %s delivered out of order: %s", k, describe(es))
+				}
+			}
+			if s.successors < s.all/2 {
+				t.Fatalf("%d of %d leases were leases of successors; want most of a keyed drain's", s.successors, s.all)
+			}
+			for _, topic := range []string{"late-keyed", "late-unordered"} {
+				if at := lateAt[topic]; at == 0 || at > floorEvery+1 {
+					t.Fatalf("%s delivered at poll %d; want within the first %d", topic, at, floorEvery+1)
+				}
+			}
+			s.r.flushCarried(context.Background()) // as the loop does when it stops
+			if n := s.count(t, "published_at IS NULL"); n != 0 {
+				t.Fatalf("%d events left unpublished", n)
+			}
+		})
+	}
+}
+
+// A key's successor is the first pending event after those delivered,
+// tested as found: one that waits for its retry, or belongs to a paused
+// topic or a topic the relay does not take, holds its key back; the lease
+// never steps over it to a later event of its key.
+func TestSuccessorIsNotSteppedOver(t *testing.T) {
+	t.Parallel()
+	s := newSuccessorsEnv(t, Config{BatchSize: 10, ExcludeTopics: []string{"skipped"}})
+	var ms []envelope.Message
+	for i := range 3 * 10 {
+		topic := "t"
+		switch i {
+		case 10: // k0's second event
+			topic = "paused"
+		case 11: // k1's second event
+			topic = "skipped"
+		}
+		ms = append(ms, msg(topic, fmt.Sprintf("k%d", i%10), i))
+	}
+	written := s.enqueue(t, ms...)
+	if _, err := s.db.Exec(`INSERT INTO herald_outbox_paused (topic, reason, paused_at) VALUES ('paused', '', now())`); err != nil {
+		t.Fatal(err)
+	}
+	first := s.poll(t)
+	if len(first) != 10 || s.r.carried == nil {
+		t.Fatalf("first poll delivered %s (mark carried: %v); want the 10 heads, the mark carried", describe(first), s.r.carried != nil)
+	}
+	// k2's second event waits for a retry.
+	if _, err := s.db.Exec(`UPDATE herald_outbox SET next_attempt_at = now() + interval '1 hour', attempts = 1 WHERE sequence = $1`, written[12].Sequence); err != nil {
+		t.Fatal(err)
+	}
+	second := s.poll(t)
+	if !s.lastWasSuccessor {
+		t.Fatal("the second lease was not the lease of successors")
+	}
+	for _, e := range second {
+		if k := e.OrderingKey; k == "k0" || k == "k1" || k == "k2" {
+			t.Fatalf("leased %s (sequence %d) while an earlier event of its key is held back: %s", k, e.Sequence, describe(second))
+		}
+	}
+	if len(second) != 7 {
+		t.Fatalf("second poll delivered %s; want the second events of k3…k9", describe(second))
+	}
+	if n := s.count(t, fmt.Sprintf("sequence <= %d AND published_at IS NOT NULL", written[9].Sequence)); n != 10 {
+		t.Fatalf("%d of the first 10 events published by the carried mark, want 10", n)
+	}
+}
+
+// When the carried mark finds a delivered event no longer leased by this
+// relay (its lease ran out and another relay took it), that event stays
+// pending, and no successor is leased by the statement — not even after
+// the events of its key that the mark did publish: the full form runs at
+// once and leases the next events of the other keys, nothing of that one.
+func TestSuccessorsNeedTheWholeMark(t *testing.T) {
+	t.Parallel()
+	s := newSuccessorsEnv(t, Config{BatchSize: 10})
+	var ms []envelope.Message
+	for i := range 2 * 20 {
+		ms = append(ms, msg("t", fmt.Sprintf("k%d", i%2), i))
+	}
+	s.enqueue(t, ms...)
+	var carried []*envelope.Event
+	for range 3 { // the heads, then runs of both keys
+		got := s.poll(t)
+		if len(got) == 10 && s.r.carried != nil {
+			carried = got
+			break
+		}
+	}
+	if carried == nil {
+		t.Fatal("no run of 10 events was delivered with its mark carried")
+	}
+	var k0 []int64
+	for _, e := range carried {
+		if e.OrderingKey == "k0" {
+			k0 = append(k0, e.Sequence)
+		}
+	}
+	if len(k0) < 2 {
+		t.Fatalf("the batch %s holds %d events of k0; want a run", describe(carried), len(k0))
+	}
+	// The run's head was taken over by another relay after the lease ran
+	// out; the events behind it are still this relay's.
+	if _, err := s.db.Exec(`UPDATE herald_outbox SET leased_by = 'other', lease_until = now() + interval '1 hour' WHERE sequence = $1`, k0[0]); err != nil {
+		t.Fatal(err)
+	}
+	var forms []bool
+	s.r.onLease = func(q string) { forms = append(forms, q == s.r.sql.leaseSuccessorsMarked) }
+	next := s.poll(t)
+	if !slices.Equal(forms, []bool{true, false}) {
+		t.Fatalf("lease forms run (true: successors): %v; want the successors, then the full form", forms)
+	}
+	if keys := keysOf(next); slices.Contains(keys, "k0") || len(keys) == 0 {
+		t.Fatalf("the next poll delivered %s; want events of k1, nothing of k0 while its head is another relay's", describe(next))
+	}
+}
+
+// A backlog of keys that hold one event each: the lease of successors
+// finds nothing, and the full form runs in the same poll — the relay does
+// not wait a poll interval with events pending.
+func TestSuccessorsOfDrainedKeysFallBackAtOnce(t *testing.T) {
+	t.Parallel()
+	s := newSuccessorsEnv(t, Config{BatchSize: 10})
+	fillKeyed(t, s.env, 40, 40)
+	for i := range 4 {
+		if got := s.poll(t); len(got) != 10 {
+			t.Fatalf("poll %d delivered %s; want 10 heads", i+1, describe(got))
+		}
+	}
+	if s.successors != 3 || s.all != 7 {
+		t.Fatalf("%d leases, %d of them of successors; want 7 and 3 (each empty, each followed by the full form)", s.all, s.successors)
+	}
+}
+
+// Two relays drain many keys, with failures, through leases of
+// successors: every key's events are first delivered in sequence order,
+// each exactly once after the one before.
+func TestSuccessorsAcrossTwoRelaysKeepOrder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envelope.Postgres)
+	fillKeyed(t, e, 2000, 50)
+	var mu sync.Mutex
+	var log []*envelope.Event
+	tries := 0
+	d := &recorder{fail: func(ev *envelope.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		tries++
+		if tries%97 == 0 {
+			return errors.New("every 97th try fails")
+		}
+		log = append(log, ev)
+		return nil
+	}}
+	var smu sync.Mutex
+	successors := 0
+	for i := range 2 {
+		r := e.newRelay(t, d, Config{Name: fmt.Sprintf("r%d", i), BatchSize: 20, Concurrency: 4, MaxPollInterval: 50 * time.Millisecond})
+		r.onLease = func(q string) {
+			if q == r.sql.leaseSuccessorsMarked {
+				smu.Lock()
+				successors++
+				smu.Unlock()
+			}
+		}
+		start(t, r)
+	}
+	testkit.Eventually(t, time.Minute, func() bool { return e.count(t, "published_at IS NULL") == 0 }, "every event published")
+	mu.Lock()
+	defer mu.Unlock()
+	first := map[int64]bool{}
+	perKey := map[string][]*envelope.Event{}
+	for _, ev := range log {
+		if !first[ev.Sequence] {
+			first[ev.Sequence] = true
+			perKey[ev.OrderingKey] = append(perKey[ev.OrderingKey], ev)
+		}
+	}
+	if len(first) != 2000 {
+		t.Fatalf("%d of 2000 events delivered", len(first))
+	}
+	for k, es := range perKey {
+		if len(es) != 40 || !inSequence(es) {
+			t.Fatalf("key %s: %d events first delivered, in sequence order %v: %s", k, len(es), inSequence(es), describe(es))
+		}
+	}
+	smu.Lock()
+	defer smu.Unlock()
+	if successors == 0 {
+		t.Fatal("no lease of successors ran")
+	}
+}
