@@ -228,27 +228,27 @@ const leaseRunsPostgres = `WITH heads AS MATERIALIZED (
 // runsPostgres is the part of leaseRunsPostgres after its heads: the
 // heads' followers, and the UPDATE of heads and followers;
 // leaseSuccessorsPostgres shares it.
-const runsPostgres = `runs(herald_seq, herald_pos) AS MATERIALIZED (
-    SELECT h.sequence, 1 FROM heads h
+const runsPostgres = `runs(herald_seq, herald_pos, herald_tid) AS MATERIALIZED (
+    SELECT h.sequence, 1, h.herald_tid FROM heads h
     UNION ALL
-    SELECT f.sequence, f.pos FROM heads h CROSS JOIN LATERAL (
-        SELECT r.sequence, r.pos FROM (
-            SELECT e.sequence, 1 + row_number() OVER w AS pos,
+    SELECT f.sequence, f.pos, f.herald_tid FROM heads h CROSS JOIN LATERAL (
+        SELECT r.sequence, r.pos, r.herald_tid FROM (
+            SELECT e.sequence, e.herald_tid, 1 + row_number() OVER w AS pos,
                 bool_and(e.dead_lettered_at IS NULL
                     AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= coalesce($3::timestamptz, now()))
                     AND (e.lease_until IS NULL OR e.lease_until < coalesce($3::timestamptz, now()))
                     {filter}) OVER w AS ok
-            FROM (SELECT p.* FROM {table} p
+            FROM (SELECT p.ctid AS herald_tid, p.* FROM {table} p
                   WHERE p.published_at IS NULL AND p.ordering_key IS NOT NULL
                     AND p.ordering_key <= h.ordering_key AND (p.ordering_key, p.sequence) > (h.ordering_key, h.sequence)
                   ORDER BY p.ordering_key, p.sequence
                   LIMIT ($4 - (SELECT count(*) FROM heads)) / greatest((SELECT count(*) FROM heads WHERE ordering_key IS NOT NULL), 1)) e
             WINDOW w AS (ORDER BY e.sequence)) r
         WHERE r.ok) f
-    WHERE h.ordering_key IS NOT NULL)
+    WHERE h.ordering_key IS NOT NULL AND (SELECT count(*) FROM heads) < $4)
 UPDATE {table} AS t SET lease_until = coalesce($3::timestamptz, now()) + $1::bigint * interval '1 microsecond', leased_by = $2
 FROM runs
-WHERE t.sequence = ANY(ARRAY(SELECT herald_seq FROM runs)) AND t.sequence = runs.herald_seq
+WHERE t.ctid = ANY(ARRAY(SELECT herald_tid FROM runs)) AND t.sequence = runs.herald_seq
   AND CASE WHEN t.published_at IS NULL AND t.dead_lettered_at IS NULL
       AND (t.next_attempt_at IS NULL OR t.next_attempt_at <= coalesce($3::timestamptz, now()))
       AND (t.lease_until IS NULL OR t.lease_until < coalesce($3::timestamptz, now())) THEN true ELSE false END
@@ -301,24 +301,41 @@ const leaseSuccessorsPostgres = `WITH herald_marked AS (
     {markstmt}
     WHERE sequence = ANY($%[1]d::bigint[]) AND leased_by = $2 AND published_at IS NULL
     RETURNING sequence, ordering_key),
+herald_done AS MATERIALIZED (
+    SELECT m.ordering_key, max(m.sequence) AS last FROM herald_marked m
+    WHERE m.ordering_key IS NOT NULL
+    GROUP BY m.ordering_key
+    HAVING (SELECT count(*) FROM herald_marked) = $%[2]d::bigint),
+herald_window AS MATERIALIZED (
+    SELECT ` + successorColumns + ` FROM {table} p
+    WHERE p.published_at IS NULL AND p.sequence > (SELECT min(d.last) FROM herald_done d) AND p.ordering_key IS NOT NULL
+    ORDER BY p.sequence
+    LIMIT 2 * $4::bigint),
+herald_next AS MATERIALIZED (
+    SELECT DISTINCT ON (w.ordering_key COLLATE "C") w.* FROM herald_window w
+    JOIN herald_done d ON d.ordering_key = w.ordering_key AND w.sequence > d.last
+    ORDER BY w.ordering_key COLLATE "C", w.sequence),
 heads AS MATERIALIZED (
-    SELECT e.sequence, e.ordering_key FROM (
-        SELECT m.ordering_key, max(m.sequence) AS last FROM herald_marked m
-        WHERE m.ordering_key IS NOT NULL
-        GROUP BY m.ordering_key
-        HAVING (SELECT count(*) FROM herald_marked) = $%[2]d::bigint) d
-    CROSS JOIN LATERAL (
-        SELECT p.* FROM {table} p
-        WHERE p.published_at IS NULL AND p.ordering_key IS NOT NULL
-          AND p.ordering_key <= d.ordering_key AND (p.ordering_key, p.sequence) > (d.ordering_key, d.last)
-        ORDER BY p.ordering_key, p.sequence
-        LIMIT 1) e
+    SELECT e.sequence, e.ordering_key, e.herald_tid FROM (
+        SELECT n.* FROM herald_next n
+        UNION ALL
+        SELECT f.* FROM herald_done d CROSS JOIN LATERAL (
+            SELECT ` + successorColumns + ` FROM {table} p
+            WHERE p.published_at IS NULL AND p.ordering_key IS NOT NULL
+              AND p.ordering_key <= d.ordering_key AND (p.ordering_key, p.sequence) > (d.ordering_key, d.last)
+            ORDER BY p.ordering_key, p.sequence
+            LIMIT 1) f
+        WHERE NOT EXISTS (SELECT 1 FROM herald_next n WHERE n.ordering_key = d.ordering_key)) e
     WHERE e.dead_lettered_at IS NULL
       AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= coalesce($3::timestamptz, now()))
-      AND (e.lease_until IS NULL OR e.lease_until < coalesce($3::timestamptz, now()))
-      {filter}
+      AND (e.lease_until IS NULL OR e.lease_until < coalesce($3::timestamptz, now())){sfilter}
     LIMIT $4),
 ` + runsPostgres
+
+// successorColumns are the columns leaseSuccessorsPostgres reads of a
+// candidate successor: what the predicates and the relay's filter test,
+// and its physical address for the UPDATE.
+const successorColumns = `p.ctid AS herald_tid, p.sequence, p.ordering_key, p.topic, p.tenant, p.dead_lettered_at, p.next_attempt_at, p.lease_until`
 
 // successorMarkPostgres and successorDeletePostgres fill
 // leaseSuccessorsPostgres's {markstmt}: the carried mark, published or
@@ -887,14 +904,14 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 	if b.d == envelope.Postgres {
 		runs := leaseRunsPostgres
 		noCount := strings.NewReplacer("{markcount}", "")
-		st.leaseRuns = b.render(noCount.Replace(by("sequence").Replace(cf5.Replace(floor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourcePostgres).Replace(runs)))))), f5, "")
-		st.leaseRunsWalk = b.render(noCount.Replace(by("sequence").Replace(cf6.Replace(noFloor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", ", e.ordering_key", "{pendingsrc}", pendingSourcePostgres).Replace(runs)))))), f6, "")
+		st.leaseRuns = b.render(noCount.Replace(by("sequence").Replace(cf5.Replace(floor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", ", e.ordering_key, e.ctid AS herald_tid", "{pendingsrc}", pendingSourcePostgres).Replace(runs)))))), f5, "")
+		st.leaseRunsWalk = b.render(noCount.Replace(by("sequence").Replace(cf6.Replace(noFloor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", ", e.ordering_key, e.ctid AS herald_tid", "{pendingsrc}", pendingSourcePostgres).Replace(runs)))))), f6, "")
 		unordered := func(cte, gate, count string) string {
 			q := strings.NewReplacer("{markcte}", cte, "{markexcl}", gate, "{markcount}", count).Replace(leaseUnorderedPostgres)
 			return b.render(fmt.Sprintf(q, n5, n5+1, n5+2, n5+3), fu, "")
 		}
 		successors := func(stmt string) string {
-			q := strings.NewReplacer("{markstmt}", stmt, "{markcount}", carriedCountPostgres).Replace(leaseSuccessorsPostgres)
+			q := strings.NewReplacer("{markstmt}", stmt, "{markcount}", carriedCountPostgres, "{sfilter}", b.candidateFilter(fu, "e")).Replace(leaseSuccessorsPostgres)
 			return b.render(fmt.Sprintf(q, n5, n5+1), f5, "")
 		}
 		st.leaseSuccessorsMarked = successors(successorMarkPostgres)
