@@ -35,9 +35,13 @@
 //     2 × BatchSize pending events, the first 2 × BatchSize unordered
 //     ones, the heads of up to BatchSize keys. So a lease costs the same
 //     however large the backlog behind a few keys, and looks past any
-//     number of events it does not take. While a backlog of unordered
-//     events drains (PostgreSQL), the lease takes them in one locking
-//     scan of their index instead. On PostgreSQL the rows locked are
+//     number of events it does not take. While a backlog drains
+//     (PostgreSQL), the lease takes unordered events in one locking scan
+//     of their index instead, and keyed events as the next events of the
+//     keys of the batch just delivered, found in one window of the
+//     pending events after it, with no head test; every 16th lease, and
+//     any after a short one, is the full form again, so an event outside
+//     those keys waits at most 16 leases. On PostgreSQL the rows locked are
 //     updated by their ctid, so New refuses a partitioned outbox table,
 //     or one with inheritance children (ErrConfiguration).
 //  2. Hold: the lease runs Config.Lease from the database's now. When the
@@ -162,8 +166,8 @@
 // also writes the marks before them. Otherwise, on PostgreSQL, when a
 // batch was delivered whole and the loop polls again at once, its mark
 // runs as the first statement of the next lease's transaction — or, while
-// a backlog of unordered events drains, inside the lease's own statement:
-// one commit per batch in a drain. With Config.DeleteOnPublish no published history is
+// a backlog drains, inside the lease's own statement: one commit per batch
+// in a drain. With Config.DeleteOnPublish no published history is
 // kept, and a delivered event's idempotency key is free again.
 //
 // # Operations

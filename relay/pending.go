@@ -20,11 +20,14 @@ import (
 // mark's statement also sets jit off for the rest of the transaction
 // (set_config(…, true), evaluated in its SELECT list whatever the mark
 // touched), so where JIT is possible the lease needs no SET LOCAL of its
-// own: four round trips instead of five. While a backlog of unordered
-// events drains, the next lease is leaseUnorderedPostgres, and the mark
-// runs inside that statement instead (leaseUnorderedMarkedPostgres): one
-// round trip, one commit. That lease takes no keyed event, so it needs
-// nothing of the mark, and it leaves the carried events out.
+// own: four round trips instead of five. While a backlog drains, the mark
+// runs inside the next lease's statement instead — one round trip, one
+// commit: of unordered events, the lease of unordered events
+// (leaseUnorderedMarkedPostgres), which takes no keyed event, so it needs
+// nothing of the mark, and leaves the carried events out; of keyed
+// events, the lease of the next events of the keys delivered
+// (leaseSuccessorsPostgres), which finds them after the carried events
+// and takes them only if the mark published every carried event.
 //
 // At least once. Nothing is marked before it was delivered, and a carried
 // mark only moves later in time. If the process dies before the fused
