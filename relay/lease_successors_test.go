@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -288,5 +289,62 @@ func TestSuccessorsAcrossTwoRelaysKeepOrder(t *testing.T) {
 	defer smu.Unlock()
 	if successors == 0 {
 		t.Fatal("no lease of successors ran")
+	}
+}
+
+// Where PostgreSQL may JIT-compile the lease of successors (its estimate
+// at half of jit_above_cost or more), the full form runs instead, the
+// mark in its transaction, which sets jit off; elsewhere the lease of
+// successors runs. Either way the carried events are published and the
+// keys' next events leased.
+func TestSuccessorsKeepTheJITGuard(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, params string
+		guarded      bool
+	}{
+		{"cheap", "&jit=on&jit_above_cost=1e12", false},
+		{"dear", "&jit=on&jit_above_cost=2", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := jitEnv(t).withParams(t, c.params)
+			var ms []envelope.Message
+			for i := range 3 * 10 {
+				ms = append(ms, msg("t", fmt.Sprintf("k%d", i%10), i))
+			}
+			written := e.enqueue(t, ms...)
+			rec := &recorder{}
+			r := e.newRelay(t, rec, Config{Name: c.name, BatchSize: 10})
+			var successors int
+			r.onLease = func(q string) {
+				if q == r.sql.leaseSuccessorsMarked {
+					successors++
+				}
+			}
+			for range 2 {
+				if _, err := r.pollCarry(context.Background(), true); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := successors == 1; got == c.guarded {
+				t.Fatalf("leases of successors: %d with jit_above_cost %v; want %v", successors, math.Float64frombits(r.jitAbove.Load()), map[bool]int{true: 0, false: 1}[c.guarded])
+			}
+			got := rec.events()
+			seqs := func(es []*envelope.Event) []int64 {
+				var s []int64
+				for _, e := range es {
+					s = append(s, e.Sequence)
+				}
+				slices.Sort(s)
+				return s
+			}
+			if len(got) != 20 || !slices.Equal(seqs(got[10:]), seqs(written[10:20])) {
+				t.Fatalf("delivered %s; want the heads of 10 keys, then their next events", describe(got))
+			}
+			if n := e.count(t, fmt.Sprintf("sequence <= %d AND published_at IS NOT NULL", written[9].Sequence)); n != 10 {
+				t.Fatalf("%d of the first 10 events published, want 10", n)
+			}
+		})
 	}
 }
