@@ -95,28 +95,60 @@ func TestLeaseWalksPastHeldBackHeads(t *testing.T) {
 	})
 }
 
-// TestMySQLWalkReachesEveryKey: with more keys whose heads are held back
-// than a walk visits (BatchSize), a key after them in key order is still
-// reached: the MySQL walk goes on from where the last full walk stopped.
-func TestMySQLWalkReachesEveryKey(t *testing.T) {
+// TestWalkReachesEveryKey: with more keys whose heads are held back than
+// a walk visits (BatchSize), a key after them in key order is still
+// reached: the walk goes on from where the last full walk stopped. On
+// PostgreSQL and SQLite the walk once restarted from the first key every
+// time, and the key waited as long as the keys before it did.
+func TestWalkReachesEveryKey(t *testing.T) {
 	t.Parallel()
-	if !mysqlEnabled() {
-		t.Skip("MySQL relay tests: HERALD_RELAY_MYSQL=1")
-	}
-	e := newEnv(t, envelope.MySQL)
-	fillKeyed(t, e, 400, 20) // keys k0…k19, 20 events each
-	holdHeads(t, e)
-	cold := e.enqueue(t, msg("cold", "z-cold", 1), msg("cold", "z-cold", 2))
-	rec := &recorder{}
-	r := e.newRelay(t, rec, Config{Name: "probe", BatchSize: 4})
-	for polls := 0; rec.count() < 2 && polls < 20; polls++ {
-		if _, err := r.poll(context.Background()); err != nil {
-			t.Fatal(err)
+	eachDialect(t, func(t *testing.T, e *env) {
+		fillKeyed(t, e, 400, 20) // keys k0…k19, 20 events each
+		holdHeads(t, e)
+		cold := e.enqueue(t, msg("cold", "z-cold", 1), msg("cold", "z-cold", 2))
+		rec := &recorder{}
+		r := e.newRelay(t, rec, Config{Name: "probe", BatchSize: 4})
+		for polls := 0; rec.count() < 2 && polls < 20; polls++ {
+			if _, err := r.poll(context.Background()); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	got := rec.events()
-	if len(got) != 2 || got[0].Sequence != cold[0].Sequence || got[1].Sequence != cold[1].Sequence {
-		t.Fatalf("delivered %s; want the cold key's two events, in order", describe(got))
+		got := rec.events()
+		if len(got) != 2 || got[0].Sequence != cold[0].Sequence || got[1].Sequence != cold[1].Sequence {
+			t.Fatalf("delivered %s; want the cold key's two events, in order", describe(got))
+		}
+	})
+}
+
+// An idle relay issues one statement a poll: a walk that leased nothing
+// asks where it ended (walkEnd) only until a walk from the first key found
+// no key, and again once a lease returned an event.
+func TestIdleWalkAsksOnce(t *testing.T) {
+	t.Parallel()
+	for _, d := range []envelope.Dialect{envelope.Postgres, envelope.SQLite} {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, d)
+			rec := &recorder{}
+			r := e.newRelay(t, rec, Config{BatchSize: 4})
+			for range 5 {
+				if _, err := r.poll(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if r.walkEnds != 1 {
+				t.Fatalf("%d walkEnd statements in 5 idle polls, want 1", r.walkEnds)
+			}
+			e.enqueue(t, msg("a", "k", 1))
+			for range 5 {
+				if _, err := r.poll(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if rec.count() != 1 || r.walkEnds != 2 {
+				t.Fatalf("after an event: %d delivered, %d walkEnd statements; want 1 and 2", rec.count(), r.walkEnds)
+			}
+		})
 	}
 }
 

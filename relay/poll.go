@@ -3,6 +3,7 @@ package relay
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -180,6 +181,10 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 	if floored && r.dialect == envelope.Postgres {
 		args = append(args, r.floor.Load()) // see leaseFloor
 	}
+	walkFrom := r.walkAfter
+	if walk > 0 {
+		args = append(args, walkFrom) // see walkedTo
+	}
 	// A mark carried from the last batch runs first in the lease's
 	// transaction; when that transaction does not commit, on its own.
 	carried := r.carried
@@ -226,6 +231,11 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 	if withMark {
 		sc.dest = append(sc.dest, &marked)
 	}
+	var walkedTo sql.NullString // where the next walk starts after (walk forms)
+	walked := walk > 0 && !successors && !withMark
+	if walked {
+		sc.dest = append(sc.dest, &walkedTo)
+	}
 	for rows.Next() {
 		sc.pos = 1
 		e, err := sc.scan(rows)
@@ -270,6 +280,11 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 			r.warnUnmarked(ctx, len(carried.delivered), marked)
 		}
 		r.observeDelivered(ctx, carried.delivered, carried.at)
+	}
+	if walked {
+		r.walkedTo(ctx, walkFrom, walk, len(got) > 0, walkedTo)
+	} else if len(got) > 0 {
+		r.walkIdle = false
 	}
 	if successors && len(got) == 0 {
 		// No successor to lease (the keys delivered were drained, or their
@@ -340,6 +355,39 @@ func (r *Relay) leaseWithMark(ctx context.Context, q string, args []any, carried
 		return "", nil, false
 	}
 	return mq, a, true
+}
+
+// walkedTo sets where the next key walk starts (PostgreSQL and SQLite):
+// after the last key this one visited, when it visited as many keys as it
+// may (walk), else from the first key. A walk restarted from the first key
+// every time never reached a key sorted after BatchSize keys whose heads
+// are held back (failed and waiting for their retry, leased, dead): a
+// backlog of their events filled the lease's other candidates, and that
+// key's events waited as long as the keys before it did
+// (TestWalkReachesEveryKey). Walking on from the last key visited, as the
+// MySQL lease does, every key is visited within keys ÷ BatchSize walks.
+// The walk forms return where the next walk starts with each row
+// (walkEndPostgres); a walk that leased nothing returns no row, and then
+// the statement walkEnd asks it — unless the last walk that asked visited
+// every key from the first and no lease returned an event since: an idle
+// relay issues one statement per poll, as before.
+func (r *Relay) walkedTo(ctx context.Context, from string, walk int64, leased bool, to sql.NullString) {
+	if !leased {
+		if r.walkIdle {
+			return
+		}
+		r.walkEnds++
+		if err := r.queryRow(ctx, r.sql.walkEnd, from, walk).Scan(&to); err != nil {
+			r.log.DebugContext(ctx, "herald/relay: could not read where the key walk ended; the next walk starts from the first key",
+				slog.String("relay", r.cfg.Name), slog.Any("error", err))
+			r.walkAfter = ""
+			return
+		}
+		r.walkIdle = !to.Valid && from == ""
+	} else {
+		r.walkIdle = false
+	}
+	r.walkAfter = to.String // NULL: from the first key
 }
 
 // leaseSuccessors returns the statement and arguments that run carried,

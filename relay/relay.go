@@ -76,9 +76,13 @@ type Relay struct {
 	// backlog (both the poll loop's own).
 	lastKeys map[string]struct{}
 	noRuns   bool
-	// walkAfter is the key the next MySQL key walk starts after ("" from
-	// the first key; see leaseCandidatesMySQL); the poll loop's own.
+	// walkAfter is the key the next key walk starts after ("" from the
+	// first key; see walkedTo and leaseCandidatesMySQL); walkIdle: the
+	// last walk asked visited every key from the first and no lease
+	// returned an event since. The poll loop's own.
 	walkAfter string
+	walkIdle  bool
+	walkEnds  int // walkEnd statements run, for tests
 	// noUnordered: the next MySQL lease leaves out its unordered source
 	// (see leaseCandidatesMySQL); the poll loop's own.
 	noUnordered bool

@@ -107,9 +107,13 @@ import (
 // row comparison ends the scan only on its first column, and the test
 // read every entry of the key.
 //
-// A key's walk visits keys in key order: with more than $5 keys ready and
-// their heads beyond the first source, the later keys wait for the earlier
-// ones to drain — delayed, never skipped.
+// A walk visits up to $5 keys in key order, from the key after the one
+// the last full walk ended on (walkPostgres's last argument, see
+// Relay.walkedTo), and from the first key after a walk that reached the
+// last: every key is visited within keys ÷ BatchSize walks, however many
+// keys before it hold their heads back. (A walk from the first key every
+// time never reached a key behind BatchSize keys whose heads wait for a
+// retry, TestWalkReachesEveryKey.)
 //
 // "sequence = ANY(ARRAY(subquery))" is "sequence IN (subquery)" written so
 // that the candidates are an InitPlan run once, found again through
@@ -129,15 +133,15 @@ import (
 // an index scan. With two relays a lease took 280 ms, holding the locks it
 // took on the other relay's rows, and the other relay's mark waited for
 // it (auto_explain in a drain of 100,000 events by two relays).
-const leaseBatchPostgres = `UPDATE {table} SET lease_until = coalesce($3::timestamptz, now()) + $1::bigint * interval '1 microsecond', leased_by = $2
+const leaseBatchPostgres = `{walkcte}UPDATE {table} SET lease_until = coalesce($3::timestamptz, now()) + $1::bigint * interval '1 microsecond', leased_by = $2
 WHERE {hby} = ANY(ARRAY(
     ` + leaseHeadsPostgres + `))
-RETURNING {columns}`
+RETURNING {columns}{walkret}`
 
 // leaseHeadsPostgres selects and locks the heads a lease takes: the
 // candidates of leaseBatchPostgres that pass every predicate. {headcols}
 // adds the ordering key for leaseRunsPostgres.
-const leaseHeadsPostgres = `{walkcte}SELECT e.{hby}{headcols} FROM {table} e
+const leaseHeadsPostgres = `SELECT e.{hby}{headcols} FROM {table} e
     WHERE e.sequence = ANY(ARRAY(
             {pendingsrc}
             UNION ALL
@@ -221,7 +225,7 @@ const (
 // (BatchSize − heads) ÷ keyed heads followers, so a lease still returns at
 // most BatchSize rows and costs O(BatchSize) index entries whatever the
 // backlog, and many ready keys (a batch full of heads) take no followers.
-const leaseRunsPostgres = `WITH heads AS MATERIALIZED (
+const leaseRunsPostgres = `WITH {walkrec}heads AS MATERIALIZED (
     ` + leaseHeadsPostgres + `),
 ` + runsPostgres
 
@@ -252,7 +256,7 @@ WHERE t.ctid = ANY(ARRAY(SELECT herald_tid FROM runs)) AND t.sequence = runs.her
   AND CASE WHEN t.published_at IS NULL AND t.dead_lettered_at IS NULL
       AND (t.next_attempt_at IS NULL OR t.next_attempt_at <= coalesce($3::timestamptz, now()))
       AND (t.lease_until IS NULL OR t.lease_until < coalesce($3::timestamptz, now())) THEN true ELSE false END
-RETURNING {tcolumns}, runs.herald_pos{markcount}`
+RETURNING {tcolumns}, runs.herald_pos{markcount}{walkret}`
 
 // leaseSuccessorsPostgres is the lease a relay runs while it drains a
 // backlog of keyed events (PostgreSQL; see Relay.afterLease): after a
@@ -402,22 +406,32 @@ const (
 // keyed rows is enough, on a large table, for PostgreSQL to JIT-compile
 // every lease.
 const (
-	walkCTEPostgres = `WITH RECURSIVE walk(k, s) AS (
-        (SELECT w.ordering_key, w.sequence FROM {table} w
-         WHERE w.published_at IS NULL AND w.ordering_key IS NOT NULL
+	walkCTEPostgres = `WITH RECURSIVE ` + walkPostgres + `
+    `
+	walkPostgres = `walk(k, s, n) AS (
+        (SELECT w.ordering_key, w.sequence, 1 FROM {table} w
+         WHERE w.published_at IS NULL AND w.ordering_key IS NOT NULL AND w.ordering_key > $%[1]d::text
          ORDER BY w.ordering_key, w.sequence LIMIT 1)
         UNION ALL
-        SELECT n.ordering_key, n.sequence FROM walk, LATERAL (
+        SELECT n.ordering_key, n.sequence, walk.n + 1 FROM walk, LATERAL (
             SELECT w.ordering_key, w.sequence FROM {table} w
             WHERE w.published_at IS NULL AND w.ordering_key IS NOT NULL AND w.ordering_key > walk.k
-            ORDER BY w.ordering_key, w.sequence LIMIT 1) n)
-    `
+            ORDER BY w.ordering_key, w.sequence LIMIT 1) n
+        WHERE walk.n < $%[2]d)`
 	walkSourcePostgres = `
             UNION ALL
             (SELECT walk.s FROM walk
              WHERE (SELECT coalesce((h.topic <> ALL(ARRAY(SELECT z.topic FROM {paused} z)) {hfilter}), false)
-                    FROM {table} h WHERE h.sequence = walk.s)
-             LIMIT $5)`
+                    FROM {table} h WHERE h.sequence = walk.s))`
+	// walkRetPostgres, returned with each row of a walk form, is where
+	// the next walk starts after (see Relay.walkedTo): the last key this
+	// walk visited when it visited as many as it may, else NULL (it
+	// reached the last key: the next walk starts from the first).
+	// walkEndPostgres asks the same on its own, for a walk that leased
+	// nothing.
+	walkRetPostgres = `(SELECT CASE WHEN count(*) = $%[2]d THEN max(k) END FROM walk)`
+	walkEndPostgres = `WITH RECURSIVE ` + walkPostgres + `
+SELECT CASE WHEN count(*) = $%[2]d THEN max(k) END FROM walk`
 )
 
 // leaseUnorderedPostgres is the lease a relay runs while it drains a
@@ -527,27 +541,31 @@ WHERE sequence IN (
       {filter}
     ORDER BY e.sequence
     LIMIT $4)
-RETURNING {columns}`
+RETURNING {columns}{walkret}`
 
 // walkSQLite is walkPostgres for SQLite.
 const (
-	walkCTESQLite = `WITH RECURSIVE walk(k) AS (
+	walkCTESQLite = `WITH RECURSIVE ` + walkSQLite + `
+`
+	walkSQLite = `walk(k) AS (
     SELECT (SELECT w.ordering_key FROM {table} w
-            WHERE w.published_at IS NULL AND w.ordering_key IS NOT NULL
+            WHERE w.published_at IS NULL AND w.ordering_key IS NOT NULL AND w.ordering_key > $%[1]d
             ORDER BY w.ordering_key LIMIT 1)
     UNION ALL
     SELECT (SELECT w.ordering_key FROM {table} w
             WHERE w.published_at IS NULL AND w.ordering_key IS NOT NULL AND w.ordering_key > walk.k
             ORDER BY w.ordering_key LIMIT 1)
     FROM walk WHERE walk.k IS NOT NULL
-    LIMIT $5)
-`
+    LIMIT $%[2]d)`
 	walkSourceSQLite = `
             UNION ALL
             SELECT (SELECT h.sequence FROM {table} h
                     WHERE h.ordering_key = walk.k AND h.published_at IS NULL AND h.ordering_key IS NOT NULL
                     ORDER BY h.sequence LIMIT 1)
             FROM walk WHERE walk.k IS NOT NULL`
+	walkRetSQLite = `(SELECT CASE WHEN count(k) = $%[2]d THEN max(k) END FROM walk)`
+	walkEndSQLite = `WITH RECURSIVE ` + walkSQLite + `
+SELECT CASE WHEN count(k) = $%[2]d THEN max(k) END FROM walk`
 )
 
 // markPublishedPostgres marks the delivered events of a batch published,
@@ -737,6 +755,7 @@ type statements struct {
 	leaseUnorderedMarked, leaseUnorderedDeleted                    string // leaseUnordered with a carried mark or delete in the statement (PostgreSQL)
 	leaseRuns, leaseRunsWalk                                       string // the same, leasing runs of a key (PostgreSQL; on SQLite = lease, leaseWalk)
 	leaseSuccessorsMarked, leaseSuccessorsDeleted                  string // a carried mark or delete and the next events of its keys (PostgreSQL)
+	walkEnd                                                        string // where the next key walk starts after, for a walk that leased nothing (Relay.walkedTo)
 	markPublished, deletePublished, markFailed                     string
 	fusedMark, fusedDelete                                         string // the marks carried into a lease's transaction (pending.go; PostgreSQL)
 	renew, release                                                 string
@@ -876,7 +895,7 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 	// SQLite ones two, the backlog one; the filter's arguments are appended
 	// to theirs.
 	f5, fargs, n5 := b.filterCondition(f, 5)
-	f6, _, _ := b.filterCondition(f, 6)
+	f6, _, n6 := b.filterCondition(f, 6)
 	cleanupFrom := 3
 	if b.d == envelope.Postgres {
 		cleanupFrom = 4
@@ -899,7 +918,13 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 	lease := b.pick(leaseBatchPostgres, leaseBatchSQLite)
 	avail := strings.NewReplacer("{available}", b.pick(availablePostgres, availableSQLite), "{candidates}", candidatesPostgres)
 	floor, noFloor := strings.NewReplacer("{floor}", fmt.Sprintf(floorPostgres, n5)), strings.NewReplacer("{floor}", "")
-	cte, src := b.pick(walkCTEPostgres, walkCTESQLite), b.pick(walkSourcePostgres, walkSourceSQLite)
+	// The key walk starts after the key bound last ($n6, after the
+	// filter's arguments; see Relay.walkedTo) and visits up to $5 keys;
+	// the walk forms return, with each row, where the next walk starts.
+	cte, src := fmt.Sprintf(b.pick(walkCTEPostgres, walkCTESQLite), n6, 5), b.pick(walkSourcePostgres, walkSourceSQLite)
+	walkRet := strings.NewReplacer("{walkret}", ",\n    "+fmt.Sprintf(b.pick(walkRetPostgres, walkRetSQLite), n6, 5),
+		"{walkrec}", "RECURSIVE "+fmt.Sprintf(walkPostgres, n6, 5)+",\n")
+	noWalkRet := strings.NewReplacer("{walkret}", "", "{walkrec}", "")
 	// The candidate sources take the relay's filter and skip paused
 	// topics ({cfilter}; the key walk's heads too, {hfilter}): otherwise
 	// 2 × BatchSize pending events the relay does not take — a paused
@@ -909,20 +934,21 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 	cf5 := strings.NewReplacer("{cfilter}", c5, "{hfilter}", "", "{efilter}", fu)
 	cf6 := strings.NewReplacer("{cfilter}", c6, "{hfilter}", h6, "{efilter}", fu6)
 	by := func(h string) *strings.Replacer { return strings.NewReplacer("{hby}", h) }
-	st.lease = b.render(by("ctid").Replace(cf5.Replace(floor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", "", "{pendingsrc}", pendingSourcePostgres).Replace(lease))))), f5, "")
-	st.leaseWalk = b.render(by("ctid").Replace(cf6.Replace(noFloor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", "", "{pendingsrc}", pendingSourcePostgres).Replace(lease))))), f6, "")
+	st.lease = b.render(noWalkRet.Replace(by("ctid").Replace(cf5.Replace(floor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", "", "{pendingsrc}", pendingSourcePostgres).Replace(lease)))))), f5, "")
+	st.leaseWalk = b.render(walkRet.Replace(by("ctid").Replace(cf6.Replace(noFloor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", "", "{pendingsrc}", pendingSourcePostgres).Replace(lease)))))), f6, "")
 	st.leaseRuns, st.leaseRunsWalk = st.lease, st.leaseWalk
+	st.walkEnd = b.render(fmt.Sprintf(b.pick(walkEndPostgres, walkEndSQLite), 1, 2), "", "")
 	if b.d == envelope.Postgres {
 		runs := leaseRunsPostgres
 		noCount := strings.NewReplacer("{markcount}", "")
-		st.leaseRuns = b.render(noCount.Replace(by("sequence").Replace(cf5.Replace(floor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", ", e.ordering_key, e.ctid AS herald_tid", "{pendingsrc}", pendingSourcePostgres).Replace(runs)))))), f5, "")
-		st.leaseRunsWalk = b.render(noCount.Replace(by("sequence").Replace(cf6.Replace(noFloor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", cte, "{walksource}", src, "{headcols}", ", e.ordering_key, e.ctid AS herald_tid", "{pendingsrc}", pendingSourcePostgres).Replace(runs)))))), f6, "")
+		st.leaseRuns = b.render(noWalkRet.Replace(noCount.Replace(by("sequence").Replace(cf5.Replace(floor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", ", e.ordering_key, e.ctid AS herald_tid", "{pendingsrc}", pendingSourcePostgres).Replace(runs))))))), f5, "")
+		st.leaseRunsWalk = b.render(walkRet.Replace(noCount.Replace(by("sequence").Replace(cf6.Replace(noFloor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", src, "{headcols}", ", e.ordering_key, e.ctid AS herald_tid", "{pendingsrc}", pendingSourcePostgres).Replace(runs))))))), f6, "")
 		unordered := func(cte, gate, count string) string {
 			q := strings.NewReplacer("{markcte}", cte, "{markexcl}", gate, "{markcount}", count).Replace(leaseUnorderedPostgres)
 			return b.render(fmt.Sprintf(q, n5, n5+1, n5+2, n5+3), fu, "")
 		}
 		successors := func(stmt string) string {
-			q := strings.NewReplacer("{markstmt}", stmt, "{markcount}", carriedCountPostgres, "{sfilter}", b.candidateFilter(fu, "e")).Replace(leaseSuccessorsPostgres)
+			q := strings.NewReplacer("{markstmt}", stmt, "{markcount}", carriedCountPostgres, "{sfilter}", b.candidateFilter(fu, "e"), "{walkret}", "").Replace(leaseSuccessorsPostgres)
 			return b.render(fmt.Sprintf(q, n5, n5+1), f5, "")
 		}
 		st.leaseSuccessorsMarked = successors(successorMarkPostgres)
