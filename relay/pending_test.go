@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -220,4 +221,40 @@ func TestLeaseFloorReachesBelow(t *testing.T) {
 		}
 	}
 	t.Fatalf("event %d below the floor was not leased in %d leases", first, floorEvery)
+}
+
+// After a full lease of unordered events the next one starts after that
+// batch, which its statement leaves out anyway (it carries the batch's
+// mark); after a full lease that held keyed events it starts at the
+// batch's lowest, where the next events of its keys may lie.
+func TestLeaseFloorAfterTheBatch(t *testing.T) {
+	t.Parallel()
+	for _, keys := range []int{0, 5} {
+		t.Run(fmt.Sprintf("keys=%d", keys), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, envelope.Postgres)
+			fillKeyed(t, e, 200, keys)
+			r := e.newRelay(t, &recorder{}, Config{BatchSize: 5})
+			ctx := context.Background()
+			for range 3 { // the first lease walks keys: no floor
+				batch, _, err := r.lease(ctx)
+				if err != nil || len(batch) != 5 {
+					t.Fatalf("lease: %s, %v", describe(batch), err)
+				}
+				if _, err := r.mark(ctx, batch, make([]error, len(batch))); err != nil {
+					t.Fatal(err)
+				}
+				want := batch[0].Sequence
+				if keys == 0 {
+					want = batch[len(batch)-1].Sequence + 1
+				}
+				if got := r.floor.Load(); got != want && got != 0 {
+					t.Fatalf("after the lease of %s the floor is %d, want %d", describe(batch), got, want)
+				}
+			}
+			if r.floor.Load() == 0 {
+				t.Fatal("no floor was set after full leases")
+			}
+		})
+	}
 }

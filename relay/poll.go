@@ -115,7 +115,8 @@ const floorEvery = 16
 
 // leaseFloor sets where the next lease's candidate scans start
 // (PostgreSQL; {floor} in the candidate sources). After a full lease
-// without the key walk, at that lease's lowest sequence: in a drain,
+// without the key walk, at that lease's lowest sequence (after its
+// highest when it held unordered events alone: see afterLease): in a drain,
 // what lies below it was published (or is leased) and, with nothing to
 // vacuum the table, its dead entries in the pending indexes were read
 // again by every candidate scan — about 1,400 index pages per lease half
@@ -430,15 +431,30 @@ type leased struct {
 // delivered. runs: this lease took runs; floored: it ran without the key
 // walk, from the floor; successors: it was the lease of successors.
 func (r *Relay) afterLease(got []leased, runs, floored, successors bool) {
-	var lowest int64
+	var lowest, highest int64
 	keyed := false
 	for i, l := range got {
 		if i == 0 || l.e.Sequence < lowest {
 			lowest = l.e.Sequence
 		}
+		highest = max(highest, l.e.Sequence)
 		keyed = keyed || l.e.OrderingKey != ""
 	}
-	r.leaseFloor(floored && len(got) == r.cfg.BatchSize, lowest)
+	// After a full lease of unordered events alone the next lease is the
+	// lease of unordered events (below), which carries this batch's mark
+	// and leaves these events out: it starts after them, not on them —
+	// from the lowest, its scan read every event of the batch again (the
+	// statement's snapshot sees them pending) only to leave it out, a
+	// third of its rows. Events below that — an event another relay held,
+	// one committed after later sequences — are found by the lease from
+	// the start, as anything below the floor is (leaseFloor). A keyed
+	// lease's next events of its keys may lie within the batch: its floor
+	// stays the lowest.
+	from := lowest
+	if r.dialect == envelope.Postgres && floored && len(got) == r.cfg.BatchSize && !keyed {
+		from = highest + 1
+	}
+	r.leaseFloor(floored && len(got) == r.cfg.BatchSize, from)
 	// Whether the next lease that carries a mark leases the successors of
 	// the keys delivered (leaseSuccessorsPostgres): after a lease of at
 	// least half a batch that held keyed events — a backlog of keys being
