@@ -174,6 +174,45 @@ func TestKeyRunsGiveABatchDeliveryOneEventPerKeyPerCall(t *testing.T) {
 	})
 }
 
+// flakyLog is a delivery that fails every every-th try and records the
+// others, for relays running concurrently.
+type flakyLog struct {
+	mu    sync.Mutex
+	every int
+	tries int
+	log   []*envelope.Event
+}
+
+func newFlakyLog(every int) (*recorder, *flakyLog) {
+	f := &flakyLog{every: every}
+	return &recorder{fail: func(ev *envelope.Event) error {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.tries++
+		if f.tries%f.every == 0 {
+			return fmt.Errorf("every %dth try fails", f.every)
+		}
+		f.log = append(f.log, ev)
+		return nil
+	}}, f
+}
+
+// firstByKey returns, per ordering key, the events in the order of their
+// first delivery, and how many events were delivered at least once.
+func (f *flakyLog) firstByKey() (map[string][]*envelope.Event, int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	first := map[int64]bool{}
+	perKey := map[string][]*envelope.Event{}
+	for _, ev := range f.log {
+		if !first[ev.Sequence] {
+			first[ev.Sequence] = true
+			perKey[ev.OrderingKey] = append(perKey[ev.OrderingKey], ev)
+		}
+	}
+	return perKey, len(first)
+}
+
 // TestKeyRunsAcrossTwoRelaysKeepOrder: two relays drain a backlog of
 // three keys in runs, with random failures, and every key's events are
 // first delivered in sequence order, each exactly after the one before.
@@ -184,40 +223,19 @@ func TestKeyRunsAcrossTwoRelaysKeepOrder(t *testing.T) {
 		for i := range 300 {
 			written = append(written, e.enqueue(t, msg("t", fmt.Sprintf("k%d", i%3), i))...)
 		}
-		var mu sync.Mutex
-		var log []*envelope.Event
-		tries := 0
-		d := &recorder{fail: func(ev *envelope.Event) error {
-			mu.Lock()
-			defer mu.Unlock()
-			tries++
-			if tries%13 == 0 {
-				return errors.New("every 13th try fails")
-			}
-			log = append(log, ev)
-			return nil
-		}}
+		d, f := newFlakyLog(13)
 		for i := range 2 {
 			start(t, e.newRelay(t, d, Config{Name: fmt.Sprintf("r%d", i), BatchSize: 50, Concurrency: 4}))
 		}
 		testkit.Eventually(t, time.Minute, func() bool { return e.count(t, "published_at IS NULL") == 0 }, "every event published")
-		mu.Lock()
-		defer mu.Unlock()
-		first := map[int64]bool{}
-		perKey := map[string][]*envelope.Event{}
-		for _, ev := range log {
-			if !first[ev.Sequence] {
-				first[ev.Sequence] = true
-				perKey[ev.OrderingKey] = append(perKey[ev.OrderingKey], ev)
-			}
-		}
+		perKey, delivered := f.firstByKey()
 		for k, es := range perKey {
 			if len(es) != 100 || !inSequence(es) {
 				t.Fatalf("key %s: %d events first delivered, in sequence order %v: %s", k, len(es), inSequence(es), describe(es))
 			}
 		}
-		if len(first) != len(written) {
-			t.Fatalf("%d of %d events delivered", len(first), len(written))
+		if delivered != len(written) {
+			t.Fatalf("%d of %d events delivered", delivered, len(written))
 		}
 	})
 }
@@ -290,19 +308,8 @@ func TestKeyRunsOneKeyTwoRelays(t *testing.T) {
 	t.Parallel()
 	eachRunsDialect(t, func(t *testing.T, e *env) {
 		written := enqueueKeyed(t, e, "k", 400)
+		d, f := newFlakyLog(17)
 		var mu sync.Mutex
-		var log []*envelope.Event
-		tries := 0
-		d := &recorder{fail: func(ev *envelope.Event) error {
-			mu.Lock()
-			defer mu.Unlock()
-			tries++
-			if tries%17 == 0 {
-				return errors.New("every 17th try fails")
-			}
-			log = append(log, ev)
-			return nil
-		}}
 		biggest := 0 // the largest lease, under mu
 		for i := range 2 {
 			start(t, e.newRelay(t, d, Config{Name: fmt.Sprintf("r%d", i), BatchSize: 40, Concurrency: 4,
@@ -313,19 +320,13 @@ func TestKeyRunsOneKeyTwoRelays(t *testing.T) {
 				})}))
 		}
 		testkit.Eventually(t, time.Minute, func() bool { return e.count(t, "published_at IS NULL") == 0 }, "every event published")
-		mu.Lock()
-		defer mu.Unlock()
-		first := map[int64]bool{}
-		var order []*envelope.Event
-		for _, ev := range log {
-			if !first[ev.Sequence] {
-				first[ev.Sequence] = true
-				order = append(order, ev)
-			}
-		}
-		if len(order) != len(written) || !inSequence(order) {
+		perKey, delivered := f.firstByKey()
+		order := perKey["k"]
+		if delivered != len(written) || len(order) != len(written) || !inSequence(order) {
 			t.Fatalf("%d of %d events first delivered, in sequence order %v", len(order), len(written), inSequence(order))
 		}
+		mu.Lock()
+		defer mu.Unlock()
 		if biggest < 2 {
 			t.Fatalf("no lease held more than %d event of the key: no runs", biggest)
 		}

@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -49,6 +48,16 @@ func (s *successorsEnv) poll(t *testing.T) []*envelope.Event {
 	return s.rec.events()[before:]
 }
 
+// roundRobin is n messages of topic "t" spread over keys ordering keys
+// k0, k1, … in turn, payloads from first.
+func roundRobin(n, keys, first int) []envelope.Message {
+	var ms []envelope.Message
+	for i := range n {
+		ms = append(ms, msg("t", fmt.Sprintf("k%02d", i%keys), first+i))
+	}
+	return ms
+}
+
 // keysOf is the ordering keys of es, in order.
 func keysOf(es []*envelope.Event) []string {
 	var ks []string
@@ -68,15 +77,8 @@ func TestSuccessorsDrainKeysInOrder(t *testing.T) {
 		t.Run(fmt.Sprintf("DeleteOnPublish=%v", del), func(t *testing.T) {
 			t.Parallel()
 			s := newSuccessorsEnv(t, Config{BatchSize: 20, DeleteOnPublish: del})
-			var ms []envelope.Message
-			for i := range 5 * 20 {
-				ms = append(ms, msg("t", fmt.Sprintf("k%02d", i%20), i))
-			}
-			ms = append(ms, msg("late-keyed", "z", 0), msg("late-unordered", "", 0))
-			for i := range 95 * 20 {
-				ms = append(ms, msg("t", fmt.Sprintf("k%02d", i%20), 100+i))
-			}
-			written := s.enqueue(t, ms...)
+			ms := append(roundRobin(5*20, 20, 0), msg("late-keyed", "z", 0), msg("late-unordered", "", 0))
+			written := s.enqueue(t, append(ms, roundRobin(95*20, 20, 100)...)...)
 			lateAt := map[string]int{}
 			var polls int
 			for polls = 1; s.rec.count() < len(written) && polls < 500; polls++ {
@@ -175,11 +177,7 @@ func TestSuccessorIsNotSteppedOver(t *testing.T) {
 func TestSuccessorsNeedTheWholeMark(t *testing.T) {
 	t.Parallel()
 	s := newSuccessorsEnv(t, Config{BatchSize: 10})
-	var ms []envelope.Message
-	for i := range 2 * 20 {
-		ms = append(ms, msg("t", fmt.Sprintf("k%d", i%2), i))
-	}
-	s.enqueue(t, ms...)
+	s.enqueue(t, roundRobin(2*20, 2, 0)...)
 	var carried []*envelope.Event
 	for range 3 { // the heads, then runs of both keys
 		got := s.poll(t)
@@ -193,7 +191,7 @@ func TestSuccessorsNeedTheWholeMark(t *testing.T) {
 	}
 	var k0 []int64
 	for _, e := range carried {
-		if e.OrderingKey == "k0" {
+		if e.OrderingKey == "k00" {
 			k0 = append(k0, e.Sequence)
 		}
 	}
@@ -211,7 +209,7 @@ func TestSuccessorsNeedTheWholeMark(t *testing.T) {
 	if !slices.Equal(forms, []bool{true, false}) {
 		t.Fatalf("lease forms run (true: successors): %v; want the successors, then the full form", forms)
 	}
-	if keys := keysOf(next); slices.Contains(keys, "k0") || len(keys) == 0 {
+	if keys := keysOf(next); slices.Contains(keys, "k00") || len(keys) == 0 {
 		t.Fatalf("the next poll delivered %s; want events of k1, nothing of k0 while its head is another relay's", describe(next))
 	}
 }
@@ -240,19 +238,7 @@ func TestSuccessorsAcrossTwoRelaysKeepOrder(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envelope.Postgres)
 	fillKeyed(t, e, 2000, 50)
-	var mu sync.Mutex
-	var log []*envelope.Event
-	tries := 0
-	d := &recorder{fail: func(ev *envelope.Event) error {
-		mu.Lock()
-		defer mu.Unlock()
-		tries++
-		if tries%97 == 0 {
-			return errors.New("every 97th try fails")
-		}
-		log = append(log, ev)
-		return nil
-	}}
+	d, f := newFlakyLog(97)
 	var smu sync.Mutex
 	successors := 0
 	for i := range 2 {
@@ -267,18 +253,9 @@ func TestSuccessorsAcrossTwoRelaysKeepOrder(t *testing.T) {
 		start(t, r)
 	}
 	testkit.Eventually(t, time.Minute, func() bool { return e.count(t, "published_at IS NULL") == 0 }, "every event published")
-	mu.Lock()
-	defer mu.Unlock()
-	first := map[int64]bool{}
-	perKey := map[string][]*envelope.Event{}
-	for _, ev := range log {
-		if !first[ev.Sequence] {
-			first[ev.Sequence] = true
-			perKey[ev.OrderingKey] = append(perKey[ev.OrderingKey], ev)
-		}
-	}
-	if len(first) != 2000 {
-		t.Fatalf("%d of 2000 events delivered", len(first))
+	perKey, delivered := f.firstByKey()
+	if delivered != 2000 {
+		t.Fatalf("%d of 2000 events delivered", delivered)
 	}
 	for k, es := range perKey {
 		if len(es) != 40 || !inSequence(es) {
@@ -299,21 +276,11 @@ func TestSuccessorsAcrossTwoRelaysKeepOrder(t *testing.T) {
 // keys' next events leased.
 func TestSuccessorsKeepTheJITGuard(t *testing.T) {
 	t.Parallel()
-	for _, c := range []struct {
-		name, params string
-		guarded      bool
-	}{
-		{"cheap", "&jit=on&jit_above_cost=1e12", false},
-		{"dear", "&jit=on&jit_above_cost=2", true},
-	} {
+	for _, c := range jitGuardCases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			e := jitEnv(t).withParams(t, c.params)
-			var ms []envelope.Message
-			for i := range 3 * 10 {
-				ms = append(ms, msg("t", fmt.Sprintf("k%d", i%10), i))
-			}
-			written := e.enqueue(t, ms...)
+			written := e.enqueue(t, roundRobin(3*10, 10, 0)...)
 			rec := &recorder{}
 			r := e.newRelay(t, rec, Config{Name: c.name, BatchSize: 10})
 			var successors int

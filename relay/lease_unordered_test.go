@@ -210,19 +210,24 @@ func leaseToUnorderedForm(t *testing.T, r *Relay) []*envelope.Event {
 	return nil
 }
 
+// jitGuardCases are connections on which a one-statement lease form is
+// far below jit_above_cost ("cheap") and, with the threshold at 2, over
+// half of it ("dear": guarded, it runs in a transaction with jit off).
+var jitGuardCases = []struct {
+	name, params string
+	guarded      bool
+}{
+	{"cheap", "&jit=on&jit_above_cost=1e12", false},
+	{"dear", "&jit=on&jit_above_cost=2", true},
+}
+
 // Where PostgreSQL may JIT-compile the one-statement form (its estimate at
 // half of jit_above_cost or more), the carried mark runs in the lease's
 // transaction instead, which sets jit off; elsewhere in the statement.
 // Either way the carried events are marked and the next ones leased.
 func TestCarriedMarkKeepsTheJITGuard(t *testing.T) {
 	t.Parallel()
-	for _, c := range []struct {
-		name, params string
-		guarded      bool
-	}{
-		{"cheap", "&jit=on&jit_above_cost=1e12", false},
-		{"dear", "&jit=on&jit_above_cost=2", true},
-	} {
+	for _, c := range jitGuardCases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			e := jitEnv(t)

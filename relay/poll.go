@@ -343,19 +343,26 @@ func (r *Relay) leaseWithMark(ctx context.Context, q string, args []any, carried
 	if carried == nil || len(carried.delivered) == 0 || q != r.sql.leaseUnordered {
 		return "", nil, false
 	}
-	mq := r.sql.leaseUnorderedMarked
-	if r.cfg.DeleteOnPublish {
-		mq = r.sql.leaseUnorderedDeleted
-	}
 	lo, hi := carried.delivered[0].Sequence, carried.delivered[0].Sequence
 	for _, e := range carried.delivered {
 		lo, hi = min(lo, e.Sequence), max(hi, e.Sequence)
 	}
-	a := append(slices.Clip(args), carried.seqs, lo, hi)
-	if r.leaseNeedsJITOff(ctx, mq, a) {
+	return r.markedForm(ctx, r.sql.leaseUnorderedMarked, r.sql.leaseUnorderedDeleted, append(slices.Clip(args), carried.seqs, lo, hi))
+}
+
+// markedForm returns the one-statement form that carries a mark — marked,
+// or deleted with Config.DeleteOnPublish — with args, unless PostgreSQL
+// may JIT-compile it (ok false: the mark then runs in the lease's
+// transaction, which sets jit off).
+func (r *Relay) markedForm(ctx context.Context, marked, deleted string, args []any) (string, []any, bool) {
+	q := marked
+	if r.cfg.DeleteOnPublish {
+		q = deleted
+	}
+	if r.leaseNeedsJITOff(ctx, q, args) {
 		return "", nil, false
 	}
-	return mq, a, true
+	return q, args, true
 }
 
 // walkedTo sets where the next key walk starts (PostgreSQL and SQLite):
@@ -405,15 +412,7 @@ func (r *Relay) leaseSuccessors(ctx context.Context, base []any, carried *carrie
 	if !slices.ContainsFunc(carried.delivered, func(e *envelope.Event) bool { return e.OrderingKey != "" }) {
 		return "", nil, false
 	}
-	q := r.sql.leaseSuccessorsMarked
-	if r.cfg.DeleteOnPublish {
-		q = r.sql.leaseSuccessorsDeleted
-	}
-	a := append(slices.Clip(base), carried.seqs, int64(len(carried.delivered)))
-	if r.leaseNeedsJITOff(ctx, q, a) {
-		return "", nil, false
-	}
-	return q, a, true
+	return r.markedForm(ctx, r.sql.leaseSuccessorsMarked, r.sql.leaseSuccessorsDeleted, append(slices.Clip(base), carried.seqs, int64(len(carried.delivered))))
 }
 
 // leased is one event a lease returned: the event, why it could not be

@@ -312,15 +312,11 @@ RETURNING {tcolumns}, runs.herald_pos{markcount}{walkret}`
 // mark in its transaction) after any short lease and every floorEvery-th
 // successive lease of successors, so an event outside the delivered keys
 // waits at most floorEvery leases.
-const leaseSuccessorsPostgres = `WITH herald_marked AS (
-    {markstmt}
-    WHERE sequence = ANY($%[1]d::bigint[]) AND leased_by = $2 AND published_at IS NULL
-    RETURNING sequence, ordering_key),
-herald_done AS MATERIALIZED (
+const leaseSuccessorsPostgres = `{markcte}, herald_done AS MATERIALIZED (
     SELECT m.ordering_key, max(m.sequence) AS last FROM herald_marked m
     WHERE m.ordering_key IS NOT NULL
     GROUP BY m.ordering_key
-    HAVING (SELECT count(*) FROM herald_marked) = $%[2]d::bigint),
+    HAVING (SELECT count(*) FROM herald_marked) = $%[3]d::bigint),
 herald_window AS MATERIALIZED (
     SELECT ` + successorColumns + ` FROM {table} p
     WHERE p.published_at IS NULL AND p.sequence > (SELECT min(d.last) FROM herald_done d) AND p.ordering_key IS NOT NULL
@@ -351,14 +347,6 @@ heads AS MATERIALIZED (
 // candidate successor: what the predicates and the relay's filter test,
 // and its physical address for the UPDATE.
 const successorColumns = `p.ctid AS herald_tid, p.sequence, p.ordering_key, p.topic, p.tenant, p.dead_lettered_at, p.next_attempt_at, p.lease_until`
-
-// successorMarkPostgres and successorDeletePostgres fill
-// leaseSuccessorsPostgres's {markstmt}: the carried mark, published or
-// deleted.
-const (
-	successorMarkPostgres   = `UPDATE {table} SET published_at = coalesce($3::timestamptz, now())`
-	successorDeletePostgres = `DELETE FROM {table}`
-)
 
 // availablePostgres narrows the lease's candidate sources to events no
 // live lease holds and whose retry is due. The candidates were the first
@@ -499,16 +487,18 @@ RETURNING {columns}{markcount}`
 // (TestCarriedMarkRunsInTheUnorderedLease). {markcount} returns the mark's
 // row count with each leased event, for Relay.warnUnmarked; a lease that
 // returns no event returns no count, and then nothing is said of the mark.
+// The mark returns each row's sequence and key: leaseSuccessorsPostgres
+// runs the same mark ({markcte}) and leases after them.
 const (
 	carriedMarkCTEPostgres = `WITH herald_marked AS (
     UPDATE {table} SET published_at = coalesce($3::timestamptz, now())
     WHERE sequence = ANY($%[2]d::bigint[]) AND leased_by = $2 AND published_at IS NULL
-    RETURNING 1)
+    RETURNING sequence, ordering_key)
 `
 	carriedDeleteCTEPostgres = `WITH herald_marked AS (
     DELETE FROM {table}
     WHERE sequence = ANY($%[2]d::bigint[]) AND leased_by = $2 AND published_at IS NULL
-    RETURNING 1)
+    RETURNING sequence, ordering_key)
 `
 	carriedExclusionPostgres = `
       AND NOT (e.sequence BETWEEN $%[3]d AND $%[4]d AND e.sequence = ANY($%[2]d::bigint[]))`
@@ -941,18 +931,21 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 	if b.d == envelope.Postgres {
 		runs := leaseRunsPostgres
 		noCount := strings.NewReplacer("{markcount}", "")
-		st.leaseRuns = b.render(noWalkRet.Replace(noCount.Replace(by("sequence").Replace(cf5.Replace(floor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", "", "{headcols}", ", e.ordering_key, e.ctid AS herald_tid", "{pendingsrc}", pendingSourcePostgres).Replace(runs))))))), f5, "")
-		st.leaseRunsWalk = b.render(walkRet.Replace(noCount.Replace(by("sequence").Replace(cf6.Replace(noFloor.Replace(avail.Replace(strings.NewReplacer("{walkcte}", "", "{walksource}", src, "{headcols}", ", e.ordering_key, e.ctid AS herald_tid", "{pendingsrc}", pendingSourcePostgres).Replace(runs))))))), f6, "")
+		st.leaseRuns = b.render(noWalkRet.Replace(noCount.Replace(by("sequence").Replace(cf5.Replace(floor.Replace(avail.Replace(strings.NewReplacer("{walksource}", "", "{headcols}", ", e.ordering_key, e.ctid AS herald_tid", "{pendingsrc}", pendingSourcePostgres).Replace(runs))))))), f5, "")
+		st.leaseRunsWalk = b.render(walkRet.Replace(noCount.Replace(by("sequence").Replace(cf6.Replace(noFloor.Replace(avail.Replace(strings.NewReplacer("{walksource}", src, "{headcols}", ", e.ordering_key, e.ctid AS herald_tid", "{pendingsrc}", pendingSourcePostgres).Replace(runs))))))), f6, "")
 		unordered := func(cte, gate, count string) string {
 			q := strings.NewReplacer("{markcte}", cte, "{markexcl}", gate, "{markcount}", count).Replace(leaseUnorderedPostgres)
 			return b.render(fmt.Sprintf(q, n5, n5+1, n5+2, n5+3), fu, "")
 		}
-		successors := func(stmt string) string {
-			q := strings.NewReplacer("{markstmt}", stmt, "{markcount}", carriedCountPostgres, "{sfilter}", b.candidateFilter(fu, "e"), "{walkret}", "").Replace(leaseSuccessorsPostgres)
-			return b.render(fmt.Sprintf(q, n5, n5+1), f5, "")
+		successors := func(cte string) string {
+			q := strings.NewReplacer("{markcte}", strings.TrimSuffix(cte, "\n"), "{markcount}", carriedCountPostgres, "{sfilter}", b.candidateFilter(fu, "e"), "{walkret}", "").Replace(leaseSuccessorsPostgres)
+			// The carried mark's sequences are its $%[2]d, as in the
+			// lease of unordered events; this statement has no floor
+			// ($%[1]d there), so they follow the filter's arguments.
+			return b.render(fmt.Sprintf(q, 0, n5, n5+1), f5, "")
 		}
-		st.leaseSuccessorsMarked = successors(successorMarkPostgres)
-		st.leaseSuccessorsDeleted = successors(successorDeletePostgres)
+		st.leaseSuccessorsMarked = successors(carriedMarkCTEPostgres)
+		st.leaseSuccessorsDeleted = successors(carriedDeleteCTEPostgres)
 		st.leaseUnordered = unordered("", "", "")
 		st.leaseUnorderedMarked = unordered(carriedMarkCTEPostgres, carriedExclusionPostgres, carriedCountPostgres)
 		st.leaseUnorderedDeleted = unordered(carriedDeleteCTEPostgres, carriedExclusionPostgres, carriedCountPostgres)
