@@ -409,10 +409,18 @@ func (r *Relay) leaseSuccessors(ctx context.Context, base []any, carried *carrie
 	if !r.successors || carried == nil || r.dialect != envelope.Postgres {
 		return "", nil, false
 	}
-	if !slices.ContainsFunc(carried.delivered, func(e *envelope.Event) bool { return e.OrderingKey != "" }) {
+	keys := map[string]struct{}{}
+	for _, e := range carried.delivered {
+		if e.OrderingKey != "" {
+			keys[e.OrderingKey] = struct{}{}
+		}
+	}
+	if len(keys) == 0 {
 		return "", nil, false
 	}
-	return r.markedForm(ctx, r.sql.leaseSuccessorsMarked, r.sql.leaseSuccessorsDeleted, append(slices.Clip(base), carried.seqs, int64(len(carried.delivered))))
+	followers := max(0, r.cfg.BatchSize-len(keys)) / len(keys) // each head's share of the batch
+	return r.markedForm(ctx, r.sql.leaseSuccessorsMarked, r.sql.leaseSuccessorsDeleted,
+		append(slices.Clip(base), carried.seqs, int64(len(carried.delivered)), int64(followers)))
 }
 
 // leased is one event a lease returned: the event, why it could not be

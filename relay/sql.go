@@ -231,7 +231,15 @@ const leaseRunsPostgres = `WITH {walkrec}heads AS MATERIALIZED (
 
 // runsPostgres is the part of leaseRunsPostgres after its heads: the
 // heads' followers, and the UPDATE of heads and followers;
-// leaseSuccessorsPostgres shares it.
+// leaseSuccessorsPostgres shares it. {followers} is how many followers
+// each head may take: runsFollowersPostgres, or a bound argument
+// (leaseSuccessorsPostgres).
+//
+// runsFollowersPostgres shares the batch: (BatchSize − heads) ÷ keyed
+// heads. PostgreSQL cannot estimate a LIMIT it computes: it takes a tenth
+// of the key index for each head, so the statement's estimated cost grows
+// with the table — at 1,000,000 events past half of jit_above_cost, and
+// then the relay runs it in a transaction with jit off (jit.go).
 const runsPostgres = `runs(herald_seq, herald_pos, herald_tid) AS MATERIALIZED (
     SELECT h.sequence, 1, h.herald_tid FROM heads h
     UNION ALL
@@ -246,7 +254,7 @@ const runsPostgres = `runs(herald_seq, herald_pos, herald_tid) AS MATERIALIZED (
                   WHERE p.published_at IS NULL AND p.ordering_key IS NOT NULL
                     AND p.ordering_key <= h.ordering_key AND (p.ordering_key, p.sequence) > (h.ordering_key, h.sequence)
                   ORDER BY p.ordering_key, p.sequence
-                  LIMIT ($4 - (SELECT count(*) FROM heads)) / greatest((SELECT count(*) FROM heads WHERE ordering_key IS NOT NULL), 1)) e
+                  LIMIT {followers}) e
             WINDOW w AS (ORDER BY e.sequence)) r
         WHERE r.ok) f
     WHERE h.ordering_key IS NOT NULL AND (SELECT count(*) FROM heads) < $4)
@@ -257,6 +265,8 @@ WHERE t.ctid = ANY(ARRAY(SELECT herald_tid FROM runs)) AND t.sequence = runs.her
       AND (t.next_attempt_at IS NULL OR t.next_attempt_at <= coalesce($3::timestamptz, now()))
       AND (t.lease_until IS NULL OR t.lease_until < coalesce($3::timestamptz, now())) THEN true ELSE false END
 RETURNING {tcolumns}, runs.herald_pos{markcount}{walkret}`
+
+const runsFollowersPostgres = `($4 - (SELECT count(*) FROM heads)) / greatest((SELECT count(*) FROM heads WHERE ordering_key IS NOT NULL), 1)`
 
 // leaseSuccessorsPostgres is the lease a relay runs while it drains a
 // backlog of keyed events (PostgreSQL; see Relay.afterLease): after a
@@ -281,7 +291,12 @@ RETURNING {tcolumns}, runs.herald_pos{markcount}{walkret}`
 // {base}_pending_key_idx from (key, last delivered). With 1,000 keys a
 // descent each took 6–7 ms a lease, the window 1.3–1.5 ms (psql, 100,000
 // events). Behind each successor, its followers, as in leaseRunsPostgres
-// (runsPostgres).
+// (runsPostgres), up to a number the relay binds ($%[4]d): BatchSize less
+// the keys delivered, shared among them. As an argument the planner
+// knows it; computed in the statement from the heads, as
+// leaseRunsPostgres does, it made the estimated cost grow with the table
+// past half of jit_above_cost at 1,000,000 events, and the relay then
+// ran the full form instead, at every lease.
 //
 // Why a successor may be leased before the mark is seen. The statement's
 // snapshot is taken before its mark, so the mark's rows look pending to
@@ -930,7 +945,7 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 	st.walkEnd = b.render(fmt.Sprintf(b.pick(walkEndPostgres, walkEndSQLite), 1, 2), "", "")
 	if b.d == envelope.Postgres {
 		runs := leaseRunsPostgres
-		noCount := strings.NewReplacer("{markcount}", "")
+		noCount := strings.NewReplacer("{markcount}", "", "{followers}", runsFollowersPostgres)
 		st.leaseRuns = b.render(noWalkRet.Replace(noCount.Replace(by("sequence").Replace(cf5.Replace(floor.Replace(avail.Replace(strings.NewReplacer("{walksource}", "", "{headcols}", ", e.ordering_key, e.ctid AS herald_tid", "{pendingsrc}", pendingSourcePostgres).Replace(runs))))))), f5, "")
 		st.leaseRunsWalk = b.render(walkRet.Replace(noCount.Replace(by("sequence").Replace(cf6.Replace(noFloor.Replace(avail.Replace(strings.NewReplacer("{walksource}", src, "{headcols}", ", e.ordering_key, e.ctid AS herald_tid", "{pendingsrc}", pendingSourcePostgres).Replace(runs))))))), f6, "")
 		unordered := func(cte, gate, count string) string {
@@ -938,11 +953,13 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 			return b.render(fmt.Sprintf(q, n5, n5+1, n5+2, n5+3), fu, "")
 		}
 		successors := func(cte string) string {
-			q := strings.NewReplacer("{markcte}", strings.TrimSuffix(cte, "\n"), "{markcount}", carriedCountPostgres, "{sfilter}", b.candidateFilter(fu, "e"), "{walkret}", "").Replace(leaseSuccessorsPostgres)
+			q := strings.NewReplacer("{markcte}", strings.TrimSuffix(cte, "\n"), "{markcount}", carriedCountPostgres, "{sfilter}", b.candidateFilter(fu, "e"),
+				"{walkret}", "", "{followers}", "$%[4]d::bigint").Replace(leaseSuccessorsPostgres)
 			// The carried mark's sequences are its $%[2]d, as in the
 			// lease of unordered events; this statement has no floor
-			// ($%[1]d there), so they follow the filter's arguments.
-			return b.render(fmt.Sprintf(q, 0, n5, n5+1), f5, "")
+			// ($%[1]d there), so they follow the filter's arguments, then
+			// the mark's row count and the followers a head may take.
+			return b.render(fmt.Sprintf(q, 0, n5, n5+1, n5+2), f5, "")
 		}
 		st.leaseSuccessorsMarked = successors(carriedMarkCTEPostgres)
 		st.leaseSuccessorsDeleted = successors(carriedDeleteCTEPostgres)
