@@ -582,6 +582,9 @@ func replayDrain(ctx context.Context, dsn string, t *tracer, n, batch int, relay
 		if got == batch {
 			if full++; full%16 != 0 {
 				floor = lowest
+				if !keyed {
+					floor = highest + 1 // as the relay's afterLease: the next lease leaves this batch out
+				}
 			}
 		}
 		allUnordered = !keyed
