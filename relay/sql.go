@@ -312,7 +312,7 @@ const runsFollowersPostgres = `($4 - (SELECT count(*) FROM heads)) / greatest((S
 // longer leased by this relay (its lease ran out and another relay took
 // it) leaves it pending, and then no successor is leased at all — the
 // statement's successors are taken only when the mark's row count is the
-// number of events delivered ($%[2]d). The successor itself must pass
+// number of events delivered ($%[3]d). The successor itself must pass
 // every predicate (due, not leased, not dead, the relay's topics, not
 // paused): it is the first pending event of its key after the last
 // delivered, tested as found, never the first leasable one — a key whose
