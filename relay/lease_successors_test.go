@@ -169,6 +169,44 @@ func TestSuccessorIsNotSteppedOver(t *testing.T) {
 	}
 }
 
+// The window of the lease of successors leaves out only the last block of
+// consecutive sequences the batch delivered (carriedBlock): an event of a
+// delivered key that lies between delivered events, below that block, is
+// still found as its key's next event. Here k0's second event (sequence
+// 2) lies between the batch's first event (k0's head, 1) and the block of
+// the other heads (3…11) and waits for a retry: k0 gets nothing, and its
+// third event is not leased ahead of it. With the whole batch taken for
+// the block, the window stepped over sequence 2 and leased k0's third.
+func TestSuccessorWindowSkipsOnlyTheCarriedBlock(t *testing.T) {
+	t.Parallel()
+	s := newSuccessorsEnv(t, Config{BatchSize: 10})
+	ms := []envelope.Message{msg("t", "k0", 0), msg("t", "k0", 1)}
+	for i := 1; i < 10; i++ {
+		ms = append(ms, msg("t", fmt.Sprintf("k%d", i), i))
+	}
+	for i := range 10 {
+		ms = append(ms, msg("t", fmt.Sprintf("k%d", i), 10+i))
+	}
+	written := s.enqueue(t, ms...)
+	first := s.poll(t)
+	if len(first) != 10 || s.r.carried == nil || slices.ContainsFunc(first, func(e *envelope.Event) bool { return e.Sequence == written[1].Sequence }) {
+		t.Fatalf("first poll delivered %s (mark carried: %v); want the 10 heads, the mark carried", describe(first), s.r.carried != nil)
+	}
+	if from, to, below := carriedBlock(first); from != written[2].Sequence || to != written[10].Sequence || below != 1 {
+		t.Fatalf("carriedBlock = %d, %d, %d; want %d, %d, 1", from, to, below, written[2].Sequence, written[10].Sequence)
+	}
+	if _, err := s.db.Exec(`UPDATE herald_outbox SET next_attempt_at = now() + interval '1 hour', attempts = 1 WHERE sequence = $1`, written[1].Sequence); err != nil {
+		t.Fatal(err)
+	}
+	second := s.poll(t)
+	if !s.lastWasSuccessor {
+		t.Fatal("the second lease was not the lease of successors")
+	}
+	if slices.Contains(keysOf(second), "k0") || len(second) != 9 {
+		t.Fatalf("second poll delivered %s; want the second events of k1…k9, nothing of k0 while its second event waits", describe(second))
+	}
+}
+
 // When the carried mark finds a delivered event no longer leased by this
 // relay (its lease ran out and another relay took it), that event stays
 // pending, and no successor is leased by the statement — not even after
@@ -332,11 +370,12 @@ func TestSuccessorsEstimateIndependentOfTable(t *testing.T) {
 			t.Fatal(err)
 		}
 		var lit string // the first 100 events, as if just delivered
-		if err := e.db.QueryRow(`SELECT '{' || string_agg(sequence::text, ',') || '}' FROM (SELECT sequence FROM herald_outbox ORDER BY sequence LIMIT 100) s`).Scan(&lit); err != nil {
+		var lo, hi int64
+		if err := e.db.QueryRow(`SELECT '{' || string_agg(sequence::text, ',') || '}', min(sequence), max(sequence) FROM (SELECT sequence FROM herald_outbox ORDER BY sequence LIMIT 100) s`).Scan(&lit, &lo, &hi); err != nil {
 			t.Fatal(err)
 		}
 		cost, err := r.estimateCost(context.Background(), r.sql.leaseSuccessorsMarked,
-			append([]any{r.cfg.Lease.Microseconds(), r.cfg.Name, nil, r.cfg.BatchSize}, append(slices.Clip(r.fargs), lit, int64(100), int64(0))...))
+			append([]any{r.cfg.Lease.Microseconds(), r.cfg.Name, nil, r.cfg.BatchSize}, append(slices.Clip(r.fargs), lit, int64(100), int64(0), lo, hi, int64(100))...))
 		if err != nil {
 			t.Fatal(err)
 		}

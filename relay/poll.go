@@ -419,8 +419,31 @@ func (r *Relay) leaseSuccessors(ctx context.Context, base []any, carried *carrie
 		return "", nil, false
 	}
 	followers := max(0, r.cfg.BatchSize-len(keys)) / len(keys) // each head's share of the batch
+	from, to, below := carriedBlock(carried.delivered)
 	return r.markedForm(ctx, r.sql.leaseSuccessorsMarked, r.sql.leaseSuccessorsDeleted,
-		append(slices.Clip(base), carried.seqs, int64(len(carried.delivered)), int64(followers)))
+		append(slices.Clip(base), carried.seqs, int64(len(carried.delivered)), int64(followers),
+			from, to, int64(r.cfg.BatchSize+below)))
+}
+
+// carriedBlock returns the last block of consecutive sequences among the
+// delivered events — from the lowest of it to the highest delivered — and
+// how many delivered events lie below it. No other event has a sequence
+// in that block, so the lease of successors reads its window around it
+// (leaseSuccessorsPostgres): a backlog drained in runs of consecutive
+// sequences, the common case, has the whole batch in the block, and the
+// window then reads none of the events the statement marks.
+func carriedBlock(delivered []*envelope.Event) (from, to int64, below int) {
+	seqs := make([]int64, len(delivered))
+	for i, e := range delivered {
+		seqs[i] = e.Sequence
+	}
+	slices.Sort(seqs)
+	seqs = slices.Compact(seqs)
+	i := len(seqs) - 1
+	for i > 0 && seqs[i-1] == seqs[i]-1 {
+		i--
+	}
+	return seqs[i], seqs[len(seqs)-1], i
 }
 
 // leased is one event a lease returned: the event, why it could not be

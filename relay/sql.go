@@ -207,13 +207,19 @@ const (
 // delivered keeps the ordering contract (Relay.deliver): the events of a
 // key one after another, each only after the one before it succeeded.
 //
-// The rows to update are found by primary key from an array of the runs'
-// sequences (an InitPlan run once); joined to runs only for herald_pos.
-// The re-check of the predicates is written as a CASE so that the planner
-// cannot answer it with a partial index (the topic index, partial on
-// published_at IS NULL) instead of the primary key. Without all that, on a table without statistics
-// (never analyzed: autovacuum off) the planner scanned the pending index
-// and re-ran the runs for each of its rows — 1.4 s for a lease of 100.
+// The rows to update are found by their ctid, one TID scan for each row
+// of runs in ctid order (the versions the statement's snapshot read;
+// EvalPlanQual re-checks the predicates and the sequence on a newer
+// version, so a row changed meanwhile is leased only if it still passes
+// them). Found as `ctid = ANY(ARRAY(SELECT herald_tid FROM runs))`, the
+// planner went through the primary key instead, a descent per row and the
+// whole array tested against each: 4,000 buffers for a lease of 1,000
+// against 1,000 now. The re-check of the predicates is written as a CASE
+// so that the planner cannot answer it with a partial index (the topic
+// index, partial on published_at IS NULL). Without all that, on a table
+// without statistics (never analyzed: autovacuum off) the planner scanned
+// the pending index and re-ran the runs for each of its rows — 1.4 s for
+// a lease of 100.
 //
 // A head's followers are read forward from (key, head) in
 // {base}_pending_key_idx, the scan ended by the key's upper bound; written
@@ -259,8 +265,8 @@ const runsPostgres = `runs(herald_seq, herald_pos, herald_tid) AS MATERIALIZED (
         WHERE r.ok) f
     WHERE h.ordering_key IS NOT NULL AND (SELECT count(*) FROM heads) < $4)
 UPDATE {table} AS t SET lease_until = coalesce($3::timestamptz, now()) + $1::bigint * interval '1 microsecond', leased_by = $2
-FROM runs
-WHERE t.ctid = ANY(ARRAY(SELECT herald_tid FROM runs)) AND t.sequence = runs.herald_seq
+FROM (SELECT * FROM runs ORDER BY herald_tid) runs
+WHERE t.ctid = runs.herald_tid AND t.sequence = runs.herald_seq
   AND CASE WHEN t.published_at IS NULL AND t.dead_lettered_at IS NULL
       AND (t.next_attempt_at IS NULL OR t.next_attempt_at <= coalesce($3::timestamptz, now()))
       AND (t.lease_until IS NULL OR t.lease_until < coalesce($3::timestamptz, now())) THEN true ELSE false END
@@ -280,13 +286,20 @@ const runsFollowersPostgres = `($4 - (SELECT count(*) FROM heads)) / greatest((S
 // candidate scan. Where leaseRunsPostgres scans 2 × BatchSize
 // candidates, sorts them by key and tests each with a backward descent
 // of {base}_pending_key_idx that steps over the entry the mark just
-// published, this statement reads one window: the first 2 × BatchSize
-// pending keyed events after the lowest "last delivered" of the batch's
-// keys, in sequence order (herald_window), and takes for each key its
-// first event there after its own last delivered (herald_next). The
-// window is contiguous in sequence order from below every key's last
-// delivered, so a key's first event in it after that point is its first
-// pending event after it. Only a key with no event in the window — its
+// published, this statement reads one window: the first pending keyed
+// events after the lowest "last delivered" of the batch's keys, in
+// sequence order (herald_window), and takes for each key its first event
+// there after its own last delivered (herald_next). The window leaves out
+// the last block of consecutive sequences the batch delivered ($%[5]d to
+// $%[6]d, from carriedBlock): no other event has a sequence in that block,
+// and the statement's snapshot sees those events pending, so reading them
+// only to drop them in the join read twice as many rows (a backlog
+// drained in runs of consecutive sequences has its whole batch in the
+// block). It holds BatchSize events and those delivered below the block
+// ($%[7]d). The window is contiguous in sequence order from below every
+// key's last delivered, less events that are none of its keys' next, so a
+// key's first event in it after that point is its first pending event
+// after it. Only a key with no event in the window — its
 // successor lies beyond, or it has none — costs a forward descent of
 // {base}_pending_key_idx from (key, last delivered). With 1,000 keys a
 // descent each took 6–7 ms a lease, the window 1.3–1.5 ms (psql, 100,000
@@ -333,10 +346,20 @@ const leaseSuccessorsPostgres = `{markcte}, herald_done AS MATERIALIZED (
     GROUP BY m.ordering_key
     HAVING (SELECT count(*) FROM herald_marked) = $%[3]d::bigint),
 herald_window AS MATERIALIZED (
-    SELECT ` + successorColumns + ` FROM {table} p
-    WHERE p.published_at IS NULL AND p.sequence > (SELECT min(d.last) FROM herald_done d) AND p.ordering_key IS NOT NULL
-    ORDER BY p.sequence
-    LIMIT 2 * $4::bigint),
+    SELECT w.* FROM (
+        (SELECT ` + successorColumns + ` FROM {table} p
+         WHERE p.published_at IS NULL AND p.sequence > (SELECT min(d.last) FROM herald_done d) AND p.sequence < $%[5]d::bigint
+           AND p.ordering_key IS NOT NULL
+         ORDER BY p.sequence
+         LIMIT $%[7]d::bigint)
+        UNION ALL
+        (SELECT ` + successorColumns + ` FROM {table} p
+         WHERE p.published_at IS NULL AND p.sequence > $%[6]d::bigint AND p.ordering_key IS NOT NULL
+           AND (SELECT min(d.last) FROM herald_done d) IS NOT NULL
+         ORDER BY p.sequence
+         LIMIT $%[7]d::bigint)) w
+    ORDER BY w.sequence
+    LIMIT $%[7]d::bigint),
 herald_next AS MATERIALIZED (
     SELECT DISTINCT ON (w.ordering_key COLLATE "C") w.* FROM herald_window w
     JOIN herald_done d ON d.ordering_key = w.ordering_key AND w.sequence > d.last
@@ -959,7 +982,7 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 			// lease of unordered events; this statement has no floor
 			// ($%[1]d there), so they follow the filter's arguments, then
 			// the mark's row count and the followers a head may take.
-			return b.render(fmt.Sprintf(q, 0, n5, n5+1, n5+2), f5, "")
+			return b.render(fmt.Sprintf(q, 0, n5, n5+1, n5+2, n5+3, n5+4, n5+5), f5, "")
 		}
 		st.leaseSuccessorsMarked = successors(carriedMarkCTEPostgres)
 		st.leaseSuccessorsDeleted = successors(carriedDeleteCTEPostgres)

@@ -131,6 +131,8 @@ func main() {
 		pprof.StopCPUProfile()
 	}
 	explainWG.Wait()
+	hot, err := relaybench.HOTRatio(ctx, setup, schema+".herald_outbox")
+	check(err)
 
 	var version string
 	_ = admin.QueryRowContext(ctx, `SELECT current_setting('server_version')`).Scan(&version)
@@ -140,6 +142,7 @@ func main() {
 		version, strings.Join(strings.Fields(string(load))[:3], " "), *n, ordered(*keys), *batch)
 	fmt.Printf("drain: %s, %.0f events/s; %d polls of %.1f ms\n\n", wall.Round(time.Millisecond), float64(*n)/wall.Seconds(),
 		tr.polls(), float64(wall.Microseconds())/1000/float64(max(tr.polls(), 1)))
+	fmt.Printf("HOT updates (heap only, no new index entries): %.0f%% of the drain's updates\n\n", 100*hot)
 	fmt.Println("| statement | count | per poll | total ms | mean µs | share of the drain |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|")
 	var sum time.Duration
