@@ -207,19 +207,24 @@ const (
 // delivered keeps the ordering contract (Relay.deliver): the events of a
 // key one after another, each only after the one before it succeeded.
 //
-// The rows to update are found by their ctid, one TID scan for each row
-// of runs in ctid order (the versions the statement's snapshot read;
-// EvalPlanQual re-checks the predicates and the sequence on a newer
-// version, so a row changed meanwhile is leased only if it still passes
-// them). Found as `ctid = ANY(ARRAY(SELECT herald_tid FROM runs))`, the
-// planner went through the primary key instead, a descent per row and the
-// whole array tested against each: 4,000 buffers for a lease of 1,000
-// against 1,000 now. The re-check of the predicates is written as a CASE
-// so that the planner cannot answer it with a partial index (the topic
-// index, partial on published_at IS NULL). Without all that, on a table
-// without statistics (never analyzed: autovacuum off) the planner scanned
-// the pending index and re-ran the runs for each of its rows — 1.4 s for
-// a lease of 100.
+// The rows to update are found by their ctid, in one TID scan of the
+// runs' ctids (an InitPlan run once; the versions the statement's
+// snapshot read, which no one can reuse while it runs; EvalPlanQual
+// re-checks the predicates on a newer version, so a row changed meanwhile
+// is leased only if it still passes them). A row's position in its run
+// is looked up by its sequence in a map built once from runs (a jsonb
+// object: a binary search a row) — not by joining runs: with the join,
+// the planner went through the primary key, a descent per row with the
+// whole ctid array tested against each, or with the join on ctid, a TID
+// scan re-run per row, and at 1,000 keys the join cost 2–3 ms of a
+// 16 ms statement (BENCHMARKS.md, "ninth pass"). A row missing from the
+// map (none can be) gets position 0, which the relay releases as a gap.
+// The re-check of the predicates is written as a CASE so that the
+// planner cannot answer it with a partial index (the topic index,
+// partial on published_at IS NULL). Without all that, on a table without
+// statistics (never analyzed: autovacuum off) the planner scanned the
+// pending index and re-ran the runs for each of its rows — 1.4 s for a
+// lease of 100.
 //
 // A head's followers are read forward from (key, head) in
 // {base}_pending_key_idx, the scan ended by the key's upper bound; written
@@ -265,12 +270,11 @@ const runsPostgres = `runs(herald_seq, herald_pos, herald_tid) AS MATERIALIZED (
         WHERE r.ok) f
     WHERE h.ordering_key IS NOT NULL AND (SELECT count(*) FROM heads) < $4)
 UPDATE {table} AS t SET lease_until = coalesce($3::timestamptz, now()) + $1::bigint * interval '1 microsecond', leased_by = $2
-FROM (SELECT * FROM runs ORDER BY herald_tid) runs
-WHERE t.ctid = runs.herald_tid AND t.sequence = runs.herald_seq
+WHERE t.ctid = ANY(ARRAY(SELECT herald_tid FROM runs))
   AND CASE WHEN t.published_at IS NULL AND t.dead_lettered_at IS NULL
       AND (t.next_attempt_at IS NULL OR t.next_attempt_at <= coalesce($3::timestamptz, now()))
       AND (t.lease_until IS NULL OR t.lease_until < coalesce($3::timestamptz, now())) THEN true ELSE false END
-RETURNING {tcolumns}, runs.herald_pos{markcount}{walkret}`
+RETURNING {tcolumns}, coalesce(((SELECT jsonb_object_agg(herald_seq::text, herald_pos) FROM runs) ->> t.sequence::text)::bigint, 0){markcount}{walkret}`
 
 const runsFollowersPostgres = `($4 - (SELECT count(*) FROM heads)) / greatest((SELECT count(*) FROM heads WHERE ordering_key IS NOT NULL), 1)`
 

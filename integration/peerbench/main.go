@@ -9,7 +9,7 @@
 //     one relay on 1,000 ordering keys; batch 10,000; DeleteOnPublish at
 //     batch 1000 and 10,000), the bare lease-and-mark loop of
 //     integration/relaybench (batch 100 and 1000, one worker and two; batch
-//     10,000), watermill-sql v4's subscriber and watermill's
+//     10,000; batch 1000 on 1,000 ordering keys), watermill-sql v4's subscriber and watermill's
 //     forwarder (components/forwarder, reading the same SQL subscriber and
 //     publishing to a no-op publisher), each at defaults (batch 100) and at
 //     each of -watermill-batches (1,000 and 10,000; the fastest is its best
