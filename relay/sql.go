@@ -219,6 +219,8 @@ const (
 // scan re-run per row, and at 1,000 keys the join cost 2–3 ms of a
 // 16 ms statement (BENCHMARKS.md, "ninth pass"). A row missing from the
 // map (none can be) gets position 0, which the relay releases as a gap.
+// Runs of heads alone (a batch of as many keys) need no map: every row
+// is a head, position 1.
 // The re-check of the predicates is written as a CASE so that the
 // planner cannot answer it with a partial index (the topic index,
 // partial on published_at IS NULL). Without all that, on a table without
@@ -274,7 +276,8 @@ WHERE t.ctid = ANY(ARRAY(SELECT herald_tid FROM runs))
   AND CASE WHEN t.published_at IS NULL AND t.dead_lettered_at IS NULL
       AND (t.next_attempt_at IS NULL OR t.next_attempt_at <= coalesce($3::timestamptz, now()))
       AND (t.lease_until IS NULL OR t.lease_until < coalesce($3::timestamptz, now())) THEN true ELSE false END
-RETURNING {tcolumns}, coalesce(((SELECT jsonb_object_agg(herald_seq::text, herald_pos) FROM runs) ->> t.sequence::text)::bigint, 0){markcount}{walkret}`
+RETURNING {tcolumns}, CASE WHEN NOT EXISTS (SELECT 1 FROM runs WHERE herald_pos > 1) THEN 1
+    ELSE coalesce(((SELECT jsonb_object_agg(herald_seq::text, herald_pos) FROM runs) ->> t.sequence::text)::bigint, 0) END{markcount}{walkret}`
 
 const runsFollowersPostgres = `($4 - (SELECT count(*) FROM heads)) / greatest((SELECT count(*) FROM heads WHERE ordering_key IS NOT NULL), 1)`
 
