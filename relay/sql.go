@@ -302,8 +302,9 @@ const runsFollowersPostgres = `($4 - (SELECT count(*) FROM heads)) / greatest((S
 // and the statement's snapshot sees those events pending, so reading them
 // only to drop them in the join read twice as many rows (a backlog
 // drained in runs of consecutive sequences has its whole batch in the
-// block). It holds BatchSize events and those delivered below the block
-// ($%[7]d). The window is contiguous in sequence order from below every
+// block). It holds the events delivered below the block and twice as
+// many events as the batch has keys, at most BatchSize ($%[7]d; see
+// Relay.leaseSuccessors). The window is contiguous in sequence order from below every
 // key's last delivered, less events that are none of its keys' next, so a
 // key's first event in it after that point is its first pending event
 // after it. Only a key with no event in the window — its

@@ -66,6 +66,7 @@ func main() {
 		plans   = flag.Int("plans", 0, "with -explain: run the lease this many times with a custom and a generic plan each and report the server's planning and execution times")
 		replay  = flag.Bool("replay", false, "after the drain, drain the same backlog again with the relay's own lease and carried mark statements replayed in a bare loop (rows read as raw bytes, no Events, no delivery): the statements' share of the relay's rate")
 		cpuprof = flag.String("cpuprofile", "", "write a CPU profile of the relay's drain to this file")
+		analyze = flag.Bool("analyze", false, "ANALYZE the filled table before the drain, as autovacuum would have (the planner then plans with statistics)")
 	)
 	flag.Parse()
 	ctx := context.Background()
@@ -83,6 +84,10 @@ func main() {
 	defer setup.Close()
 	check(relaybench.Reset(ctx, setup, "herald_outbox"))
 	check(relaybench.Fill(ctx, setup, "herald_outbox", *n, *keys))
+	if *analyze {
+		_, err = setup.ExecContext(ctx, `ANALYZE herald_outbox`)
+		check(err)
+	}
 	_, err = setup.ExecContext(ctx, `CHECKPOINT`)
 	check(err)
 
