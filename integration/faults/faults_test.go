@@ -517,9 +517,14 @@ func runFaults(t *testing.T, p plan) {
 	}
 	gap := p.duration / time.Duration(len(faults)+1)
 	var kills, crashes, stops int
+	// The order and time of the faults, logged with the figures: a long
+	// drain after the last fault is a live lease of a relay killed late.
+	var schedule []string
+	faultsStart := time.Now()
 	for _, f := range faults {
 		jitter := time.Duration(rand.Int64N(int64(gap) / 2))
 		time.Sleep(gap/2 + jitter) // the fault schedule, not a wait for a goroutine
+		schedule = append(schedule, fmt.Sprintf("%s at %s", [...]string{"kill", "crash", "cut", "freeze"}[f], time.Since(faultsStart).Round(100*time.Millisecond)))
 		switch f {
 		case kill:
 			if l := live(); len(l) > 0 {
@@ -557,6 +562,7 @@ func runFaults(t *testing.T, p plan) {
 	stopWriting()
 	wg.Wait()
 	lastFault := time.Now()
+	schedule = append(schedule, fmt.Sprintf("writers stopped at %s", lastFault.Sub(faultsStart).Round(100*time.Millisecond)))
 
 	// The ledger is the truth: what committed.
 	ledger := map[string]bool{}
@@ -699,6 +705,7 @@ func runFaults(t *testing.T, p plan) {
 		txs[0], txs[1], txs[2], ambiguousCommitted, writeErrs.Load())
 	t.Logf("faults: %d relay kills (%d relays started), %d server crashes, %d connection cuts, %d freezes of 2×lease (lease %s)",
 		kills, spawned, crashes, px.Cuts(), stops, lease)
+	t.Logf("fault schedule: %s", strings.Join(schedule, ", "))
 	t.Logf("events committed %d, deliveries %d, duplicates %d (%d behind a later event of their key), receiver failures injected %d, dead-lettered %d",
 		len(ledger), len(all), dups, lateDups, rc.failed.Load(), dead)
 	lost := 0
