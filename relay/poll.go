@@ -419,13 +419,13 @@ func (r *Relay) leaseSuccessors(ctx context.Context, base []any, carried *carrie
 		return "", nil, false
 	}
 	followers := max(0, r.cfg.BatchSize-len(keys)) / len(keys) // each head's share of the batch
-	// The window: the events delivered below the carried block, and as
-	// many again as there are keys, twice, up to BatchSize. Where keys
-	// interleave, each key's next event lies within as many events as there
-	// are keys; with few keys and many followers a window of BatchSize read
-	// a thousand rows for ten successors. A key whose next event lies
-	// beyond the window costs one descent of the key index, about as much
-	// as reading ten rows of the window.
+	// The window: the events delivered below the carried block, and twice
+	// as many events as there are keys, at most BatchSize. Where keys
+	// interleave, each key's next event lies within as many events as
+	// there are keys; with few keys and many followers a window of
+	// BatchSize read a thousand rows for ten successors. A key whose next
+	// event lies beyond the window costs one descent of the key index,
+	// about as much as reading ten rows of the window.
 	from, to, below := carriedBlock(carried.delivered)
 	window := min(r.cfg.BatchSize, 2*len(keys)) + below
 	return r.markedForm(ctx, r.sql.leaseSuccessorsMarked, r.sql.leaseSuccessorsDeleted,
@@ -446,7 +446,6 @@ func carriedBlock(delivered []*envelope.Event) (from, to int64, below int) {
 		seqs[i] = e.Sequence
 	}
 	slices.Sort(seqs)
-	seqs = slices.Compact(seqs)
 	i := len(seqs) - 1
 	for i > 0 && seqs[i-1] == seqs[i]-1 {
 		i--

@@ -304,10 +304,12 @@ const runsFollowersPostgres = `($4 - (SELECT count(*) FROM heads)) / greatest((S
 // drained in runs of consecutive sequences has its whole batch in the
 // block). It holds the events delivered below the block and twice as
 // many events as the batch has keys, at most BatchSize ($%[7]d; see
-// Relay.leaseSuccessors). The window is contiguous in sequence order from below every
-// key's last delivered, less events that are none of its keys' next, so a
-// key's first event in it after that point is its first pending event
-// after it. Only a key with no event in the window — its
+// Relay.leaseSuccessors). The window is contiguous in sequence order from
+// below every key's last delivered, less events that are none of its
+// keys' next, so a key's first event in it after that point is its first
+// pending event after it. The second range is read only when the mark
+// published the whole batch (herald_done has rows). Only a key with no
+// event in the window — its
 // successor lies beyond, or it has none — costs a forward descent of
 // {base}_pending_key_idx from (key, last delivered). With 1,000 keys a
 // descent each took 6–7 ms a lease, the window 1.3–1.5 ms (psql, 100,000
@@ -363,7 +365,7 @@ herald_window AS MATERIALIZED (
         UNION ALL
         (SELECT ` + successorColumns + ` FROM {table} p
          WHERE p.published_at IS NULL AND p.sequence > $%[6]d::bigint AND p.ordering_key IS NOT NULL
-           AND (SELECT min(d.last) FROM herald_done d) IS NOT NULL
+           AND EXISTS (SELECT 1 FROM herald_done)
          ORDER BY p.sequence
          LIMIT $%[7]d::bigint)) w
     ORDER BY w.sequence

@@ -22,6 +22,11 @@
 // a figure of the statement alone, less exposed to the client's load than
 // the drain's.
 //
+// It also prints the drain's share of HOT updates (heap-only: no new
+// index entries). With -analyze it runs ANALYZE on the filled table
+// before the drain, as autovacuum would have, so the planner plans with
+// statistics.
+//
 // HERALD_POSTGRES_DSN (default postgres://postgres@127.0.0.1:5432/test)
 // points it at a server; it works in a schema of its own, dropped at the
 // end.
