@@ -4,13 +4,16 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"gorm.io/gorm"
@@ -18,6 +21,7 @@ import (
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/gormcapture"
+	"github.com/heraldgo/herald/integration/relaybench"
 	"github.com/heraldgo/herald/relay"
 	"github.com/heraldgo/herald/wakeup"
 )
@@ -32,6 +36,7 @@ func latencyCases() []latencyCase {
 		{"herald, in-process wakeup", heraldLatency("herald, in-process wakeup", heraldOpts{wakeup: true})},
 		{"herald, in-process wakeup, DeleteOnPublish", heraldLatency("herald, in-process wakeup, DeleteOnPublish", heraldOpts{wakeup: true, deleteOnPublish: true})},
 		{"herald, in-process wakeup, AsyncCommit", heraldLatency("herald, in-process wakeup, AsyncCommit", heraldOpts{wakeup: true, asyncCommit: true})},
+		{"bare lease-and-mark loop, in-process wakeup (floor)", bareLatency("bare lease-and-mark loop, in-process wakeup (floor)")},
 		{"herald, polling every 10ms (no wakeup)", heraldLatency("herald, polling every 10ms (no wakeup)", heraldOpts{poll: 10 * time.Millisecond})},
 		{"River, defaults", riverLatency("River, defaults", false)},
 		{"River, tuned (FetchCooldown 1ms, FetchPollInterval 10ms)", riverLatency("River, tuned (FetchCooldown 1ms, FetchPollInterval 10ms)", true)},
@@ -345,6 +350,160 @@ func heraldLatency(name string, o heraldOpts) func(context.Context, config) ([]f
 		figs := tr.summary(name, cfg.latencyDur)
 		figs[0].note += fmt.Sprintf("; pool: %d connections closed for lack of idle room", sqlDB.Stats().MaxIdleClosed)
 		return figs, nil
+	}
+}
+
+// bareLatency is the floor beside herald's in-process case: the same
+// writers (GORM, gormcapture.Enqueue, the in-process wakeup, one *sql.DB)
+// and, in place of the relay, relaybench's bare lease and mark woken by
+// the same signal (and every 250 ms, for a signal that came during a
+// lease). An event counts as received once the lease that took it has
+// committed and its rows are read, where the relay calls its delivery.
+// The bare statements are prepared by pgx and may run generic plans; the
+// relay plans each execution (relay/plans.go). What separates the two
+// cases is the relay's work above a lease and a mark.
+func bareLatency(name string) func(context.Context, config) ([]figure, error) {
+	return func(ctx context.Context, cfg config) ([]figure, error) {
+		ip := wakeup.NewInProcess()
+		defer ip.Close()
+		_, herald, err := gormDBs(cfg, ip)
+		if err != nil {
+			return nil, err
+		}
+		sqlDB, _ := herald.DB()
+		defer sqlDB.Close()
+		if cfg.maxIdle > 0 {
+			sqlDB.SetMaxIdleConns(cfg.maxIdle)
+		}
+		lease, mark, err := relaybench.BareStatements("herald_outbox")
+		if err != nil {
+			return nil, err
+		}
+		tr := newTracker()
+		lctx, stop := context.WithCancel(ctx)
+		defer stop()
+		wake := make(chan struct{}, 1)
+		listening := make(chan error, 1)
+		go func() {
+			listening <- ip.Listen(lctx, func([]string) {
+				select {
+				case wake <- struct{}{}:
+				default:
+				}
+			})
+		}()
+		looped := make(chan error, 1)
+		go func() { looped <- bareLoop(lctx, sqlDB, lease, mark, tr, wake) }()
+		body := json.RawMessage(`{"model": "library.Loan", "operation": "updated", "pk": 7}`)
+		tr.start = time.Now()
+		n, err := pace(ctx, cfg.rate, cfg.latencyDur, func(int) error {
+			var ev *envelope.Event
+			err := herald.Transaction(func(tx *gorm.DB) error {
+				var err error
+				ev, err = gormcapture.Enqueue(tx, envelope.Message{Topic: "latency", Payload: body})
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			tr.committed(ev.ID, time.Now(), 0)
+			return nil
+		})
+		if err == nil {
+			err = waitFor(ctx, tr, n, time.Minute)
+		}
+		stop()
+		if lerr := <-looped; lerr != nil {
+			err = errors.Join(err, fmt.Errorf("bare loop: %w", lerr))
+		}
+		if lerr := <-listening; lerr != nil && !errors.Is(lerr, context.Canceled) && err == nil {
+			err = fmt.Errorf("in-process wakeup: %w", lerr)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return tr.summary(name, cfg.latencyDur), nil
+	}
+}
+
+// bareLoop leases batches of 100 events (the relay's default BatchSize)
+// until one comes back short, records each leased event as received and
+// marks the batch, then waits for wake or 250 ms. It returns nil once ctx
+// ends.
+func bareLoop(ctx context.Context, db *sql.DB, lease, mark string, tr *tracker, wake <-chan struct{}) error {
+	const batch = 100
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	var seq int64
+	var id uuid.UUID
+	var dest []any // sequence, id, then the other columns as raw bytes
+	var seqs strings.Builder
+	ids := make([]uuid.UUID, 0, batch)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wake:
+		case <-tick.C:
+		}
+		for {
+			now := time.Now()
+			rows, err := db.QueryContext(ctx, lease, now.Add(time.Minute), "bare", now, batch)
+			if ctx.Err() != nil {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if dest == nil {
+				cols, err := rows.Columns()
+				if err != nil {
+					rows.Close()
+					return err
+				}
+				raw := make([]sql.RawBytes, len(cols))
+				dest = make([]any, len(cols))
+				for i := range raw {
+					dest[i] = &raw[i]
+				}
+				dest[0], dest[1] = &seq, &id
+			}
+			ids = ids[:0]
+			seqs.Reset()
+			seqs.WriteByte('{')
+			for rows.Next() {
+				if err := rows.Scan(dest...); err != nil {
+					rows.Close()
+					return err
+				}
+				if len(ids) > 0 {
+					seqs.WriteByte(',')
+				}
+				seqs.WriteString(strconv.FormatInt(seq, 10))
+				ids = append(ids, id)
+			}
+			seqs.WriteByte('}')
+			if err := rows.Close(); err != nil { // the lease's commit
+				return err
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			for _, id := range ids {
+				tr.received(id, time.Time{})
+			}
+			if len(ids) > 0 {
+				if _, err := db.ExecContext(ctx, mark, time.Now(), seqs.String(), "bare"); err != nil {
+					if ctx.Err() != nil {
+						return nil
+					}
+					return err
+				}
+			}
+			if len(ids) < batch {
+				break
+			}
+		}
 	}
 }
 

@@ -32,7 +32,10 @@
 //     Updates;
 //   - latency: commit → delivery at -rate events/s for -latency-duration:
 //     herald with the in-process wakeup, with the wakeup and
-//     DeleteOnPublish, with the wakeup and AsyncCommit, polling only; River
+//     DeleteOnPublish, with the wakeup and AsyncCommit, polling only; the
+//     floor beside them — the same writers and wakeup, and in place of the
+//     relay relaybench's bare lease and mark (prepared by pgx, so they may
+//     run generic plans; the relay plans at each execution); River
 //     at defaults and tuned — p50 and p99 over the whole run, and p50/p99
 //     of its first and last minute (first and last fifth for runs shorter
 //     than two minutes) with the drift ratio, last ÷ first window's p99;

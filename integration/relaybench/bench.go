@@ -141,6 +141,18 @@ RETURNING ` + envelope.EventColumns
 WHERE sequence = ANY($2::bigint[]) AND leased_by = $3 AND published_at IS NULL`
 )
 
+// BareStatements returns the bare loop's lease and mark for table. The
+// lease's arguments are the lease's end, the lessee's name, now and the
+// batch's size, and it returns envelope.EventColumns; the mark's are now,
+// the leased sequences as a bigint[] literal and the lessee's name.
+func BareStatements(table string) (lease, mark string, err error) {
+	t, err := envelope.ParseTable(envelope.Postgres, table)
+	if err != nil {
+		return "", "", err
+	}
+	return strings.ReplaceAll(bareLeaseSQL, "{table}", t.Quoted), strings.ReplaceAll(bareMarkSQL, "{table}", t.Quoted), nil
+}
+
 // DrainBare drains n pending events with workers goroutines each running
 // the bare lease-and-mark loop (lease a batch, read its rows, mark them
 // published) until a lease comes back empty, and returns how long it took.
