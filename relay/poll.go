@@ -302,7 +302,7 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 	var next map[string]int64
 	var cut []*envelope.Event
 	if runs {
-		next = map[string]int64{}
+		next = make(map[string]int64, len(got))
 		kept := got[:0]
 		for _, l := range got {
 			if k := l.e.OrderingKey; k != "" {
@@ -409,7 +409,7 @@ func (r *Relay) leaseSuccessors(ctx context.Context, base []any, carried *carrie
 	if !r.successors || carried == nil || r.dialect != envelope.Postgres {
 		return "", nil, false
 	}
-	keys := map[string]struct{}{}
+	keys := make(map[string]struct{}, len(carried.delivered))
 	for _, e := range carried.delivered {
 		if e.OrderingKey != "" {
 			keys[e.OrderingKey] = struct{}{}
