@@ -434,9 +434,6 @@ func bareLoop(ctx context.Context, db *sql.DB, lease, mark string, tr *tracker, 
 	const batch = 100
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
-	var seq int64
-	var id uuid.UUID
-	var dest []any // sequence, id, then the other columns as raw bytes
 	var seqs strings.Builder
 	ids := make([]uuid.UUID, 0, batch)
 	for {
@@ -447,46 +444,12 @@ func bareLoop(ctx context.Context, db *sql.DB, lease, mark string, tr *tracker, 
 		case <-tick.C:
 		}
 		for {
-			now := time.Now()
-			rows, err := db.QueryContext(ctx, lease, now.Add(time.Minute), "bare", now, batch)
+			var err error
+			ids, err = bareLeaseIDs(ctx, db, lease, batch, ids[:0], &seqs)
 			if ctx.Err() != nil {
 				return nil
 			}
 			if err != nil {
-				return err
-			}
-			if dest == nil {
-				cols, err := rows.Columns()
-				if err != nil {
-					rows.Close()
-					return err
-				}
-				raw := make([]sql.RawBytes, len(cols))
-				dest = make([]any, len(cols))
-				for i := range raw {
-					dest[i] = &raw[i]
-				}
-				dest[0], dest[1] = &seq, &id
-			}
-			ids = ids[:0]
-			seqs.Reset()
-			seqs.WriteByte('{')
-			for rows.Next() {
-				if err := rows.Scan(dest...); err != nil {
-					rows.Close()
-					return err
-				}
-				if len(ids) > 0 {
-					seqs.WriteByte(',')
-				}
-				seqs.WriteString(strconv.FormatInt(seq, 10))
-				ids = append(ids, id)
-			}
-			seqs.WriteByte('}')
-			if err := rows.Close(); err != nil { // the lease's commit
-				return err
-			}
-			if err := rows.Err(); err != nil {
 				return err
 			}
 			for _, id := range ids {
@@ -505,6 +468,47 @@ func bareLoop(ctx context.Context, db *sql.DB, lease, mark string, tr *tracker, 
 			}
 		}
 	}
+}
+
+// bareLeaseIDs runs the bare lease for batch events and returns ids with
+// the leased events' ids appended, once the lease has committed (its rows
+// closed); seqs is set to their sequences as a bigint[] literal.
+func bareLeaseIDs(ctx context.Context, db *sql.DB, lease string, batch int, ids []uuid.UUID, seqs *strings.Builder) ([]uuid.UUID, error) {
+	now := time.Now()
+	rows, err := db.QueryContext(ctx, lease, now.Add(time.Minute), "bare", now, batch)
+	if err != nil {
+		return ids, err
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return ids, err
+	}
+	var seq int64
+	var id uuid.UUID
+	raw := make([]sql.RawBytes, len(cols))
+	dest := make([]any, len(cols)) // sequence, id, then the other columns as raw bytes
+	for i := range raw {
+		dest[i] = &raw[i]
+	}
+	dest[0], dest[1] = &seq, &id
+	seqs.Reset()
+	seqs.WriteByte('{')
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return ids, err
+		}
+		if seqs.Len() > 1 {
+			seqs.WriteByte(',')
+		}
+		seqs.WriteString(strconv.FormatInt(seq, 10))
+		ids = append(ids, id)
+	}
+	seqs.WriteByte('}')
+	if err := rows.Err(); err != nil {
+		return ids, err
+	}
+	return ids, rows.Close() // the lease's commit
 }
 
 func riverLatency(name string, tuned bool) func(context.Context, config) ([]figure, error) {

@@ -72,19 +72,8 @@ func TestBareLoopReceivesAndMarksEveryEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr := newTracker()
-	rows, err := db.QueryContext(ctx, `SELECT id FROM herald_outbox`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var id uuid.UUID
-		if err := rows.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
+	for _, id := range outboxIDs(ctx, t, db) {
 		tr.committed(id, time.Now(), 0)
-	}
-	if err := rows.Close(); err != nil {
-		t.Fatal(err)
 	}
 	lease, mark, err := relaybench.BareStatements("herald_outbox")
 	if err != nil {
@@ -120,4 +109,26 @@ func TestBareLoopReceivesAndMarksEveryEvent(t *testing.T) {
 	if got := len(tr.lat); got != n {
 		t.Errorf("%d latencies recorded, want %d", got, n)
 	}
+}
+
+// outboxIDs returns the ids of herald_outbox's events.
+func outboxIDs(ctx context.Context, t *testing.T, db *sql.DB) []uuid.UUID {
+	t.Helper()
+	rows, err := db.QueryContext(ctx, `SELECT id FROM herald_outbox`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var ids []uuid.UUID
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return ids
 }
