@@ -309,8 +309,8 @@ const runsFollowersPostgres = `($4 - (SELECT count(*) FROM heads)) / greatest((S
 // keys' next, so a key's first event in it after that point is its first
 // pending event after it. The second range is read only when the mark
 // published the whole batch (herald_done has rows). Only a key with no
-// event in the window — its
-// successor lies beyond, or it has none — costs a forward descent of
+// event in the window — its successor lies beyond, or it has none —
+// costs a forward descent of
 // {base}_pending_key_idx from (key, last delivered). With 1,000 keys a
 // descent each took 6–7 ms a lease, the window 1.3–1.5 ms (psql, 100,000
 // events). Behind each successor, its followers, as in leaseRunsPostgres

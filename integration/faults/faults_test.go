@@ -497,6 +497,7 @@ func runFaults(t *testing.T, p plan) {
 		cut
 		freeze
 	)
+	faultNames := [...]string{kill: "kill", crash: "crash", cut: "cut", freeze: "freeze"}
 	var faults []fault
 	for range p.kills {
 		faults = append(faults, kill)
@@ -524,7 +525,7 @@ func runFaults(t *testing.T, p plan) {
 	for _, f := range faults {
 		jitter := time.Duration(rand.Int64N(int64(gap) / 2))
 		time.Sleep(gap/2 + jitter) // the fault schedule, not a wait for a goroutine
-		schedule = append(schedule, fmt.Sprintf("%s at %s", [...]string{"kill", "crash", "cut", "freeze"}[f], time.Since(faultsStart).Round(100*time.Millisecond)))
+		schedule = append(schedule, fmt.Sprintf("%s at %s", faultNames[f], time.Since(faultsStart).Round(100*time.Millisecond)))
 		switch f {
 		case kill:
 			if l := live(); len(l) > 0 {

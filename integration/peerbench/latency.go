@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -269,6 +268,46 @@ type heraldOpts struct {
 	poll                                 time.Duration
 }
 
+// latencyDBs opens herald's GORM database for a latency case (gormDBs,
+// with w) and returns it with its *sql.DB, given cfg.maxIdle idle
+// connections. The caller closes the *sql.DB.
+func latencyDBs(cfg config, w wakeup.Wakeup) (*gorm.DB, *sql.DB, error) {
+	_, herald, err := gormDBs(cfg, w)
+	if err != nil {
+		return nil, nil, err
+	}
+	sqlDB, err := herald.DB()
+	if err != nil {
+		return nil, nil, err
+	}
+	if cfg.maxIdle > 0 {
+		sqlDB.SetMaxIdleConns(cfg.maxIdle)
+	}
+	return herald, sqlDB, nil
+}
+
+// enqueueAtRate is the latency cases' writers: one gormcapture.Enqueue
+// per transaction through herald, at cfg.rate for cfg.latencyDur (pace),
+// each commit recorded in tr. It returns how many writes it started.
+func enqueueAtRate(ctx context.Context, cfg config, herald *gorm.DB, tr *tracker) (int, error) {
+	body := json.RawMessage(`{"model": "library.Loan", "operation": "updated", "pk": 7}`)
+	return pace(ctx, cfg.rate, cfg.latencyDur, func(int) error {
+		var ev *envelope.Event
+		t0 := time.Now()
+		err := herald.Transaction(func(tx *gorm.DB) error {
+			var err error
+			ev, err = gormcapture.Enqueue(tx, envelope.Message{Topic: "latency", Payload: body})
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		tr.committed(ev.ID, now, now.Sub(t0))
+		return nil
+	})
+}
+
 func heraldLatency(name string, o heraldOpts) func(context.Context, config) ([]figure, error) {
 	return func(ctx context.Context, cfg config) ([]figure, error) {
 		var w wakeup.Wakeup
@@ -277,15 +316,11 @@ func heraldLatency(name string, o heraldOpts) func(context.Context, config) ([]f
 			defer ip.Close()
 			w = ip
 		}
-		_, herald, err := gormDBs(cfg, w)
+		herald, sqlDB, err := latencyDBs(cfg, w)
 		if err != nil {
 			return nil, err
 		}
-		sqlDB, _ := herald.DB()
 		defer sqlDB.Close()
-		if cfg.maxIdle > 0 {
-			sqlDB.SetMaxIdleConns(cfg.maxIdle)
-		}
 		tr := newTracker()
 		if cfg.latencyDur >= 2*time.Minute { // the by-minute table's
 			tr.spans = map[any]*stamps{}
@@ -313,28 +348,13 @@ func heraldLatency(name string, o heraldOpts) func(context.Context, config) ([]f
 			return nil, err
 		}
 		defer func() { _ = r.Stop(context.Background()) }()
-		body := json.RawMessage(`{"model": "library.Loan", "operation": "updated", "pk": 7}`)
 		tr.start = time.Now()
 		sctx, stopStats := context.WithCancel(ctx)
 		defer stopStats()
 		statsDone := make(chan struct{})
 		go func() { defer close(statsDone); tr.sampleStats(sctx, sqlDB, cfg.latencyDur) }()
 		go tr.probeCommits(sctx, sqlDB, cfg.latencyDur)
-		n, err := pace(ctx, cfg.rate, cfg.latencyDur, func(int) error {
-			var ev *envelope.Event
-			t0 := time.Now()
-			err := herald.Transaction(func(tx *gorm.DB) error {
-				var err error
-				ev, err = gormcapture.Enqueue(tx, envelope.Message{Topic: "latency", Payload: body})
-				return err
-			})
-			if err != nil {
-				return err
-			}
-			now := time.Now()
-			tr.committed(ev.ID, now, now.Sub(t0))
-			return nil
-		})
+		n, err := enqueueAtRate(ctx, cfg, herald, tr)
 		if err != nil {
 			return nil, err
 		}
@@ -366,15 +386,11 @@ func bareLatency(name string) func(context.Context, config) ([]figure, error) {
 	return func(ctx context.Context, cfg config) ([]figure, error) {
 		ip := wakeup.NewInProcess()
 		defer ip.Close()
-		_, herald, err := gormDBs(cfg, ip)
+		herald, sqlDB, err := latencyDBs(cfg, ip)
 		if err != nil {
 			return nil, err
 		}
-		sqlDB, _ := herald.DB()
 		defer sqlDB.Close()
-		if cfg.maxIdle > 0 {
-			sqlDB.SetMaxIdleConns(cfg.maxIdle)
-		}
 		lease, mark, err := relaybench.BareStatements("herald_outbox")
 		if err != nil {
 			return nil, err
@@ -394,21 +410,8 @@ func bareLatency(name string) func(context.Context, config) ([]figure, error) {
 		}()
 		looped := make(chan error, 1)
 		go func() { looped <- bareLoop(lctx, sqlDB, lease, mark, tr, wake) }()
-		body := json.RawMessage(`{"model": "library.Loan", "operation": "updated", "pk": 7}`)
 		tr.start = time.Now()
-		n, err := pace(ctx, cfg.rate, cfg.latencyDur, func(int) error {
-			var ev *envelope.Event
-			err := herald.Transaction(func(tx *gorm.DB) error {
-				var err error
-				ev, err = gormcapture.Enqueue(tx, envelope.Message{Topic: "latency", Payload: body})
-				return err
-			})
-			if err != nil {
-				return err
-			}
-			tr.committed(ev.ID, time.Now(), 0)
-			return nil
-		})
+		n, err := enqueueAtRate(ctx, cfg, herald, tr)
 		if err == nil {
 			err = waitFor(ctx, tr, n, time.Minute)
 		}
@@ -444,8 +447,8 @@ func bareLoop(ctx context.Context, db *sql.DB, lease, mark string, tr *tracker, 
 		case <-tick.C:
 		}
 		for {
-			var err error
-			ids, err = bareLeaseIDs(ctx, db, lease, batch, ids[:0], &seqs)
+			ids = ids[:0]
+			k, err := relaybench.LeaseBare(ctx, db, lease, "bare", batch, &seqs, &ids)
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -455,7 +458,7 @@ func bareLoop(ctx context.Context, db *sql.DB, lease, mark string, tr *tracker, 
 			for _, id := range ids {
 				tr.received(id, time.Time{})
 			}
-			if len(ids) > 0 {
+			if k > 0 {
 				if _, err := db.ExecContext(ctx, mark, time.Now(), seqs.String(), "bare"); err != nil {
 					if ctx.Err() != nil {
 						return nil
@@ -463,52 +466,11 @@ func bareLoop(ctx context.Context, db *sql.DB, lease, mark string, tr *tracker, 
 					return err
 				}
 			}
-			if len(ids) < batch {
+			if k < batch {
 				break
 			}
 		}
 	}
-}
-
-// bareLeaseIDs runs the bare lease for batch events and returns ids with
-// the leased events' ids appended, once the lease has committed (its rows
-// closed); seqs is set to their sequences as a bigint[] literal.
-func bareLeaseIDs(ctx context.Context, db *sql.DB, lease string, batch int, ids []uuid.UUID, seqs *strings.Builder) ([]uuid.UUID, error) {
-	now := time.Now()
-	rows, err := db.QueryContext(ctx, lease, now.Add(time.Minute), "bare", now, batch)
-	if err != nil {
-		return ids, err
-	}
-	defer rows.Close()
-	cols, err := rows.Columns()
-	if err != nil {
-		return ids, err
-	}
-	var seq int64
-	var id uuid.UUID
-	raw := make([]sql.RawBytes, len(cols))
-	dest := make([]any, len(cols)) // sequence, id, then the other columns as raw bytes
-	for i := range raw {
-		dest[i] = &raw[i]
-	}
-	dest[0], dest[1] = &seq, &id
-	seqs.Reset()
-	seqs.WriteByte('{')
-	for rows.Next() {
-		if err := rows.Scan(dest...); err != nil {
-			return ids, err
-		}
-		if seqs.Len() > 1 {
-			seqs.WriteByte(',')
-		}
-		seqs.WriteString(strconv.FormatInt(seq, 10))
-		ids = append(ids, id)
-	}
-	seqs.WriteByte('}')
-	if err := rows.Err(); err != nil {
-		return ids, err
-	}
-	return ids, rows.Close() // the lease's commit
 }
 
 func riverLatency(name string, tuned bool) func(context.Context, config) ([]figure, error) {

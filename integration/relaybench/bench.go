@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/relay"
@@ -168,19 +170,16 @@ const asyncCond = "\n  AND (SELECT set_config('synchronous_commit', 'off', true)
 // DrainBareAsync is DrainBare with the lease's and/or the mark's
 // transactions run with synchronous_commit off.
 func DrainBareAsync(ctx context.Context, db *sql.DB, table string, n, batchSize, workers int, asyncLease, asyncMark bool) (time.Duration, error) {
-	t, err := envelope.ParseTable(envelope.Postgres, table)
+	lease, mark, err := BareStatements(table)
 	if err != nil {
 		return 0, err
 	}
-	leaseSQL, markSQL := bareLeaseSQL, bareMarkSQL
 	if asyncLease {
-		leaseSQL = strings.Replace(leaseSQL, "\nRETURNING", asyncCond+"\nRETURNING", 1)
+		lease = strings.Replace(lease, "\nRETURNING", asyncCond+"\nRETURNING", 1)
 	}
 	if asyncMark {
-		markSQL += asyncCond
+		mark += asyncCond
 	}
-	lease := strings.ReplaceAll(leaseSQL, "{table}", t.Quoted)
-	mark := strings.ReplaceAll(markSQL, "{table}", t.Quoted)
 	var total atomic.Int64
 	var wg sync.WaitGroup
 	errs := make([]error, workers)
@@ -190,7 +189,7 @@ func DrainBareAsync(ctx context.Context, db *sql.DB, table string, n, batchSize,
 			name := "bare-" + strconv.Itoa(w)
 			var seqs strings.Builder
 			for {
-				k, err := bareLease(ctx, db, lease, name, batchSize, &seqs)
+				k, err := LeaseBare(ctx, db, lease, name, batchSize, &seqs, nil)
 				if err != nil {
 					errs[w] = err
 					return
@@ -213,12 +212,15 @@ func DrainBareAsync(ctx context.Context, db *sql.DB, table string, n, batchSize,
 	return time.Since(start), errors.Join(errs...)
 }
 
-// bareLease runs the lease statement, reads its rows (sequence scanned,
-// the other columns as raw bytes) and writes the leased sequences to seqs
-// as a bigint[] literal. It returns how many rows it leased.
-func bareLease(ctx context.Context, db *sql.DB, q, name string, batchSize int, seqs *strings.Builder) (int, error) {
+// LeaseBare runs lease (the bare loop's, BareStatements) once as lessee
+// name for up to batchSize events and reads its rows: the sequence
+// scanned, the other columns as raw bytes. It writes the leased sequences
+// to seqs as a bigint[] literal and, when ids is not nil, appends the
+// events' ids to it. It returns how many events it leased once the lease
+// has committed (its rows closed).
+func LeaseBare(ctx context.Context, db *sql.DB, lease, name string, batchSize int, seqs *strings.Builder, ids *[]uuid.UUID) (int, error) {
 	now := time.Now()
-	rows, err := db.QueryContext(ctx, q, now.Add(time.Minute), name, now, batchSize)
+	rows, err := db.QueryContext(ctx, lease, now.Add(time.Minute), name, now, batchSize)
 	if err != nil {
 		return 0, err
 	}
@@ -237,6 +239,13 @@ func bareLease(ctx context.Context, db *sql.DB, q, name string, batchSize int, s
 		if err := rows.Scan(cols...); err != nil {
 			return 0, err
 		}
+		if ids != nil {
+			var id uuid.UUID
+			if err := id.Scan([]byte(raw[0])); err != nil { // the id column
+				return 0, fmt.Errorf("relaybench: event %d: id: %w", s, err)
+			}
+			*ids = append(*ids, id)
+		}
 		if k > 0 {
 			seqs.WriteByte(',')
 		}
@@ -244,7 +253,10 @@ func bareLease(ctx context.Context, db *sql.DB, q, name string, batchSize int, s
 		k++
 	}
 	seqs.WriteByte('}')
-	return k, rows.Err()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	return k, rows.Close()
 }
 
 // HOTRatio returns the share of the table's updates that were HOT (heap
