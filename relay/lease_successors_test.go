@@ -27,6 +27,7 @@ func newSuccessorsEnv(t *testing.T, cfg Config) *successorsEnv {
 	t.Helper()
 	s := &successorsEnv{env: newEnv(t, envelope.Postgres), rec: &recorder{}}
 	s.r = s.newRelay(t, s.rec, cfg)
+	s.r.fromStartEvery = true // the tests count leases; the pace by cost: TestFromStartPacedByItsCost
 	s.r.onLease = func(q string) {
 		s.all++
 		s.lastWasSuccessor = q == s.r.sql.leaseSuccessorsMarked || q == s.r.sql.leaseSuccessorsDeleted

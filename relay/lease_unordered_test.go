@@ -80,6 +80,7 @@ func TestUnorderedBacklogStillLeasesKeyedEvents(t *testing.T) {
 	keyed := e.enqueue(t, msg("backlog", "k", 1), msg("backlog", "k", 2))
 	fillKeyed(t, e, 400, 0)
 	r := e.newRelay(t, &recorder{}, Config{BatchSize: 10})
+	r.fromStartEvery = true // the bound counted in leases; the pace by cost: TestFromStartPacedByItsCost
 	got, unordered := drainByLeases(t, r)
 	if len(got) != 452 {
 		t.Fatalf("delivered %d events, want 452", len(got))

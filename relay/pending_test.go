@@ -182,6 +182,7 @@ func TestLeaseFloorReachesBelow(t *testing.T) {
 	e := newEnv(t, envelope.Postgres)
 	fillKeyed(t, e, 400, 0)
 	r := e.newRelay(t, &recorder{}, Config{BatchSize: 10})
+	r.fromStartEvery = true // the bound counted in leases; the pace by cost: TestFromStartPacedByItsCost
 	ctx := context.Background()
 	var first int64
 	for i := range 3 {
@@ -256,5 +257,70 @@ func TestLeaseFloorAfterTheBatch(t *testing.T) {
 				t.Fatal("no floor was set after full leases")
 			}
 		})
+	}
+}
+
+// The leases from the start of the table are paced by their own cost:
+// while the last one's duration times fromStartPace (at most
+// fromStartMaxWait) has not passed since it ended, full leases keep their
+// floor past floorEvery of them; once it has, the next full lease sets
+// the floor to the start, and the lease from the start records its cost.
+func TestFromStartPacedByItsCost(t *testing.T) {
+	t.Parallel()
+	r := &Relay{}
+	if !r.fromStartDue() {
+		t.Fatal("before any lease from the start, one is not due")
+	}
+	now := time.Now()
+	for _, c := range []struct {
+		cost  time.Duration
+		ended time.Duration // before now
+		due   bool
+	}{
+		{40 * time.Millisecond, 0, false},                      // waits 760 ms
+		{40 * time.Millisecond, 800 * time.Millisecond, true},  // waited them
+		{time.Hour, 0, false},                                  // waits fromStartMaxWait
+		{time.Hour, fromStartMaxWait + time.Millisecond, true}, // no longer
+		{time.Millisecond, -time.Hour, false},                  // not yet ended by this clock
+	} {
+		r.fromStartCost, r.fromStartEnd = c.cost, now.Add(-c.ended)
+		if got := r.fromStartDue(); got != c.due {
+			t.Errorf("last lease from the start took %s and ended %s ago: due %v, want %v", c.cost, c.ended, got, c.due)
+		}
+	}
+
+	e := newEnv(t, envelope.Postgres)
+	fillKeyed(t, e, 600, 0)
+	r = e.newRelay(t, &recorder{}, Config{BatchSize: 10})
+	ctx := context.Background()
+	leaseAndMark := func() {
+		t.Helper()
+		batch, _, err := r.lease(ctx)
+		if err != nil || len(batch) != 10 {
+			t.Fatalf("lease: %s, %v", describe(batch), err)
+		}
+		if _, err := r.mark(ctx, batch, make([]error, len(batch))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for r.floor.Load() == 0 { // the first lease walks keys, the second starts from the start
+		leaseAndMark()
+	}
+	r.fromStartCost, r.fromStartEnd = time.Hour, time.Now().Add(time.Hour) // not due
+	for i := range 3 * floorEvery {
+		leaseAndMark()
+		if r.floor.Load() == 0 {
+			t.Fatalf("full lease %d from the floor set the floor to the start while the last lease from the start was not paid for", i+1)
+		}
+	}
+	r.fromStartEnd = time.Now().Add(-time.Hour) // due
+	leaseAndMark()
+	if r.floor.Load() != 0 {
+		t.Fatalf("once due, the lease after %d full ones left the floor at %d, not the start", 3*floorEvery, r.floor.Load())
+	}
+	before := time.Now()
+	leaseAndMark() // from the start
+	if r.fromStartEnd.Before(before) || r.fromStartCost <= 0 {
+		t.Fatalf("the lease from the start did not record its cost: ended %v (lease began after %v), took %s", r.fromStartEnd, before, r.fromStartCost)
 	}
 }

@@ -110,8 +110,19 @@ func (r *Relay) statementTimeout() time.Duration { return max(r.cfg.Lease, minSt
 const walkEvery = 8
 
 // floorEvery: every floorEvery-th lease after full ones scans its
-// candidates from the start of the table (see leaseFloor).
+// candidates from the start of the table (see leaseFloor), unless the
+// last scan from the start was dear (fromStartDue).
 const floorEvery = 16
+
+// fromStartPace and fromStartMaxWait pace the leases from the start of
+// the table in a drain (fromStartDue): the next one waits, after the last
+// ended, fromStartPace times as long as the last took, and never more
+// than fromStartMaxWait — so they take at most about a twentieth of a
+// drain's time however large the table.
+const (
+	fromStartPace    = 19
+	fromStartMaxWait = time.Second
+)
 
 // leaseFloor sets where the next lease's candidate scans start
 // (PostgreSQL; {floor} in the candidate sources). After a full lease
@@ -125,16 +136,39 @@ const floorEvery = 16
 // a lease run out, an event committed after later sequences, a key's
 // next event once its head is published — is found by the scans from the
 // start: after any short lease (a lease after which the loop waits), and
-// every floorEvery-th lease whatever they hold, so nothing below the
-// floor waits more than floorEvery leases (TestLeaseFloorReachesBelow).
-// The floor narrows the candidate sources only; every predicate is
-// checked as before.
+// after floorEvery leases whatever they hold, so nothing below the floor
+// waits more than floorEvery leases (TestLeaseFloorReachesBelow) — or, when
+// a scan from the start has grown dear, up to fromStartPace times its
+// duration, at most fromStartMaxWait (fromStartDue). The floor narrows the
+// candidate sources only; every predicate is checked as before.
 func (r *Relay) leaseFloor(full bool, lowest int64) {
-	if !full || r.floorLeases.Add(1)%floorEvery == 0 {
+	if !full || (r.floorLeases.Add(1) >= floorEvery && r.fromStartDue()) {
+		r.floorLeases.Store(0)
 		r.floor.Store(0)
 		return
 	}
 	r.floor.Store(lowest)
+}
+
+// fromStartDue reports whether a lease from the start of the table may
+// run now, as far as its cost goes: when fromStartPace times the last
+// one's duration, at most fromStartMaxWait, has passed since it ended.
+//
+// Without VACUUM the pending indexes keep an entry for every event
+// published since (killed once a scan finds its row dead, but still on
+// its page), and a scan from the start reads them all: in a drain of
+// 1,000,000 events at batch 100 the lease from the start grew from 2.3 ms
+// to 7.4 ms on average, and every 16th lease took 19% of the drain
+// (relayprof; BENCHMARKS.md, "eleventh pass"). Paced by its own cost, it
+// takes at most about a twentieth; on a small table, where it costs what
+// a lease from the floor does, it still runs every floorEvery-th lease.
+// What it reaches waits no longer than fromStartMaxWait more.
+// fromStartEvery, when set (tests), replaces the pace with a count alone.
+func (r *Relay) fromStartDue() bool {
+	if r.fromStartEvery || r.fromStartEnd.IsZero() {
+		return true
+	}
+	return time.Since(r.fromStartEnd) >= min(fromStartPace*r.fromStartCost, fromStartMaxWait)
 }
 
 // leaseQuery returns the form of the next lease (see afterLease): with
@@ -179,8 +213,12 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 	}
 	args = append(args, r.fargs...)
 	floored := query == r.sql.lease || query == r.sql.leaseRuns || query == r.sql.leaseUnordered // no key walk
+	// fromStart: a floored form that scans from the start of the table (see fromStartDue)
+	fromStart := false
 	if floored && r.dialect == envelope.Postgres {
-		args = append(args, r.floor.Load()) // see leaseFloor
+		floor := r.floor.Load()
+		fromStart = floor == 0
+		args = append(args, floor) // see leaseFloor
 	}
 	walkFrom := r.walkAfter
 	if walk > 0 {
@@ -200,7 +238,7 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 	}
 	var withMark, successors bool
 	if q, a, ok := r.leaseSuccessors(ctx, append(slices.Clip(args[:4]), r.fargs...), carried); ok {
-		query, args, withMark, successors, runs, floored = q, a, true, true, true, false
+		query, args, withMark, successors, runs, floored, fromStart = q, a, true, true, true, false, false
 	} else if q, a, ok := r.leaseWithMark(ctx, query, args, carried); ok {
 		query, args, withMark = q, a, true
 	}
@@ -269,6 +307,10 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 		return nil, nil, stmtErr(ctx, "lease query", err)
 	}
 	committed = true
+	if fromStart {
+		r.fromStartEnd = time.Now()
+		r.fromStartCost = r.fromStartEnd.Sub(began)
+	}
 	rowsTouched := len(got)
 	if withMark {
 		rowsTouched += len(carried.delivered)
@@ -497,14 +539,16 @@ func (r *Relay) afterLease(got []leased, runs, floored, successors bool) {
 	// least half a batch that held keyed events — a backlog of keys being
 	// drained (a run lease with many keys leaves up to a follower per key
 	// of its batch unused, so "full" would rarely hold) — and for at most
-	// floorEvery − 1 leases in a row: then the full form, which reaches
-	// the keys the batches did not hold and the unordered events.
+	// floorEvery − 1 leases in a row, or as many more as the pace of the
+	// leases from the start asks (fromStartDue): then the full form from
+	// the start, which reaches the keys the batches did not hold and the
+	// unordered events.
 	if successors {
 		r.successorLeases++
 	} else {
 		r.successorLeases = 0
 	}
-	r.successors = r.dialect == envelope.Postgres && keyed && 2*len(got) >= r.cfg.BatchSize && r.successorLeases < floorEvery-1
+	r.successors = r.dialect == envelope.Postgres && keyed && 2*len(got) >= r.cfg.BatchSize && (r.successorLeases < floorEvery-1 || !r.fromStartDue())
 	// Whether the next lease, if it starts at the floor, takes unordered
 	// events alone (leaseUnorderedPostgres): after a full lease that held
 	// no keyed event — a backlog of unordered events being drained. Any

@@ -90,8 +90,16 @@ type Relay struct {
 	// transaction (pending.go); the poll loop's own.
 	carried *carriedMark
 	// floor is where the next lease's candidate scans start, floorLeases
-	// counts the full leases that set it (see leaseFloor).
+	// counts the full leases that set it since the last lease from the
+	// start (see leaseFloor).
 	floor, floorLeases atomic.Int64
+	// fromStartCost and fromStartEnd: how long the last floored lease from
+	// the start of the table took, and when it ended (fromStartDue);
+	// fromStartEvery (tests): no pacing, every floorEvery-th lease. The
+	// poll loop's own.
+	fromStartCost  time.Duration
+	fromStartEnd   time.Time
+	fromStartEvery bool
 	// unordered: the next lease from the floor takes unordered events
 	// alone (see afterLease).
 	unordered atomic.Bool

@@ -348,8 +348,9 @@ const runsFollowersPostgres = `($4 - (SELECT count(*) FROM heads)) / greatest((S
 // Keys the batch did not hold, and unordered events, are not its
 // business: the relay runs the full form (leaseRunsPostgres, with the
 // mark in its transaction) after any short lease and every floorEvery-th
-// successive lease of successors, so an event outside the delivered keys
-// waits at most floorEvery leases.
+// successive lease of successors (or later, at the pace of the leases
+// from the start: Relay.fromStartDue), so an event outside the delivered
+// keys waits at most floorEvery leases, or that pace.
 const leaseSuccessorsPostgres = `{markcte}, herald_done AS MATERIALIZED (
     SELECT m.ordering_key, max(m.sequence) AS last FROM herald_marked m
     WHERE m.ordering_key IS NOT NULL
@@ -483,8 +484,9 @@ SELECT CASE WHEN count(*) = $%[2]d THEN max(k) END FROM walk`
 // (BENCHMARKS.md, "Backlog drains, sixth pass"). Keyed events are not its
 // business: they are leased by leaseBatchPostgres, which the relay runs
 // again after any short lease and for every lease from the start of the
-// table (every floorEvery-th full one), so a keyed event that arrives in
-// an unordered backlog waits at most floorEvery leases, in its key's
+// table (every floorEvery-th full one, or later at their pace:
+// Relay.fromStartDue), so a keyed event that arrives in an unordered
+// backlog waits at most floorEvery leases or that pace, in its key's
 // order. A second relay needs no candidates to look past the first's
 // lease in flight: SKIP LOCKED steps over its locked rows and the scan
 // goes on.

@@ -111,12 +111,19 @@ func heraldDrainOf(ctx context.Context, cfg config, n, batch, relays int, batchD
 // backlogCases drain backlogs of each -backlogs size with the relay at its
 // defaults (batch 100, one relay): at PostgreSQL's default settings (JIT
 // on; -stock for autovacuum on) the rate must not fall with the size.
+// Beside each, the bare loop at the same batch drains the same backlog:
+// the floor of that fall, since a larger table (a deeper index, pages
+// past shared_buffers) costs a loop with nothing else in it too.
 func backlogCases(sizes []int) []drainCase {
 	var cs []drainCase
 	for _, n := range sizes {
 		cs = append(cs, drainCase{fmt.Sprintf("herald relay, defaults (batch 100, 1 relay), backlog of %d", n),
 			func(ctx context.Context, cfg config) (float64, string, error) {
 				return heraldDrainOf(ctx, cfg, n, 100, 1, false, 0)
+			}})
+		cs = append(cs, drainCase{fmt.Sprintf("bare lease-and-mark loop (relaybench), batch 100, 1 worker, backlog of %d", n),
+			func(ctx context.Context, cfg config) (float64, string, error) {
+				return bareDrainOf(ctx, cfg, n, 100, 1, 0)
 			}})
 	}
 	return cs
@@ -133,17 +140,23 @@ func bareDrain(batch, workers int) func(context.Context, config) (float64, strin
 // the reference for the relay's keyed drain.
 func bareDrainKeys(batch, workers, keys int) func(context.Context, config) (float64, string, error) {
 	return func(ctx context.Context, cfg config) (float64, string, error) {
-		db, err := openDB(cfg)
-		if err != nil {
-			return 0, "", err
-		}
-		defer db.Close()
-		if err := fillHeraldKeys(ctx, db, cfg.events, keys); err != nil {
-			return 0, "", err
-		}
-		d, err := relaybench.DrainBare(ctx, db, "herald_outbox", cfg.events, batch, workers)
-		return rate(cfg.events, d), "", err
+		return bareDrainOf(ctx, cfg, cfg.events, batch, workers, keys)
 	}
+}
+
+// bareDrainOf fills herald's table with n events spread over keys
+// ordering keys (0: unordered) and drains them with the bare loop.
+func bareDrainOf(ctx context.Context, cfg config, n, batch, workers, keys int) (float64, string, error) {
+	db, err := openDB(cfg)
+	if err != nil {
+		return 0, "", err
+	}
+	defer db.Close()
+	if err := fillHeraldKeys(ctx, db, n, keys); err != nil {
+		return 0, "", err
+	}
+	d, err := relaybench.DrainBare(ctx, db, "herald_outbox", n, batch, workers)
+	return rate(n, d), "", err
 }
 
 // resetHerald empties herald's table (creating it if needed) and, unless

@@ -17,7 +17,9 @@
 //   - backlog: the relay at its defaults draining backlogs of each
 //     -backlogs size (10,000, 100,000, 1,000,000), at the server's
 //     settings (JIT on unless the DSN says otherwise; -stock for
-//     autovacuum on): the rate should not fall with the size;
+//     autovacuum on): the rate should not fall with the size; beside each,
+//     the bare lease-and-mark loop at batch 100 on the same backlog, the
+//     floor of that fall (a larger table costs the bare loop too);
 //   - producer: cost per write, each ÷ a plain GORM Create in its own
 //     transaction: herald's captured Create, and GORM Create + herald
 //     Enqueue, + watermill Publish, + River InsertTx, + a hand-written
@@ -448,7 +450,7 @@ func sectionNote(sec string, cfg config) string {
 	case "drain":
 		return fmt.Sprintf("Drain of %d pending events (~250-byte JSON payload) to a no-op handler, timed from start until the last event is acknowledged/marked. Each drain starts from a freshly filled table.", cfg.events)
 	case "backlog":
-		return "Drains of backlogs of each -backlogs size with the relay at its defaults (batch 100, one relay, delivery.Func), each from a freshly filled table, at the server's settings as listed above (JIT as configured there): the rate should not fall with the size."
+		return "Drains of backlogs of each -backlogs size with the relay at its defaults (batch 100, one relay, delivery.Func), each from a freshly filled table, at the server's settings as listed above (JIT as configured there): the rate should not fall with the size. Beside each, the bare lease-and-mark loop (batch 100, 1 worker) drains the same backlog: what a larger table costs a loop with nothing else in it."
 	case "producer":
 		return fmt.Sprintf("Time per write of %d writes, each in its own transaction, ÷ the time of a plain GORM Create of the same row in its own transaction, alternated write by write with that case alone (one case after the other, each with plain Creates of its own), on one pool shared by plain GORM and herald.", cfg.writes)
 	case "enqueue-many":

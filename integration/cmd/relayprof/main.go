@@ -526,7 +526,9 @@ func check(err error) {
 // the tracer saw them — in a loop
 // of the relay's shape (BEGIN, the last batch's mark, the lease, COMMIT;
 // the lease's floor at the last full batch's lowest sequence, from the
-// start every 16th lease, as relay.leaseFloor does; planned at each
+// start after 16 full leases once 19 times the last lease from the start
+// has passed since it ended (at most a second), as relay.leaseFloor
+// does; planned at each
 // execution, as the relay runs them on pgx), reading each row's columns
 // as raw bytes: no Event is built and nothing is delivered. What the
 // relay's drain takes beyond this loop is its own work in Go (decoding,
@@ -552,6 +554,8 @@ func replayDrain(ctx context.Context, dsn string, t *tracer, n, batch int, relay
 	var prevLow, prevHigh int64 // and their lowest and highest (the one-statement form's arguments)
 	allUnordered := false
 	polls, total, full := 0, 0, 0
+	var fromStartCost time.Duration // the last lease from the start, and when it ended
+	var fromStartEnd time.Time
 	start := time.Now()
 	for {
 		var got int
@@ -584,6 +588,10 @@ func replayDrain(ctx context.Context, dsn string, t *tracer, n, batch int, relay
 			c := time.Now()
 			check(tx.Commit())
 			tCommit += time.Since(c)
+			if floor == 0 {
+				fromStartEnd = time.Now()
+				fromStartCost = fromStartEnd.Sub(l)
+			}
 		}
 		polls++
 		total += got
@@ -593,12 +601,17 @@ func replayDrain(ctx context.Context, dsn string, t *tracer, n, batch int, relay
 		}
 		floor = 0
 		if got == batch {
-			if full++; full%16 != 0 {
+			full++
+			if full >= 16 && (fromStartEnd.IsZero() || time.Since(fromStartEnd) >= min(19*fromStartCost, time.Second)) {
+				full = 0
+			} else {
 				floor = lowest
 				if !keyed {
 					floor = highest + 1 // as the relay's afterLease: the next lease leaves this batch out
 				}
 			}
+		} else {
+			full = 0
 		}
 		allUnordered = !keyed
 		if total >= n {
