@@ -271,19 +271,18 @@ func TestFromStartPacedByItsCost(t *testing.T) {
 	if !r.fromStartDue() {
 		t.Fatal("before any lease from the start, one is not due")
 	}
-	now := time.Now()
 	for _, c := range []struct {
 		cost  time.Duration
 		ended time.Duration // before now
 		due   bool
 	}{
-		{40 * time.Millisecond, 0, false},                      // waits 760 ms
-		{40 * time.Millisecond, 800 * time.Millisecond, true},  // waited them
+		{50 * time.Millisecond, 0, false},                      // waits 950 ms
+		{50 * time.Millisecond, time.Second, true},             // waited them
 		{time.Hour, 0, false},                                  // waits fromStartMaxWait
 		{time.Hour, fromStartMaxWait + time.Millisecond, true}, // no longer
 		{time.Millisecond, -time.Hour, false},                  // not yet ended by this clock
 	} {
-		r.fromStartCost, r.fromStartEnd = c.cost, now.Add(-c.ended)
+		r.fromStartCost, r.fromStartEnd = c.cost, time.Now().Add(-c.ended)
 		if got := r.fromStartDue(); got != c.due {
 			t.Errorf("last lease from the start took %s and ended %s ago: due %v, want %v", c.cost, c.ended, got, c.due)
 		}
