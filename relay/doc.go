@@ -41,11 +41,11 @@
 //     keys of the batch just delivered, found in one window of the
 //     pending events after it, with no head test; every 16th lease, and
 //     any after a short one, is the full form again, from the start of
-//     the table, so an event outside those keys waits at most 16 leases —
-//     or, on a large table whose published events nothing has vacuumed
-//     yet, until 19 times that scan's last duration has passed, at most a
-//     second, so that it takes at most about a twentieth of a drain. On
-//     PostgreSQL the rows locked are
+//     the table, so an event outside those keys waits at most 16 leases
+//     or 19 times that scan's last duration, whichever is longer (the
+//     latter at most a second): on a large table whose published events
+//     nothing has vacuumed yet the scan grows dear, and paced so it takes
+//     at most about a twentieth of a drain. On PostgreSQL the rows locked are
 //     updated by their ctid, so New refuses a partitioned outbox table,
 //     or one with inheritance children (ErrConfiguration).
 //  2. Hold: the lease runs Config.Lease from the database's now. When the
