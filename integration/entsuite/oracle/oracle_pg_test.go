@@ -30,12 +30,16 @@ func TestOraclePostgresXmin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close()
+	t.Cleanup(func() { _ = admin.Close() }) // after the schema is dropped (cleanups run last first)
 	schema := fmt.Sprintf("herald_oracle_%d", os.Getpid())
 	if _, err := admin.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE; CREATE SCHEMA " + schema); err != nil {
 		t.Fatalf("PostgreSQL at %s (HERALD_POSTGRES_DSN): %v", dsn, err)
 	}
-	t.Cleanup(func() { _, _ = admin.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE") })
+	t.Cleanup(func() {
+		if _, err := admin.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
 	sep := "?"
 	if strings.Contains(dsn, "?") {
 		sep = "&"
