@@ -80,22 +80,23 @@ func heraldDrain(batch, relays int, batchDelivery bool, keys int) func(context.C
 // relays of cfg.
 func heraldDrainConfig(relays int, batchDelivery bool, cfg relay.Config) func(context.Context, config) (float64, string, error) {
 	return func(ctx context.Context, c config) (float64, string, error) {
-		db, err := openDB(c)
-		if err != nil {
-			return 0, "", err
-		}
-		defer db.Close()
-		if err := fillHeraldKeys(ctx, db, c.events, 0); err != nil {
-			return 0, "", err
-		}
-		d, err := relaybench.DrainRelaysConfig(ctx, db, "herald_outbox", c.events, relays, batchDelivery, cfg)
-		return rate(c.events, d), "", err
+		return drainFilled(ctx, c, c.events, 0, func(db *sql.DB) (time.Duration, error) {
+			return relaybench.DrainRelaysConfig(ctx, db, "herald_outbox", c.events, relays, batchDelivery, cfg)
+		})
 	}
 }
 
 // heraldDrainOf drains n events spread over keys ordering keys (0:
 // unordered) with relays relays of BatchSize batch.
 func heraldDrainOf(ctx context.Context, cfg config, n, batch, relays int, batchDelivery bool, keys int) (float64, string, error) {
+	return drainFilled(ctx, cfg, n, keys, func(db *sql.DB) (time.Duration, error) {
+		return relaybench.DrainRelays(ctx, db, "herald_outbox", n, batch, relays, batchDelivery)
+	})
+}
+
+// drainFilled fills herald's table with n events spread over keys
+// ordering keys (0: unordered), runs drain on it and returns its rate.
+func drainFilled(ctx context.Context, cfg config, n, keys int, drain func(*sql.DB) (time.Duration, error)) (float64, string, error) {
 	db, err := openDB(cfg)
 	if err != nil {
 		return 0, "", err
@@ -104,7 +105,7 @@ func heraldDrainOf(ctx context.Context, cfg config, n, batch, relays int, batchD
 	if err := fillHeraldKeys(ctx, db, n, keys); err != nil {
 		return 0, "", err
 	}
-	d, err := relaybench.DrainRelays(ctx, db, "herald_outbox", n, batch, relays, batchDelivery)
+	d, err := drain(db)
 	return rate(n, d), "", err
 }
 
@@ -144,19 +145,12 @@ func bareDrainKeys(batch, workers, keys int) func(context.Context, config) (floa
 	}
 }
 
-// bareDrainOf fills herald's table with n events spread over keys
-// ordering keys (0: unordered) and drains them with the bare loop.
+// bareDrainOf drains n events spread over keys ordering keys (0:
+// unordered) with the bare loop.
 func bareDrainOf(ctx context.Context, cfg config, n, batch, workers, keys int) (float64, string, error) {
-	db, err := openDB(cfg)
-	if err != nil {
-		return 0, "", err
-	}
-	defer db.Close()
-	if err := fillHeraldKeys(ctx, db, n, keys); err != nil {
-		return 0, "", err
-	}
-	d, err := relaybench.DrainBare(ctx, db, "herald_outbox", n, batch, workers)
-	return rate(n, d), "", err
+	return drainFilled(ctx, cfg, n, keys, func(db *sql.DB) (time.Duration, error) {
+		return relaybench.DrainBare(ctx, db, "herald_outbox", n, batch, workers)
+	})
 }
 
 // resetHerald empties herald's table (creating it if needed) and, unless

@@ -3,65 +3,19 @@ package main
 import (
 	"context"
 	"database/sql"
-	"net/url"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/heraldgo/herald/integration/relaybench"
+	"github.com/heraldgo/herald/internal/testkit"
 )
-
-// testPostgres returns a *sql.DB on a schema of the test's own on the
-// server of HERALD_POSTGRES_DSN (herald's test DSN by default), dropped
-// when the test ends. It skips with -short and fails, naming the DSN,
-// when the server does not answer.
-func testPostgres(t *testing.T) *sql.DB {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("needs PostgreSQL; skipped with -short")
-	}
-	dsn := os.Getenv("HERALD_POSTGRES_DSN")
-	if dsn == "" {
-		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	admin, err := sql.Open("pgx", dsn)
-	if err != nil {
-		t.Fatalf("HERALD_POSTGRES_DSN=%q: %v", dsn, err)
-	}
-	defer admin.Close()
-	schema := "peerbench_test_" + uuid.NewString()[:8]
-	if _, err := admin.ExecContext(ctx, `CREATE SCHEMA `+schema); err != nil {
-		t.Fatalf("PostgreSQL at HERALD_POSTGRES_DSN=%q is needed (start it, or run with -short): %v", dsn, err)
-	}
-	t.Cleanup(func() {
-		if admin, err := sql.Open("pgx", dsn); err == nil {
-			_, _ = admin.Exec(`DROP SCHEMA ` + schema + ` CASCADE`)
-			_ = admin.Close()
-		}
-	})
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	db, err := sql.Open("pgx", u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	return db
-}
 
 // The bare loop (the latency floor) takes a backlog of two and a half
 // batches, records every event as received and marks every one published.
 func TestBareLoopReceivesAndMarksEveryEvent(t *testing.T) {
-	db := testPostgres(t)
+	db, _ := testkit.Postgres(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const n = 250
@@ -88,18 +42,16 @@ func TestBareLoopReceivesAndMarksEveryEvent(t *testing.T) {
 		stop()
 		t.Fatalf("%v (bare loop: %v)", err, <-done)
 	}
-	deadline := time.Now().Add(30 * time.Second)
 	var pending int
-	for {
-		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM herald_outbox WHERE published_at IS NULL`).Scan(&pending); err != nil {
-			t.Fatal(err)
-		}
-		if pending == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var qerr error
+	testkit.WaitFor(30*time.Second, func() bool {
+		qerr = db.QueryRowContext(ctx, `SELECT count(*) FROM herald_outbox WHERE published_at IS NULL`).Scan(&pending)
+		return qerr != nil || pending == 0
+	})
 	stop()
+	if qerr != nil {
+		t.Fatal(qerr)
+	}
 	if err := <-done; err != nil {
 		t.Fatalf("bare loop: %v", err)
 	}
