@@ -36,6 +36,8 @@ import (
 	"entgo.io/ent/entc"
 	"entgo.io/ent/entc/gen"
 	"entgo.io/ent/schema/field"
+	"golang.org/x/tools/go/ast/astutil"
+	"golang.org/x/tools/imports"
 
 	"github.com/heraldgo/herald/entcapture"
 	annot "github.com/heraldgo/herald/entcapture/internal/annotation"
@@ -96,6 +98,9 @@ func (extension) Hooks() []gen.Hook {
 				return err
 			}
 			if err := fixTxImport(g.Target); err != nil {
+				return err
+			}
+			if err := fixEntImports(g.Target); err != nil {
 				return err
 			}
 			return writeGlue(g, p)
@@ -207,6 +212,75 @@ func fixTxImport(dir string) error {
 	}
 	return nil
 }
+
+// fixEntImports makes sure the generated package's files import ent's
+// own package as "entgo.io/ent". ent's client template (v0.14.5) names
+// ent.Hook and ent.Interceptor without importing "entgo.io/ent" and leaves
+// the import to goimports, which looks first at the package's other files
+// on disk — rewritten in parallel by the same formatting pass (see
+// fixTxImport) — and otherwise searches the module for a package named
+// ent. In this repository that search took another generated package
+// (internal/capturecases/entcc/ent) in one `go generate` of four; in a
+// user's module with two ent packages it would do the same. A file of the
+// package that imports, without an alias, a package named ent other than
+// "entgo.io/ent" (it cannot be the package itself) has that import
+// dropped and goimports run again, now with every file on disk complete:
+// the result is what the race-free pass writes.
+func fixEntImports(dir string) error {
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		return fmt.Errorf("entcapture: %w", err)
+	}
+	for _, p := range files {
+		src, err := os.ReadFile(p)
+		if err != nil {
+			return fmt.Errorf("entcapture: %w", err)
+		}
+		out, changed, err := dropStrayEntImport(p, src)
+		if err != nil {
+			return fmt.Errorf("entcapture: %s: %w", p, err)
+		}
+		if !changed {
+			continue
+		}
+		if err := os.WriteFile(p, out, 0o644); err != nil {
+			return fmt.Errorf("entcapture: %w", err)
+		}
+	}
+	return nil
+}
+
+// dropStrayEntImport drops from the Go file named file (content src) an
+// unaliased import of a package named ent other than "entgo.io/ent",
+// lets goimports resolve ent again, and reports whether it changed
+// anything.
+func dropStrayEntImport(file string, src []byte) ([]byte, bool, error) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, file, src, parser.ParseComments)
+	if err != nil {
+		return nil, false, err
+	}
+	stray := ""
+	for _, imp := range f.Imports {
+		ip, err := strconv.Unquote(imp.Path.Value)
+		if err == nil && imp.Name == nil && ip != entPkg && path.Base(ip) == "ent" {
+			stray = ip
+		}
+	}
+	if stray == "" {
+		return src, false, nil
+	}
+	astutil.DeleteImport(fset, f, stray)
+	var buf bytes.Buffer
+	if err := format.Node(&buf, fset, f); err != nil {
+		return nil, false, err
+	}
+	out, err := imports.Process(file, buf.Bytes(), nil)
+	return out, err == nil, err
+}
+
+// entPkg is ent's own package.
+const entPkg = "entgo.io/ent"
 
 // addStdsqlImport adds `stdsql "database/sql"` to the imports of a Go
 // file that names stdsql without importing it, and reports whether it did.

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -291,5 +292,50 @@ func TestTemplatesSpellTheAnnotationNames(t *testing.T) {
 	}
 	if got := (entcapture.Annotation{}).Name(); got != annot.Capture {
 		t.Errorf("entcapture.Annotation's Name() = %q, want %q", got, annot.Capture)
+	}
+}
+
+// ent's client template leaves "entgo.io/ent" to goimports, which may
+// resolve ent to another package of the module (see fixEntImports): the
+// hook drops that import and resolves ent again from the package's other
+// files, and leaves files that import ent rightly, or another ent under
+// an alias, as they are.
+func TestFixEntImports(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string]string{
+		"hook.go":    "package ent\n\nimport \"entgo.io/ent\"\n\nvar _ ent.Hook\n",
+		"client.go":  "package ent\n\nimport (\n\t\"context\"\n\n\t\"example.com/other/ent\"\n)\n\nvar _ context.Context\nvar _ ent.Hook\n",
+		"aliased.go": "package ent\n\nimport (\n\tother \"example.com/other/ent\"\n\n\t\"entgo.io/ent\"\n)\n\nvar _ other.Thing\nvar _ ent.Hook\n",
+	}
+	for name, src := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := fixEntImports(dir); err != nil {
+		t.Fatal(err)
+	}
+	for name, src := range files {
+		got, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name != "client.go" {
+			if string(got) != src {
+				t.Errorf("%s was rewritten:\n%s", name, got)
+			}
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), name, got, parser.ImportsOnly)
+		if err != nil {
+			t.Fatalf("%v:\n%s", err, got)
+		}
+		var paths []string
+		for _, imp := range f.Imports {
+			paths = append(paths, imp.Path.Value)
+		}
+		if want := []string{`"context"`, `"entgo.io/ent"`}; !slices.Equal(paths, want) {
+			t.Errorf("client.go imports %v, want %v:\n%s", paths, want, got)
+		}
 	}
 }
