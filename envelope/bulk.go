@@ -1,15 +1,16 @@
 package envelope
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
 	"database/sql"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/google/uuid"
 )
 
 // maxArrayRows bounds the events of one array INSERT.
@@ -44,8 +45,12 @@ func (w *Writer) writeCapturedArrays(ctx context.Context, q Querier, ms []Messag
 	rows := make([]row, len(ms))
 	var locks keyLocks
 	ch := headersFromContext(ctx)
+	ids, err := newIDs(len(ms))
+	if err != nil {
+		return nil, err
+	}
 	for i := range ms {
-		if err := w.prepare(&rows[i], &ms[i], ch, i, len(ms)); err != nil {
+		if err := w.prepare(&rows[i], &ms[i], ch, ids, i, len(ms)); err != nil {
 			return nil, err
 		}
 		if rows[i].okey != "" {
@@ -89,23 +94,20 @@ func (w *Writer) writeArrays(ctx context.Context, q Querier, rows []row, locks k
 	res := &WriteResult{Events: make([]*Event, len(rows))}
 	for start := 0; start < len(rows); start += w.arrayRows() {
 		chunk := rows[start:min(len(rows), start+w.arrayRows())]
-		seq, err := w.insertArrays(ctx, q, chunk, now, locks)
+		seqs, err := w.insertArrays(ctx, q, chunk, now, locks)
 		if err != nil {
 			return nil, err
 		}
 		locks = nil // the first INSERT took them
 		for i := range chunk {
 			r := &chunk[i]
-			s, ok := seq[r.id]
-			if !ok {
-				return nil, fmt.Errorf("herald/envelope: insert events into %s: event %s not returned", w.t.Name, r.id)
-			}
+			s := seqs[i]
 			var next *time.Time
 			if !r.at.IsZero() {
 				t := r.at
 				next = &t
 			}
-			res.Events[start+i] = &Event{Sequence: s, ID: r.id, Topic: r.topic, Payload: []byte(r.payload),
+			res.Events[start+i] = &Event{Sequence: s, ID: r.id, Topic: r.topic, Payload: r.eventPayload(),
 				Headers: cloneHeaders(r.hdrs), OrderingKey: r.okey, Tenant: r.tenant, CreatedAt: now, NextAttemptAt: next}
 			if !slices.Contains(res.Topics, r.topic) {
 				res.Topics = append(res.Topics, r.topic)
@@ -126,19 +128,35 @@ func cloneHeaders(h map[string]string) map[string]string {
 	return out
 }
 
-func (w *Writer) insertArrays(ctx context.Context, q Querier, rows []row, now time.Time, locks keyLocks) (map[uuid.UUID]int64, error) {
+// insertArrays inserts rows with one unnest INSERT and returns their
+// sequences, in the rows' order.
+//
+// The ids are bound as [][16]byte, which pgx sends as a binary uuid[]:
+// bound as strings, pgx first tries the binary form, fails, formats the
+// whole slice into its error and falls back to text (BenchmarkInsertForms).
+// A topic shared by every row, the usual batch, is bound once.
+func (w *Writer) insertArrays(ctx context.Context, q Querier, rows []row, now time.Time, locks keyLocks) ([]int64, error) {
 	n := len(rows)
-	ids := make([]string, n)
-	topics := make([]string, n)
+	ids := make([][16]byte, n)
 	payloads := make([]string, n)
+	oneTopic := true
 	for i := range rows {
 		r := &rows[i]
-		ids[i], topics[i], payloads[i] = r.id.String(), r.topic, r.payload
+		ids[i], payloads[i] = r.id, r.payload
+		oneTopic = oneTopic && r.topic == rows[0].topic
 	}
 	c := atDefault(rows, nil)
 	u := unnestInsert{}
 	u.array("id", "uuid", ids)
-	u.array("topic", "varchar", topics)
+	if oneTopic {
+		u.scalar("topic", rows[0].topic)
+	} else {
+		topics := make([]string, n)
+		for i := range rows {
+			topics[i] = rows[i].topic
+		}
+		u.array("topic", "varchar", topics)
+	}
 	u.array("payload", "json", payloads)
 	u.optional(c.headers, "headers", "'{}'::json", "json", func() any {
 		headers := make([]string, n)
@@ -184,25 +202,33 @@ func (w *Writer) insertArrays(ctx context.Context, q Querier, rows []row, now ti
 		cond, args = w.lockCond(locks, args, true)
 		b.WriteString(" WHERE " + cond)
 	}
-	b.WriteString(" ORDER BY u.ord RETURNING sequence, id")
+	// ORDER BY u.ord draws the sequences in the rows' order (the column's
+	// default is evaluated above the sort), so the i-th smallest sequence
+	// returned is the i-th row's, whatever order RETURNING sends them in.
+	b.WriteString(" ORDER BY u.ord RETURNING sequence")
 	res, err := q.QueryContext(ctx, b.String(), args...)
 	if err != nil {
 		return nil, poolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
 	}
 	defer res.Close()
-	seq := make(map[uuid.UUID]int64, n)
+	seqs := make([]int64, 0, n)
 	for res.Next() {
 		var s int64
-		var id uuid.UUID
-		if err := res.Scan(&s, &id); err != nil {
+		if err := res.Scan(&s); err != nil {
 			return nil, poolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
 		}
-		seq[id] = s
+		seqs = append(seqs, s)
 	}
 	if err := res.Err(); err != nil {
 		return nil, poolerHint(fmt.Errorf("herald/envelope: insert events into %s: %w", w.t.Name, err))
 	}
-	return seq, nil
+	if len(seqs) != n {
+		return nil, fmt.Errorf("herald/envelope: insert events into %s: %d events returned, want %d", w.t.Name, len(seqs), n)
+	}
+	if !slices.IsSorted(seqs) {
+		slices.Sort(seqs)
+	}
+	return seqs, nil
 }
 
 // unnestInsert builds "INSERT INTO t (cols) SELECT exprs FROM
@@ -277,4 +303,15 @@ func atDefault(rows []row, batch []int) columnsAtDefault {
 		see(&rows[i])
 	}
 	return c
+}
+
+// newIDs returns the random bits of n event ids (UUID v7,
+// uuid.NewV7FromReader), read from crypto/rand at once: a read per event
+// cost more than the rest of its id.
+func newIDs(n int) (io.Reader, error) {
+	b := make([]byte, 16*n)
+	if _, err := rand.Read(b); err != nil {
+		return nil, fmt.Errorf("herald/envelope: new event ids: %w", err)
+	}
+	return bytes.NewReader(b), nil
 }

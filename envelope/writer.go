@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"sort"
@@ -28,7 +29,6 @@ type Writer struct {
 	d         Dialect
 	t         Table
 	now       func() time.Time
-	newID     func() (uuid.UUID, error)
 	lockClass string // advisory lock classid of the table's key locks, as SQL
 
 	maxArrayRows int  // tests: writeCapturedArrays's chunk size; 0 = maxArrayRows
@@ -47,7 +47,7 @@ func NewWriter(d Dialect, table string) (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Writer{d: d, t: t, now: time.Now, newID: uuid.NewV7, lockClass: lockClassSQL(t)}, nil
+	return &Writer{d: d, t: t, now: time.Now, lockClass: lockClassSQL(t)}, nil
 }
 
 // Dialect returns the writer's dialect.
@@ -104,6 +104,7 @@ type row struct {
 	id      uuid.UUID
 	topic   string
 	payload string
+	pbytes  []byte // payload's bytes when no one else holds them, else nil
 	headers string
 	hdrs    map[string]string
 	okey    string
@@ -115,6 +116,14 @@ type row struct {
 	dupOf   int    // index of an earlier message with the same idempotency key, or -1
 	rowKey  bool   // the key is its row's own, and the row is locked (a capturedjson.RowKeyed payload)
 	i, n    int    // the message's index, and the call's message count
+}
+
+// eventPayload returns the payload for the row's Event: bytes of its own.
+func (r *row) eventPayload() json.RawMessage {
+	if r.pbytes != nil {
+		return r.pbytes
+	}
+	return json.RawMessage(r.payload)
 }
 
 // where names a field of the row's message: "Message.Topic" in a call
@@ -134,8 +143,12 @@ func (w *Writer) write(ctx context.Context, q Querier, ms []Message) (*WriteResu
 	rows := make([]row, len(ms))
 	firstKey := map[string]int{}
 	ch := headersFromContext(ctx)
+	ids, err := newIDs(len(ms))
+	if err != nil {
+		return nil, err
+	}
 	for i := range ms {
-		if err := w.prepare(&rows[i], &ms[i], ch, i, len(ms)); err != nil {
+		if err := w.prepare(&rows[i], &ms[i], ch, ids, i, len(ms)); err != nil {
 			return nil, err
 		}
 		rows[i].dupOf = -1
@@ -210,7 +223,7 @@ func (w *Writer) unmigrated(err error) error {
 
 // prepare validates m into r; ch are the write's context headers
 // (headersFromContext), added where m does not set them.
-func (w *Writer) prepare(r *row, m *Message, ch map[string]string, i, n int) error {
+func (w *Writer) prepare(r *row, m *Message, ch map[string]string, ids io.Reader, i, n int) error {
 	r.i, r.n = i, n
 	where := r.where
 	switch l := utf8.RuneCountInString(m.Topic); {
@@ -246,21 +259,28 @@ func (w *Writer) prepare(r *row, m *Message, ch map[string]string, i, n int) err
 		}
 	}
 	rowKey := false
+	var pb []byte // the payload's text
 	switch p := m.Payload.(type) {
 	case capturedjson.JSON: // a captured change's envelope
-		r.payload = string(p)
+		pb = p
 	case capturedjson.RowKeyed:
-		r.payload, rowKey = string(p), true
+		pb, rowKey = p, true
 	default:
-		b, err := jsonform.MarshalPath("payload", m.Payload, jsonform.Strict)
+		var dst []byte
+		if raw, ok := m.Payload.(json.RawMessage); ok {
+			dst = make([]byte, 0, len(raw)) // compacting never lengthens it
+		}
+		b, err := jsonform.Append(dst, "payload", m.Payload, jsonform.Strict)
 		if err != nil {
 			return wrapValidation(where("Payload"), "has no JSON form", err)
 		}
-		r.payload = string(b)
+		pb = b
+		r.pbytes = b // ours alone: the Event's Payload can share it
 	}
-	if why := checkJSONText([]byte(r.payload)); why != "" {
+	if why := checkJSONText(pb); why != "" {
 		return validationf(where("Payload"), "%s", why)
 	}
+	r.payload = string(pb)
 	for k := range m.Headers {
 		if k == "" {
 			return validationf(where("Headers"), "empty header name")
@@ -298,11 +318,11 @@ func (w *Writer) prepare(r *row, m *Message, ch map[string]string, i, n int) err
 			shape.WriteByte(',')
 		}
 	}
-	id, err := w.newID()
+	id, err := uuid.NewV7FromReader(ids)
 	if err != nil {
 		return fmt.Errorf("herald/envelope: new event id: %w", err)
 	}
-	*r = row{id: id, topic: m.Topic, payload: r.payload, headers: r.headers, hdrs: hdrs,
+	*r = row{id: id, topic: m.Topic, payload: r.payload, pbytes: r.pbytes, headers: r.headers, hdrs: hdrs,
 		okey: m.OrderingKey, ikey: m.IdempotencyKey, tenant: m.Tenant, at: m.DeliverAt, extra: m.Extra, shape: shape.String(),
 		rowKey: rowKey, i: i, n: n}
 	return nil
@@ -414,7 +434,7 @@ func (w *Writer) run(ctx context.Context, q Querier, rows []row, locks keyLocks,
 			t := r.at
 			next = &t
 		}
-		res.Events[i] = &Event{Sequence: s, ID: r.id, Topic: r.topic, Payload: json.RawMessage(r.payload),
+		res.Events[i] = &Event{Sequence: s, ID: r.id, Topic: r.topic, Payload: r.eventPayload(),
 			Headers: maps.Clone(r.hdrs), OrderingKey: r.okey, IdempotencyKey: r.ikey, Tenant: r.tenant, CreatedAt: now, NextAttemptAt: next, Extra: maps.Clone(r.extra)}
 		if !slices.Contains(res.Topics, r.topic) {
 			res.Topics = append(res.Topics, r.topic)

@@ -1,10 +1,10 @@
 package jsonform
 
 import (
-	"encoding/json"
 	"math"
 	"math/big"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -96,57 +96,11 @@ func needsEscape(s []byte) bool {
 // that it is valid; it is compacted, and its strings made valid UTF-8 the
 // way appendString makes them.
 func appendJSON(dst, raw []byte, t reflect.Type, what string) ([]byte, *Error) {
-	if !json.Valid(raw) {
+	out, ok := appendValidCompact(slices.Grow(dst, len(raw)), raw)
+	if !ok {
 		return dst, newError(t, what+" is not valid JSON")
 	}
-	return appendCompact(dst, raw), nil
-}
-
-// appendCompact appends src, valid JSON, without insignificant white space.
-// Inside strings it replaces invalid UTF-8 with \ufffd and escapes U+2028 and
-// U+2029, which json.Valid lets through.
-func appendCompact(dst, src []byte) []byte {
-	inString := false
-	start := 0
-	for i := 0; i < len(src); {
-		c := src[i]
-		if !inString {
-			switch c {
-			case ' ', '\t', '\n', '\r':
-				dst = append(dst, src[start:i]...)
-				i++
-				start = i
-				continue
-			case '"':
-				inString = true
-			}
-			i++
-			continue
-		}
-		switch {
-		case c == '\\':
-			i += 2 // the escaped character; \uXXXX digits are copied as they come
-		case c == '"':
-			inString = false
-			i++
-		case c < utf8.RuneSelf:
-			i++
-		default:
-			r, size := decodeRune(src[i:])
-			switch {
-			case r == utf8.RuneError && size == 1:
-				dst = append(dst, src[start:i]...)
-				dst = append(dst, `\ufffd`...)
-				start = i + size
-			case r == '\u2028' || r == '\u2029':
-				dst = append(dst, src[start:i]...)
-				dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-				start = i + size
-			}
-			i += size
-		}
-	}
-	return append(dst, src[start:]...)
+	return out, nil
 }
 
 // appendFloat appends f like encoding/json does (ES6 number formatting:

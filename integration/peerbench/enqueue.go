@@ -131,6 +131,16 @@ func enqueueManyRound(ctx context.Context, cfg config) ([]figure, error) {
 				return err
 			})
 		}},
+		{"bare unnest INSERT, ids bound as a binary uuid[] ([][16]byte)", func(n int) error {
+			ids, topics, payloads := make([][16]byte, n), make([]string, n), make([]string, n)
+			for i := range ids {
+				ids[i], topics[i], payloads[i] = uuid.New(), "many", payload
+			}
+			return sqlTx(func(tx *sql.Tx) error {
+				_, err := tx.ExecContext(ctx, bareUnnest, ids, topics, payloads)
+				return err
+			})
+		}},
 		{"watermill-sql Publish of the batch in one transaction", func(n int) error {
 			msgs := make([]*message.Message, n)
 			for i := range msgs {

@@ -99,6 +99,7 @@ import (
 	"regexp"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -177,6 +178,7 @@ func main() {
 		sections    = flag.String("sections", strings.Join(allSections, ","), "what to measure")
 		only        = flag.String("only", "", "run only the cases whose \"section/name\" matches this regular expression")
 		out         = flag.String("out", "peerbench-results.md", "Markdown file written")
+		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of the whole run (herald's and its peers' client side) to this file")
 	)
 	wmBatches := flag.String("watermill-batches", "1000,10000", "SubscribeBatchSizes of the tuned watermill subscriber and forwarder drains, comma-separated (their default, 100, is measured too)")
 	flag.BoolVar(&unorderedIdx, "unordered-idx", true, "create herald_outbox_pending_unordered_idx if the migrations did not (schema version 3 does)")
@@ -201,6 +203,19 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	defer runCleanups()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fatalf("peerbench: -cpuprofile: %v", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fatalf("peerbench: -cpuprofile: %v", err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		}()
+	}
 
 	want := map[string]bool{}
 	for _, s := range strings.Split(*sections, ",") {
