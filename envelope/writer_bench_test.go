@@ -179,15 +179,20 @@ func BenchmarkPayloadColumn(b *testing.B) {
 }
 
 // BenchmarkInsertForms times, alternated in one loop on one table, 1000
-// unordered events without headers written by: the bare floor (an
-// unnest INSERT of id, topic and payload, no RETURNING), WriteCapturedArrays
-// (what EnqueueMany runs through pgx), and WriteCapturedArrays's statement
-// written by hand without its RETURNING and ORDER BY — what the writer
-// cannot drop (each Event gets its Sequence back, in message order). Each
-// in its own transaction. Reports events/s of each and each ÷ the floor
-// (-ratio).
+// unordered events without headers, each write in its own transaction:
 //
-//	go test -run '^$' -bench BenchmarkInsertForms -benchtime 60x ./envelope
+//   - floor: the bare unnest INSERT of id, topic and payload, no RETURNING,
+//     the ids bound as strings (peerbench's "bare unnest INSERT");
+//   - floor-binary: the same with the ids bound as [][16]byte (a binary
+//     uuid[]) and the topic once;
+//   - statement: the writer's statement written by hand (binary ids, the
+//     topic once, ORDER BY u.ord, RETURNING sequence), without the Go
+//     envelope;
+//   - writer: WriteCapturedArrays, what EnqueueMany runs through pgx.
+//
+// Reports events/s of each and each ÷ the floor (-ratio).
+//
+//	go test -run '^$' -bench BenchmarkInsertForms -benchtime 100x -count 3 ./envelope
 func BenchmarkInsertForms(b *testing.B) {
 	const n = 1000
 	db, _ := testkit.Postgres(b)
@@ -196,41 +201,76 @@ func BenchmarkInsertForms(b *testing.B) {
 		b.Fatal(err)
 	}
 	w, _ := envelope.NewWriter(envelope.Postgres, "")
-	payload := `{"model":"library.Loan","operation":"updated","pk":7}`
+	payload := `{"model": "library.Loan", "operation": "updated", "pk": 7, "changed": ["status"], ` +
+		`"before": {"id": 7, "status": "lent", "fee": "0.00", "reader_id": 3}, ` +
+		`"after": {"id": 7, "status": "returned", "fee": "0.00", "reader_id": 3}, "occurred_at": "2026-10-06T12:00:00Z"}`
 	ms := make([]envelope.Message, n)
 	for i := range ms {
 		ms[i] = envelope.Message{Topic: "many", Payload: json.RawMessage(payload)}
 	}
-	columns := func() (ids, topics, payloads []string) {
-		ids, topics, payloads = make([]string, n), make([]string, n), make([]string, n)
+	payloads := make([]string, n)
+	for i := range payloads {
+		payloads[i] = payload
+	}
+	stringIDs := func() []string {
+		ids := make([]string, n)
 		for i := range ids {
-			id, _ := uuid.NewV7()
-			ids[i], topics[i], payloads[i] = id.String(), "many", payload
+			ids[i] = uuid.Must(uuid.NewV7()).String()
 		}
-		return ids, topics, payloads
+		return ids
+	}
+	binaryIDs := func() [][16]byte {
+		ids := make([][16]byte, n)
+		for i := range ids {
+			ids[i] = uuid.Must(uuid.NewV7())
+		}
+		return ids
+	}
+	topics := make([]string, n)
+	for i := range topics {
+		topics[i] = "many"
 	}
 	forms := []struct {
 		name string
 		run  func()
 	}{
 		{"floor", func() {
-			ids, topics, payloads := columns()
+			ids := stringIDs()
 			benchTx(b, db, func(tx *sql.Tx) error {
 				_, err := tx.ExecContext(ctx, `INSERT INTO herald_outbox (id, topic, payload, created_at)
 					SELECT u.id, u.topic, u.payload, now() FROM unnest($1::uuid[], $2::varchar[], $3::json[]) AS u(id, topic, payload)`, ids, topics, payloads)
 				return err
 			})
 		}},
-		{"writer", func() {
-			benchTx(b, db, func(tx *sql.Tx) error { _, err := outbox.WriteArrays(w)(ctx, tx, ms); return err })
-		}},
-		{"writer-no-returning", func() {
-			ids, topics, payloads := columns()
+		{"floor-binary", func() {
+			ids := binaryIDs()
 			benchTx(b, db, func(tx *sql.Tx) error {
-				_, err := tx.ExecContext(ctx, `INSERT INTO herald_outbox (id, topic, payload, headers, ordering_key, created_at, next_attempt_at)
-					SELECT u.c0, u.c1, u.c2, '{}'::json, NULL, $4, NULL FROM unnest($1::uuid[], $2::varchar[], $3::json[]) AS u(c0, c1, c2)`, ids, topics, payloads, time.Now())
+				_, err := tx.ExecContext(ctx, `INSERT INTO herald_outbox (id, topic, payload, created_at)
+					SELECT u.id, $2, u.payload, now() FROM unnest($1::uuid[], $3::json[]) AS u(id, payload)`, ids, "many", payloads)
 				return err
 			})
+		}},
+		{"statement", func() {
+			ids := binaryIDs()
+			benchTx(b, db, func(tx *sql.Tx) error {
+				rows, err := tx.QueryContext(ctx, `INSERT INTO herald_outbox (id, topic, payload, headers, ordering_key, created_at, next_attempt_at)
+					SELECT u.c0, $2, u.c1, '{}'::json, NULL, $4, NULL FROM unnest($1::uuid[], $3::json[]) WITH ORDINALITY AS u(c0, c1, ord)
+					ORDER BY u.ord RETURNING sequence`, ids, "many", payloads, time.Now())
+				if err != nil {
+					return err
+				}
+				defer rows.Close()
+				for rows.Next() {
+					var s int64
+					if err := rows.Scan(&s); err != nil {
+						return err
+					}
+				}
+				return rows.Err()
+			})
+		}},
+		{"writer", func() {
+			benchTx(b, db, func(tx *sql.Tx) error { _, err := outbox.WriteArrays(w)(ctx, tx, ms); return err })
 		}},
 	}
 	for range 3 {
