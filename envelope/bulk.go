@@ -99,6 +99,7 @@ func (w *Writer) writeArrays(ctx context.Context, q Querier, rows []row, locks k
 			return nil, err
 		}
 		locks = nil // the first INSERT took them
+		evs := make([]Event, len(chunk)) // one allocation for the chunk's events
 		for i := range chunk {
 			r := &chunk[i]
 			s := seqs[i]
@@ -107,8 +108,9 @@ func (w *Writer) writeArrays(ctx context.Context, q Querier, rows []row, locks k
 				t := r.at
 				next = &t
 			}
-			res.Events[start+i] = &Event{Sequence: s, ID: r.id, Topic: r.topic, Payload: r.eventPayload(),
+			evs[i] = Event{Sequence: s, ID: r.id, Topic: r.topic, Payload: r.eventPayload(),
 				Headers: cloneHeaders(r.hdrs), OrderingKey: r.okey, Tenant: r.tenant, CreatedAt: now, NextAttemptAt: next}
+			res.Events[start+i] = &evs[i]
 			if !slices.Contains(res.Topics, r.topic) {
 				res.Topics = append(res.Topics, r.topic)
 			}

@@ -293,7 +293,11 @@ func (w *Writer) prepare(r *row, m *Message, ch map[string]string, ids io.Reader
 		}
 	}
 	hdrs := withContextHeaders(m.Headers, ch)
-	r.headers = string(appendHeadersJSON(nil, hdrs))
+	if len(hdrs) == 0 {
+		r.headers = "{}"
+	} else {
+		r.headers = string(appendHeadersJSON(nil, hdrs))
+	}
 	var shape strings.Builder
 	if m.IdempotencyKey != "" {
 		shape.WriteString("!")
