@@ -26,7 +26,8 @@
 //     INSERT into herald's table, each in the Create's transaction;
 //   - enqueue-many: events/s of batches of 1000 events per transaction:
 //     herald's gormcapture.EnqueueMany, a bare unnest INSERT into herald's
-//     table, watermill Publish of 1000 messages, River InsertManyTx and
+//     table (its ids bound as strings, and again as a binary uuid[]),
+//     watermill Publish of 1000 messages, River InsertManyTx and
 //     InsertManyFastTx, alternated transaction by transaction;
 //   - bulk: GORM Updates of -bulk-rows rows captured BeforeAndAfter,
 //     against the hand-written floor (the same UPDATE … RETURNING and one
@@ -81,6 +82,8 @@
 // is logged, listed under "Failures" in the report, and the run goes on;
 // when PostgreSQL cannot be reached at the start, the PostgreSQL sections
 // are skipped with that message and the SQLite section still runs.
+// -cpuprofile writes a CPU profile of the whole run (the client side of
+// herald and of its peers) for go tool pprof.
 package main
 
 import (
