@@ -133,23 +133,34 @@ func cloneHeaders(h map[string]string) map[string]string {
 // insertArrays inserts rows with one unnest INSERT and returns their
 // sequences, in the rows' order.
 //
-// The ids are bound as [][16]byte, which pgx sends as a binary uuid[]:
-// bound as strings, pgx first tries the binary form, fails, formats the
-// whole slice into its error and falls back to text (BenchmarkInsertForms).
-// A topic shared by every row, the usual batch, is bound once.
+// The ids are bound as one array literal in a text parameter. Bound as a
+// []string to uuid[], pgx first tries the binary form, fails, formats the
+// whole slice into its error and falls back to text (BenchmarkInsertForms);
+// bound as [][16]byte, it cannot encode them at all in its exec and
+// simple_protocol modes, the modes a transaction pooler needs
+// (TestWriteArraysExecModes). A topic shared by every row, the usual
+// batch, is bound once.
 func (w *Writer) insertArrays(ctx context.Context, q Querier, rows []row, now time.Time, locks keyLocks) ([]int64, error) {
 	n := len(rows)
-	ids := make([][16]byte, n)
+	var ids strings.Builder
+	ids.Grow(n*37 + 1)
+	ids.WriteByte('{')
+	var buf [36]byte
 	payloads := make([]string, n)
 	oneTopic := true
 	for i := range rows {
 		r := &rows[i]
-		ids[i], payloads[i] = r.id, r.payload
+		if i > 0 {
+			ids.WriteByte(',')
+		}
+		ids.Write(appendUUID(buf[:0], r.id))
+		payloads[i] = r.payload
 		oneTopic = oneTopic && r.topic == rows[0].topic
 	}
+	ids.WriteByte('}')
 	c := atDefault(rows, nil)
 	u := unnestInsert{}
-	u.array("id", "uuid", ids)
+	u.array("id", "text::uuid", ids.String())
 	if oneTopic {
 		u.scalar("topic", rows[0].topic)
 	} else {
@@ -316,4 +327,17 @@ func newIDs(n int) (io.Reader, error) {
 		return nil, fmt.Errorf("herald/envelope: new event ids: %w", err)
 	}
 	return bytes.NewReader(b), nil
+}
+
+// appendUUID appends id in its canonical text form, as id.String() returns
+// it, without allocating.
+func appendUUID(b []byte, id [16]byte) []byte {
+	const hexDigits = "0123456789abcdef"
+	for i, c := range id {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			b = append(b, '-')
+		}
+		b = append(b, hexDigits[c>>4], hexDigits[c&0xF])
+	}
+	return b
 }

@@ -185,9 +185,9 @@ func BenchmarkPayloadColumn(b *testing.B) {
 //     the ids bound as strings (peerbench's "bare unnest INSERT");
 //   - floor-binary: the same with the ids bound as [][16]byte (a binary
 //     uuid[]) and the topic once;
-//   - statement: the writer's statement written by hand (binary ids, the
-//     topic once, ORDER BY u.ord, RETURNING sequence), without the Go
-//     envelope;
+//   - statement: the writer's statement written by hand (the ids as one
+//     array literal in a text parameter, the topic once, ORDER BY u.ord,
+//     RETURNING sequence), without the Go envelope;
 //   - writer: WriteCapturedArrays, what EnqueueMany runs through pgx.
 //
 // Reports events/s of each and each ÷ the floor (-ratio).
@@ -251,10 +251,10 @@ func BenchmarkInsertForms(b *testing.B) {
 			})
 		}},
 		{"statement", func() {
-			ids := binaryIDs()
+			ids := "{" + strings.Join(stringIDs(), ",") + "}"
 			benchTx(b, db, func(tx *sql.Tx) error {
 				rows, err := tx.QueryContext(ctx, `INSERT INTO herald_outbox (id, topic, payload, headers, ordering_key, created_at, next_attempt_at)
-					SELECT u.c0, $2, u.c1, '{}'::json, NULL, $4, NULL FROM unnest($1::uuid[], $3::json[]) WITH ORDINALITY AS u(c0, c1, ord)
+					SELECT u.c0, $2, u.c1, '{}'::json, NULL, $4, NULL FROM unnest($1::text::uuid[], $3::json[]) WITH ORDINALITY AS u(c0, c1, ord)
 					ORDER BY u.ord RETURNING sequence`, ids, "many", payloads, time.Now())
 				if err != nil {
 					return err
