@@ -98,7 +98,7 @@ func (w *Writer) writeArrays(ctx context.Context, q Querier, rows []row, locks k
 		if err != nil {
 			return nil, err
 		}
-		locks = nil // the first INSERT took them
+		locks = nil                      // the first INSERT took them
 		evs := make([]Event, len(chunk)) // one allocation for the chunk's events
 		for i := range chunk {
 			r := &chunk[i]
