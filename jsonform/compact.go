@@ -61,9 +61,9 @@ func (c *compactor) value() bool {
 	}
 	switch b := c.src[c.i]; {
 	case b == '{':
-		return c.object()
+		return c.composite(true, '}')
 	case b == '[':
-		return c.array()
+		return c.composite(false, ']')
 	case b == '"':
 		return c.string()
 	case b == '-' || '0' <= b && b <= '9':
@@ -97,50 +97,27 @@ func (c *compactor) next(b byte) bool {
 	return false
 }
 
-func (c *compactor) object() bool {
+// composite steps over an object (keyed: its members' keys and colons)
+// or an array, from its opening bracket to close.
+func (c *compactor) composite(keyed bool, close byte) bool {
 	if c.depth++; c.depth > maxDepth {
 		return false
 	}
-	c.i++ // '{'
-	if c.next('}') {
+	c.i++ // '{' or '['
+	if c.next(close) {
 		c.depth--
 		return true
 	}
 	for {
 		c.space()
-		if c.i >= len(c.src) || c.src[c.i] != '"' || !c.string() || !c.next(':') {
+		if keyed && (c.i >= len(c.src) || c.src[c.i] != '"' || !c.string() || !c.next(':')) {
 			return false
 		}
 		c.space()
 		if !c.value() {
 			return false
 		}
-		if c.next('}') {
-			c.depth--
-			return true
-		}
-		if c.i >= len(c.src) || c.src[c.i] != ',' {
-			return false
-		}
-		c.i++
-	}
-}
-
-func (c *compactor) array() bool {
-	if c.depth++; c.depth > maxDepth {
-		return false
-	}
-	c.i++ // '['
-	if c.next(']') {
-		c.depth--
-		return true
-	}
-	for {
-		c.space()
-		if !c.value() {
-			return false
-		}
-		if c.next(']') {
+		if c.next(close) {
 			c.depth--
 			return true
 		}
@@ -204,42 +181,10 @@ func (c *compactor) string() bool {
 func isHex(b byte) bool { return '0' <= b && b <= '9' || 'a' <= b && b <= 'f' || 'A' <= b && b <= 'F' }
 
 func (c *compactor) number() bool {
-	src, i := c.src, c.i
-	if src[i] == '-' {
-		i++
-	}
-	switch {
-	case i >= len(src):
-		return false
-	case src[i] == '0':
-		i++
-	case '1' <= src[i] && src[i] <= '9':
-		for i++; i < len(src) && isDigit(src[i]); i++ {
-		}
-	default:
+	n := numberLen(c.src[c.i:])
+	if n <= 0 {
 		return false
 	}
-	if i < len(src) && src[i] == '.' {
-		i++
-		if i >= len(src) || !isDigit(src[i]) {
-			return false
-		}
-		for i++; i < len(src) && isDigit(src[i]); i++ {
-		}
-	}
-	if i < len(src) && (src[i] == 'e' || src[i] == 'E') {
-		i++
-		if i < len(src) && (src[i] == '+' || src[i] == '-') {
-			i++
-		}
-		if i >= len(src) || !isDigit(src[i]) {
-			return false
-		}
-		for i++; i < len(src) && isDigit(src[i]); i++ {
-		}
-	}
-	c.i = i
+	c.i += n
 	return true
 }
-
-func isDigit(b byte) bool { return '0' <= b && b <= '9' }

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/heraldgo/herald/internal/uuidtext"
 )
 
 // encoderFunc appends the JSON form of v, whose type the encoder was built
@@ -404,7 +406,7 @@ func arrayBytes16(v reflect.Value) [16]byte {
 }
 
 func uuidText(_ state, dst []byte, v reflect.Value) ([]byte, *Error) {
-	return appendUUIDText(dst, arrayBytes16(v)), nil
+	return uuidtext.Append(dst, arrayBytes16(v)), nil
 }
 
 // uuidStringerEncoder handles a 16-byte array type not named like a UUID

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/heraldgo/herald/internal/uuidtext"
 )
 
 const hexDigits = "0123456789abcdef"
@@ -203,18 +205,8 @@ func appendDuration(dst []byte, d time.Duration) []byte {
 // appendUUID appends the canonical text of u, quoted.
 func appendUUID(dst []byte, u [16]byte) []byte {
 	dst = append(dst, '"')
-	dst = appendUUIDText(dst, u)
+	dst = uuidtext.Append(dst, u)
 	return append(dst, '"')
-}
-
-func appendUUIDText(dst []byte, u [16]byte) []byte {
-	for i, b := range u {
-		if i == 4 || i == 6 || i == 8 || i == 10 {
-			dst = append(dst, '-')
-		}
-		dst = append(dst, hexDigits[b>>4], hexDigits[b&0xF])
-	}
-	return dst
 }
 
 // isUUIDText reports whether s is the canonical text of u, in either case.
@@ -223,7 +215,7 @@ func isUUIDText(s string, u [16]byte) bool {
 		return false
 	}
 	var buf [36]byte
-	want := appendUUIDText(buf[:0], u)
+	want := uuidtext.Append(buf[:0], u)
 	for i := range want {
 		c := s[i]
 		if 'A' <= c && c <= 'F' {
@@ -257,47 +249,55 @@ func appendNumber(dst []byte, n string, t reflect.Type) ([]byte, *Error) {
 }
 
 // isJSONNumber reports whether s is a number in JSON's grammar.
-func isJSONNumber(s string) bool {
-	if s == "" {
-		return false
-	}
-	if s[0] == '-' {
-		s = s[1:]
-		if s == "" {
-			return false
-		}
+func isJSONNumber(s string) bool { return numberLen(s) == len(s) }
+
+// numberLen returns the length of the number in JSON's grammar at the
+// start of s, or -1 when s does not start with one: no digit where the
+// grammar needs one (after '-', '.', 'e' and its sign).
+func numberLen[T ~string | ~[]byte](s T) int {
+	i := 0
+	if i < len(s) && s[i] == '-' {
+		i++
 	}
 	switch {
-	case s[0] == '0':
-		s = s[1:]
-	case '1' <= s[0] && s[0] <= '9':
-		s = s[1:]
-		for len(s) > 0 && '0' <= s[0] && s[0] <= '9' {
-			s = s[1:]
-		}
+	case i >= len(s):
+		return -1
+	case s[i] == '0':
+		i++
+	case '1' <= s[i] && s[i] <= '9':
+		i = digitsEnd(s, i+1)
 	default:
-		return false
+		return -1
 	}
-	if len(s) >= 2 && s[0] == '.' && '0' <= s[1] && s[1] <= '9' {
-		s = s[2:]
-		for len(s) > 0 && '0' <= s[0] && s[0] <= '9' {
-			s = s[1:]
+	if i < len(s) && s[i] == '.' {
+		if i+1 >= len(s) || !isDigit(s[i+1]) {
+			return -1
 		}
+		i = digitsEnd(s, i+1)
 	}
-	if len(s) >= 2 && (s[0] == 'e' || s[0] == 'E') {
-		s = s[1:]
-		if s[0] == '+' || s[0] == '-' {
-			s = s[1:]
-			if s == "" {
-				return false
-			}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
 		}
-		for len(s) > 0 && '0' <= s[0] && s[0] <= '9' {
-			s = s[1:]
+		if i >= len(s) || !isDigit(s[i]) {
+			return -1
 		}
+		i = digitsEnd(s, i)
 	}
-	return s == ""
+	return i
 }
+
+// digitsEnd returns the index of the first byte of s from i on that is not
+// a decimal digit.
+func digitsEnd[T ~string | ~[]byte](s T, i int) int {
+	for i < len(s) && isDigit(s[i]) {
+		i++
+	}
+	return i
+}
+
+func isDigit(b byte) bool { return '0' <= b && b <= '9' }
 
 // PostgreSQL NUMERIC holds up to 131072 digits before the decimal point and
 // 16383 after it. A decimal whose exponent goes beyond that is rejected
