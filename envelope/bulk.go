@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/heraldgo/herald/internal/uuidtext"
 )
 
 // maxArrayRows bounds the events of one array INSERT.
@@ -21,9 +23,10 @@ const maxArrayRows = 100000
 // driver does; lib/pq does not): each chunk of up to 100,000 messages is
 // one
 //
-//	INSERT INTO outbox (…) SELECT … FROM unnest($1::uuid[], $2::varchar[], …) WITH ORDINALITY … RETURNING sequence, id
+//	INSERT INTO outbox (…) SELECT … FROM unnest($1::text::uuid[], $3::json[], …) WITH ORDINALITY … ORDER BY u.ord RETURNING sequence
 //
-// binding nine parameters whatever the number of events, where
+// binding at most nine parameters whatever the number of events (the ids
+// as one array literal, a topic every event shares once: insertArrays), where
 // Write's multi-row VALUES binds eight per event and the server
 // parses them all: for ten thousand events it costs about a third. The
 // first chunk takes the key locks as Write does. The events, their order
@@ -153,7 +156,7 @@ func (w *Writer) insertArrays(ctx context.Context, q Querier, rows []row, now ti
 		if i > 0 {
 			ids.WriteByte(',')
 		}
-		ids.Write(appendUUID(buf[:0], r.id))
+		ids.Write(uuidtext.Append(buf[:0], r.id))
 		payloads[i] = r.payload
 		oneTopic = oneTopic && r.topic == rows[0].topic
 	}
@@ -216,8 +219,9 @@ func (w *Writer) insertArrays(ctx context.Context, q Querier, rows []row, now ti
 		b.WriteString(" WHERE " + cond)
 	}
 	// ORDER BY u.ord draws the sequences in the rows' order (the column's
-	// default is evaluated above the sort), so the i-th smallest sequence
-	// returned is the i-th row's, whatever order RETURNING sends them in.
+	// default is evaluated in the projection above the ordered scan), so
+	// the i-th smallest sequence returned is the i-th row's, whatever
+	// order RETURNING sends them in.
 	b.WriteString(" ORDER BY u.ord RETURNING sequence")
 	res, err := q.QueryContext(ctx, b.String(), args...)
 	if err != nil {
@@ -322,22 +326,12 @@ func atDefault(rows []row, batch []int) columnsAtDefault {
 // uuid.NewV7FromReader), read from crypto/rand at once: a read per event
 // cost more than the rest of its id.
 func newIDs(n int) (io.Reader, error) {
+	if n <= 1 {
+		return rand.Reader, nil // one id: read where it goes
+	}
 	b := make([]byte, 16*n)
 	if _, err := rand.Read(b); err != nil {
 		return nil, fmt.Errorf("herald/envelope: new event ids: %w", err)
 	}
 	return bytes.NewReader(b), nil
-}
-
-// appendUUID appends id in its canonical text form, as id.String() returns
-// it, without allocating.
-func appendUUID(b []byte, id [16]byte) []byte {
-	const hexDigits = "0123456789abcdef"
-	for i, c := range id {
-		if i == 4 || i == 6 || i == 8 || i == 10 {
-			b = append(b, '-')
-		}
-		b = append(b, hexDigits[c>>4], hexDigits[c&0xF])
-	}
-	return b
 }

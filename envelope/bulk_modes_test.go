@@ -22,19 +22,14 @@ func TestWriteArraysExecModes(t *testing.T) {
 	for _, mode := range []string{"cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			db, _ := testkit.Postgres(t)
+			_, dsn := testkit.Postgres(t) // a schema of the test's own, its search_path in dsn
 			ctx := context.Background()
-			var schema string
-			if err := db.QueryRowContext(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
-				t.Fatal(err)
-			}
-			u, err := url.Parse(testkit.PostgresDSN())
+			u, err := url.Parse(dsn)
 			if err != nil {
 				t.Fatal(err)
 			}
 			q := u.Query()
 			q.Set("default_query_exec_mode", mode)
-			q.Set("search_path", schema)
 			u.RawQuery = q.Encode()
 			pool, err := sql.Open("pgx", u.String())
 			if err != nil {

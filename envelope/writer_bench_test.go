@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -178,8 +179,9 @@ func BenchmarkPayloadColumn(b *testing.B) {
 	}
 }
 
-// BenchmarkInsertForms times, alternated in one loop on one table, 1000
-// unordered events without headers, each write in its own transaction:
+// BenchmarkInsertForms times, alternated in one loop on one table, writes
+// of 1000 and of 10,000 unordered events without headers, each write in
+// its own transaction:
 //
 //   - floor: the bare unnest INSERT of id, topic and payload, no RETURNING,
 //     the ids bound as strings (peerbench's "bare unnest INSERT");
@@ -194,7 +196,13 @@ func BenchmarkPayloadColumn(b *testing.B) {
 //
 //	go test -run '^$' -bench BenchmarkInsertForms -benchtime 100x -count 3 ./envelope
 func BenchmarkInsertForms(b *testing.B) {
-	const n = 1000
+	for _, n := range []int{1000, 10000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) { benchInsertForms(b, n) })
+	}
+}
+
+// benchInsertForms is BenchmarkInsertForms with n events a write.
+func benchInsertForms(b *testing.B, n int) {
 	db, _ := testkit.Postgres(b)
 	ctx := context.Background()
 	if err := envelope.Migrate(ctx, db, envelope.Postgres, ""); err != nil {

@@ -98,8 +98,8 @@ type WriteFunc = func(ctx context.Context, q envelope.Querier, ms []envelope.Mes
 // WriteArrays returns w's bulk write for large batches on PostgreSQL
 // through a driver that binds Go slices as arrays (pgx's database/sql
 // driver; lib/pq does not): each chunk of up to 100,000 messages is one
-// INSERT … SELECT FROM unnest($1::uuid[], …) binding nine parameters
-// whatever the number of events. Events, order, key locks, atomicity and
+// INSERT … SELECT FROM unnest($1::text::uuid[], $3::json[], …) binding at
+// most nine parameters whatever the number of events. Events, order, key locks, atomicity and
 // result are Write's; on SQLite, and for messages with an idempotency key
 // or Extra columns, it is Write. The capture packages choose it for a
 // batch of several rows when their connection binds arrays.
