@@ -98,13 +98,13 @@ func (c *compactor) next(b byte) bool {
 }
 
 // composite steps over an object (keyed: its members' keys and colons)
-// or an array, from its opening bracket to close.
-func (c *compactor) composite(keyed bool, close byte) bool {
+// or an array, from its opening bracket to end, its closing one.
+func (c *compactor) composite(keyed bool, end byte) bool {
 	if c.depth++; c.depth > maxDepth {
 		return false
 	}
 	c.i++ // '{' or '['
-	if c.next(close) {
+	if c.next(end) {
 		c.depth--
 		return true
 	}
@@ -117,7 +117,7 @@ func (c *compactor) composite(keyed bool, close byte) bool {
 		if !c.value() {
 			return false
 		}
-		if c.next(close) {
+		if c.next(end) {
 			c.depth--
 			return true
 		}
