@@ -43,8 +43,8 @@ import (
 //   - and the lease's estimated cost at least half of jit_above_cost:
 //     the relay asks PostgreSQL (EXPLAIN, which plans without running) for
 //     the estimate of each form of the lease it runs, at its first run and
-//     again when that answer is jitRecheck old or a lease of that form
-//     unguarded took longer than jitSlow says. An estimate that cannot be
+//     again when that answer is jitRecheck old, or jitSlowRecheck old and
+//     a lease of that form unguarded took longer than jitSlow says. An estimate that cannot be
 //     had counts as over the threshold. The estimate grows with the table,
 //     not with the work (above), so half the threshold leaves room for a
 //     table that doubles between two checks.
@@ -65,9 +65,10 @@ const (
 // JIT-compiled lease takes tens of milliseconds more; a lease of 1,000
 // events with the mark of 1,000 more, 8–17 ms without JIT).
 const (
-	jitRecheck   = 10 * time.Second
-	jitSlowLease = 5 * time.Millisecond
-	jitSlowRow   = 15 * time.Microsecond
+	jitRecheck     = 10 * time.Second
+	jitSlowRecheck = time.Second // see slowLease
+	jitSlowLease   = 5 * time.Millisecond
+	jitSlowRow     = 15 * time.Microsecond
 )
 
 // jitSlow is the duration over which an unguarded lease that leased or
@@ -118,10 +119,22 @@ func (r *Relay) leaseNeedsJITOff(ctx context.Context, q string, args []any) bool
 	return cost >= threshold
 }
 
-// forgetJITEstimate makes the next lease of form q ask for its estimate.
-func (r *Relay) forgetJITEstimate(q string) {
+// slowLease makes the next lease of form q ask for its estimate again
+// after a lease of that form ran unguarded and slow (jitSlow) — unless the
+// estimate is younger than jitSlowRecheck. A database slow for another
+// reason (load, I/O, a long backlog's dead index entries) makes every lease
+// slow, and asking at each of them put an EXPLAIN of the lease, planned
+// like the lease itself, into every poll: 82 of 200 polls, 4.4% of a
+// drain of 200,000 events at batch 1000 on a loaded machine. The estimate
+// grows with the table's statistics, so one asked less than
+// jitSlowRecheck ago still stands but where an ANALYZE changed them in
+// between: then the relay's leases are JIT-compiled for at most
+// jitSlowRecheck.
+func (r *Relay) slowLease(q string) {
 	r.jitMu.Lock()
-	delete(r.jitCost, q)
+	if e, ok := r.jitCost[q]; ok && time.Since(e.at) >= jitSlowRecheck {
+		delete(r.jitCost, q)
+	}
 	r.jitMu.Unlock()
 }
 

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/heraldgo/herald/envelope"
 )
@@ -176,5 +177,29 @@ func TestLeaseJITGuardFollowsTheEstimate(t *testing.T) {
 	r := relayOn("unknown", "&jit=on&jit_above_cost=1e12")
 	if !r.leaseNeedsJITOff(ctx, "SELECT * FROM herald_no_such_table", nil) {
 		t.Fatal("a lease whose estimate could not be read ran without jit off")
+	}
+}
+
+// TestSlowLeaseAsksAgainOnlyAfterARecheck: a slow unguarded lease makes the
+// next lease of its form ask for the estimate again — but not when the
+// estimate was asked less than jitSlowRecheck ago (a slow database made
+// every lease slow, and every poll ran an EXPLAIN).
+func TestSlowLeaseAsksAgainOnlyAfterARecheck(t *testing.T) {
+	t.Parallel()
+	r := &Relay{jitCost: map[string]jitEstimate{
+		"fresh": {cost: 10, at: time.Now()},
+		"old":   {cost: 10, at: time.Now().Add(-jitSlowRecheck - time.Millisecond)},
+	}}
+	r.slowLease("fresh")
+	r.slowLease("old")
+	r.slowLease("never asked")
+	if _, ok := r.jitCost["fresh"]; !ok {
+		t.Fatal("a slow lease dropped an estimate asked less than jitSlowRecheck ago")
+	}
+	if _, ok := r.jitCost["old"]; ok {
+		t.Fatalf("a slow lease kept an estimate asked more than jitSlowRecheck ago: %+v", r.jitCost["old"])
+	}
+	if len(r.jitCost) != 1 {
+		t.Fatalf("estimates after the slow leases: %+v, want only the fresh one", r.jitCost)
 	}
 }

@@ -316,7 +316,7 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 		rowsTouched += len(carried.delivered)
 	}
 	if ltx.tx == nil && r.noJIT.Load() && time.Since(began) > jitSlow(rowsTouched) {
-		r.forgetJITEstimate(query) // JIT-compiled, perhaps: ask again
+		r.slowLease(query) // JIT-compiled, perhaps: ask again
 	}
 	if carried != nil {
 		if withMark && marked >= 0 {
