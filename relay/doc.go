@@ -153,8 +153,9 @@
 // = off in a transaction of its own: a large outbox's statistics would
 // otherwise make a lease that reads a few hundred index entries pay tens
 // of milliseconds of compilation. The relay reads each lease form's
-// estimate with EXPLAIN every 10 seconds (and after a lease over 5 ms), so
-// a relay on a small table leases in one round trip.
+// estimate with EXPLAIN every 10 seconds (and after a slow lease, when the
+// estimate is a second old), so a relay on a small table leases in one
+// round trip.
 //
 // Behind a pooler in transaction mode (PgBouncer pool_mode=transaction)
 // pgx's statement cache fails with SQLSTATE 26000 or 42P05, and the errors
