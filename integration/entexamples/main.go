@@ -13,16 +13,24 @@
 // transactions judged and the events, and fails an example with no event
 // or a disagreement knownFindings does not list.
 //
-//	cd integration/entexamples && go run .        # all examples (a few minutes)
+// Its time is mostly the go command's. The examples with an entc.go of
+// their own run it with `go generate`; the others share one generator,
+// built once (an entc.go per example, compiled and linked by `go run`, was
+// a third of the code generation's time); the tests of all the examples
+// run in one `go test -json`, which builds and runs them in parallel.
+//
+//	cd integration/entexamples && go run .        # all examples (about 100 s on 2 cores)
 //	go run . -run o2m2types,traversal -keep      # some, keeping the work tree
 package main
 
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"io/fs"
 	"log"
 	"os"
@@ -97,35 +105,31 @@ func harness(only string, keep bool) error {
 	if err := writeGoMod(work, root); err != nil {
 		return err
 	}
+	// The examples with an entc.go of their own keep it (with the
+	// extension added) and run it with `go generate`; the others share
+	// one code generator, with the features each names.
+	gens := make(map[string]generation, len(list))
 	for _, ex := range list {
-		if err := prepare(filepath.Join(work, ex)); err != nil {
+		g, err := prepare(filepath.Join(work, ex))
+		if err != nil {
 			return fmt.Errorf("%s: %w", ex, err)
 		}
+		gens[ex] = g
+	}
+	if err := writeGenerator(work); err != nil {
+		return err
 	}
 	// The generated packages the tests import do not exist yet: tidy
 	// what can be, generate, then tidy again.
 	if err := goCmd(work, "mod", "tidy", "-e"); err != nil {
 		return err
 	}
-	// Code generation compiles two programs per example: run -j at once.
-	genErr := make([]error, len(list))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, max(1, jobs))
-	for i, ex := range list {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			genErr[i] = goCmd(filepath.Join(work, ex, "ent"), "generate", ".")
-		}()
-	}
-	wg.Wait()
+	genErr := generate(work, list, gens)
 	var failed, generated []string
 	for i, ex := range list {
 		if genErr[i] != nil {
 			failed = append(failed, ex+" (generate)")
-			fmt.Printf("FAIL %-14s go generate: %v\n", ex, genErr[i])
+			fmt.Printf("FAIL %-14s code generation: %v\n", ex, genErr[i])
 			continue
 		}
 		generated = append(generated, ex)
@@ -138,41 +142,143 @@ func harness(only string, keep bool) error {
 	if err := goCmd(work, "mod", "tidy", "-e"); err != nil {
 		return err
 	}
-	for _, ex := range generated {
-		cmd := exec.Command("go", "test", "-count=1", "-v", "./"+ex+"/")
-		cmd.Dir = work
-		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
-		out, err := cmd.CombinedOutput()
-		st := statsRE.FindSubmatch(out)
-		switch {
-		case err != nil:
-			failed = append(failed, ex)
-			fmt.Printf("FAIL %-14s\n%s\n", ex, out)
-		case st == nil || string(st[3]) == "0":
-			failed = append(failed, ex+" (no events)")
-			fmt.Printf("FAIL %-14s no events in the outbox\n%s\n", ex, out)
-		case string(st[4]) != "0":
-			verdict := "FAIL"
-			if d, ok := knownFindings[ex]; ok {
-				verdict = "     known:" // a known defect, reported
-				fmt.Printf("ok   %-14s %s Example tests passed; oracle: %s transactions, %s rows changed, %s events, %s disagreements, known: %s\n", ex, countExamples(out), st[1], st[2], st[3], st[4], d)
-			} else {
-				failed = append(failed, ex+" (oracle)")
-				fmt.Printf("FAIL %-14s the oracle found %s disagreements between the events and the rows:\n", ex, st[4])
-			}
-			for _, l := range bytes.Split(out, []byte("\n")) {
-				if bytes.HasPrefix(l, []byte("herald-oracle: ")) {
-					fmt.Printf("%s %s\n", verdict, l)
-				}
-			}
-		default:
-			fmt.Printf("ok   %-14s %s Example tests passed; oracle: %s transactions, %s rows changed, %s events, no disagreement\n", ex, countExamples(out), st[1], st[2], st[3])
+	results, err := testAll(work, generated)
+	if err != nil {
+		return err
+	}
+	for i, ex := range generated {
+		if f := judge(ex, results[i]); f != "" {
+			failed = append(failed, f)
 		}
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("failed: %s", strings.Join(failed, ", "))
 	}
 	return nil
+}
+
+// examplesModule is the module path of ent's examples (upstream's go.mod),
+// their packages' import paths' prefix.
+const examplesModule = "entgo.io/ent/examples"
+
+// A testResult is what one example's test package left in `go test
+// -json`: whether it failed (a build failure, a failed test or no result
+// at all count) and its output, stdout and stderr as `go test -v` prints
+// them, after the output of the build that failed, if any.
+type testResult struct {
+	failed bool
+	out    []byte
+}
+
+// testAll runs the examples' tests in one `go test -count=1 -json`, which
+// builds and runs their packages in parallel (run one by one, each build's
+// link and each test run left a core idle: about twice as long), and
+// splits its events by package into one result per example of list.
+func testAll(work string, list []string) ([]testResult, error) {
+	if len(list) == 0 {
+		return nil, nil
+	}
+	args := []string{"test", "-count=1", "-json"}
+	// Each example's events, by test package: its import path, or the
+	// directory go test could not load as a package (setup failed).
+	index := make(map[string]int, 2*len(list))
+	for i, ex := range list {
+		args = append(args, "./"+ex+"/")
+		index[examplesModule+"/"+ex] = i
+		index["./"+ex] = i
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Dir = work
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, runErr := cmd.Output()
+	if runErr != nil && !errors.As(runErr, new(*exec.ExitError)) {
+		return nil, fmt.Errorf("go test: %w", runErr)
+	}
+	results := make([]testResult, len(list))
+	ended := make([]bool, len(list))
+	// The output of the builds that failed, by import path: a failed
+	// package's result names the first of its dependencies that did not
+	// build (FailedBuild), whose errors are printed with its output.
+	buildOut := map[string][]byte{}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var e struct{ Action, Package, ImportPath, Test, Output, FailedBuild string }
+		if err := dec.Decode(&e); err == io.EOF {
+			break
+		} else if err != nil {
+			return nil, fmt.Errorf("go test -json: %w\n%s", err, stderr.Bytes())
+		}
+		if e.Action == "build-output" {
+			buildOut[e.ImportPath] = append(buildOut[e.ImportPath], e.Output...)
+			continue
+		}
+		i, ok := index[e.Package]
+		if !ok {
+			continue
+		}
+		r := &results[i]
+		r.out = append(r.out, e.Output...)
+		// The package's own pass, fail or skip (no test files) ends it.
+		if e.Test == "" && (e.Action == "pass" || e.Action == "fail" || e.Action == "skip") {
+			ended[i] = true
+			r.failed = e.Action == "fail"
+			if e.FailedBuild != "" {
+				r.out = append(append([]byte(nil), buildOut[e.FailedBuild]...), r.out...)
+			}
+		}
+	}
+	anyFailed := false
+	for i := range results {
+		if !ended[i] {
+			// go test stopped before the package's result (a go
+			// command error, printed to its stderr): failed.
+			results[i].failed = true
+			results[i].out = append(results[i].out, stderr.Bytes()...)
+		}
+		anyFailed = anyFailed || results[i].failed
+	}
+	// go test fails only when a package does: one that failed with every
+	// package passed is a harness error, not a pass.
+	if runErr != nil && !anyFailed {
+		return nil, fmt.Errorf("go test: %w\n%s", runErr, stderr.Bytes())
+	}
+	return results, nil
+}
+
+// judge prints the verdict on one example from its test result and the
+// oracle's counts its TestMain printed, and returns how it failed ("" if
+// it passed or its disagreements are a known finding).
+func judge(ex string, r testResult) string {
+	out := r.out
+	st := statsRE.FindSubmatch(out)
+	switch {
+	case r.failed:
+		fmt.Printf("FAIL %-14s\n%s\n", ex, out)
+		return ex
+	case st == nil || string(st[3]) == "0":
+		fmt.Printf("FAIL %-14s no events in the outbox\n%s\n", ex, out)
+		return ex + " (no events)"
+	case string(st[4]) != "0":
+		verdict, failure := "FAIL", ""
+		if d, ok := knownFindings[ex]; ok {
+			verdict = "     known:" // a known defect, reported
+			fmt.Printf("ok   %-14s %s Example tests passed; oracle: %s transactions, %s rows changed, %s events, %s disagreements, known: %s\n", ex, countExamples(out), st[1], st[2], st[3], st[4], d)
+		} else {
+			failure = ex + " (oracle)"
+			fmt.Printf("FAIL %-14s the oracle found %s disagreements between the events and the rows:\n", ex, st[4])
+		}
+		for _, l := range bytes.Split(out, []byte("\n")) {
+			if bytes.HasPrefix(l, []byte("herald-oracle: ")) {
+				fmt.Printf("%s %s\n", verdict, l)
+			}
+		}
+		return failure
+	default:
+		fmt.Printf("ok   %-14s %s Example tests passed; oracle: %s transactions, %s rows changed, %s events, no disagreement\n", ex, countExamples(out), st[1], st[2], st[3])
+		return ""
+	}
 }
 
 // writeTables fills in the captured schemas' tables, read from the
@@ -262,12 +368,18 @@ func countExamples(out []byte) string {
 }
 
 func goCmd(dir string, args ...string) error {
-	cmd := exec.Command("go", args...)
+	return command(dir, "go", args...)
+}
+
+// command runs name in dir with -mod=mod, as the work module needs (the
+// generator runs go commands in it too).
+func command(dir, name string, args ...string) error {
+	cmd := exec.Command(name, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
+		return fmt.Errorf("%s %s: %w\n%s", filepath.Base(name), strings.Join(args, " "), err, out)
 	}
 	return nil
 }
@@ -325,29 +437,31 @@ var (
 const heraldImports = "import (\n\t\"github.com/heraldgo/herald/entcapture\"\n\t\"github.com/heraldgo/herald/envelope\"\n"
 
 // prepare adds the capture to one example: the mixin on every schema, the
-// extension on the code generation, the capture driver on its client.
-func prepare(dir string) error {
+// extension on the code generation (returned), the capture driver on its
+// client.
+func prepare(dir string) (generation, error) {
 	schemas, err := filepath.Glob(filepath.Join(dir, "ent", "schema", "*.go"))
 	if err != nil {
-		return err
+		return generation{}, err
 	}
 	for _, f := range schemas {
 		if err := addMixin(f); err != nil {
-			return err
+			return generation{}, err
 		}
 	}
-	if err := addExtension(filepath.Join(dir, "ent")); err != nil {
-		return err
+	gen, err := addExtension(filepath.Join(dir, "ent"))
+	if err != nil {
+		return generation{}, err
 	}
 	tests, err := filepath.Glob(filepath.Join(dir, "*_test.go"))
 	if err != nil {
-		return err
+		return generation{}, err
 	}
 	pkg := ""
 	for _, f := range tests {
 		b, err := os.ReadFile(f)
 		if err != nil {
-			return err
+			return generation{}, err
 		}
 		s := string(b)
 		if pkg == "" {
@@ -358,10 +472,10 @@ func prepare(dir string) error {
 			s += "\nvar _ = ent.NewClient // the harness opens the client with heraldOpen\n"
 		}
 		if err := os.WriteFile(f, []byte(s), 0o644); err != nil {
-			return err
+			return generation{}, err
 		}
 	}
-	return os.WriteFile(filepath.Join(dir, "herald_test.go"), []byte(strings.ReplaceAll(
+	return gen, os.WriteFile(filepath.Join(dir, "herald_test.go"), []byte(strings.ReplaceAll(
 		strings.ReplaceAll(openTemplate, "PACKAGE", pkg), "EXAMPLE", filepath.Base(dir))), 0o644)
 }
 
@@ -406,44 +520,86 @@ func addMixin(f string) error {
 
 var featureRE = regexp.MustCompile(`--feature ([\w/,]+)`)
 
+// A generation is how an example's code is generated with
+// entcapturegen.Extension: by its own entc.go, run by `go generate`, or by
+// the harness's generator (generatorSource) with the features its `ent
+// generate` command named.
+type generation struct {
+	own      bool
+	features []string
+}
+
+// generatorArgs are the generator's flags for the features.
+func (g generation) generatorArgs() []string {
+	if len(g.features) == 0 {
+		return nil
+	}
+	return []string{"-feature", strings.Join(g.features, ",")}
+}
+
 // addExtension makes the example's code generation use
-// entcapturegen.Extension: in its own entc.go, or in one written for it from
-// the flags of its `ent generate` command.
-func addExtension(entDir string) error {
+// entcapturegen.Extension: in its own entc.go, or with the harness's
+// generator and the flags of its `ent generate` command, which its
+// generate.go is rewritten to run (for a work tree kept; the harness runs
+// the generator built once).
+func addExtension(entDir string) (generation, error) {
 	entc := filepath.Join(entDir, "entc.go")
 	if b, err := os.ReadFile(entc); err == nil {
 		s := string(b)
 		if !strings.Contains(s, "opts := []entc.Option{\n") {
-			return errors.New(entc + ": no opts := []entc.Option{")
+			return generation{}, errors.New(entc + ": no opts := []entc.Option{")
 		}
 		s = strings.Replace(s, "opts := []entc.Option{\n", "opts := []entc.Option{\n\t\tentc.Extensions(entcapturegen.Extension()),\n", 1)
 		s = strings.Replace(s, "import (\n", "import (\n\t\"github.com/heraldgo/herald/entcapture/entcapturegen\"\n", 1)
-		return os.WriteFile(entc, []byte(s), 0o644)
+		return generation{own: true}, os.WriteFile(entc, []byte(s), 0o644)
 	}
-	var features []string
+	var g generation
 	if b, err := os.ReadFile(filepath.Join(entDir, "generate.go")); err == nil {
 		if m := featureRE.FindStringSubmatch(string(b)); m != nil {
-			features = strings.Split(m[1], ",")
+			g.features = strings.Split(m[1], ",")
 		}
 	}
-	sort.Strings(features)
-	q := make([]string, len(features))
-	for i, f := range features {
-		q[i] = fmt.Sprintf("%q", f)
-	}
-	src := fmt.Sprintf(entcTemplate, strings.Join(q, ", "))
-	if err := os.WriteFile(entc, []byte(src), 0o644); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(entDir, "generate.go"), []byte("package ent\n\n//go:generate go run -mod=mod entc.go\n"), 0o644)
+	sort.Strings(g.features)
+	directive := strings.Join(append([]string{"go run -mod=mod ../../" + generatorDir + "/" + generatorFile}, g.generatorArgs()...), " ")
+	return g, os.WriteFile(filepath.Join(entDir, "generate.go"), []byte("package ent\n\n//go:generate "+directive+"\n"), 0o644)
 }
 
-const entcTemplate = `//go:build ignore
+// generatorDir is the work tree's directory of the generator, whose
+// source is generatorFile there and binary generatorDir.
+const (
+	generatorDir  = "heraldgen"
+	generatorFile = "main.go"
+)
 
+// writeGenerator writes the generator into the work module. Like the
+// entc.go files it replaces, it is built as a file named on the command
+// line and its build constraint leaves it out of the module's packages:
+// go mod tidy does not see it, so the examples' tests build with the
+// versions they did (required by the generator, golang.org/x/tools would
+// raise golang.org/x/net and golang.org/x/crypto).
+func writeGenerator(work string) error {
+	if err := os.MkdirAll(filepath.Join(work, generatorDir), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(work, generatorDir, generatorFile), []byte(generatorSource), 0o644)
+}
+
+// generatorSource is the code generator of the examples without an
+// entc.go of their own, run in an example's ent directory: ent's
+// entc.Generate with the features -feature names and
+// entcapturegen.Extension, as each example's entc.go did. One program for
+// all of them, built once: an entc.go per example, run by `go run`, was
+// compiled and linked again for each, a third of its generation's time.
+const generatorSource = `//go:build ignore
+
+// Command heraldgen generates the ent code of the schemas in ./schema with
+// herald's capture (written by herald's entexamples harness).
 package main
 
 import (
+	"flag"
 	"log"
+	"strings"
 
 	"entgo.io/ent/entc"
 	"entgo.io/ent/entc/gen"
@@ -452,12 +608,67 @@ import (
 )
 
 func main() {
-	err := entc.Generate("./schema", &gen.Config{}, entc.FeatureNames(%s), entc.Extensions(entcapturegen.Extension()))
+	features := flag.String("feature", "", "comma-separated ent features")
+	flag.Parse()
+	var names []string
+	if *features != "" {
+		names = strings.Split(*features, ",")
+	}
+	err := entc.Generate("./schema", &gen.Config{}, entc.FeatureNames(names...), entc.Extensions(entcapturegen.Extension()))
 	if err != nil {
 		log.Fatal(err)
 	}
 }
 `
+
+// generate generates the examples' code, jobs at once (each still builds
+// and runs entc's schema loader, a program of its schemas), and returns
+// the error of each example of list. The generator is built once, while
+// the first examples with their own entc.go generate, and the others wait
+// for it.
+func generate(work string, list []string, gens map[string]generation) []error {
+	errs := make([]error, len(list))
+	sem := make(chan struct{}, max(1, jobs))
+	bin := filepath.Join(work, generatorDir, generatorDir)
+	built := make(chan struct{})
+	var buildErr error
+	needed := false
+	for _, ex := range list {
+		needed = needed || !gens[ex].own
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(built)
+		if !needed {
+			return
+		}
+		sem <- struct{}{}
+		defer func() { <-sem }()
+		buildErr = goCmd(work, "build", "-o", bin, filepath.Join(generatorDir, generatorFile))
+	})
+	for i, ex := range list {
+		g := gens[ex]
+		dir := filepath.Join(work, ex, "ent")
+		wg.Go(func() {
+			if !g.own {
+				<-built
+				if buildErr != nil {
+					errs[i] = buildErr
+					return
+				}
+			}
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if g.own {
+				errs[i] = goCmd(dir, "generate", ".")
+			} else {
+				errs[i] = command(dir, bin, g.generatorArgs()...)
+			}
+		})
+	}
+	wg.Wait()
+	return errs
+}
 
 // openTemplate replaces ent.Open in the example's tests: the same client,
 // on entcapture.Driver, with the outbox table migrated, on a database the
