@@ -70,6 +70,10 @@
 // grows from MinPollInterval by PollMultiplier up to MaxPollInterval. A
 // Config.Wakeup signal for one of the relay's topics cuts the wait short;
 // while the wakeup is not subscribed the wait is capped as without one.
+// So do the retries the relay scheduled: it wakes when the first and the
+// last of each poll's failures fall due (the jitter spreads them), counted
+// from the end of the statement that recorded them, so that the database
+// has them due when the relay looks.
 //
 // # Ordering
 //

@@ -37,6 +37,7 @@ type pollResult struct {
 	leased  int       // events leased (and handled)
 	keyed   int       // events with an ordering key that were delivered
 	nextDue time.Time // the earliest next attempt of a failure recorded (relay's clock), or zero
+	lastDue time.Time // the latest (the backoffs' jitter spreads them), or zero
 }
 
 // withTimeout bounds ctx by d, naming what timed out.
@@ -991,7 +992,7 @@ type failure struct {
 
 	event *envelope.Event
 	err   error
-	next  time.Time // when it is due again, by the relay's clock
+	wait  time.Duration // its backoff: due again that long after it was recorded
 }
 
 // maxErrorLength cuts last_error.
@@ -1062,7 +1063,7 @@ func (r *Relay) markCarry(runCtx context.Context, batch []*envelope.Event, errs 
 				}
 			} else {
 				b := r.backoff(f.Attempts)
-				f.next = now.Add(b)
+				f.wait = b
 				f.BackoffUS = b.Microseconds()
 				if r.dialect != envelope.Postgres {
 					f.NextAttemptAt = outbox.TimeArg(r.dialect, dbNow.Add(b))
@@ -1089,6 +1090,17 @@ func (r *Relay) markCarry(runCtx context.Context, batch []*envelope.Event, errs 
 			recorded, err = r.markFailed(ctx, failures)
 			return err
 		})
+		// The database counts each backoff from its now() during that
+		// statement (PostgreSQL's, or MySQL's when the relay binds none),
+		// which is after the relay read its clock at the top of this
+		// function: counted from then, the relay woke for the retry before
+		// the database had it due, by as long as the delivery's marks took,
+		// found nothing to lease, and waited its poll interval — up to
+		// MaxPollInterval, a minute with a wakeup — for a retry RetryBase
+		// away (TestRetryDueAfterASlowMark). Counted from the statement's
+		// return, the relay's wake comes after the database's due time
+		// whatever the two clocks read: only elapsed time is compared.
+		recordedAt := r.now()
 		if err != nil {
 			r.log.ErrorContext(ctx, "herald/relay: could not record failed deliveries; they will be tried again when their lease expires",
 				slog.String("relay", r.cfg.Name), slog.Int("events", len(failures)), slog.Any("error", err))
@@ -1126,8 +1138,12 @@ func (r *Relay) markCarry(runCtx context.Context, batch []*envelope.Event, errs 
 						r.cfg.Observer.Failed(ctx, Failed{Relay: r.cfg.Name, Event: e, Err: f.err, Attempts: f.Attempts, NextAttemptAt: next.Time})
 					})
 				}
-				if res.nextDue.IsZero() || f.next.Before(res.nextDue) {
-					res.nextDue = f.next
+				due := recordedAt.Add(f.wait)
+				if res.nextDue.IsZero() || due.Before(res.nextDue) {
+					res.nextDue = due
+				}
+				if due.After(res.lastDue) {
+					res.lastDue = due
 				}
 			}
 		}

@@ -742,3 +742,74 @@ func TestPanickingObserverDoesNotStopTheRelay(t *testing.T) {
 		t.Fatal("the Observer's panic was not logged")
 	}
 }
+
+// Regression: a failure's backoff was counted by the relay from before its
+// batch's marks, by PostgreSQL from the failure mark's now(). When the
+// mark of the batch's delivered events took longer than the backoff (here
+// a trigger makes it take a second), the relay woke for the retry before
+// the database had it due, leased nothing, and then waited its poll
+// interval — here MaxPollInterval, ten minutes — for a retry half a second
+// away. Found as a webhook receiver's crash test spending most of its time
+// idle (inbox/webhookinbox TestCrash: 5 s stalls, the default
+// MaxPollInterval).
+func TestRetryDueAfterASlowMark(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envelope.Postgres)
+	for _, q := range []string{
+		`CREATE FUNCTION herald_slow_mark() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN PERFORM pg_sleep(1); RETURN NEW; END$$`,
+		`CREATE TRIGGER herald_slow_mark BEFORE UPDATE ON ` + e.tableName() +
+			` FOR EACH ROW WHEN (OLD.published_at IS NULL AND NEW.published_at IS NOT NULL) EXECUTE FUNCTION herald_slow_mark()`,
+	} {
+		if _, err := e.db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One batch of two events: one delivered (its mark takes a second),
+	// one failed once (its mark follows, with a backoff of half a second).
+	e.enqueue(t, msg("ok", "", 1), msg("fails once", "", 2))
+	var failed atomic.Bool
+	rec := &recorder{fail: func(e *envelope.Event) error {
+		if e.Topic == "fails once" && failed.CompareAndSwap(false, true) {
+			return errors.New("the first attempt fails")
+		}
+		return nil
+	}}
+	r := e.newRelay(t, rec, Config{RetryBase: 500 * time.Millisecond, RetryMax: 500 * time.Millisecond,
+		MinPollInterval: 10 * time.Millisecond, PollMultiplier: 1e12, MaxPollInterval: 10 * time.Minute})
+	start(t, r)
+	testkit.Eventually(t, time.Minute, func() bool { return rec.count() == 2 },
+		"the retry, due half a second after its mark, was not delivered within a minute")
+}
+
+// Regression: the relay woke for the earliest retry its failures
+// scheduled and forgot the others. The backoff's ±10% jitter spreads one
+// batch's retries over a fifth of the backoff: those the wake found not
+// yet due waited the poll interval — here MaxPollInterval, ten minutes.
+// The loop now wakes at the first and at the last of each poll's retries.
+func TestRetriesSpreadByJitterAllComeDue(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, e *env) {
+		const n = 50
+		ms := make([]envelope.Message, n)
+		for i := range ms {
+			ms[i] = msg("fails once", "", i)
+		}
+		e.enqueue(t, ms...)
+		var mu sync.Mutex
+		failed := map[int64]bool{}
+		rec := &recorder{fail: func(e *envelope.Event) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if !failed[e.Sequence] {
+				failed[e.Sequence] = true
+				return errors.New("the first attempt fails")
+			}
+			return nil
+		}}
+		r := e.newRelay(t, rec, Config{RetryBase: time.Second, RetryMax: time.Second,
+			MinPollInterval: 10 * time.Millisecond, PollMultiplier: 1e12, MaxPollInterval: 10 * time.Minute})
+		start(t, r)
+		testkit.Eventually(t, time.Minute, func() bool { return rec.count() == n },
+			"the retries, due 0.9–1.1 s after their failure, were not all delivered within a minute")
+	})
+}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math"
 	mrand "math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -519,9 +520,15 @@ func (r *Relay) Run(ctx context.Context) error {
 // delivered ordered events), else after a wait that grows from
 // MinPollInterval by PollMultiplier up to MaxPollInterval, cut short by a
 // wakeup or by the next retry this relay scheduled falling due.
+//
+// The retries of one poll's failures fall due over a spread (the
+// backoff's ±10% jitter): the loop wakes at the first and at the last of
+// each poll's, so that those the first wake finds not yet due are leased
+// at the last, not a poll interval later (up to MaxPollInterval: a
+// minute with a wakeup). TestRetriesSpreadByJitterAllComeDue.
 func (r *Relay) loop(soft, hard context.Context, ru *run) {
 	p := newPacer(r.cfg.MinPollInterval, r.cfg.MaxPollInterval, r.cfg.PollMultiplier)
-	var due time.Time // the earliest next attempt this relay scheduled
+	var dues []time.Time // when retries this relay scheduled fall due (relay's clock), sorted
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -529,9 +536,12 @@ func (r *Relay) loop(soft, hard context.Context, ru *run) {
 	defer r.flushCarried(hard) // a mark carried into a lease that will not run
 	for soft.Err() == nil {
 		start := r.now()
-		if !due.IsZero() && !start.Before(due) {
-			due = time.Time{}
+		// What fell due is this poll's to lease.
+		fell := 0
+		for fell < len(dues) && !start.Before(dues[fell]) {
+			fell++
 		}
+		dues = slices.Delete(dues, 0, fell)
 		var res pollResult
 		var err error
 		if !r.tableOK.Load() {
@@ -556,8 +566,10 @@ func (r *Relay) loop(soft, hard context.Context, ru *run) {
 			}
 			r.log.WarnContext(hard, "herald/relay: poll failed; retrying", slog.String("relay", r.cfg.Name), slog.Any("error", err))
 		}
-		if !res.nextDue.IsZero() && (due.IsZero() || res.nextDue.Before(due)) {
-			due = res.nextDue
+		for _, d := range []time.Time{res.nextDue, res.lastDue} {
+			if i, found := slices.BinarySearchFunc(dues, d, time.Time.Compare); !d.IsZero() && !found {
+				dues = slices.Insert(dues, i, d)
+			}
 		}
 		var wait time.Duration
 		// A full batch means more may be waiting: poll again at once. So
@@ -575,8 +587,8 @@ func (r *Relay) loop(soft, hard context.Context, ru *run) {
 		if r.cfg.Wakeup != nil && !r.listening() {
 			wait = min(wait, r.maxPollNoWakeup)
 		}
-		if !due.IsZero() {
-			wait = max(0, min(wait, due.Sub(r.now())))
+		if len(dues) > 0 {
+			wait = max(0, min(wait, dues[0].Sub(r.now())))
 		}
 		if !waitingClosed {
 			close(ru.waiting)

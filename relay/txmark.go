@@ -130,7 +130,7 @@ func (r *Relay) deliverTx(ctx context.Context, batch []*envelope.Event, errs []e
 	}
 	if len(rest) > 0 {
 		mres, err := r.mark(ctx, rest, restErrs)
-		res.nextDue = mres.nextDue
+		res.nextDue, res.lastDue = mres.nextDue, mres.lastDue
 		errOut = append(errOut, err)
 	}
 	return res, errors.Join(errOut...)
