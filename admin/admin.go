@@ -340,7 +340,10 @@ func (a *Admin) where(q Query, s *sqlArgs) (string, error) {
 				c = append(c, "e.id = ANY("+s.add("{"+strings.Join(ids, ",")+"}")+"::uuid[])")
 			case envelope.MySQL:
 				b, _ := json.Marshal(ids)
-				c = append(c, "e.id IN (SELECT ids.value FROM JSON_TABLE("+s.add(string(b))+", '$[*]' COLUMNS (value CHAR(36) PATH '$')) AS ids)")
+				// The id column's own type (CHARACTER SET ascii): with another,
+				// MariaDB joins the table to the ids by a nested loop over the
+				// JSON document (envelope's mysqlReadBack).
+				c = append(c, "e.id IN (SELECT ids.value FROM JSON_TABLE("+s.add(string(b))+", '$[*]' COLUMNS (value CHAR(36) CHARACTER SET ascii PATH '$')) AS ids)")
 			default:
 				b, _ := json.Marshal(ids)
 				c = append(c, "e.id IN (SELECT value FROM json_each("+s.add(string(b))+"))")

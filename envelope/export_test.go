@@ -37,3 +37,6 @@ func DDLText(d Dialect, table string) (string, error) {
 	}
 	return strings.Join(stmts, ";\n\n") + ";\n", nil
 }
+
+// MySQLReadBack is the statement that reads back a MySQL chunk's sequences.
+var MySQLReadBack = mysqlReadBack

@@ -55,7 +55,7 @@ func BenchmarkWrite(b *testing.B) {
 		}},
 		{"mysql", envelope.MySQL, func(b *testing.B) (*sql.DB, *sql.DB) { db, _ := testkit.MySQL(b); return db, db }},
 	} {
-		for _, n := range []int{1, 1000} {
+		for _, n := range []int{1, 1000, 10000} {
 			b.Run(c.name+"/"+itoa(n), func(b *testing.B) {
 				db, floorDB := c.open(b)
 				ctx := context.Background()

@@ -93,7 +93,10 @@ func (r *Relay) RetryDeadLettered(ctx context.Context, f Filter) (int64, error) 
 			}
 			ids.WriteByte(']')
 			if r.dialect == envelope.MySQL {
-				where = append(where, "AND e.id IN (SELECT value FROM JSON_TABLE($"+strconv.Itoa(next)+", '$[*]' COLUMNS (value CHAR(36) PATH '$')) AS ids)")
+				// The id column's own type (CHARACTER SET ascii): with another,
+				// MariaDB joins the table to the ids by a nested loop over the
+				// JSON document (envelope's mysqlReadBack).
+				where = append(where, "AND e.id IN (SELECT value FROM JSON_TABLE($"+strconv.Itoa(next)+", '$[*]' COLUMNS (value CHAR(36) CHARACTER SET ascii PATH '$')) AS ids)")
 			} else {
 				where = append(where, "AND e.id IN (SELECT value FROM json_each($"+strconv.Itoa(next)+"))")
 			}
