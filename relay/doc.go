@@ -73,7 +73,8 @@
 // So do the retries the relay scheduled: it wakes when the first and the
 // last of each poll's failures fall due (the jitter spreads them), counted
 // from the end of the statement that recorded them, so that the database
-// has them due when the relay looks.
+// has them due when the relay looks, and rounded up to a multiple of
+// MinPollInterval.
 //
 // # Ordering
 //

@@ -516,6 +516,29 @@ func (r *Relay) Run(ctx context.Context) error {
 	return r.Stop(stopCtx)
 }
 
+// addDue adds a wake for a retry due at d (none when d is zero) to dues,
+// kept sorted: d rounded up to a multiple of grid, never before d (a wake
+// before a retry's due time finds nothing), at most grid after it. In an
+// outage every poll schedules retries: on the grid the list holds at most
+// one wake per grid of the backoffs ahead, not two per poll.
+func addDue(dues []time.Time, d time.Time, grid time.Duration) []time.Time {
+	if d.IsZero() {
+		return dues
+	}
+	if grid > 0 {
+		if g := d.Truncate(grid); g.Before(d) {
+			d = g.Add(grid)
+		} else {
+			d = g
+		}
+	}
+	i, found := slices.BinarySearchFunc(dues, d, time.Time.Compare)
+	if found {
+		return dues
+	}
+	return slices.Insert(dues, i, d)
+}
+
 // loop polls until soft ends: at once after a full batch (or one that
 // delivered ordered events), else after a wait that grows from
 // MinPollInterval by PollMultiplier up to MaxPollInterval, cut short by a
@@ -525,7 +548,8 @@ func (r *Relay) Run(ctx context.Context) error {
 // backoff's ±10% jitter): the loop wakes at the first and at the last of
 // each poll's, so that those the first wake finds not yet due are leased
 // at the last, not a poll interval later (up to MaxPollInterval: a
-// minute with a wakeup). TestRetriesSpreadByJitterAllComeDue.
+// minute with a wakeup), and a retry waits at most MinPollInterval past
+// its due time. TestRetriesSpreadByJitterAllComeDue.
 func (r *Relay) loop(soft, hard context.Context, ru *run) {
 	p := newPacer(r.cfg.MinPollInterval, r.cfg.MaxPollInterval, r.cfg.PollMultiplier)
 	var dues []time.Time // when retries this relay scheduled fall due (relay's clock), sorted
@@ -566,11 +590,8 @@ func (r *Relay) loop(soft, hard context.Context, ru *run) {
 			}
 			r.log.WarnContext(hard, "herald/relay: poll failed; retrying", slog.String("relay", r.cfg.Name), slog.Any("error", err))
 		}
-		for _, d := range []time.Time{res.nextDue, res.lastDue} {
-			if i, found := slices.BinarySearchFunc(dues, d, time.Time.Compare); !d.IsZero() && !found {
-				dues = slices.Insert(dues, i, d)
-			}
-		}
+		dues = addDue(dues, res.nextDue, r.cfg.MinPollInterval)
+		dues = addDue(dues, res.lastDue, r.cfg.MinPollInterval)
 		var wait time.Duration
 		// A full batch means more may be waiting: poll again at once. So
 		// may a batch that delivered events with an ordering key, however
