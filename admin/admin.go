@@ -17,6 +17,7 @@ import (
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/outbox"
+	"github.com/heraldgo/herald/internal/outboxsql"
 	"github.com/heraldgo/herald/internal/sqltime"
 	"github.com/heraldgo/herald/relay"
 )
@@ -340,10 +341,7 @@ func (a *Admin) where(q Query, s *sqlArgs) (string, error) {
 				c = append(c, "e.id = ANY("+s.add("{"+strings.Join(ids, ",")+"}")+"::uuid[])")
 			case envelope.MySQL:
 				b, _ := json.Marshal(ids)
-				// The id column's own type (CHARACTER SET ascii): with another,
-				// MariaDB joins the table to the ids by a nested loop over the
-				// JSON document (envelope's mysqlReadBack).
-				c = append(c, "e.id IN (SELECT ids.value FROM JSON_TABLE("+s.add(string(b))+", '$[*]' COLUMNS (value CHAR(36) CHARACTER SET ascii PATH '$')) AS ids)")
+				c = append(c, "e.id IN (SELECT ids.value FROM JSON_TABLE("+s.add(string(b))+", '$[*]' COLUMNS (value "+outboxsql.MySQLIDType+" PATH '$')) AS ids)")
 			default:
 				b, _ := json.Marshal(ids)
 				c = append(c, "e.id IN (SELECT value FROM json_each("+s.add(string(b))+"))")

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/heraldgo/herald/internal/outboxsql"
 )
 
 // Per-key commit order on MySQL.
@@ -181,21 +183,12 @@ func (w *Writer) insertMySQL(ctx context.Context, q Querier, rows []row, batch [
 
 // mysqlReadBack reads back the sequences of a chunk's rows: sequence >=
 // the statement's first AUTO_INCREMENT value, id one of the chunk's (one
-// JSON parameter). The ids' JSON_TABLE column has the id column's type,
-// CHAR(36) CHARACTER SET ascii: then the optimizer materializes the ids
-// with a unique key and looks each row of the sequence range up in it.
-// Declared utf8mb4, as it was, the types differed and MariaDB 10.11 joined
-// the range to the JSON_TABLE by a block nested loop that read the whole
-// JSON document again for every few rows: 3 s of a 5,000-event write,
-// 97 s of one of 65,545 (TestMySQLReadBackScales).
+// JSON parameter, its column of the id column's type: the optimizer then
+// looks each row of the sequence range up in the materialized ids).
 func mysqlReadBack(table string) string {
 	return "SELECT sequence, id FROM " + table +
-		" WHERE sequence >= ? AND id IN (SELECT j.id FROM JSON_TABLE(?, '$[*]' COLUMNS (id " + mysqlIDType + " PATH '$')) AS j)"
+		" WHERE sequence >= ? AND id IN (SELECT j.id FROM JSON_TABLE(?, '$[*]' COLUMNS (id " + outboxsql.MySQLIDType + " PATH '$')) AS j)"
 }
-
-// mysqlIDType is the type of the id column of herald's MySQL tables
-// (mysqlV1), for JSON_TABLE columns compared with it.
-const mysqlIDType = "CHAR(36) CHARACTER SET ascii"
 
 // countRows runs a query and counts the rows it returns (the key-lock
 // rows a SELECT … FOR UPDATE locked).

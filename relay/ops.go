@@ -15,6 +15,7 @@ import (
 
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/outbox"
+	"github.com/heraldgo/herald/internal/outboxsql"
 	"github.com/heraldgo/herald/internal/sqltime"
 	"github.com/heraldgo/herald/wakeup"
 )
@@ -93,10 +94,7 @@ func (r *Relay) RetryDeadLettered(ctx context.Context, f Filter) (int64, error) 
 			}
 			ids.WriteByte(']')
 			if r.dialect == envelope.MySQL {
-				// The id column's own type (CHARACTER SET ascii): with another,
-				// MariaDB joins the table to the ids by a nested loop over the
-				// JSON document (envelope's mysqlReadBack).
-				where = append(where, "AND e.id IN (SELECT value FROM JSON_TABLE($"+strconv.Itoa(next)+", '$[*]' COLUMNS (value CHAR(36) CHARACTER SET ascii PATH '$')) AS ids)")
+				where = append(where, "AND e.id IN (SELECT value FROM JSON_TABLE($"+strconv.Itoa(next)+", '$[*]' COLUMNS (value "+outboxsql.MySQLIDType+" PATH '$')) AS ids)")
 			} else {
 				where = append(where, "AND e.id IN (SELECT value FROM json_each($"+strconv.Itoa(next)+"))")
 			}

@@ -24,6 +24,14 @@ import (
 	"github.com/heraldgo/herald/internal/sqltime"
 )
 
+// MySQLIDType is the type of the id column of herald's MySQL outbox table
+// (envelope's mysqlV1), for a JSON_TABLE column of ids compared with it.
+// It must be the column's own type: declared otherwise (utf8mb4), MariaDB
+// 10.11 cannot look the table's rows up in the materialized ids and joins
+// them by a block nested loop over the JSON document, quadratic in the
+// number of ids (envelope's TestMySQLReadBackScales).
+const MySQLIDType = "CHAR(36) CHARACTER SET ascii"
+
 // The dialect names (envelope.Postgres, SQLite, MySQL).
 const (
 	Postgres = "postgres"
