@@ -379,40 +379,11 @@ func TestMySQLReadBackScales(t *testing.T) {
 		fmt.Fprintf(&ids, "%q", e.ID.String())
 	}
 	ids.WriteByte(']')
-	rows, err := db.QueryContext(ctx, "EXPLAIN "+envelope.MySQLReadBack("herald_outbox"), res.Events[0].Sequence, ids.String())
-	if err != nil {
-		t.Fatal(err)
+	plan := testkit.QueryText(t, db, "EXPLAIN "+envelope.MySQLReadBack("herald_outbox"), res.Events[0].Sequence, ids.String())
+	if strings.Contains(plan, "join buffer") || strings.Contains(plan, "FirstMatch") {
+		t.Fatalf("the read-back joins the sequence range to the ids by a nested loop:\n%s", plan)
 	}
-	defer rows.Close()
-	cols, err := rows.Columns()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var plan []string
-	for rows.Next() {
-		vals := make([]sql.NullString, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			t.Fatal(err)
-		}
-		var line []string
-		for i, c := range cols {
-			line = append(line, c+"="+vals[i].String)
-		}
-		plan = append(plan, strings.Join(line, " "))
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range plan {
-		if strings.Contains(l, "join buffer") || strings.Contains(l, "FirstMatch") {
-			t.Fatalf("the read-back joins the sequence range to the ids by a nested loop:\n%s", strings.Join(plan, "\n"))
-		}
-	}
-	if len(plan) == 0 {
-		t.Fatal("EXPLAIN returned no plan")
+	if strings.Count(plan, "\n") < 2 {
+		t.Fatalf("EXPLAIN returned no plan:\n%s", plan)
 	}
 }

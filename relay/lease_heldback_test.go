@@ -12,6 +12,7 @@ import (
 
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/outbox"
+	"github.com/heraldgo/herald/internal/testkit"
 )
 
 // holdHeads makes the head of every key in the outbox a failed event
@@ -256,46 +257,9 @@ func explainLeaseMySQL(t *testing.T, db *sql.DB, r *Relay) {
 		{"lock", strings.Replace(r.my.lockHeads, "{seqs}", "1,2,3", 1)},
 	} {
 		q, a := mysqlArgs("EXPLAIN "+st.q, args)
-		b := explainText(t, db, q, a)
+		b := testkit.QueryText(t, db, q, a...)
 		t.Logf("EXPLAIN %s:\n%s", st.name, b)
 	}
-}
-
-// explainText runs an EXPLAIN and returns its rows as text.
-func explainText(t *testing.T, db *sql.DB, q string, args []any) string {
-	t.Helper()
-	rows, err := db.Query(q, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	cols, err := rows.Columns()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	b.WriteString(strings.Join(cols, " | ") + "\n")
-	for rows.Next() {
-		vals := make([]sql.NullString, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			t.Fatal(err)
-		}
-		for i, v := range vals {
-			if i > 0 {
-				b.WriteString(" | ")
-			}
-			b.WriteString(v.String)
-		}
-		b.WriteByte('\n')
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return b.String()
 }
 
 func mysqlEnabled() bool { return os.Getenv("HERALD_RELAY_MYSQL") == "1" }

@@ -248,3 +248,42 @@ func WaitFor(within time.Duration, cond func() bool) bool {
 	}
 	return true
 }
+
+// QueryText runs q on db and returns its rows as text, a header line of
+// the column names and one line per row, columns joined by " | " and NULL
+// as empty: how tests read and print an EXPLAIN whatever its columns.
+func QueryText(t testing.TB, db *sql.DB, q string, args ...any) string {
+	t.Helper()
+	rows, err := db.Query(q, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	b.WriteString(strings.Join(cols, " | ") + "\n")
+	vals := make([]sql.NullString, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	for rows.Next() {
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range vals {
+			if i > 0 {
+				b.WriteString(" | ")
+			}
+			b.WriteString(v.String)
+		}
+		b.WriteByte('\n')
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
