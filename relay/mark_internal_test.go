@@ -5,6 +5,7 @@ import (
 	"errors"
 	mrand "math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -74,5 +75,11 @@ func TestAddDueCoversEveryRetry(t *testing.T) {
 		if most := int(span/grid) + 1; len(dues) > most {
 			t.Fatalf("%s: %d wakes for %d due times over %s; want at most %d, one per %s", name, len(dues), len(added), span, most, grid)
 		}
+	}
+	// A wake keeps its due time's monotonic clock reading (time.Time's
+	// String prints it as m=…): the loop's waits must not follow the wall
+	// clock's jumps.
+	if now := time.Now(); !strings.Contains(addDue(nil, now, grid)[0].String(), "m=") {
+		t.Fatalf("the wake for %s lost its monotonic clock reading", now)
 	}
 }

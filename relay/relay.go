@@ -525,12 +525,10 @@ func addDue(dues []time.Time, d time.Time, grid time.Duration) []time.Time {
 	if d.IsZero() {
 		return dues
 	}
-	if grid > 0 {
-		if g := d.Truncate(grid); g.Before(d) {
-			d = g.Add(grid)
-		} else {
-			d = g
-		}
+	// Rounded by adding what it lacks (Truncate would drop d's monotonic
+	// reading, and the loop's waits would follow the wall clock's jumps).
+	if rem := d.Sub(d.Truncate(grid)); grid > 0 && rem > 0 {
+		d = d.Add(grid - rem)
 	}
 	i, found := slices.BinarySearchFunc(dues, d, time.Time.Compare)
 	if found {
