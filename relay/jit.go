@@ -44,8 +44,8 @@ import (
 //     the relay asks PostgreSQL (EXPLAIN, which plans without running) for
 //     the estimate of each form of the lease it runs, at its first run and
 //     again when that answer is jitRecheck old, or jitSlowRecheck old and
-//     a lease of that form unguarded took longer than jitSlow says. An estimate that cannot be
-//     had counts as over the threshold. The estimate grows with the table,
+//     a lease of that form unguarded took longer than jitSlow says. An
+//     estimate that cannot be had counts as over the threshold. The estimate grows with the table,
 //     not with the work (above), so half the threshold leaves room for a
 //     table that doubles between two checks.
 //
