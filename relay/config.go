@@ -192,6 +192,31 @@ type Config struct {
 	// error from New.
 	AsyncCommit bool
 
+	// LeaseByLock (PostgreSQL only) leases the batches of a drain of
+	// unordered events by the row locks of a transaction the relay holds
+	// open while it delivers them, instead of by writing a lease to each
+	// row: the mark (published, deleted, failed) then runs in that
+	// transaction, and each event is written once instead of twice. Other
+	// relays skip the locked rows (FOR UPDATE SKIP LOCKED) as they skip a
+	// leased one. The transaction's idle_in_transaction_session_timeout is
+	// the Lease: a relay that stops answering loses its locks after one
+	// Lease, as it would lose a lease, and a delivery longer than a third
+	// of it is kept alive by a statement on the transaction, as a lease is
+	// renewed. A relay that crashes loses its locks at once.
+	//
+	// Only the lease of unordered events from the lease floor — the
+	// relay's statement while a backlog of them drains — takes locks;
+	// keyed events and the lease from the start of the table are leased
+	// as always, so per-key order is what it is without it. What it costs:
+	// one pooled connection and one open transaction per relay while a
+	// batch is out (a long delivery holds back the database's cleanup
+	// horizon for that long), and the events out are not seen as leased
+	// (lease_until stays empty; Backlog counts them pending). It cannot
+	// be combined with a delivery.TxDelivery (New returns an
+	// envelope.ErrConfiguration error), and on SQLite or MySQL New returns
+	// an envelope.ErrUnsupported error.
+	LeaseByLock bool
+
 	// CleanupInterval is how often the scheduled cleanup runs (±10%
 	// jitter), the first time when the relay starts; it matters only when
 	// RetainPublished or RetainDeadLettered is set. 0 = DefaultCleanupInterval.

@@ -193,6 +193,30 @@ func (r *Relay) beginLeaseWith(ctx context.Context, carried *carriedMark, jitOff
 	return leaseTx{tx}, nil
 }
 
+// beginLocked opens the transaction of a lease by lock
+// (Config.LeaseByLock), which lasts until the batch's mark: it is begun
+// without the lease's deadline or the run's cancellation, which would roll
+// it back (database/sql does when a transaction's context ends) under a
+// mark still to come. A mark carried runs first in it (and sets jit off);
+// else, with jitOff, it sets jit off for the lease.
+func (r *Relay) beginLocked(ctx context.Context, carried *carriedMark, jitOff bool) (leaseTx, error) {
+	tx, err := r.db.BeginTx(context.WithoutCancel(ctx), nil)
+	if err != nil {
+		return leaseTx{}, err
+	}
+	switch {
+	case carried != nil:
+		err = r.markCarriedIn(ctx, tx, carried) // sets jit off too
+	case jitOff:
+		_, err = tx.ExecContext(ctx, jitOffSQL)
+	}
+	if err != nil {
+		_ = tx.Rollback()
+		return leaseTx{}, err
+	}
+	return leaseTx{tx}, nil
+}
+
 // query runs the lease statement, in the transaction when there is one.
 func (l leaseTx) query(ctx context.Context, r *Relay, q string, args ...any) (*sql.Rows, error) {
 	if l.tx == nil {

@@ -234,6 +234,7 @@ func TestCarriedMarkKeepsTheJITGuard(t *testing.T) {
 			e := jitEnv(t)
 			fillKeyed(t, e, 60, 0)
 			r := e.withParams(t, c.params).newRelay(t, &recorder{}, Config{Name: c.name, BatchSize: 10})
+			r.cfg.LeaseByLock = false // the written lease's one-statement form
 			first := leaseToUnorderedForm(t, r)
 			carried := &carriedMark{delivered: first, seqs: r.seqArg(first), at: time.Now()}
 			args := []any{r.cfg.Lease.Microseconds(), r.cfg.Name, nil, r.cfg.BatchSize, r.floor.Load()}
@@ -274,6 +275,7 @@ func TestCarriedMarkRunsInTheUnorderedLease(t *testing.T) {
 			e := newEnv(t, envelope.Postgres)
 			fillKeyed(t, e, 60, 0)
 			r := e.newRelay(t, &recorder{}, Config{BatchSize: 10, DeleteOnPublish: del})
+			r.cfg.LeaseByLock = false // the written lease's one-statement form
 			ctx := context.Background()
 			first := leaseToUnorderedForm(t, r)
 			// Delivered, and its lease ran out before the mark.

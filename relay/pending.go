@@ -73,7 +73,7 @@ type carriedMark struct {
 func (r *Relay) fuseMark(ctx context.Context, carry bool, batch []*envelope.Event, errs []error) bool {
 	// Never for a TxDelivery: its writes commit with a mark in a
 	// transaction of its own (relay/txmark.go).
-	if !carry || r.txd != nil || r.dialect != envelope.Postgres || r.cfg.AsyncCommit || ctx.Err() != nil || len(batch) == 0 {
+	if !carry || r.held != nil || r.txd != nil || r.dialect != envelope.Postgres || r.cfg.AsyncCommit || ctx.Err() != nil || len(batch) == 0 {
 		return false
 	}
 	keyed := false

@@ -83,9 +83,12 @@ func (r *Relay) pollCarry(ctx context.Context, carry bool) (res pollResult, err 
 	// t0 + Lease, however long the statement waited (a lock, SQLite's busy
 	// timeout). hold makes sure the lease is still live before anything is
 	// delivered.
-	batch, errs, since, err := r.hold(ctx, batch, errs, t0)
-	if err != nil || len(batch) == 0 {
-		return pollResult{leased: len(batch)}, err
+	since := t0
+	if r.held == nil { // locks do not run out while the statement runs
+		batch, errs, since, err = r.hold(ctx, batch, errs, t0)
+		if err != nil || len(batch) == 0 {
+			return pollResult{leased: len(batch)}, err
+		}
 	}
 	t1 := r.now()
 	if r.txd != nil { // relay/txmark.go: the delivery's writes commit with the mark
@@ -237,20 +240,28 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 			}
 		}()
 	}
-	var withMark, successors bool
+	var withMark, successors, locked bool
 	if q, a, ok := r.leaseSuccessors(ctx, append(slices.Clip(args[:4]), r.fargs...), carried); ok {
 		query, args, withMark, successors, runs, floored, fromStart = q, a, true, true, true, false, false
+	} else if r.cfg.LeaseByLock && query == r.sql.leaseUnordered {
+		// A mark carried (from a batch leased by writing its lease) runs
+		// first in the lock's transaction, and commits with that batch's
+		// own mark.
+		query, locked = r.sql.leaseUnorderedLocked, true
 	} else if q, a, ok := r.leaseWithMark(ctx, query, args, carried); ok {
 		query, args, withMark = q, a, true
 	}
 	jitOff := carried == nil && r.leaseNeedsJITOff(ctx, query, args)
 	var ltx leaseTx
 	var err error
-	if !withMark {
+	switch {
+	case locked:
+		ltx, err = r.beginLocked(ctx, carried, jitOff)
+	case !withMark:
 		ltx, err = r.beginLeaseWith(ctx, carried, jitOff)
-		if err != nil {
-			return nil, nil, stmtErr(ctx, "lease query", err)
-		}
+	}
+	if err != nil {
+		return nil, nil, stmtErr(ctx, "lease query", err)
 	}
 	if r.onLease != nil {
 		r.onLease(query)
@@ -266,6 +277,11 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 	sc := newLeaseScanner(r.extra, r.cfg.Name, r.dialect != envelope.Postgres)
 	if runs {
 		sc.dest = append(sc.dest, &sc.pos)
+	}
+	var tids map[int64]string // a lease by lock: each row's ctid, for its mark (markHeld)
+	if locked {
+		sc.dest = append(sc.dest, &sc.tid)
+		tids = make(map[int64]string, r.cfg.BatchSize)
 	}
 	marked := int64(-1) // the carried mark's rows, when the lease returned them
 	if withMark {
@@ -295,6 +311,9 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 			return nil, nil, err
 		}
 		got = append(got, leased{e, err, sc.pos})
+		if locked {
+			tids[e.Sequence] = sc.tid
+		}
 	}
 	if err := rows.Err(); err != nil {
 		ltx.rollback()
@@ -304,7 +323,9 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 		ltx.rollback()
 		return nil, nil, stmtErr(ctx, "lease query", err)
 	}
-	if err := ltx.commit(); err != nil {
+	if locked && len(got) > 0 {
+		r.held, r.heldTids = ltx.tx, tids // committed with the batch's mark (markHeld)
+	} else if err := ltx.commit(); err != nil {
 		return nil, nil, stmtErr(ctx, "lease query", err)
 	}
 	committed = true
@@ -831,6 +852,7 @@ func (r *Relay) startRenewal(ctx context.Context, batch []*envelope.Event, since
 	ren := &renewal{}
 	every := r.cfg.Lease / 3
 	var seqs string // built on the first renewal only
+	held := r.held
 	ren.mu.Lock()
 	defer ren.mu.Unlock()
 	ren.timer = time.AfterFunc(max(0, every-r.now().Sub(since)), func() {
@@ -842,11 +864,15 @@ func (r *Relay) startRenewal(ctx context.Context, batch []*envelope.Event, since
 		ren.running.Add(1)
 		ren.mu.Unlock()
 		defer ren.running.Done()
-		if seqs == "" {
-			seqs = r.seqArg(batch)
-		}
 		started := r.now()
-		r.renewBatch(ctx, len(batch), seqs)
+		if held != nil {
+			r.keepHeld(ctx, held, len(batch))
+		} else {
+			if seqs == "" {
+				seqs = r.seqArg(batch)
+			}
+			r.renewBatch(ctx, len(batch), seqs)
+		}
 		ren.mu.Lock()
 		if !ren.stopped {
 			ren.timer.Reset(max(0, every-r.now().Sub(started)))
@@ -882,6 +908,21 @@ func (r *Relay) renewBatch(ctx context.Context, n int, seqs string) {
 	if len(held) < n {
 		r.log.WarnContext(ctx, "herald/relay: lease lost for part of the batch (taken over by another relay after it expired)",
 			slog.String("relay", r.cfg.Name), slog.Int("events", n), slog.Int("renewed", len(held)))
+	}
+}
+
+// keepHeld is the renewal of a batch leased by lock (Config.LeaseByLock):
+// a statement on its transaction restarts the server's
+// idle_in_transaction_session_timeout, which the lease set to the Lease.
+func (r *Relay) keepHeld(ctx context.Context, tx *sql.Tx, n int) {
+	if ctx.Err() != nil {
+		return
+	}
+	c, cancel := withTimeout(ctx, r.statementTimeout(), "lease renewal")
+	defer cancel()
+	if _, err := tx.ExecContext(c, "SELECT 1"); err != nil && ctx.Err() == nil {
+		r.log.WarnContext(ctx, "herald/relay: could not keep the batch's locks (LeaseByLock); if they were lost the batch may be delivered again by another relay",
+			slog.String("relay", r.cfg.Name), slog.Int("events", n), slog.Any("error", err))
 	}
 }
 
@@ -1038,6 +1079,8 @@ func (r *Relay) markCarry(runCtx context.Context, batch []*envelope.Event, errs 
 		res                 pollResult
 	)
 	forced := runCtx.Err() != nil
+	tx, tids := r.held, r.heldTids // a batch leased by lock: marked in its transaction, then committed
+	r.held, r.heldTids = nil, nil
 	for i, e := range batch {
 		err := errs[i]
 		switch {
@@ -1073,6 +1116,9 @@ func (r *Relay) markCarry(runCtx context.Context, batch []*envelope.Event, errs 
 		}
 	}
 	var errOut []error
+	if tx != nil {
+		return r.markHeld(ctx, tx, tids, delivered, failures, now, res)
+	}
 	if len(delivered) > 0 {
 		if carry {
 			// Observed once the carried mark is written (observeCarried).
@@ -1106,50 +1152,125 @@ func (r *Relay) markCarry(runCtx context.Context, batch []*envelope.Event, errs 
 				slog.String("relay", r.cfg.Name), slog.Int("events", len(failures)), slog.Any("error", err))
 			errOut = append(errOut, err)
 		}
-		for _, f := range failures {
-			e := f.event
-			attrs := []any{slog.String("relay", r.cfg.Name), slog.String("event_id", e.ID.String()),
-				slog.Int64("sequence", e.Sequence), slog.String("topic", e.Topic), slog.Int("attempts", f.Attempts), slog.Any("error", f.err)}
-			if e.OrderingKey != "" {
-				attrs = append(attrs, slog.String("ordering_key", e.OrderingKey))
-			}
-			next, ok := recorded[e.Sequence]
-			switch {
-			case err != nil:
-			case !ok:
-				r.log.WarnContext(ctx, "herald/relay: delivery failed; not recorded because the event is no longer leased by this relay",
-					attrs...)
-			case f.Dead:
-				msg := "herald/relay: event dead-lettered: out of attempts; it and later events of its ordering key wait for RetryDeadLettered"
-				if f.Attempts < r.cfg.MaxAttempts {
-					msg = "herald/relay: event dead-lettered: permanent failure, not retried; it and later events of its ordering key wait for RetryDeadLettered"
-				}
-				r.log.ErrorContext(ctx, msg, append(attrs, slog.Int("max_attempts", r.cfg.MaxAttempts))...)
-				if r.cfg.Observer != nil {
-					r.observe(ctx, "DeadLettered", func() {
-						r.cfg.Observer.DeadLettered(ctx, DeadLettered{Relay: r.cfg.Name, Event: e, Err: f.err, Attempts: f.Attempts})
-					})
-				}
-			default:
-				r.log.WarnContext(ctx, "herald/relay: delivery failed; will retry",
-					append(attrs, slog.Time("next_attempt_at", next.Time))...)
-				if r.cfg.Observer != nil {
-					r.observe(ctx, "Failed", func() {
-						r.cfg.Observer.Failed(ctx, Failed{Relay: r.cfg.Name, Event: e, Err: f.err, Attempts: f.Attempts, NextAttemptAt: next.Time})
-					})
-				}
-				due := recordedAt.Add(f.wait)
-				if res.nextDue.IsZero() || due.Before(res.nextDue) {
-					res.nextDue = due
-				}
-				if due.After(res.lastDue) {
-					res.lastDue = due
-				}
-			}
-		}
+		r.reportFailures(ctx, failures, recorded, err, recordedAt, &res)
 	}
 	r.releaseEvents(ctx, released)
 	return res, errors.Join(errOut...)
+}
+
+// markHeld writes the outcome of a batch leased by lock
+// (Config.LeaseByLock) in the lease's transaction tx and commits it: the
+// mark of the delivered events and the failures' in one commit, which
+// also releases the batch's locks. The events released (a forced stop)
+// need nothing: the commit unlocks them as they were. If a statement or
+// the commit fails, none of it holds (the transaction is rolled back, or
+// its outcome is unknown): the batch is pending again and is delivered
+// again, as after a failed mark.
+func (r *Relay) markHeld(ctx context.Context, tx *sql.Tx, tids map[int64]string, delivered []*envelope.Event, failures []failure, now time.Time, res pollResult) (pollResult, error) {
+	var err error
+	marked := int64(-1)
+	if len(delivered) > 0 {
+		var out sql.Result
+		rows := tidArg(delivered, tids)
+		if r.cfg.DeleteOnPublish {
+			out, err = tx.ExecContext(ctx, r.sql.deletePublishedLocked, r.args([]any{rows})...)
+		} else {
+			out, err = tx.ExecContext(ctx, r.sql.markPublishedLocked, r.args([]any{r.nowArg(), rows, r.cfg.Name})...)
+		}
+		if err == nil {
+			marked, _ = out.RowsAffected()
+		}
+	}
+	var recorded map[int64]sqltime.NullTime
+	if err == nil && len(failures) > 0 {
+		recorded, err = r.markFailedIn(ctx, tx, failures)
+	}
+	if err == nil {
+		err = tx.Commit()
+	} else {
+		_ = tx.Rollback()
+	}
+	recordedAt := r.now() // see markCarry
+	if err != nil {
+		err = stmtErr(ctx, "mark", err)
+		r.log.ErrorContext(ctx, "herald/relay: could not mark a batch leased by lock (LeaseByLock); its events are pending again and will be delivered again",
+			slog.String("relay", r.cfg.Name), slog.Int("delivered", len(delivered)), slog.Int("failed", len(failures)), slog.Any("error", err))
+	}
+	if len(delivered) > 0 {
+		if err == nil && marked >= 0 {
+			r.warnUnmarked(ctx, len(delivered), marked)
+		}
+		r.observeDelivered(ctx, delivered, now)
+	}
+	if len(failures) > 0 {
+		r.reportFailures(ctx, failures, recorded, err, recordedAt, &res)
+	}
+	return res, err
+}
+
+// tidArg binds the rows of es by their ctids in tids (as their lease by
+// lock returned them) as a tid[] literal: {"(0,1)","(0,2)"}.
+func tidArg(es []*envelope.Event, tids map[int64]string) string {
+	var b strings.Builder
+	b.Grow(len(es) * 12)
+	b.WriteByte('{')
+	for i, e := range es {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		b.WriteString(tids[e.Sequence])
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// reportFailures logs the failures of a batch and tells the Observer, once
+// markFailed returned recorded (err: it did not), and schedules their
+// retries' wake in res, from recordedAt (see markCarry).
+func (r *Relay) reportFailures(ctx context.Context, failures []failure, recorded map[int64]sqltime.NullTime, err error, recordedAt time.Time, res *pollResult) {
+	for _, f := range failures {
+		e := f.event
+		attrs := []any{slog.String("relay", r.cfg.Name), slog.String("event_id", e.ID.String()),
+			slog.Int64("sequence", e.Sequence), slog.String("topic", e.Topic), slog.Int("attempts", f.Attempts), slog.Any("error", f.err)}
+		if e.OrderingKey != "" {
+			attrs = append(attrs, slog.String("ordering_key", e.OrderingKey))
+		}
+		next, ok := recorded[e.Sequence]
+		switch {
+		case err != nil:
+		case !ok:
+			r.log.WarnContext(ctx, "herald/relay: delivery failed; not recorded because the event is no longer leased by this relay",
+				attrs...)
+		case f.Dead:
+			msg := "herald/relay: event dead-lettered: out of attempts; it and later events of its ordering key wait for RetryDeadLettered"
+			if f.Attempts < r.cfg.MaxAttempts {
+				msg = "herald/relay: event dead-lettered: permanent failure, not retried; it and later events of its ordering key wait for RetryDeadLettered"
+			}
+			r.log.ErrorContext(ctx, msg, append(attrs, slog.Int("max_attempts", r.cfg.MaxAttempts))...)
+			if r.cfg.Observer != nil {
+				r.observe(ctx, "DeadLettered", func() {
+					r.cfg.Observer.DeadLettered(ctx, DeadLettered{Relay: r.cfg.Name, Event: e, Err: f.err, Attempts: f.Attempts})
+				})
+			}
+		default:
+			r.log.WarnContext(ctx, "herald/relay: delivery failed; will retry",
+				append(attrs, slog.Time("next_attempt_at", next.Time))...)
+			if r.cfg.Observer != nil {
+				r.observe(ctx, "Failed", func() {
+					r.cfg.Observer.Failed(ctx, Failed{Relay: r.cfg.Name, Event: e, Err: f.err, Attempts: f.Attempts, NextAttemptAt: next.Time})
+				})
+			}
+			due := recordedAt.Add(f.wait)
+			if res.nextDue.IsZero() || due.Before(res.nextDue) {
+				res.nextDue = due
+			}
+			if due.After(res.lastDue) {
+				res.lastDue = due
+			}
+		}
+	}
 }
 
 // observe calls an Observer method. A panic in it is logged, not let
@@ -1196,6 +1317,13 @@ func (r *Relay) markFailed(ctx context.Context, failures []failure) (map[int64]s
 	if r.dialect == envelope.MySQL {
 		return r.markFailedMySQL(ctx, failures)
 	}
+	return r.markFailedIn(ctx, nil, failures)
+}
+
+// markFailedIn is markFailed on PostgreSQL and SQLite; with tx (a batch
+// leased by lock, PostgreSQL) in that transaction, without the leased_by
+// guard (markFailedLockedPostgres).
+func (r *Relay) markFailedIn(ctx context.Context, tx *sql.Tx, failures []failure) (map[int64]sqltime.NullTime, error) {
 	doc, err := json.Marshal(failures)
 	if err != nil {
 		return nil, fmt.Errorf("herald/relay: mark failed: %w", err)
@@ -1204,7 +1332,12 @@ func (r *Relay) markFailed(ctx context.Context, failures []failure) (map[int64]s
 	if r.dialect == envelope.Postgres {
 		args = append(args, r.nowArg())
 	}
-	rows, err := r.query(ctx, r.sql.markFailed, args...)
+	var rows *sql.Rows
+	if tx != nil {
+		rows, err = tx.QueryContext(ctx, r.sql.markFailedLocked, r.args(args)...)
+	} else {
+		rows, err = r.query(ctx, r.sql.markFailed, args...)
+	}
 	if err != nil {
 		return nil, stmtErr(ctx, "mark failed", err)
 	}

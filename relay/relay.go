@@ -90,6 +90,11 @@ type Relay struct {
 	// carried is a delivered batch's mark carried into the next lease's
 	// transaction (pending.go); the poll loop's own.
 	carried *carriedMark
+	// held is the transaction holding the current batch's rows locked
+	// (Config.LeaseByLock): set by lease, committed by markCarry; the
+	// poll's own.
+	held     *sql.Tx
+	heldTids map[int64]string // the held rows' ctids, by sequence
 	// floor is where the next lease's candidate scans start, floorLeases
 	// counts the full leases that set it since the last lease from the
 	// start (see leaseFloor).
@@ -182,6 +187,10 @@ func New(db *sql.DB, d delivery.Delivery, cfg Config) (*Relay, error) {
 		return nil, &envelope.Error{Kind: envelope.ErrUnsupported, Where: "relay.Config.AsyncCommit",
 			Msg: fmt.Sprintf("PostgreSQL only (synchronous_commit); the dialect is %s, whose commits are made durable by the connection's own settings (PRAGMA synchronous): leave AsyncCommit false", dialect)}
 	}
+	if cfg.LeaseByLock && dialect != envelope.Postgres {
+		return nil, &envelope.Error{Kind: envelope.ErrUnsupported, Where: "relay.Config.LeaseByLock",
+			Msg: fmt.Sprintf("PostgreSQL only (row locks held through the delivery with SKIP LOCKED and idle_in_transaction_session_timeout); the dialect is %s: leave LeaseByLock false", dialect)}
+	}
 	t, err := envelope.ParseTable(dialect, cfg.Table)
 	if err != nil {
 		return nil, err
@@ -229,6 +238,9 @@ func New(db *sql.DB, d delivery.Delivery, cfg Config) (*Relay, error) {
 		if dialect == envelope.MySQL {
 			return nil, &envelope.Error{Kind: envelope.ErrUnsupported, Where: "relay.New",
 				Msg: "a delivery.TxDelivery (writes committed with the mark, as delivery/river's) is not supported on MySQL yet: use a plain Delivery (for River, river.NewAtLeastOnce)"}
+		}
+		if cfg.LeaseByLock {
+			return nil, cfgErr("LeaseByLock", "set with a delivery.TxDelivery (%T), whose transaction would wait for the rows the relay's own transaction holds locked: leave LeaseByLock false", d)
 		}
 		r.txd = td
 	}

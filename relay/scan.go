@@ -66,7 +66,8 @@ type leaseScanner struct {
 	created, next       sqltime.NullTime
 	attempts            int
 	leaseUntil          leaseTime
-	pos                 int64 // herald_pos of leaseRunsPostgres, when the lease returns it
+	pos                 int64  // herald_pos of leaseRunsPostgres, when the lease returns it
+	tid                 string // the row's ctid, when a lease by lock returns it (leaseUnorderedLockedPostgres)
 	xv                  []any
 	dest                []any
 }

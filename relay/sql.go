@@ -517,6 +517,46 @@ WHERE ctid = ANY(ARRAY(
     FOR UPDATE SKIP LOCKED))
 RETURNING {columns}{markcount}`
 
+// leaseUnorderedLockedPostgres is leaseUnorderedPostgres with
+// Config.LeaseByLock: the same events, in the same order, locked FOR
+// UPDATE SKIP LOCKED by a transaction the relay keeps open through their
+// delivery and mark (markPublishedLockedPostgres…), and nothing written to
+// them. The lease_until returned is the one the row would have had; the
+// transaction's idle_in_transaction_session_timeout is set to the Lease
+// ($1, in microseconds), so a relay that stops answering loses its locks
+// after one Lease. The name ($2) is written by the mark, not here.
+const leaseUnorderedLockedPostgres = `SELECT {lockcolumns}, e.ctid FROM {table} e
+WHERE e.published_at IS NULL AND e.ordering_key IS NULL AND e.dead_lettered_at IS NULL
+  AND (e.lease_until IS NULL OR e.lease_until < coalesce($3::timestamptz, now()))
+  AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= coalesce($3::timestamptz, now()))
+  AND e.sequence >= $%[1]d::bigint
+  AND coalesce((e.topic <> ALL(ARRAY(SELECT z.topic FROM {paused} z)) {filter}), false)
+  AND (SELECT set_config('idle_in_transaction_session_timeout', (greatest($1::bigint / 1000, 1))::text, true)) IS NOT NULL
+  AND $2::text IS NOT NULL
+ORDER BY e.sequence
+LIMIT $4
+FOR UPDATE OF e SKIP LOCKED`
+
+// The marks of a batch leased by lock (Config.LeaseByLock), run in the
+// lease's transaction: no leased_by guard — the rows are locked by that
+// transaction, so no other relay can have taken them — and the relay's
+// name written with the outcome, as a lease would have written it. The
+// delivered rows are found by the ctids their lease returned (a TID scan,
+// not a descent of the primary key per row): a row locked by this
+// transaction cannot have been updated, deleted or moved by another since.
+const (
+	markPublishedLockedPostgres = `UPDATE {table} SET published_at = coalesce($1::timestamptz, now()), leased_by = $3
+WHERE ctid = ANY($2::tid[]) AND published_at IS NULL{async}`
+	deletePublishedLockedPostgres = `DELETE FROM {table}
+WHERE ctid = ANY($1::tid[]) AND published_at IS NULL{async}`
+	markFailedLockedPostgres = `UPDATE {table} AS t SET attempts = v.attempts, last_error = v.error,
+    next_attempt_at = CASE WHEN v.dead THEN NULL ELSE coalesce($3::timestamptz, now()) + v.backoff_us * interval '1 microsecond' END,
+    dead_lettered_at = CASE WHEN v.dead THEN coalesce($3::timestamptz, now()) END, lease_until = NULL, leased_by = $2
+FROM jsonb_to_recordset($1::jsonb) AS v(sequence bigint, attempts integer, error text, backoff_us bigint, dead boolean)
+WHERE t.sequence = v.sequence AND t.published_at IS NULL{async}
+RETURNING t.sequence, t.next_attempt_at`
+)
+
 // leaseUnorderedMarkedPostgres fills leaseUnorderedPostgres's {mark…}: the
 // mark carried from the last batch — published, or deleted with
 // Config.DeleteOnPublish — as a data-modifying WITH of the lease, the
@@ -793,6 +833,8 @@ type statements struct {
 	lease, leaseWalk                                               string // without and with the key walk
 	leaseUnordered                                                 string // unordered events alone, while a backlog of them drains (PostgreSQL)
 	leaseUnorderedMarked, leaseUnorderedDeleted                    string // leaseUnordered with a carried mark or delete in the statement (PostgreSQL)
+	leaseUnorderedLocked                                           string // leaseUnordered by row locks (Config.LeaseByLock; PostgreSQL)
+	markPublishedLocked, deletePublishedLocked, markFailedLocked   string // the marks of a batch leased by lock, in its transaction
 	leaseRuns, leaseRunsWalk                                       string // the same, leasing runs of a key (PostgreSQL; on SQLite = lease, leaseWalk)
 	leaseSuccessorsMarked, leaseSuccessorsDeleted                  string // a carried mark or delete and the next events of its keys (PostgreSQL)
 	walkEnd                                                        string // where the next key walk starts after, for a walk that leased nothing (Relay.walkedTo)
@@ -1001,6 +1043,11 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 		st.leaseUnordered = unordered("", "", "")
 		st.leaseUnorderedMarked = unordered(carriedMarkCTEPostgres, carriedExclusionPostgres, carriedCountPostgres)
 		st.leaseUnorderedDeleted = unordered(carriedDeleteCTEPostgres, carriedExclusionPostgres, carriedCountPostgres)
+		lockCols := strings.Replace(b.columns, ", lease_until, ", ", coalesce($3::timestamptz, now()) + $1::bigint * interval '1 microsecond' AS lease_until, ", 1)
+		st.leaseUnorderedLocked = b.render(fmt.Sprintf(strings.ReplaceAll(leaseUnorderedLockedPostgres, "{lockcolumns}", lockCols), n5), fu, "")
+		st.markPublishedLocked = b.render(markPublishedLockedPostgres, "", "")
+		st.deletePublishedLocked = b.render(deletePublishedLockedPostgres, "", "")
+		st.markFailedLocked = b.render(markFailedLockedPostgres, "", "")
 		st.fusedMark = b.render(fmt.Sprintf(fusedMarkSQL, markPublishedPostgres), "", "")
 		st.fusedDelete = b.render(fmt.Sprintf(fusedMarkSQL, deletePublishedPostgres), "", "")
 	}

@@ -41,6 +41,8 @@ const (
 	envChildReceiver = "HERALD_FAULTS_CHILD_RECEIVER"
 	envChildName     = "HERALD_FAULTS_CHILD_NAME"
 	envChildLease    = "HERALD_FAULTS_CHILD_LEASE"
+	envChildByLock   = "HERALD_FAULTS_CHILD_LEASE_BY_LOCK"
+	envChildBatch    = "HERALD_FAULTS_CHILD_BATCH"
 	// EnvFull selects the full run (minutes) instead of the CI-safe subset.
 	EnvFull = "HERALD_FAULTS"
 )
@@ -139,6 +141,10 @@ func TestFaultRelayChild(t *testing.T) {
 	if lease == 0 { // the default-lease run
 		cfg.Lease, cfg.DeliveryTimeout = 0, 0
 	}
+	cfg.LeaseByLock = os.Getenv(envChildByLock) == "1"
+	if b, err := strconv.Atoi(os.Getenv(envChildBatch)); err == nil && b > 0 {
+		cfg.BatchSize = b
+	}
 	r, err := relay.New(db, d, cfg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "relay %s: New: %v\n", name, err)
@@ -167,6 +173,12 @@ type plan struct {
 	cuts      int           // every connection through the proxy cut
 	stops     int           // SIGSTOP for 2 × lease, then SIGCONT
 	drainWait time.Duration // how long the drain may take after the last fault
+	// byLock runs the relays with LeaseByLock, batch is their BatchSize
+	// (0: 50), and the first unordered writers write unordered events
+	// alone: a backlog of them is what the relay leases by lock.
+	byLock    bool
+	batch     int
+	unordered int
 }
 
 // TestFaults runs writers and relay processes against a private PostgreSQL
@@ -183,6 +195,8 @@ func TestFaults(t *testing.T) {
 	plans := map[string]plan{
 		"short-lease": {duration: 6 * time.Second, writers: 3, txRate: 40, relays: 3, lease: 2 * time.Second,
 			kills: 3, crashes: 1, cuts: 1, stops: 1, drainWait: 3 * time.Minute},
+		"lease-by-lock": {duration: 6 * time.Second, writers: 3, txRate: 40, relays: 3, lease: 2 * time.Second,
+			kills: 3, crashes: 1, cuts: 1, stops: 1, drainWait: 3 * time.Minute, byLock: true, batch: 10, unordered: 2},
 	}
 	if full {
 		plans = map[string]plan{
@@ -190,6 +204,8 @@ func TestFaults(t *testing.T) {
 				kills: 24, crashes: 3, cuts: 6, stops: 3, drainWait: 5 * time.Minute},
 			"default-lease": {duration: 90 * time.Second, writers: 6, txRate: 40, relays: 3, lease: 0,
 				kills: 4, crashes: 1, cuts: 2, stops: 1, drainWait: 6 * time.Minute},
+			"lease-by-lock": {duration: 3 * time.Minute, writers: 6, txRate: 40, relays: 3, lease: 2 * time.Second,
+				kills: 24, crashes: 3, cuts: 6, stops: 3, drainWait: 5 * time.Minute, byLock: true, batch: 10, unordered: 4},
 		}
 	}
 	names := make([]string, 0, len(plans))
@@ -325,7 +341,10 @@ func runFaults(t *testing.T, p plan) {
 		cmu.Unlock()
 		cmd := exec.Command(os.Args[0], "-test.run=^TestFaultRelayChild$", "-test.count=1")
 		cmd.Env = append(os.Environ(), envChildDSN+"="+viaProxy, envChildReceiver+"="+srv.URL,
-			envChildName+"="+name, envChildLease+"="+p.lease.String())
+			envChildName+"="+name, envChildLease+"="+p.lease.String(), envChildBatch+"="+strconv.Itoa(p.batch))
+		if p.byLock {
+			cmd.Env = append(cmd.Env, envChildByLock+"=1")
+		}
 		logf, err := os.Create(filepath.Join(logDir, name+".log"))
 		if err != nil {
 			t.Fatal(err)
@@ -429,9 +448,17 @@ func runFaults(t *testing.T, p plan) {
 				var tokens []string
 				rollback := rng.IntN(10) == 0
 				err := gdb.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-					for i := range 1 + rng.IntN(3) {
+					events := 1 + rng.IntN(3)
+					if w < p.unordered {
+						events = 20 // a backlog of unordered events: full leases, taken by lock
+					}
+					for i := range events {
 						tk := fmt.Sprintf("w%d-%d-%d", w, n, i)
-						switch op := rng.IntN(18); {
+						op := rng.IntN(18)
+						if w < p.unordered {
+							op = 12 // an unordered event (below)
+						}
+						switch {
 						case op < 4:
 							if err := tx.Create(&Account{Token: tk}).Error; err != nil {
 								return err
@@ -450,8 +477,12 @@ func runFaults(t *testing.T, p plan) {
 								return err
 							}
 						case op < 17:
+							key := "note:" + strconv.Itoa(rng.IntN(3))
+							if w < p.unordered {
+								key = ""
+							}
 							if _, err := gormcapture.Enqueue(tx, envelope.Message{Topic: "faults.note",
-								OrderingKey: "note:" + strconv.Itoa(rng.IntN(3)),
+								OrderingKey: key,
 								Payload:     map[string]any{"token": tk}}); err != nil {
 								return err
 							}
@@ -717,6 +748,20 @@ func runFaults(t *testing.T, p plan) {
 	}
 	t.Logf("lost %d, rolled back delivered %d, per-key order violations %d, version order violations %d; drain after the last fault %s",
 		lost, phantom, orderViolations, versionViolations, drain.Round(time.Millisecond))
+	if p.byLock {
+		// A lease by lock writes no lease_until: the mark writes the
+		// relay's name alone.
+		var byLock, published int
+		if err := setup.QueryRowContext(ctx, `SELECT count(*) FILTER (WHERE lease_until IS NULL AND leased_by IS NOT NULL), count(*)
+			FROM herald_outbox WHERE published_at IS NOT NULL`).Scan(&byLock, &published); err != nil {
+			t.Error(err)
+		} else {
+			t.Logf("published under a lease by lock: %d of %d events", byLock, published)
+			if byLock == 0 {
+				t.Error("no event was leased by lock: the run did not exercise LeaseByLock")
+			}
+		}
+	}
 	if lostCommitted > 0 {
 		t.Errorf("%d events whose transaction committed are not in the ledger: the database lost a commit", lostCommitted)
 	}

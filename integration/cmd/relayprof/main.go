@@ -68,6 +68,7 @@ func main() {
 		keys    = flag.Int("keys", 0, "spread the events over this many ordering keys (0: unordered)")
 		explain = flag.Float64("explain", 0, "when this fraction of the backlog is delivered, EXPLAIN (ANALYZE, BUFFERS) the relay's last lease (0: never)")
 		async   = flag.Bool("async-commit", false, "the relay's AsyncCommit")
+		byLock  = flag.Bool("lease-by-lock", false, "the relay's LeaseByLock")
 		plans   = flag.Int("plans", 0, "with -explain: run the lease this many times with a custom and a generic plan each and report the server's planning and execution times")
 		replay  = flag.Bool("replay", false, "after the drain, drain the same backlog again with the relay's own lease and carried mark statements replayed in a bare loop (rows read as raw bytes, no Events, no delivery): the statements' share of the relay's rate")
 		cpuprof = flag.String("cpuprofile", "", "write a CPU profile of the relay's drain to this file")
@@ -123,7 +124,7 @@ func main() {
 		}
 	}}
 	r, err := relay.New(db, delivery.Func(func(context.Context, *envelope.Event) error { return nil }), relay.Config{
-		Dialect: envelope.Postgres, BatchSize: *batch, AsyncCommit: *async, Observer: obs, Logger: slog.New(slog.DiscardHandler),
+		Dialect: envelope.Postgres, BatchSize: *batch, AsyncCommit: *async, LeaseByLock: *byLock, Observer: obs, Logger: slog.New(slog.DiscardHandler),
 	})
 	check(err)
 	tr.reset()
