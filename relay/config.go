@@ -207,14 +207,20 @@ type Config struct {
 	// Only the lease of unordered events from the lease floor — the
 	// relay's statement while a backlog of them drains — takes locks;
 	// keyed events and the lease from the start of the table are leased
-	// as always, so per-key order is what it is without it. What it costs:
-	// one pooled connection and one open transaction per relay while a
-	// batch is out (a long delivery holds back the database's cleanup
-	// horizon for that long), and the events out are not seen as leased
-	// (lease_until stays empty; Backlog counts them pending). It cannot
-	// be combined with a delivery.TxDelivery (New returns an
+	// as always, so per-key order is what it is without it.
+	//
+	// What it costs: one pooled connection and one open transaction per
+	// relay while a batch is out (a long delivery holds back the
+	// database's cleanup horizon for that long; a delivery that writes
+	// through the same *sql.DB needs a second connection), and the events
+	// out are not seen as leased (lease_until stays empty). A mark carried
+	// from the batch before (one that held keyed events) runs in the same
+	// transaction: if that transaction does not commit, those events are
+	// delivered again once their lease runs out, as after any failed mark.
+	// It cannot be combined with a delivery.TxDelivery (New returns an
 	// envelope.ErrConfiguration error), and on SQLite or MySQL New returns
-	// an envelope.ErrUnsupported error.
+	// an envelope.ErrUnsupported error. BENCHMARKS.md, "Leases by lock",
+	// has what it gains.
 	LeaseByLock bool
 
 	// CleanupInterval is how often the scheduled cleanup runs (±10%

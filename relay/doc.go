@@ -180,6 +180,16 @@
 // in a drain. With Config.DeleteOnPublish no published history is
 // kept, and a delivered event's idempotency key is free again.
 //
+// With Config.LeaseByLock (PostgreSQL) a drain's batches of unordered
+// events are leased by the row locks of a transaction held open through
+// their delivery, and marked in it: each event is written once (its mark)
+// instead of twice (its lease, then its mark). The transaction's
+// idle_in_transaction_session_timeout is the Lease, so a relay that stops
+// answering loses the batch after one Lease, as it would lose a lease.
+// Keyed events are leased as always. The transaction holds a pooled
+// connection while the batch is out: a delivery that writes through the
+// same *sql.DB needs another.
+//
 // # Operations
 //
 // A Relay also owns the operations on its table: [Relay.RetryDeadLettered],

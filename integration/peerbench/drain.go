@@ -50,6 +50,7 @@ func drainCases() []drainCase {
 		{"herald relay, batch 1000, 1 relay, BatchDelivery, LeaseByLock", heraldDrainConfig(1, true, relay.Config{BatchSize: 1000, LeaseByLock: true})},
 		{"herald relay, batch 1000, 2 relays, BatchDelivery, LeaseByLock", heraldDrainConfig(2, true, relay.Config{BatchSize: 1000, LeaseByLock: true})},
 		{"herald relay, defaults (batch 100, 1 relay, delivery.Func), LeaseByLock", heraldDrainConfig(1, false, relay.Config{LeaseByLock: true})},
+		{"herald relay, batch 1000, 1 relay, BatchDelivery, DeleteOnPublish, LeaseByLock", heraldDrainConfig(1, true, relay.Config{BatchSize: 1000, DeleteOnPublish: true, LeaseByLock: true})},
 		{"herald relay, batch 1000, 1 relay, BatchDelivery, DeleteOnPublish", heraldDrainConfig(1, true, relay.Config{BatchSize: 1000, DeleteOnPublish: true})},
 		{"herald relay, batch 10000, 1 relay, BatchDelivery, DeleteOnPublish", heraldDrainConfig(1, true, relay.Config{BatchSize: 10000, DeleteOnPublish: true})},
 		{"bare lease-and-mark loop (relaybench), batch 100, 1 worker", bareDrain(100, 1)},

@@ -7,7 +7,9 @@
 //   - drain: a backlog of -events events delivered to a no-op handler by
 //     herald's relay (defaults; batch 1000 with one relay, two relays, and
 //     one relay on 1,000 ordering keys; batch 10,000; DeleteOnPublish at
-//     batch 1000 and 10,000), the bare lease-and-mark loop of
+//     batch 1000 and 10,000; LeaseByLock at the defaults, at batch 1000
+//     with one relay and two, and with DeleteOnPublish), the bare
+//     lease-and-mark loop of
 //     integration/relaybench (batch 100 and 1000, one worker and two; batch
 //     10,000; batch 1000 on 1,000 ordering keys), watermill-sql v4's subscriber and watermill's
 //     forwarder (components/forwarder, reading the same SQL subscriber and
