@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -134,6 +135,22 @@ func start(t testing.TB, r *Relay) {
 			t.Error(err)
 		}
 	})
+}
+
+// failingOnce is a recorder whose first attempt at each event fails with
+// msg; the next succeeds.
+func failingOnce(msg string) *recorder {
+	var mu sync.Mutex
+	failed := map[uuid.UUID]bool{}
+	return &recorder{fail: func(e *envelope.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if !failed[e.ID] {
+			failed[e.ID] = true
+			return errors.New(msg)
+		}
+		return nil
+	}}
 }
 
 // recorder is a delivery that records what it is given.

@@ -239,17 +239,7 @@ func TestLeaseByLockRecordsFailures(t *testing.T) {
 	e := newEnv(t, envelope.Postgres)
 	const n = 60
 	fillKeyed(t, e, n, 0)
-	var mu sync.Mutex
-	seen := map[uuid.UUID]bool{}
-	rec := &recorder{fail: func(ev *envelope.Event) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if !seen[ev.ID] {
-			seen[ev.ID] = true
-			return errors.New("first attempt refused")
-		}
-		return nil
-	}}
+	rec := failingOnce("first attempt refused")
 	r := e.newRelay(t, rec, Config{Name: "locker", BatchSize: 10, LeaseByLock: true})
 	var locked atomic.Int64
 	r.onLease = func(q string) {

@@ -795,17 +795,7 @@ func TestRetriesSpreadByJitterAllComeDue(t *testing.T) {
 			ms[i] = msg("fails once", "", i)
 		}
 		e.enqueue(t, ms...)
-		var mu sync.Mutex
-		failed := map[int64]bool{}
-		rec := &recorder{fail: func(e *envelope.Event) error {
-			mu.Lock()
-			defer mu.Unlock()
-			if !failed[e.Sequence] {
-				failed[e.Sequence] = true
-				return errors.New("the first attempt fails")
-			}
-			return nil
-		}}
+		rec := failingOnce("the first attempt fails")
 		r := e.newRelay(t, rec, Config{RetryBase: time.Second, RetryMax: time.Second,
 			MinPollInterval: 10 * time.Millisecond, PollMultiplier: 1e12, MaxPollInterval: 10 * time.Minute})
 		start(t, r)
