@@ -177,36 +177,29 @@ func (r *Relay) beginLeaseWith(ctx context.Context, carried *carriedMark, jitOff
 	if !jitOff && carried == nil {
 		return leaseTx{}, nil
 	}
-	tx, err := r.db.BeginTx(ctx, nil)
-	if err != nil {
-		return leaseTx{}, err
-	}
-	if carried != nil {
-		err = r.markCarriedIn(ctx, tx, carried)
-	} else {
-		_, err = tx.ExecContext(ctx, jitOffSQL)
-	}
-	if err != nil {
-		_ = tx.Rollback()
-		return leaseTx{}, err
-	}
-	return leaseTx{tx}, nil
+	return r.beginTx(ctx, ctx, carried, jitOff)
 }
 
 // beginLocked opens the transaction of a lease by lock
 // (Config.LeaseByLock), which lasts until the batch's mark: it is begun
 // without the lease's deadline or the run's cancellation, which would roll
 // it back (database/sql does when a transaction's context ends) under a
-// mark still to come. A mark carried runs first in it (and sets jit off);
-// else, with jitOff, it sets jit off for the lease.
+// mark still to come.
 func (r *Relay) beginLocked(ctx context.Context, carried *carriedMark, jitOff bool) (leaseTx, error) {
-	tx, err := r.db.BeginTx(context.WithoutCancel(ctx), nil)
+	return r.beginTx(context.WithoutCancel(ctx), ctx, carried, jitOff)
+}
+
+// beginTx begins a lease's transaction, bound to txCtx, and runs its first
+// statement with ctx: the mark carried, if any (which sets jit off too),
+// else SET LOCAL jit = off when jitOff.
+func (r *Relay) beginTx(txCtx, ctx context.Context, carried *carriedMark, jitOff bool) (leaseTx, error) {
+	tx, err := r.db.BeginTx(txCtx, nil)
 	if err != nil {
 		return leaseTx{}, err
 	}
 	switch {
 	case carried != nil:
-		err = r.markCarriedIn(ctx, tx, carried) // sets jit off too
+		err = r.markCarriedIn(ctx, tx, carried)
 	case jitOff:
 		_, err = tx.ExecContext(ctx, jitOffSQL)
 	}
