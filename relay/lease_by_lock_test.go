@@ -198,7 +198,7 @@ func TestLeaseByLockLostWhenTheRelayStopsAnswering(t *testing.T) {
 		t.Fatalf("lease by lock: %d events, held %v, %v", len(held), a.held != nil, err)
 	}
 	var timeout string
-	if err := a.held.QueryRow(`SHOW idle_in_transaction_session_timeout`).Scan(&timeout); err != nil || timeout != "1s" {
+	if err := a.held.tx.QueryRow(`SHOW idle_in_transaction_session_timeout`).Scan(&timeout); err != nil || timeout != "1s" {
 		t.Fatalf("the held transaction's idle_in_transaction_session_timeout is %q (%v), want the Lease, 1s", timeout, err)
 	}
 	// a says nothing more. b takes the held batch once the server ended

@@ -324,7 +324,7 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 		return nil, nil, stmtErr(ctx, "lease query", err)
 	}
 	if locked && len(got) > 0 {
-		r.held, r.heldTids = ltx.tx, tids // committed with the batch's mark (markHeld)
+		r.held = &heldLease{tx: ltx.tx, tids: tids} // committed with the batch's mark (markHeld)
 	} else if err := ltx.commit(); err != nil {
 		return nil, nil, stmtErr(ctx, "lease query", err)
 	}
@@ -866,7 +866,7 @@ func (r *Relay) startRenewal(ctx context.Context, batch []*envelope.Event, since
 		defer ren.running.Done()
 		started := r.now()
 		if held != nil {
-			r.keepHeld(ctx, held, len(batch))
+			r.keepHeld(ctx, held.tx, len(batch))
 		} else {
 			if seqs == "" {
 				seqs = r.seqArg(batch)
@@ -1079,8 +1079,8 @@ func (r *Relay) markCarry(runCtx context.Context, batch []*envelope.Event, errs 
 		res                 pollResult
 	)
 	forced := runCtx.Err() != nil
-	tx, tids := r.held, r.heldTids // a batch leased by lock: marked in its transaction, then committed
-	r.held, r.heldTids = nil, nil
+	held := r.held // a batch leased by lock: marked in its transaction, then committed
+	r.held = nil
 	for i, e := range batch {
 		err := errs[i]
 		switch {
@@ -1116,8 +1116,8 @@ func (r *Relay) markCarry(runCtx context.Context, batch []*envelope.Event, errs 
 		}
 	}
 	var errOut []error
-	if tx != nil {
-		return r.markHeld(ctx, tx, tids, delivered, failures, now, res)
+	if held != nil {
+		return r.markHeld(ctx, held, delivered, failures, now, res)
 	}
 	if len(delivered) > 0 {
 		if carry {
@@ -1158,20 +1158,29 @@ func (r *Relay) markCarry(runCtx context.Context, batch []*envelope.Event, errs 
 	return res, errors.Join(errOut...)
 }
 
+// heldLease is a batch leased by lock (Config.LeaseByLock): the
+// transaction holding its rows locked, and each row's ctid by sequence, as
+// the lease returned them (for the mark: tidArg).
+type heldLease struct {
+	tx   *sql.Tx
+	tids map[int64]string
+}
+
 // markHeld writes the outcome of a batch leased by lock
-// (Config.LeaseByLock) in the lease's transaction tx and commits it: the
+// (Config.LeaseByLock) in the lease's transaction and commits it: the
 // mark of the delivered events and the failures' in one commit, which
 // also releases the batch's locks. The events released (a forced stop)
 // need nothing: the commit unlocks them as they were. If a statement or
 // the commit fails, none of it holds (the transaction is rolled back, or
 // its outcome is unknown): the batch is pending again and is delivered
 // again, as after a failed mark.
-func (r *Relay) markHeld(ctx context.Context, tx *sql.Tx, tids map[int64]string, delivered []*envelope.Event, failures []failure, now time.Time, res pollResult) (pollResult, error) {
+func (r *Relay) markHeld(ctx context.Context, held *heldLease, delivered []*envelope.Event, failures []failure, now time.Time, res pollResult) (pollResult, error) {
+	tx := held.tx
 	var err error
 	marked := int64(-1)
 	if len(delivered) > 0 {
 		var out sql.Result
-		rows := tidArg(delivered, tids)
+		rows := tidArg(delivered, held.tids)
 		if r.cfg.DeleteOnPublish {
 			out, err = tx.ExecContext(ctx, r.sql.deletePublishedLocked, r.args([]any{rows})...)
 		} else {

@@ -90,11 +90,9 @@ type Relay struct {
 	// carried is a delivered batch's mark carried into the next lease's
 	// transaction (pending.go); the poll loop's own.
 	carried *carriedMark
-	// held is the transaction holding the current batch's rows locked
-	// (Config.LeaseByLock): set by lease, committed by markCarry; the
-	// poll's own.
-	held     *sql.Tx
-	heldTids map[int64]string // the held rows' ctids, by sequence
+	// held is the current batch's lease by lock (Config.LeaseByLock): set
+	// by lease, committed by markCarry (markHeld); the poll's own.
+	held *heldLease
 	// floor is where the next lease's candidate scans start, floorLeases
 	// counts the full leases that set it since the last lease from the
 	// start (see leaseFloor).
