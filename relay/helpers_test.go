@@ -137,6 +137,16 @@ func start(t testing.TB, r *Relay) {
 	})
 }
 
+// stop stops r and waits for its last batch's marks.
+func stop(t testing.TB, r *Relay) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := r.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // failingOnce is a recorder whose first attempt at each event fails with
 // msg; the next succeeds.
 func failingOnce(msg string) *recorder {

@@ -261,16 +261,6 @@ func TestLeaseByLockRecordsFailures(t *testing.T) {
 	}
 }
 
-// stop stops r and waits for its last batch's marks.
-func stop(t testing.TB, r *Relay) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := r.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // txFunc is a delivery.TxDelivery made of a function.
 type txFunc func(context.Context, *envelope.Event) error
 

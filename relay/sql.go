@@ -1043,8 +1043,11 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 		st.leaseUnordered = unordered("", "", "")
 		st.leaseUnorderedMarked = unordered(carriedMarkCTEPostgres, carriedExclusionPostgres, carriedCountPostgres)
 		st.leaseUnorderedDeleted = unordered(carriedDeleteCTEPostgres, carriedExclusionPostgres, carriedCountPostgres)
+		// The columns the lease returns, lease_until being the one a
+		// written lease would have set; filled in after Sprintf, as
+		// render fills {columns}.
 		lockCols := strings.Replace(b.columns, ", lease_until, ", ", coalesce($3::timestamptz, now()) + $1::bigint * interval '1 microsecond' AS lease_until, ", 1)
-		st.leaseUnorderedLocked = b.render(fmt.Sprintf(strings.ReplaceAll(leaseUnorderedLockedPostgres, "{lockcolumns}", lockCols), n5), fu, "")
+		st.leaseUnorderedLocked = b.render(strings.ReplaceAll(fmt.Sprintf(leaseUnorderedLockedPostgres, n5), "{lockcolumns}", lockCols), fu, "")
 		st.markPublishedLocked = b.render(markPublishedLockedPostgres, "", "")
 		st.deletePublishedLocked = b.render(deletePublishedLockedPostgres, "", "")
 		st.markFailedLocked = b.render(markFailedLockedPostgres, "", "")
