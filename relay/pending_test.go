@@ -224,6 +224,59 @@ func TestLeaseFloorReachesBelow(t *testing.T) {
 	t.Fatalf("event %d below the floor was not leased in %d leases", first, floorEvery)
 }
 
+// TestShortLeaseFromTheStartLeasesAgain: in a drain, the periodic lease
+// from the start of the table that comes back empty — its candidates, the
+// first pending events of its snapshot, all taken by another relay — is
+// followed at once by a lease from the floor, not by a wait of the poll
+// interval. Here another transaction locks those candidates just before
+// that lease runs, and the poll interval is an hour: the events past
+// them are delivered only if the relay leases again at once.
+func TestShortLeaseFromTheStartLeasesAgain(t *testing.T) {
+	t.Parallel()
+	for _, byLock := range []bool{false, true} {
+		t.Run(fmt.Sprintf("LeaseByLock=%v", byLock), func(t *testing.T) {
+			t.Parallel()
+			const n, batch = 400, 10
+			e := newEnv(t, envelope.Postgres)
+			fillKeyed(t, e, n, 0)
+			rec := &recorder{}
+			r := e.newRelay(t, rec, Config{BatchSize: batch, LeaseByLock: byLock, MinPollInterval: time.Hour, MaxPollInterval: time.Hour})
+			r.fromStartEvery = true
+			ctx := context.Background()
+			blocker, err := e.db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = blocker.Rollback() }()
+			var blocked atomic.Int64 // events the blocker locked
+			r.onLease = func(q string) {
+				// The poll loop's goroutine, before the statement: the
+				// periodic lease from the start (a floor replaced).
+				if blocked.Load() > 0 || q != r.sql.lease || r.floor.Load() != 0 || r.resume == 0 {
+					return
+				}
+				var k int64
+				err := blocker.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT sequence FROM herald_outbox
+WHERE published_at IS NULL AND (lease_until IS NULL OR lease_until < now())
+ORDER BY sequence LIMIT $1 FOR UPDATE SKIP LOCKED) c`, 2*batch).Scan(&k)
+				if err != nil {
+					t.Error(err)
+				}
+				blocked.Store(k)
+			}
+			start(t, r)
+			testkit.Eventually(t, 30*time.Second, func() bool {
+				k := blocked.Load()
+				return k > 0 && rec.count() == n-int(k)
+			}, "the events past the locked ones were not delivered: the relay waited its poll interval after the empty lease from the start")
+			if k := blocked.Load(); k != 2*batch {
+				t.Fatalf("the blocker locked %d events, want %d (the lease's candidates)", k, 2*batch)
+			}
+			stop(t, r)
+		})
+	}
+}
+
 // After a full lease of unordered events the next one starts after that
 // batch, which its statement leaves out anyway (it carries the batch's
 // mark); after a full lease that held keyed events it starts at the

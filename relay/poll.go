@@ -146,9 +146,13 @@ const (
 // duration, at most fromStartMaxWait (fromStartDue). The floor narrows the
 // candidate sources only; every predicate is checked as before.
 func (r *Relay) leaseFloor(full bool, lowest int64) {
+	r.resume = 0
 	if !full || (r.floorLeases.Add(1) >= floorEvery && r.fromStartDue()) {
 		r.floorLeases.Store(0)
 		r.floor.Store(0)
+		if full {
+			r.resume = lowest
+		}
 		return
 	}
 	r.floor.Store(lowest)
@@ -358,7 +362,28 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 		r.successors = false
 		return r.lease(ctx)
 	}
+	resume, unordered := r.resume, r.unordered.Load()
 	r.afterLease(got, runs, floored, successors)
+	if fromStart && resume > 0 && len(got) < r.cfg.BatchSize {
+		// The periodic lease from the start of the table came back short
+		// in a drain: not proof that the drain is over. It scans further
+		// than a lease from the floor, and with another relay draining
+		// beside it its candidates — the first pending events in its
+		// snapshot — may all have been published or locked by that
+		// relay's next lease before its own locks reached them (two
+		// relays by lock: the second idled for a poll interval, then
+		// another, most of a drain of 100,000 events; BENCHMARKS.md,
+		// "fourteenth pass"). Nothing below the floor was free for it,
+		// or it would have locked it: lease again at once, from the
+		// floor — of unordered events alone when the lease before took
+		// them alone and this one found no keyed event (a lease that
+		// scans from the floor without candidates from a snapshot) — and
+		// wait only if that lease is short too.
+		r.floor.Store(resume)
+		r.walk.Store(0)
+		r.unordered.Store(unordered && !slices.ContainsFunc(got, func(l leased) bool { return l.e.OrderingKey != "" }))
+		r.leaseAgain = true
+	}
 	slices.SortFunc(got, func(a, b leased) int { return cmp.Compare(a.e.Sequence, b.e.Sequence) })
 	// Of each key, keep the run's positions 1, 2, 3… without a gap: an
 	// event whose predecessor in its run is not in the batch (a follower

@@ -97,6 +97,12 @@ type Relay struct {
 	// counts the full leases that set it since the last lease from the
 	// start (see leaseFloor).
 	floor, floorLeases atomic.Int64
+	// resume is the floor a lease from the start of the table replaced
+	// in a drain (the floor the full lease before it set), 0 when none;
+	// leaseAgain: that lease came back short, so the poll loop leases
+	// again at once, from resume (see lease). The poll loop's own.
+	resume     int64
+	leaseAgain bool
 	// fromStartCost and fromStartEnd: how long the last floored lease from
 	// the start of the table took, and when it ended (fromStartDue);
 	// fromStartEvery (tests): no pacing, every floorEvery-th lease. The
@@ -602,13 +608,17 @@ func (r *Relay) loop(soft, hard context.Context, ru *run) {
 		dues = addDue(dues, res.lastDue, r.cfg.MinPollInterval)
 		var wait time.Duration
 		// A full batch means more may be waiting: poll again at once. So
+		// does a lease from the start of the table that came back short in
+		// a drain (lease: it leases again from the floor). So
 		// may a batch that delivered events with an ordering key, however
 		// small: on SQLite a batch holds one event per key (on PostgreSQL
 		// and MySQL a run may stop short of its key's end), so the next event of each
 		// of those keys became due just now, and a backlog of few keys
 		// never fills a batch — waiting here would deliver one event per
 		// key per poll interval.
-		if err == nil && (res.leased == r.cfg.BatchSize || res.keyed > 0) {
+		again := r.leaseAgain
+		r.leaseAgain = false
+		if err == nil && (res.leased == r.cfg.BatchSize || res.keyed > 0 || again) {
 			p.full()
 			continue
 		}
