@@ -468,7 +468,7 @@ func one(name, unit string, run func(context.Context, config) (float64, string, 
 func sectionNote(sec string, cfg config) string {
 	switch sec {
 	case "drain":
-		return fmt.Sprintf("Drain of %d pending events (~250-byte JSON payload) to a no-op handler, timed from start until the last event is acknowledged/marked. Each drain starts from a freshly filled table.", cfg.events)
+		return fmt.Sprintf("Drain of %d pending events (~250-byte JSON payload) to a no-op handler, timed from start until the last event is acknowledged/marked. Each drain starts from a freshly filled table. Notes, per round, for herald's relay and the bare loop: the CPU time the drain took per 1,000 events, on the client (this process: the relays or the loop's workers) and on the server (every postgres process on this machine; only when the server runs here).", cfg.events)
 	case "backlog":
 		return "Drains of backlogs of each -backlogs size with the relay at its defaults (batch 100, one relay, delivery.Func), each from a freshly filled table, at the server's settings as listed above (JIT as configured there): the rate should not fall with the size. Beside each, the bare lease-and-mark loop (batch 100, 1 worker) drains the same backlog: what a larger table costs a loop with nothing else in it."
 	case "producer":

@@ -49,6 +49,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -72,6 +73,7 @@ func main() {
 		plans   = flag.Int("plans", 0, "with -explain: run the lease this many times with a custom and a generic plan each and report the server's planning and execution times")
 		replay  = flag.Bool("replay", false, "after the drain, drain the same backlog again with the relay's own lease and carried mark statements replayed in a bare loop (rows read as raw bytes, no Events, no delivery): the statements' share of the relay's rate")
 		cpuprof = flag.String("cpuprofile", "", "write a CPU profile of the relay's drain to this file")
+		relays  = flag.Int("relays", 1, "relays draining the backlog side by side (statement times are summed over them; their shares are of the relays' time, the drain's × relays)")
 		analyze = flag.Bool("analyze", false, "ANALYZE the filled table before the drain, as autovacuum would have (the planner then plans with statistics)")
 	)
 	flag.Parse()
@@ -123,21 +125,35 @@ func main() {
 			close(done)
 		}
 	}}
-	r, err := relay.New(db, delivery.Func(func(context.Context, *envelope.Event) error { return nil }), relay.Config{
-		Dialect: envelope.Postgres, BatchSize: *batch, AsyncCommit: *async, LeaseByLock: *byLock, Observer: obs, Logger: slog.New(slog.DiscardHandler),
-	})
-	check(err)
+	if *relays < 1 || *relays > 1 && *replay {
+		check(fmt.Errorf("relayprof: -relays %d: at least 1, and 1 with -replay (it replays one relay's statements)", *relays))
+	}
+	rs := make([]*relay.Relay, *relays)
+	for i := range rs {
+		r, err := relay.New(db, delivery.Func(func(context.Context, *envelope.Event) error { return nil }), relay.Config{
+			Dialect: envelope.Postgres, Name: fmt.Sprintf("relayprof-%d", i), BatchSize: *batch, AsyncCommit: *async, LeaseByLock: *byLock,
+			Observer: obs, Logger: slog.New(slog.DiscardHandler),
+		})
+		check(err)
+		rs[i] = r
+	}
 	tr.reset()
 	if *cpuprof != "" {
 		f, err := os.Create(*cpuprof)
 		check(err)
 		check(pprof.StartCPUProfile(f))
 	}
+	cpu0 := cpuTime()
 	start := time.Now()
-	check(r.Start(ctx))
+	for _, r := range rs {
+		check(r.Start(ctx))
+	}
 	<-done
-	check(r.Stop(ctx)) // writes a mark still carried
+	for _, r := range rs {
+		check(r.Stop(ctx)) // writes a mark still carried
+	}
 	wall := time.Since(start)
+	cpu := cpuTime() - cpu0
 	if *cpuprof != "" {
 		pprof.StopCPUProfile()
 	}
@@ -149,10 +165,11 @@ func main() {
 	_ = admin.QueryRowContext(ctx, `SELECT current_setting('server_version')`).Scan(&version)
 	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Printf("# relayprof %s\n\n", time.Now().UTC().Format(time.RFC3339))
-	fmt.Printf("PostgreSQL %s; load average %s; %d events (%s), BatchSize %d, one relay, a no-op delivery\n\n",
-		version, strings.Join(strings.Fields(string(load))[:3], " "), *n, ordered(*keys), *batch)
-	fmt.Printf("drain: %s, %.0f events/s; %d polls of %.1f ms\n\n", wall.Round(time.Millisecond), float64(*n)/wall.Seconds(),
-		tr.polls(), float64(wall.Microseconds())/1000/float64(max(tr.polls(), 1)))
+	fmt.Printf("PostgreSQL %s; load average %s; %d events (%s), BatchSize %d, %s, a no-op delivery\n\n",
+		version, strings.Join(strings.Fields(string(load))[:3], " "), *n, ordered(*keys), *batch, relayCount(*relays))
+	relayTime := wall * time.Duration(*relays)
+	fmt.Printf("drain: %s, %.0f events/s; %d polls of %.1f ms; this process's CPU %.2f ms per 1,000 events\n\n", wall.Round(time.Millisecond), float64(*n)/wall.Seconds(),
+		tr.polls(), float64(relayTime.Microseconds())/1000/float64(max(tr.polls(), 1)), cpu.Seconds()*1e6/float64(*n))
 	fmt.Printf("HOT updates (heap only, no new index entries): %.0f%% of the drain's updates\n\n", 100*hot)
 	fmt.Println("| statement | count | per poll | total ms | mean µs | share of the drain |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|")
@@ -161,9 +178,9 @@ func main() {
 		s := tr.stats[k]
 		sum += s.total
 		fmt.Printf("| %s | %d | %.2f | %.0f | %.0f | %.1f%% |\n", k, s.count, float64(s.count)/float64(max(tr.polls(), 1)),
-			float64(s.total.Microseconds())/1000, float64(s.total.Microseconds())/float64(s.count), 100*s.total.Seconds()/wall.Seconds())
+			float64(s.total.Microseconds())/1000, float64(s.total.Microseconds())/float64(s.count), 100*s.total.Seconds()/relayTime.Seconds())
 	}
-	fmt.Printf("| outside statements (delivery, Go) | | | %.0f | | %.1f%% |\n", float64((wall-sum).Microseconds())/1000, 100*(wall-sum).Seconds()/wall.Seconds())
+	fmt.Printf("| outside statements (delivery, Go) | | | %.0f | | %.1f%% |\n", float64((relayTime-sum).Microseconds())/1000, 100*(relayTime-sum).Seconds()/relayTime.Seconds())
 	if *replay {
 		check(relaybench.Reset(ctx, setup, "herald_outbox"))
 		check(relaybench.Fill(ctx, setup, "herald_outbox", *n, *keys))
@@ -478,6 +495,22 @@ func explainTimes(ctx context.Context, tx *sql.Tx, q string) (plan, exec float64
 		}
 	}
 	return plan, exec, rows.Err()
+}
+
+func relayCount(n int) string {
+	if n == 1 {
+		return "one relay"
+	}
+	return fmt.Sprintf("%d relays", n)
+}
+
+// cpuTime is the CPU time this process has spent so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func ordered(keys int) string {

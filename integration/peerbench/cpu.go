@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// clockTick is the unit of /proc/<pid>/stat's utime and stime (USER_HZ,
+// 100 on Linux).
+const clockTick = 10 * time.Millisecond
+
+// cpuTimes is the CPU time spent so far by this process (herald's relays,
+// the bare loop's workers and the peers' clients run in it) and by every
+// postgres process on this machine (the server, when the DSN points here).
+type cpuTimes struct {
+	client, server time.Duration
+	servers        int // postgres processes seen
+}
+
+func readCPU() cpuTimes {
+	var t cpuTimes
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		t.client = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range stats {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // the process ended
+		}
+		// pid (comm) state ppid … utime is field 14, stime 15; comm may hold spaces.
+		open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+		if open < 0 || end < open || string(b[open+1:end]) != "postgres" {
+			continue
+		}
+		f := bytes.Fields(b[end+1:])
+		if len(f) < 13 {
+			continue
+		}
+		ut, err1 := strconv.ParseInt(string(f[11]), 10, 64)
+		st, err2 := strconv.ParseInt(string(f[12]), 10, 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		t.server += time.Duration(ut+st) * clockTick
+		t.servers++
+	}
+	return t
+}
+
+// cpuNote says how much CPU a drain of n events took from start to end
+// (readCPU before and after), per 1,000 events: this process's and the
+// postgres processes'. Backends that ended during the drain are not
+// counted; the drains keep their connections open throughout.
+func cpuNote(n int, start, end cpuTimes) string {
+	per := func(d time.Duration) float64 { return d.Seconds() * 1000 / float64(n) * 1000 }
+	if end.servers == 0 {
+		return fmt.Sprintf("CPU %.2f ms client", per(end.client-start.client))
+	}
+	return fmt.Sprintf("CPU %.2f ms client, %.2f server", per(end.client-start.client), per(end.server-start.server))
+}
