@@ -3,6 +3,7 @@ package jsonform
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -63,7 +64,7 @@ var compactCorpus = []string{
 	``, ` `, `null`, ` true `, `false`, `nul`, `truex`, `0`, `-0`, `01`, `-`, `1.`, `1.5`, `1e`, `1e+`, `1E-7`, `-12.5e10`,
 	`""`, `"a b"`, `"\u00e9\n\t\"\\\/"`, `"\u12"`, `"\x"`, "\"\x01\"", "\"\xff\xfe\"", "\"\u2028 \u2029\"", `"unterminated`,
 	`{}`, `{ }`, `{"a": 1, "b" : [1, 2, {"c": null}]}`, `{"a" 1}`, `{"a":1,}`, `{,}`, `{1:2}`, `[]`, `[ ]`, `[1,]`, `[,1]`,
-	"[1\n,\r2\t]", `[1 2]`, `{"a":1}{}`, `{"a":"x y"}  `, `[[[[]]]]`, `[[[[]]]`, `{"model": "library.Loan", "pk": 7}`,
+	"[1\n,\r2\t]", `{"a": "0123456789abcdef", "bb" : [1, 22, 333,  4444], "c":"x" }  `, ` [ "\u00e9 \u2028",  "\xff x" ] `, `[1 2]`, `{"a":1}{}`, `{"a":"x y"}  `, `[[[[]]]]`, `[[[[]]]`, `{"model": "library.Loan", "pk": 7}`,
 	strings.Repeat("[", maxDepth) + strings.Repeat("]", maxDepth),
 	strings.Repeat("[", maxDepth+1) + strings.Repeat("]", maxDepth+1),
 	strings.Repeat(`{"a":`, maxDepth+1) + "1" + strings.Repeat("}", maxDepth+1),
@@ -71,22 +72,26 @@ var compactCorpus = []string{
 
 // checkCompact fails t when appendValidCompact disagrees with json.Valid
 // followed by appendCompact.
+// Both with dst full (every run appended) and with room to spare, as
+// appendJSON gives it (runs copied in 16-byte blocks).
 func checkCompact(t *testing.T, src []byte) {
 	t.Helper()
 	wantOK := json.Valid(src)
 	prefix := []byte("prefix:")
-	got, ok := appendValidCompact(bytes.Clone(prefix), src)
-	if ok != wantOK {
-		t.Fatalf("appendValidCompact(%q): valid %v, json.Valid says %v", src, ok, wantOK)
-	}
-	if !ok {
-		if !bytes.Equal(got, prefix) {
-			t.Fatalf("appendValidCompact(%q) failed but returned %q, not dst", src, got)
+	for _, dst := range [][]byte{bytes.Clone(prefix), slices.Grow(bytes.Clone(prefix), len(src))} {
+		got, ok := appendValidCompact(dst, src)
+		if ok != wantOK {
+			t.Fatalf("appendValidCompact(%q) (spare capacity %d): valid %v, json.Valid says %v", src, cap(dst)-len(dst), ok, wantOK)
 		}
-		return
-	}
-	if want := appendCompact(bytes.Clone(prefix), src); !bytes.Equal(got, want) {
-		t.Fatalf("appendValidCompact(%q) = %q, appendCompact gives %q", src, got, want)
+		if !ok {
+			if !bytes.Equal(got, prefix) {
+				t.Fatalf("appendValidCompact(%q) (spare capacity %d) failed but returned %q, not dst", src, cap(dst)-len(dst), got)
+			}
+			continue
+		}
+		if want := appendCompact(bytes.Clone(prefix), src); !bytes.Equal(got, want) {
+			t.Fatalf("appendValidCompact(%q) (spare capacity %d) = %q, appendCompact gives %q", src, cap(dst)-len(dst), got, want)
+		}
 	}
 }
 

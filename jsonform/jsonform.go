@@ -206,8 +206,10 @@ func MarshalPath(path string, v any, mode Mode) ([]byte, error) {
 }
 
 // Append appends the JSON form of v to dst and returns the extended slice.
-// Errors name paths under path. On error it returns dst as it was (its
-// spare capacity may have been written to). Append allocates only where a
+// Errors name paths under path. On error it returns dst as it was.
+// Append may use dst's spare capacity as scratch space: on error, and on
+// success past the end of the slice it returns (up to 16 bytes: raw JSON
+// is compacted in blocks). Append allocates only where a
 // value's own methods, map key sorting beyond 32 keys, or reflection over
 // maps and big numbers require it; common column values (strings, numbers,
 // times, uuids, decimals that fit 18 digits, []byte, map[string]any, []any)
