@@ -66,8 +66,12 @@
 //     relay stops.
 //
 // A full batch polls again at once, and so does one that delivered keyed
-// events (their keys' next events just became due). Otherwise the wait
-// grows from MinPollInterval by PollMultiplier up to MaxPollInterval. A
+// events (their keys' next events just became due), and so does a drain
+// whose periodic lease from the start of the table came back short (with
+// other relays draining beside it, its candidates may all have been
+// taken meanwhile): it leases again from where its batches had reached.
+// Otherwise the wait grows from MinPollInterval by PollMultiplier up to
+// MaxPollInterval. A
 // Config.Wakeup signal for one of the relay's topics cuts the wait short;
 // while the wakeup is not subscribed the wait is capped as without one.
 // So do the retries the relay scheduled: it wakes when the first and the

@@ -19,7 +19,8 @@ const clockTick = 10 * time.Millisecond
 // postgres process on this machine (the server, when the DSN points here).
 type cpuTimes struct {
 	client, server time.Duration
-	servers        int // postgres processes seen
+	servers        int   // postgres processes seen
+	busy, total    int64 // the machine's busy and total jiffies, all cores (/proc/stat)
 }
 
 func readCPU() cpuTimes {
@@ -27,6 +28,21 @@ func readCPU() cpuTimes {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
 		t.client = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	if b, err := os.ReadFile("/proc/stat"); err == nil {
+		// cpu  user nice system idle iowait irq softirq steal …
+		if line, _, _ := bytes.Cut(b, []byte("\n")); bytes.HasPrefix(line, []byte("cpu ")) {
+			for i, f := range bytes.Fields(line)[1:] {
+				v, _ := strconv.ParseInt(string(f), 10, 64)
+				if i >= 8 { // guest time is counted in user already
+					break
+				}
+				t.total += v
+				if i != 3 && i != 4 { // idle, iowait
+					t.busy += v
+				}
+			}
+		}
 	}
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	for _, p := range stats {
@@ -56,12 +72,17 @@ func readCPU() cpuTimes {
 
 // cpuNote says how much CPU a drain of n events took from start to end
 // (readCPU before and after), per 1,000 events: this process's and the
-// postgres processes'. Backends that ended during the drain are not
-// counted; the drains keep their connections open throughout.
+// postgres processes'; and how busy the machine's cores were meanwhile.
+// Backends that ended during the drain are not counted; the drains keep
+// their connections open throughout.
 func cpuNote(n int, start, end cpuTimes) string {
 	per := func(d time.Duration) float64 { return d.Seconds() * 1000 / float64(n) * 1000 }
-	if end.servers == 0 {
-		return fmt.Sprintf("CPU %.2f ms client", per(end.client-start.client))
+	note := fmt.Sprintf("CPU %.2f ms client", per(end.client-start.client))
+	if end.servers > 0 {
+		note += fmt.Sprintf(", %.2f server", per(end.server-start.server))
 	}
-	return fmt.Sprintf("CPU %.2f ms client, %.2f server", per(end.client-start.client), per(end.server-start.server))
+	if total := end.total - start.total; total > 0 {
+		note += fmt.Sprintf(", cores %.0f%% busy", 100*float64(end.busy-start.busy)/float64(total))
+	}
+	return note
 }

@@ -29,6 +29,13 @@ const manyPerTx = 1000
 const bareUnnest = `INSERT INTO herald_outbox (id, topic, payload, created_at)
 SELECT u.id, u.topic, u.payload, now() FROM unnest($1::uuid[], $2::varchar[], $3::json[]) AS u(id, topic, payload)`
 
+// bareUnnestReturning is bareUnnest returning what EnqueueMany must: each
+// event's sequence, drawn in the messages' order (ORDER BY the
+// ordinality), so that the i-th smallest is the i-th message's.
+const bareUnnestReturning = `INSERT INTO herald_outbox (id, topic, payload, created_at)
+SELECT u.id, u.topic, u.payload, now() FROM unnest($1::uuid[], $2::varchar[], $3::json[]) WITH ORDINALITY AS u(id, topic, payload, ord)
+ORDER BY u.ord RETURNING sequence`
+
 // enqueueManyRound writes cfg.events events with each case, manyPerTx per
 // transaction, the cases alternated transaction by transaction (each
 // transaction starting with the next case), and returns each case's
@@ -131,6 +138,27 @@ func enqueueManyRound(ctx context.Context, cfg config) ([]figure, error) {
 				return err
 			})
 		}},
+		{"bare unnest INSERT … ORDER BY ordinality RETURNING sequence (each event's Sequence, as EnqueueMany returns it)", func(n int) error {
+			ids, topics, payloads := make([]string, n), make([]string, n), make([]string, n)
+			for i := range ids {
+				ids[i], topics[i], payloads[i] = uuid.NewString(), "many", payload
+			}
+			return sqlTx(func(tx *sql.Tx) error { return insertReturning(ctx, tx, ids, topics, payloads) })
+		}},
+		{"the same, each payload (a json.RawMessage) checked with json.Valid first, as EnqueueMany checks every message before writing", func(n int) error {
+			raws := make([]json.RawMessage, n)
+			for i := range raws {
+				raws[i] = json.RawMessage(payload)
+			}
+			ids, topics, payloads := make([]string, n), make([]string, n), make([]string, n)
+			for i, raw := range raws {
+				if !json.Valid(raw) {
+					return fmt.Errorf("message %d: payload is not valid JSON", i)
+				}
+				ids[i], topics[i], payloads[i] = uuid.NewString(), "many", string(raw)
+			}
+			return sqlTx(func(tx *sql.Tx) error { return insertReturning(ctx, tx, ids, topics, payloads) })
+		}},
 		{"bare unnest INSERT, ids bound as a binary uuid[] ([][16]byte)", func(n int) error {
 			ids, topics, payloads := make([][16]byte, n), make([]string, n), make([]string, n)
 			for i := range ids {
@@ -196,4 +224,29 @@ func enqueueManyRound(ctx context.Context, cfg config) ([]figure, error) {
 		out[c] = figure{name: cases[c].name, unit: "events/s", value: rate(done[c], took[c])}
 	}
 	return out, nil
+}
+
+// insertReturning runs bareUnnestReturning in tx and reads the sequences
+// it returns.
+func insertReturning(ctx context.Context, tx *sql.Tx, ids, topics, payloads []string) error {
+	rows, err := tx.QueryContext(ctx, bareUnnestReturning, ids, topics, payloads)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	seqs := make([]int64, 0, len(ids))
+	for rows.Next() {
+		var s int64
+		if err := rows.Scan(&s); err != nil {
+			return err
+		}
+		seqs = append(seqs, s)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(seqs) != len(ids) {
+		return fmt.Errorf("%d sequences returned, want %d", len(seqs), len(ids))
+	}
+	return nil
 }

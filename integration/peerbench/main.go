@@ -28,7 +28,10 @@
 //     INSERT into herald's table, each in the Create's transaction;
 //   - enqueue-many: events/s of batches of 1000 events per transaction:
 //     herald's gormcapture.EnqueueMany, a bare unnest INSERT into herald's
-//     table (its ids bound as strings, and again as a binary uuid[]),
+//     table (its ids bound as strings, again returning each event's
+//     sequence in message order as EnqueueMany must — and then with each
+//     payload checked by json.Valid first —, and again with the ids bound
+//     as a binary uuid[]),
 //     watermill Publish of 1000 messages, River InsertManyTx and
 //     InsertManyFastTx, alternated transaction by transaction;
 //   - bulk: GORM Updates of -bulk-rows rows captured BeforeAndAfter,
@@ -468,9 +471,9 @@ func one(name, unit string, run func(context.Context, config) (float64, string, 
 func sectionNote(sec string, cfg config) string {
 	switch sec {
 	case "drain":
-		return fmt.Sprintf("Drain of %d pending events (~250-byte JSON payload) to a no-op handler, timed from start until the last event is acknowledged/marked. Each drain starts from a freshly filled table. Notes, per round, for herald's relay and the bare loop: the CPU time the drain took per 1,000 events, on the client (this process: the relays or the loop's workers) and on the server (every postgres process on this machine; only when the server runs here).", cfg.events)
+		return fmt.Sprintf("Drain of %d pending events (~250-byte JSON payload) to a no-op handler, timed from start until the last event is acknowledged/marked. Each drain starts from a freshly filled table. Notes, per round, for herald's relay and the bare loop: the CPU time the drain took per 1,000 events, on the client (this process: the relays or the loop's workers) and on the server (every postgres process on this machine; only when the server runs here), and how busy this machine's cores were (all of them, whatever ran on them).", cfg.events)
 	case "backlog":
-		return "Drains of backlogs of each -backlogs size with the relay at its defaults (batch 100, one relay, delivery.Func), each from a freshly filled table, at the server's settings as listed above (JIT as configured there): the rate should not fall with the size. Beside each, the bare lease-and-mark loop (batch 100, 1 worker) drains the same backlog: what a larger table costs a loop with nothing else in it."
+		return "Drains of backlogs of each -backlogs size with the relay at its defaults (batch 100, one relay, delivery.Func), each from a freshly filled table, at the server's settings as listed above (JIT as configured there): the rate should not fall with the size. Beside each, the bare lease-and-mark loop (batch 100, 1 worker) drains the same backlog: what a larger table costs a loop with nothing else in it. Notes: each drain's CPU per 1,000 events and the cores' busy share, as in the drain section."
 	case "producer":
 		return fmt.Sprintf("Time per write of %d writes, each in its own transaction, ÷ the time of a plain GORM Create of the same row in its own transaction, alternated write by write with that case alone (one case after the other, each with plain Creates of its own), on one pool shared by plain GORM and herald.", cfg.writes)
 	case "enqueue-many":
