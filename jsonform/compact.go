@@ -78,9 +78,10 @@ func appendValidCompact(dst, src []byte) ([]byte, bool) {
 				want = wantNext
 			case 't', 'f', 'n':
 				l := "null"
-				if b == 't' {
+				switch b {
+				case 't':
 					l = "true"
-				} else if b == 'f' {
+				case 'f':
 					l = "false"
 				}
 				if n-i < len(l) || string(src[i:i+len(l)]) != l {
