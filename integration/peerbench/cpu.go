@@ -6,8 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
+
+	"github.com/heraldgo/herald/internal/testkit"
 )
 
 // clockTick is the unit of /proc/<pid>/stat's utime and stime (USER_HZ,
@@ -24,11 +25,7 @@ type cpuTimes struct {
 }
 
 func readCPU() cpuTimes {
-	var t cpuTimes
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
-		t.client = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
+	t := cpuTimes{client: testkit.ProcessCPU()}
 	if b, err := os.ReadFile("/proc/stat"); err == nil {
 		// cpu  user nice system idle iowait irq softirq steal …
 		if line, _, _ := bytes.Cut(b, []byte("\n")); bytes.HasPrefix(line, []byte("cpu ")) {

@@ -49,7 +49,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -58,6 +57,7 @@ import (
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/integration/relaybench"
+	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/relay"
 )
 
@@ -143,7 +143,7 @@ func main() {
 		check(err)
 		check(pprof.StartCPUProfile(f))
 	}
-	cpu0 := cpuTime()
+	cpu0 := testkit.ProcessCPU()
 	start := time.Now()
 	for _, r := range rs {
 		check(r.Start(ctx))
@@ -153,7 +153,7 @@ func main() {
 		check(r.Stop(ctx)) // writes a mark still carried
 	}
 	wall := time.Since(start)
-	cpu := cpuTime() - cpu0
+	cpu := testkit.ProcessCPU() - cpu0
 	if *cpuprof != "" {
 		pprof.StopCPUProfile()
 	}
@@ -502,15 +502,6 @@ func relayCount(n int) string {
 		return "one relay"
 	}
 	return fmt.Sprintf("%d relays", n)
-}
-
-// cpuTime is the CPU time this process has spent so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func ordered(keys int) string {
