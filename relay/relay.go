@@ -608,14 +608,14 @@ func (r *Relay) loop(soft, hard context.Context, ru *run) {
 		dues = addDue(dues, res.lastDue, r.cfg.MinPollInterval)
 		var wait time.Duration
 		// A full batch means more may be waiting: poll again at once. So
-		// does a lease from the start of the table that came back short in
-		// a drain (lease: it leases again from the floor). So
 		// may a batch that delivered events with an ordering key, however
 		// small: on SQLite a batch holds one event per key (on PostgreSQL
 		// and MySQL a run may stop short of its key's end), so the next event of each
 		// of those keys became due just now, and a backlog of few keys
 		// never fills a batch — waiting here would deliver one event per
-		// key per poll interval.
+		// key per poll interval. And a lease from the start of the table
+		// that came back short in a drain asked to lease again from the
+		// floor (leaseAgain, see lease).
 		again := r.leaseAgain
 		r.leaseAgain = false
 		if err == nil && (res.leased == r.cfg.BatchSize || res.keyed > 0 || again) {
