@@ -107,6 +107,48 @@ func BenchmarkCreate(b *testing.B) {
 	}
 }
 
+// BenchmarkCreateUncaptured: a single-row Create, in GORM's default
+// transaction, of a model the plugin does not capture, on a database with
+// the plugin against one without: what the plugin costs the writes it does
+// not capture (its pool's begin and commit, its callbacks' checks). Reports
+// each side's time and process CPU per Create.
+//
+//	go test -run '^$' -bench 'BenchmarkCreateUncaptured' -benchtime 3000x ./gormcapturetest/
+func BenchmarkCreateUncaptured(b *testing.B) {
+	for _, d := range dialects {
+		b.Run(d.name, func(b *testing.B) {
+			plain, _ := openDB(b, d.dialect, nil)
+			must(b, plain.AutoMigrate(&BenchRow{}))
+			withPlugin, _ := openDB(b, d.dialect, nil)
+			must(b, withPlugin.AutoMigrate(&BenchRow{}))
+			must(b, withPlugin.Use(gormcapture.New(gormcapture.Config{})))
+			create := func(db *gorm.DB, i int) {
+				must(b, db.Create(&BenchRow{Name: "n", Status: "new", Amount: i}).Error)
+			}
+			for i := range 50 { // warm up both
+				create(plain, i)
+				create(withPlugin, i)
+			}
+			var tp, tc, cp, cc time.Duration
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				s, cs := time.Now(), testkit.ProcessCPU()
+				create(plain, i)
+				m, cm := time.Now(), testkit.ProcessCPU()
+				create(withPlugin, i)
+				ce := testkit.ProcessCPU()
+				tp, tc = tp+m.Sub(s), tc+time.Since(m)
+				cp, cc = cp+cm-cs, cc+ce-cm
+			}
+			report(b, tp, tc, b.N)
+			if cp > 0 {
+				b.ReportMetric(float64(cp.Microseconds())/float64(b.N), "plain-cpu-us/op")
+				b.ReportMetric(float64(cc.Microseconds())/float64(b.N), "captured-cpu-us/op")
+			}
+		})
+	}
+}
+
 // BenchmarkUpdateWhere: Updates with a Where matching 10,000 rows,
 // BeforeAndAfter, in GORM's default transaction, interleaved with the same
 // Updates on a database without the plugin (plain) and with the
