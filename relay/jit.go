@@ -218,6 +218,15 @@ func (l leaseTx) query(ctx context.Context, r *Relay, q string, args ...any) (*s
 	return l.tx.QueryContext(ctx, q, r.args(args)...)
 }
 
+// queryPrepared runs q on the connections' own query mode, pgx's statement
+// cache: prepared under a name, its plan kept (see Relay.planned).
+func (l leaseTx) queryPrepared(ctx context.Context, r *Relay, q string, args ...any) (*sql.Rows, error) {
+	if l.tx == nil {
+		return r.db.QueryContext(ctx, q, args...)
+	}
+	return l.tx.QueryContext(ctx, q, args...)
+}
+
 // commit commits the lease; rollback undoes it (the events are leased by
 // no one again).
 func (l leaseTx) commit() error {

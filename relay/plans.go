@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"math"
 	"reflect"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/heraldgo/herald/envelope"
@@ -30,7 +32,9 @@ import (
 // the pool", with the command).
 //
 // So on a pgx connection in that mode the relay passes
-// QueryExecModeCacheDescribe with each statement: still one round trip
+// QueryExecModeCacheDescribe with each statement (all but the lease of
+// unordered events on a large table: "The drain's lease, prepared",
+// below): still one round trip
 // (the statement's description is cached), on the unnamed statement,
 // which PostgreSQL plans at each execution for the table as it is then.
 // The other modes (describe exec, exec, simple protocol) already plan at
@@ -201,4 +205,122 @@ func (r *Relay) watchPool(ctx context.Context) {
 		}
 	}
 	w.at, w.closed = now, st.MaxIdleClosed
+}
+
+// The drain's lease, prepared.
+//
+// Planning at each execution has a price: the lease of unordered events —
+// the statement a drain runs once per batch — took 0.35 ms to plan and
+// 0.2 ms to parse on the server, a fifth of a poll at BatchSize 100
+// (BENCHMARKS.md, "fifteenth pass"). Prepared, with the plan PostgreSQL
+// keeps after five executions, the same drain ran 21% faster. What made
+// the relay plan each execution is the plan kept from a small table: on an
+// empty outbox PostgreSQL's generic plan of this lease reads the whole
+// table for the carried mark and for the update (sequential scans), and a
+// connection keeps it while the table grows.
+//
+// So the relay runs the lease of unordered events (and its forms with a
+// carried mark, and by lock) prepared — on the connections' own mode,
+// pgx's statement cache, the mode detectExecMode overrides — only while
+// the outbox table holds at least planMinBytes (pg_relation_size, read
+// every planRecheck): a table that large has its generic plan scan the
+// indexes, as the custom plans do. Each statement's text ends with the
+// plan's epoch (a comment), and a new epoch — a new prepared statement,
+// planned anew on the table as it is — begins when the relay turns
+// prepared leases on, when the table's size has doubled or halved since
+// the epoch began, when the epoch is planMaxAge old, and when a prepared
+// lease was slow (jitSlow) in an epoch at least planRecheck old: a plan
+// made on a table that was emptied and filled again under it (TRUNCATE)
+// lasts no longer than that. The statements of past epochs are left to
+// pgx's cache, which evicts the least recently used. The other
+// statements are planned at each execution, as above.
+
+// planMinBytes is the outbox table's size from which the lease of
+// unordered events runs prepared: Relay.planMin's value at New (a
+// variable: HERALD_RELAY_PREPARED=1 sets it to 0 for the relay's tests).
+var planMinBytes int64 = 8 << 20
+
+const (
+	planRecheck = 10 * time.Second // how often the table's size is read
+	planMaxAge  = 5 * time.Minute  // the longest an epoch lasts
+)
+
+// planState is whether the lease of unordered events runs prepared, and
+// the epoch its text carries.
+type planState struct {
+	mu      sync.Mutex
+	on      bool
+	epoch   int64
+	suffix  string    // "\n/* herald plan <epoch> */"
+	began   time.Time // when the epoch began
+	size    int64     // the table's size then, bytes
+	checked time.Time // when the size was last read
+}
+
+const planSizeSQL = `SELECT pg_relation_size($1::regclass)`
+
+// unorderedForm reports whether q is a form of the lease of unordered
+// events (leaseUnorderedPostgres).
+func (r *Relay) unorderedForm(q string) bool {
+	return q != "" && (q == r.sql.leaseUnordered || q == r.sql.leaseUnorderedMarked ||
+		q == r.sql.leaseUnorderedDeleted || q == r.sql.leaseUnorderedLocked)
+}
+
+// planned returns the text lease form q runs with, and whether it runs
+// prepared: a form of the lease of unordered events, on pgx connections
+// in the statement cache mode (execMode set), while the table is at least
+// planMinBytes large.
+func (r *Relay) planned(ctx context.Context, q string) (string, bool) {
+	if r.execMode.Load() == nil || !r.unorderedForm(q) {
+		return q, false
+	}
+	p := &r.plan
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	if p.checked.IsZero() || now.Sub(p.checked) >= planRecheck {
+		p.checked = now
+		var size int64
+		if err := r.queryRow(ctx, planSizeSQL, r.table.Quoted).Scan(&size); err != nil {
+			r.log.DebugContext(ctx, "herald/relay: could not read the outbox table's size; leasing unprepared", slog.String("relay", r.cfg.Name), slog.Any("error", err))
+			p.on = false
+		} else {
+			p.sized(now, size, r.planMin)
+		}
+	}
+	if !p.on {
+		return q, false
+	}
+	return q + p.suffix, true
+}
+
+// sized takes the table's size, read at now: prepared leases on from minSize
+// bytes, and a new epoch when they turn on, when the size has doubled or
+// halved since the epoch began, or when the epoch is planMaxAge old.
+func (p *planState) sized(now time.Time, size, minSize int64) {
+	switch {
+	case size < minSize:
+		p.on = false
+	case !p.on || size >= 2*p.size || 2*size <= p.size || now.Sub(p.began) >= planMaxAge:
+		p.on = true
+		p.newEpoch(now, size)
+	}
+}
+
+func (p *planState) newEpoch(now time.Time, size int64) {
+	p.epoch++
+	p.suffix = "\n/* herald plan " + strconv.FormatInt(p.epoch, 10) + " */"
+	p.began, p.size = now, size
+}
+
+// slowPrepared is told of a prepared lease that took longer than jitSlow
+// says: its plan may have been made on a table emptied since; a new epoch
+// plans it again, unless the epoch is younger than planRecheck.
+func (r *Relay) slowPrepared() {
+	p := &r.plan
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if now := time.Now(); p.on && now.Sub(p.began) >= planRecheck {
+		p.newEpoch(now, p.size)
+	}
 }

@@ -256,6 +256,9 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 		query, args, withMark = q, a, true
 	}
 	jitOff := carried == nil && r.leaseNeedsJITOff(ctx, query, args)
+	// Before the lease's transaction: reading the table's size takes a
+	// connection of its own.
+	run, prepared := r.planned(ctx, query)
 	var ltx leaseTx
 	var err error
 	switch {
@@ -271,7 +274,12 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 		r.onLease(query)
 	}
 	began := time.Now()
-	rows, err := ltx.query(ctx, r, query, args...)
+	var rows *sql.Rows
+	if prepared {
+		rows, err = ltx.queryPrepared(ctx, r, run, args...)
+	} else {
+		rows, err = ltx.query(ctx, r, query, args...)
+	}
 	if err != nil {
 		ltx.rollback()
 		return nil, nil, stmtErr(ctx, "lease query", err)
@@ -341,8 +349,13 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 	if withMark {
 		rowsTouched += len(carried.delivered)
 	}
-	if ltx.tx == nil && r.noJIT.Load() && time.Since(began) > jitSlow(rowsTouched) {
-		r.slowLease(query) // JIT-compiled, perhaps: ask again
+	if time.Since(began) > jitSlow(rowsTouched) {
+		if ltx.tx == nil && r.noJIT.Load() {
+			r.slowLease(query) // JIT-compiled, perhaps: ask again
+		}
+		if prepared {
+			r.slowPrepared() // planned on a table emptied since, perhaps
+		}
 	}
 	if carried != nil {
 		if withMark && marked >= 0 {

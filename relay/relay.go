@@ -61,6 +61,10 @@ type Relay struct {
 	// execMode, when set, goes first in every statement's arguments: pgx's
 	// QueryExecModeCacheDescribe (see detectExecMode). Found with the table.
 	execMode atomic.Pointer[any]
+	// plan: whether the lease of unordered events runs prepared, and
+	// under which text (see Relay.planned).
+	plan    planState
+	planMin int64 // planMinBytes, unless a test sets it
 	// noJIT: the database may JIT-compile the lease, which then runs in a
 	// transaction with jit off when its estimate comes near jit_above_cost
 	// (see jit.go). Found with the table.
@@ -216,7 +220,7 @@ func New(db *sql.DB, d delivery.Delivery, cfg Config) (*Relay, error) {
 		}
 	}
 	all := envelope.EventColumns + ", tenant" + extra // tenant: schema version 6 (MySQL 2), found missing at start-up
-	b := sqlBuilder{d: dialect, t: t, columns: leaseColumns + extra, allColumns: all, async: cfg.AsyncCommit}
+	b := sqlBuilder{d: dialect, t: t, columns: leaseColumns + extra, allColumns: all, async: cfg.AsyncCommit, batch: cfg.BatchSize}
 	st, fargs := b.build(f)
 	var my mysqlStatements
 	if dialect == envelope.MySQL {
@@ -228,7 +232,7 @@ func New(db *sql.DB, d delivery.Delivery, cfg Config) (*Relay, error) {
 		db: db, d: d, cfg: cfg, dialect: dialect, table: t, filter: f, sql: st, my: my, fargs: fargs,
 		extra: cfg.ExtraColumns, log: cfg.Logger, now: time.Now, jitter: mrand.Float64,
 		poke: make(chan struct{}, 1), stopped: make(chan struct{}),
-		maxPollNoWakeup: cfg.MaxPollInterval,
+		maxPollNoWakeup: cfg.MaxPollInterval, planMin: planMinBytes,
 	}
 	r.walk.Store(int64(cfg.BatchSize)) // the first lease looks at every ready key
 	if cfg.Wakeup != nil && !explicitMax {

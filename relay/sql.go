@@ -511,9 +511,9 @@ WHERE ctid = ANY(ARRAY(
       AND (e.lease_until IS NULL OR e.lease_until < coalesce($3::timestamptz, now()))
       AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= coalesce($3::timestamptz, now()))
       AND e.sequence >= $%[1]d::bigint
-      AND coalesce((e.topic <> ALL(ARRAY(SELECT z.topic FROM {paused} z)) {filter}), false){markexcl}
+      AND coalesce((e.topic <> ALL(ARRAY(SELECT z.topic FROM {paused} z)) {filter}), false){markexcl}{limitref}
     ORDER BY e.sequence
-    LIMIT $4
+    LIMIT {limit}
     FOR UPDATE SKIP LOCKED))
 RETURNING {columns}{markcount}`
 
@@ -532,9 +532,9 @@ WHERE e.published_at IS NULL AND e.ordering_key IS NULL AND e.dead_lettered_at I
   AND e.sequence >= $%[1]d::bigint
   AND coalesce((e.topic <> ALL(ARRAY(SELECT z.topic FROM {paused} z)) {filter}), false)
   AND (SELECT set_config('idle_in_transaction_session_timeout', (greatest($1::bigint / 1000, 1))::text, true)) IS NOT NULL
-  AND $2::text IS NOT NULL
+  AND $2::text IS NOT NULL{limitref}
 ORDER BY e.sequence
-LIMIT $4
+LIMIT {limit}
 FOR UPDATE OF e SKIP LOCKED`
 
 // The marks of a batch leased by lock (Config.LeaseByLock), run in the
@@ -853,6 +853,7 @@ type sqlBuilder struct {
 	columns    string // what the lease returns: leaseColumns and the extras
 	allColumns string // every column the relay relies on, for checkTableSQL
 	async      bool   // Config.AsyncCommit (PostgreSQL)
+	batch      int    // Config.BatchSize, written into the lease of unordered events; 0: bound as $4
 }
 
 func (b sqlBuilder) pick(pg, lite string) string {
@@ -1025,8 +1026,19 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 		noCount := strings.NewReplacer("{markcount}", "", "{followers}", runsFollowersPostgres)
 		st.leaseRuns = b.render(noWalkRet.Replace(noCount.Replace(by("sequence").Replace(cf5.Replace(floor.Replace(avail.Replace(strings.NewReplacer("{walksource}", "", "{headcols}", ", e.ordering_key, e.ctid AS herald_tid", "{pendingsrc}", pendingSourcePostgres).Replace(runs))))))), f5, "")
 		st.leaseRunsWalk = b.render(walkRet.Replace(noCount.Replace(by("sequence").Replace(cf6.Replace(noFloor.Replace(avail.Replace(strings.NewReplacer("{walksource}", src, "{headcols}", ", e.ordering_key, e.ctid AS herald_tid", "{pendingsrc}", pendingSourcePostgres).Replace(runs))))))), f6, "")
+		// The lease of unordered events is the statement a drain runs
+		// again and again, and the one the relay may run prepared
+		// (Relay.planned): its LIMIT is BatchSize written out, so that
+		// a generic plan is costed for the rows it takes and PostgreSQL
+		// keeps it (with LIMIT $4 it estimated a tenth of the table and
+		// kept planning each execution). $4, still bound, is checked
+		// once per execution, so that it keeps its type.
+		limit := strings.NewReplacer("{limit}", "$4", "{limitref}", "")
+		if b.batch > 0 {
+			limit = strings.NewReplacer("{limit}", strconv.Itoa(b.batch), "{limitref}", "\n      AND $4::bigint > 0")
+		}
 		unordered := func(cte, gate, count string) string {
-			q := strings.NewReplacer("{markcte}", cte, "{markexcl}", gate, "{markcount}", count).Replace(leaseUnorderedPostgres)
+			q := limit.Replace(strings.NewReplacer("{markcte}", cte, "{markexcl}", gate, "{markcount}", count).Replace(leaseUnorderedPostgres))
 			return b.render(fmt.Sprintf(q, n5, n5+1, n5+2, n5+3), fu, "")
 		}
 		successors := func(cte string) string {
@@ -1047,7 +1059,7 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 		// written lease would have set; filled in after Sprintf, as
 		// render fills {columns}.
 		lockCols := strings.Replace(b.columns, ", lease_until, ", ", coalesce($3::timestamptz, now()) + $1::bigint * interval '1 microsecond' AS lease_until, ", 1)
-		st.leaseUnorderedLocked = b.render(strings.ReplaceAll(fmt.Sprintf(leaseUnorderedLockedPostgres, n5), "{lockcolumns}", lockCols), fu, "")
+		st.leaseUnorderedLocked = b.render(strings.ReplaceAll(fmt.Sprintf(limit.Replace(leaseUnorderedLockedPostgres), n5), "{lockcolumns}", lockCols), fu, "")
 		st.markPublishedLocked = b.render(markPublishedLockedPostgres, "", "")
 		st.deletePublishedLocked = b.render(deletePublishedLockedPostgres, "", "")
 		st.markFailedLocked = b.render(markFailedLockedPostgres, "", "")
