@@ -19,6 +19,7 @@ import (
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/deliverycall"
 	"github.com/heraldgo/herald/internal/outbox"
+	"github.com/heraldgo/herald/internal/relayknob"
 	"github.com/heraldgo/herald/internal/testkit"
 )
 
@@ -309,7 +310,7 @@ var leaseByLockAll = os.Getenv("HERALD_RELAY_LEASE_BY_LOCK") == "1"
 // are that mode's judge too.
 func init() {
 	if os.Getenv("HERALD_RELAY_PREPARED") == "1" {
-		planMinBytes = 0
+		relayknob.PlanMinBytes.Store(0)
 	}
 }
 

@@ -236,9 +236,10 @@ func (r *Relay) watchPool(ctx context.Context) {
 // statements are planned at each execution, as above.
 
 // planMinBytes is the outbox table's size from which the lease of
-// unordered events runs prepared: Relay.planMin's value at New (a
-// variable: HERALD_RELAY_PREPARED=1 sets it to 0 for the relay's tests).
-var planMinBytes int64 = 8 << 20
+// unordered events runs prepared: Relay.planMin's value at New, unless
+// internal/relayknob says otherwise (HERALD_RELAY_PREPARED=1 sets 0 for
+// the relay's tests; the fault harness's relays too).
+const planMinBytes int64 = 8 << 20
 
 const (
 	planRecheck = 10 * time.Second // how often the table's size is read

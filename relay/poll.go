@@ -21,6 +21,7 @@ import (
 
 	"github.com/heraldgo/herald/internal/deliverycall"
 	"github.com/heraldgo/herald/internal/outbox"
+	"github.com/heraldgo/herald/internal/relayknob"
 	"github.com/heraldgo/herald/internal/sqltime"
 )
 
@@ -276,6 +277,7 @@ func (r *Relay) lease(ctx context.Context) ([]*envelope.Event, []error, error) {
 	began := time.Now()
 	var rows *sql.Rows
 	if prepared {
+		relayknob.PreparedLeases.Add(1)
 		rows, err = ltx.queryPrepared(ctx, r, run, args...)
 	} else {
 		rows, err = ltx.query(ctx, r, query, args...)

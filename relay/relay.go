@@ -19,6 +19,7 @@ import (
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/internal/outbox"
+	"github.com/heraldgo/herald/internal/relayknob"
 	"github.com/heraldgo/herald/wakeup"
 )
 
@@ -233,6 +234,9 @@ func New(db *sql.DB, d delivery.Delivery, cfg Config) (*Relay, error) {
 		extra: cfg.ExtraColumns, log: cfg.Logger, now: time.Now, jitter: mrand.Float64,
 		poke: make(chan struct{}, 1), stopped: make(chan struct{}),
 		maxPollNoWakeup: cfg.MaxPollInterval, planMin: planMinBytes,
+	}
+	if v := relayknob.PlanMinBytes.Load(); v >= 0 {
+		r.planMin = v
 	}
 	r.walk.Store(int64(cfg.BatchSize)) // the first lease looks at every ready key
 	if cfg.Wakeup != nil && !explicitMax {

@@ -31,6 +31,7 @@ import (
 	"github.com/heraldgo/herald/delivery"
 	"github.com/heraldgo/herald/envelope"
 	"github.com/heraldgo/herald/gormcapture"
+	"github.com/heraldgo/herald/internal/relayknob"
 	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/relay"
 )
@@ -43,6 +44,7 @@ const (
 	envChildLease    = "HERALD_FAULTS_CHILD_LEASE"
 	envChildByLock   = "HERALD_FAULTS_CHILD_LEASE_BY_LOCK"
 	envChildBatch    = "HERALD_FAULTS_CHILD_BATCH"
+	envChildPrepared = "HERALD_FAULTS_CHILD_PREPARED"
 	// EnvFull selects the full run (minutes) instead of the CI-safe subset.
 	EnvFull = "HERALD_FAULTS"
 )
@@ -142,6 +144,20 @@ func TestFaultRelayChild(t *testing.T) {
 		cfg.Lease, cfg.DeliveryTimeout = 0, 0
 	}
 	cfg.LeaseByLock = os.Getenv(envChildByLock) == "1"
+	if os.Getenv(envChildPrepared) == "1" {
+		// The drain's lease prepared on the harness's small table (from 8
+		// MB otherwise); the parent counts the prepared leases reported.
+		relayknob.PlanMinBytes.Store(0)
+		go func() {
+			var last int64
+			for range time.Tick(100 * time.Millisecond) {
+				if n := relayknob.PreparedLeases.Load(); n != last {
+					fmt.Printf("prepared %d\n", n)
+					last = n
+				}
+			}
+		}()
+	}
 	if b, err := strconv.Atoi(os.Getenv(envChildBatch)); err == nil && b > 0 {
 		cfg.BatchSize = b
 	}
@@ -179,6 +195,9 @@ type plan struct {
 	byLock    bool
 	batch     int
 	unordered int
+	// prepared runs the relays' drain lease prepared whatever the table's
+	// size (relay/plans.go), and fails the run if none ran so.
+	prepared bool
 }
 
 // TestFaults runs writers and relay processes against a private PostgreSQL
@@ -197,6 +216,8 @@ func TestFaults(t *testing.T) {
 			kills: 3, crashes: 1, cuts: 1, stops: 1, drainWait: 3 * time.Minute},
 		"lease-by-lock": {duration: 6 * time.Second, writers: 3, txRate: 40, relays: 3, lease: 2 * time.Second,
 			kills: 3, crashes: 1, cuts: 1, stops: 1, drainWait: 3 * time.Minute, byLock: true, batch: 10, unordered: 2},
+		"prepared": {duration: 6 * time.Second, writers: 3, txRate: 40, relays: 3, lease: 2 * time.Second,
+			kills: 3, crashes: 1, cuts: 1, stops: 1, drainWait: 3 * time.Minute, batch: 10, unordered: 2, prepared: true},
 	}
 	if full {
 		plans = map[string]plan{
@@ -206,6 +227,8 @@ func TestFaults(t *testing.T) {
 				kills: 4, crashes: 1, cuts: 2, stops: 1, drainWait: 6 * time.Minute},
 			"lease-by-lock": {duration: 3 * time.Minute, writers: 6, txRate: 40, relays: 3, lease: 2 * time.Second,
 				kills: 24, crashes: 3, cuts: 6, stops: 3, drainWait: 5 * time.Minute, byLock: true, batch: 10, unordered: 4},
+			"prepared": {duration: 3 * time.Minute, writers: 6, txRate: 40, relays: 3, lease: 2 * time.Second,
+				kills: 24, crashes: 3, cuts: 6, stops: 3, drainWait: 5 * time.Minute, batch: 10, unordered: 4, prepared: true},
 		}
 	}
 	names := make([]string, 0, len(plans))
@@ -329,6 +352,7 @@ func runFaults(t *testing.T, p plan) {
 
 	// Relay processes.
 	logDir := t.TempDir()
+	var preparedLeases atomic.Int64 // the relays' prepared leases, as they report them (p.prepared)
 	var (
 		cmu      sync.Mutex
 		children []*child
@@ -344,6 +368,9 @@ func runFaults(t *testing.T, p plan) {
 			envChildName+"="+name, envChildLease+"="+p.lease.String(), envChildBatch+"="+strconv.Itoa(p.batch))
 		if p.byLock {
 			cmd.Env = append(cmd.Env, envChildByLock+"=1")
+		}
+		if p.prepared {
+			cmd.Env = append(cmd.Env, envChildPrepared+"=1")
 		}
 		logf, err := os.Create(filepath.Join(logDir, name+".log"))
 		if err != nil {
@@ -361,9 +388,14 @@ func runFaults(t *testing.T, p plan) {
 		ready := make(chan struct{})
 		go func() {
 			sc := bufio.NewScanner(out)
+			var prepared int64 // this process's count, as last reported
 			for sc.Scan() {
 				if sc.Text() == "ready" {
 					close(ready)
+				}
+				if n, err := strconv.ParseInt(strings.TrimPrefix(sc.Text(), "prepared "), 10, 64); err == nil && strings.HasPrefix(sc.Text(), "prepared ") {
+					preparedLeases.Add(n - prepared)
+					prepared = n
 				}
 				fmt.Fprintln(logf, sc.Text())
 			}
@@ -760,6 +792,12 @@ func runFaults(t *testing.T, p plan) {
 			if byLock == 0 {
 				t.Error("no event was leased by lock: the run did not exercise LeaseByLock")
 			}
+		}
+	}
+	if p.prepared {
+		t.Logf("leases run prepared: %d", preparedLeases.Load())
+		if preparedLeases.Load() == 0 {
+			t.Error("no lease ran prepared: the run did not exercise the drain's prepared lease")
 		}
 	}
 	if lostCommitted > 0 {
