@@ -123,9 +123,7 @@ func TestWarnsOfConnectionChurn(t *testing.T) {
 // preparedLeases returns, for the connection db's pool holds alone
 // (MaxOpenConns 1), the relay's prepared leases of unordered events: their
 // epochs' comments and how many executions ran with a generic plan.
-func preparedLeases(t *testing.T, db interface {
-	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
-}) (epochs []string, generic int) {
+func preparedLeases(t *testing.T, db *sql.DB) (epochs []string, generic int) {
 	t.Helper()
 	rows, err := db.QueryContext(context.Background(), `SELECT substring(statement from '/\* herald plan [0-9]+ \*/'), generic_plans
 		FROM pg_prepared_statements WHERE statement LIKE '%herald plan%' AND statement NOT LIKE '%pg_prepared_statements%' ORDER BY prepare_time`)

@@ -59,6 +59,34 @@ func report(b *testing.B, plain, captured time.Duration, n int) {
 	b.ReportMetric(float64(captured)/float64(plain), "ratio")
 }
 
+// alternateWrites warms plain and captured up (50 writes each), then runs
+// them alternately, b.N times each, and reports both sides' time per op,
+// their ratio and, where getrusage exists, the process's CPU time per op
+// (Go: GORM, the plugin, the driver; not the server's).
+func alternateWrites(b *testing.B, plain, captured func(i int)) {
+	b.Helper()
+	for i := range 50 {
+		plain(i)
+		captured(i)
+	}
+	var tp, tc, cp, cc time.Duration
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		s, cs := time.Now(), testkit.ProcessCPU()
+		plain(i)
+		m, cm := time.Now(), testkit.ProcessCPU()
+		captured(i)
+		ce := testkit.ProcessCPU()
+		tp, tc = tp+m.Sub(s), tc+time.Since(m)
+		cp, cc = cp+cm-cs, cc+ce-cm
+	}
+	report(b, tp, tc, b.N)
+	if cp > 0 {
+		b.ReportMetric(float64(cp.Microseconds())/float64(b.N), "plain-cpu-us/op")
+		b.ReportMetric(float64(cc.Microseconds())/float64(b.N), "captured-cpu-us/op")
+	}
+}
+
 // BenchmarkCreate: a single-row Create, After mode, in GORM's default
 // transaction (BEGIN, INSERT, COMMIT) and in a caller's transaction. Besides
 // the times it reports each side's process CPU time per Create (Go's
@@ -80,28 +108,7 @@ func BenchmarkCreate(b *testing.B) {
 					}
 					must(b, db.Transaction(func(tx *gorm.DB) error { return tx.Create(row).Error }))
 				}
-				for i := range 50 { // warm up both
-					create(bp.plain, i)
-					create(bp.captured, i)
-				}
-				var tp, tc, cp, cc time.Duration
-				b.ResetTimer()
-				for i := 0; b.Loop(); i++ {
-					s, cs := time.Now(), testkit.ProcessCPU()
-					create(bp.plain, i)
-					m, cm := time.Now(), testkit.ProcessCPU()
-					create(bp.captured, i)
-					ce := testkit.ProcessCPU()
-					tp, tc = tp+m.Sub(s), tc+time.Since(m)
-					cp, cc = cp+cm-cs, cc+ce-cm
-				}
-				report(b, tp, tc, b.N)
-				// The process's CPU time per Create (Go: GORM, the plugin,
-				// the driver; not the server's), where getrusage exists.
-				if cp > 0 {
-					b.ReportMetric(float64(cp.Microseconds())/float64(b.N), "plain-cpu-us/op")
-					b.ReportMetric(float64(cc.Microseconds())/float64(b.N), "captured-cpu-us/op")
-				}
+				alternateWrites(b, func(i int) { create(bp.plain, i) }, func(i int) { create(bp.captured, i) })
 			})
 		}
 	}
@@ -125,26 +132,7 @@ func BenchmarkCreateUncaptured(b *testing.B) {
 			create := func(db *gorm.DB, i int) {
 				must(b, db.Create(&BenchRow{Name: "n", Status: "new", Amount: i}).Error)
 			}
-			for i := range 50 { // warm up both
-				create(plain, i)
-				create(withPlugin, i)
-			}
-			var tp, tc, cp, cc time.Duration
-			b.ResetTimer()
-			for i := 0; b.Loop(); i++ {
-				s, cs := time.Now(), testkit.ProcessCPU()
-				create(plain, i)
-				m, cm := time.Now(), testkit.ProcessCPU()
-				create(withPlugin, i)
-				ce := testkit.ProcessCPU()
-				tp, tc = tp+m.Sub(s), tc+time.Since(m)
-				cp, cc = cp+cm-cs, cc+ce-cm
-			}
-			report(b, tp, tc, b.N)
-			if cp > 0 {
-				b.ReportMetric(float64(cp.Microseconds())/float64(b.N), "plain-cpu-us/op")
-				b.ReportMetric(float64(cc.Microseconds())/float64(b.N), "captured-cpu-us/op")
-			}
+			alternateWrites(b, func(i int) { create(plain, i) }, func(i int) { create(withPlugin, i) })
 		})
 	}
 }
