@@ -572,6 +572,14 @@ func replayDrain(ctx context.Context, dsn string, t *tracer, n, batch int, relay
 	defer db.Close()
 	db.SetMaxIdleConns(2)
 	mode := pgx.QueryExecModeCacheDescribe
+	// A lease the relay ran prepared (its text ends with a plan epoch:
+	// relay/plans.go) is replayed prepared, in pgx's statement cache.
+	modeOf := func(q string) pgx.QueryExecMode {
+		if strings.Contains(q, "/* herald plan ") {
+			return pgx.QueryExecModeCacheStatement
+		}
+		return mode
+	}
 	const name = "relayprof-replay"
 	var tLease, tMark, tCommit time.Duration
 	var floor int64
@@ -592,7 +600,7 @@ func replayDrain(ctx context.Context, dsn string, t *tracer, n, batch int, relay
 		case floor > 0 && allUnordered && prev != "" && marked != "":
 			// The relay's lease of unordered events with the carried
 			// mark: one statement, no transaction around it.
-			got, lowest, highest, keyed, seqs = replayLease(ctx, db, marked, mode, name, batch, floor, prev, prevLow, prevHigh)
+			got, lowest, highest, keyed, seqs = replayLease(ctx, db, marked, modeOf(marked), name, batch, floor, prev, prevLow, prevHigh)
 			tLease += time.Since(s)
 		default:
 			tx, err := db.BeginTx(ctx, nil)
@@ -608,7 +616,7 @@ func replayDrain(ctx context.Context, dsn string, t *tracer, n, batch int, relay
 				q = unorderedLease // as the relay does after a full lease of unordered events
 			}
 			l := time.Now()
-			got, lowest, highest, keyed, seqs = replayLease(ctx, tx, q, mode, name, batch, floor)
+			got, lowest, highest, keyed, seqs = replayLease(ctx, tx, q, modeOf(q), name, batch, floor)
 			tLease += time.Since(l)
 			c := time.Now()
 			check(tx.Commit())
