@@ -853,7 +853,7 @@ type sqlBuilder struct {
 	columns    string // what the lease returns: leaseColumns and the extras
 	allColumns string // every column the relay relies on, for checkTableSQL
 	async      bool   // Config.AsyncCommit (PostgreSQL)
-	batch      int    // Config.BatchSize, written into the lease of unordered events; 0: bound as $4
+	batch      int    // Config.BatchSize (validated, 1 or more), written into the lease of unordered events
 }
 
 func (b sqlBuilder) pick(pg, lite string) string {
@@ -1033,10 +1033,7 @@ func (b sqlBuilder) build(f filter) (statements, []any) {
 		// keeps it (with LIMIT $4 it estimated a tenth of the table and
 		// kept planning each execution). $4, still bound, is checked
 		// once per execution, so that it keeps its type.
-		limit := strings.NewReplacer("{limit}", "$4", "{limitref}", "")
-		if b.batch > 0 {
-			limit = strings.NewReplacer("{limit}", strconv.Itoa(b.batch), "{limitref}", "\n      AND $4::bigint > 0")
-		}
+		limit := strings.NewReplacer("{limit}", strconv.Itoa(b.batch), "{limitref}", "\n      AND $4::bigint > 0")
 		unordered := func(cte, gate, count string) string {
 			q := limit.Replace(strings.NewReplacer("{markcte}", cte, "{markexcl}", gate, "{markcount}", count).Replace(leaseUnorderedPostgres))
 			return b.render(fmt.Sprintf(q, n5, n5+1, n5+2, n5+3), fu, "")
