@@ -393,9 +393,11 @@ func runFaults(t *testing.T, p plan) {
 				if sc.Text() == "ready" {
 					close(ready)
 				}
-				if n, err := strconv.ParseInt(strings.TrimPrefix(sc.Text(), "prepared "), 10, 64); err == nil && strings.HasPrefix(sc.Text(), "prepared ") {
-					preparedLeases.Add(n - prepared)
-					prepared = n
+				if v, ok := strings.CutPrefix(sc.Text(), "prepared "); ok {
+					if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+						preparedLeases.Add(n - prepared)
+						prepared = n
+					}
 				}
 				fmt.Fprintln(logf, sc.Text())
 			}

@@ -23,9 +23,12 @@
 //     the bare lease-and-mark loop at batch 100 on the same backlog, the
 //     floor of that fall (a larger table costs the bare loop too);
 //   - producer: cost per write, each ÷ a plain GORM Create in its own
-//     transaction: herald's captured Create, and GORM Create + herald
-//     Enqueue, + watermill Publish, + River InsertTx, + a hand-written
-//     INSERT into herald's table, each in the Create's transaction;
+//     transaction: herald's captured Create, a Create of a model the
+//     plugin does not capture on the plugin's *gorm.DB, and GORM Create +
+//     herald Enqueue, + watermill Publish, + River InsertTx, + a
+//     hand-written INSERT into herald's table (unordered, and keyed by
+//     the row as a captured row's event is), each in the Create's
+//     transaction;
 //   - enqueue-many: events/s of batches of 1000 events per transaction:
 //     herald's gormcapture.EnqueueMany, a bare unnest INSERT into herald's
 //     table (its ids bound as strings, again returning each event's
