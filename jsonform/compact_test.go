@@ -71,9 +71,9 @@ var compactCorpus = []string{
 }
 
 // checkCompact fails t when appendValidCompact disagrees with json.Valid
-// followed by appendCompact.
-// Both with dst full (every run appended) and with room to spare, as
-// appendJSON gives it (runs copied in 16-byte blocks).
+// followed by appendCompact, called both with dst full (every run
+// appended) and with room to spare, as appendJSON calls it (runs copied
+// in 16-byte blocks).
 func checkCompact(t *testing.T, src []byte) {
 	t.Helper()
 	wantOK := json.Valid(src)
