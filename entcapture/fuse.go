@@ -26,7 +26,7 @@ import (
 //
 //	WITH "herald_row" AS (INSERT INTO "loans" (…) VALUES (…) RETURNING "id"),
 //	     "herald_event" AS (INSERT INTO herald_outbox (…)
-//	         SELECT $5, $6, ($7::text || COALESCE(to_jsonb("herald_row"."id")::text, 'null') || $8::text || …)::json,
+//	         SELECT $5, $6, ($7::text || COALESCE(<"herald_row"."id" as JSON text>, 'null') || $8::text || …)::json,
 //	                '{}', ($9::text || "herald_row"."id"::text || $10::text), $11
 //	         FROM "herald_row" WHERE <the key's advisory lock>)
 //	SELECT "id" FROM "herald_row"
@@ -167,7 +167,7 @@ func (h *hook) fuse(ctx context.Context, w *write, cd *CaptureDriver, cfg Config
 		}
 	}
 	if f.genPK {
-		c.PK = marks.Mark("pk", sch.PK, `to_jsonb(`+fusedsql.Row+`.`+names.Quote(sch.PK)+`)`)
+		c.PK = marks.Mark("pk", sch.PK, fusedsql.JSONB(fusedsql.Row+`.`+names.Quote(sch.PK)))
 		row[sch.PK] = c.PK
 	} else {
 		row[sch.PK] = c.PK
@@ -198,8 +198,10 @@ func storedColumns(g entcapturert.Glue, sch *entcapturert.Schema, cd *CaptureDri
 		col := fusedsql.Row + `.` + names.Quote(c)
 		var expr string
 		switch v := row[c].(type) {
-		case string, bool, int, int8, int16, int32, int64:
-			expr = `to_jsonb(` + col + `)`
+		case string:
+			expr = fusedsql.String(col)
+		case bool, int, int8, int16, int32, int64:
+			expr = fusedsql.Number(col)
 		case time.Time:
 			// pgx scans a timestamptz in time.Local, and jsonform writes
 			// RFC 3339 with the fraction's trailing zeros cut and "Z" for
@@ -207,7 +209,7 @@ func storedColumns(g entcapturert.Glue, sch *entcapturert.Schema, cd *CaptureDri
 			if !cd.arrays || !localIsUTC() || v.IsZero() {
 				return false
 			}
-			expr = `to_jsonb(rtrim(rtrim(to_char(` + col + ` AT TIME ZONE 'UTC','YYYY-MM-DD"T"HH24:MI:SS.US'),'0'),'.')||'Z')`
+			expr = fusedsql.Quoted(`rtrim(rtrim(to_char(` + col + ` AT TIME ZONE 'UTC','YYYY-MM-DD"T"HH24:MI:SS.US'),'0'),'.')||'Z'`)
 		default:
 			return false
 		}

@@ -366,34 +366,13 @@ func bulkOrder(sch *schema.Schema, pk []string, pkAt []int, types *columnTypes) 
 	return strings.Join(out, ",")
 }
 
-// bulkJSON is renderJSON for the fused bulk update, in forms that are
-// cheaper for 10,000 rows where they give the same text: an integer's or
-// a boolean's own text, to_json for strings (the same escaping as jsonb's,
-// without building a jsonb value). The expression is text, JSON null for
-// NULL.
+// bulkJSON is renderJSON for the fused bulk update: JSON null for NULL.
 func bulkJSON(f *schema.Field, dbType, col string, key, pgx bool) (string, bool) {
 	e, ok := renderJSON(f, dbType, col, key, pgx)
 	if !ok {
 		return "", false
 	}
-	t := valueType(f)
-	if e == "to_jsonb("+col+")" {
-		switch {
-		case t == reflect.TypeFor[uuid.UUID]():
-			return `COALESCE('"'||` + col + `::text||'"','null')`, true
-		case t.Kind() == reflect.Bool, t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64:
-			return `COALESCE(` + col + `::text,'null')`, true
-		case t.Kind() == reflect.String:
-			return stringJSON("to_json(" + col + ")::text"), true
-		}
-	}
-	return stringJSON("(" + e + ")::text"), true
-}
-
-// stringJSON is a JSON text expression with U+2028 and U+2029 escaped, as
-// jsonform escapes them, and JSON null for NULL.
-func stringJSON(e string) string {
-	return `COALESCE(replace(replace(` + e + `,U&'\2028','\u2028'),U&'\2029','\u2029'),'null')`
+	return `COALESCE(` + e + `,'null')`, true
 }
 
 // markImages sets ch.Before (when needBefore) and ch.After (when spec

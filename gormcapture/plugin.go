@@ -100,7 +100,11 @@ type Plugin struct {
 	colTypes sync.Map // table name -> *columnTypes (PostgreSQL), for fused inserts
 	dbTypes  sync.Map // table name -> tableTypes: the catalog's column types with a form of pgform's (dbtypes.go)
 	shapes   sync.Map // fusedShapeKey -> *fusedShape (PostgreSQL), for fused inserts
-	tables   sync.Map // table name -> *schema.Schema: the first captured model seen on it (tableModel)
+	// fusedStmts caches fused inserts' statements (fusedStmtKey ->
+	// *fusedStmt), at most maxFusedStmts of them (nFusedStmts counts).
+	fusedStmts  sync.Map
+	nFusedStmts atomic.Int64
+	tables      sync.Map // table name -> *schema.Schema: the first captured model seen on it (tableModel)
 	// table name -> map[string]string: string columns' JSON_TABLE types (MySQL, mysqlkeys.go)
 	mysqlStrings sync.Map
 	// how the SQLite driver writes a time.Time (keyset.go); nil until

@@ -7,7 +7,6 @@ import (
 	"math/big"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -36,13 +35,18 @@ import (
 //
 //	WITH herald_row AS (INSERT INTO loans … RETURNING id, status, …),
 //	     herald_event AS (INSERT INTO herald_outbox (…)
-//	         SELECT $9, $10, ($11::text || COALESCE(to_jsonb(herald_row.id)::text, 'null') || $12::text
-//	                || COALESCE(to_jsonb(herald_row.status)::text, 'null') || … )::json,
-//	                '{}', $13 || herald_row.id::text, $14 FROM herald_row)
+//	         SELECT $9, $10, (E'{"model":"Loan","operation":"inserted","pk":' || COALESCE(herald_row.id::text, 'null')
+//	                || E',"changed":null,"after":{"id":' || … || $11::text)::json,
+//	                '{}', ($12::text || herald_row.id::text || $13::text), $14
+//	         FROM herald_row WHERE <the key's advisory lock>)
 //	SELECT id FROM herald_row
 //
 // One round trip instead of two, and no savepoint in a caller's
-// transaction: a single statement is atomic. The row's JSON is rendered by
+// transaction: a single statement is atomic. The statement is rendered
+// once per shape (fusedStatement): the envelope's fixed text is written
+// into it, and each insert binds only GORM's values and what differs
+// from one event to the next — id, topic, the envelope's end (its
+// occurred_at), ordering key, time. The row's JSON is rendered by
 // PostgreSQL from the stored row, in exactly the form jsonform gives the
 // value herald's other paths scan into the field (renderJSON: decided by
 // the field's Go type and the column's real type, learned once per table
@@ -220,38 +224,73 @@ func (p *Plugin) fusedInsert(st *gorm.Statement, spec *capture.Spec, values clau
 	if !ok {
 		return "", nil, "", false
 	}
-	// The envelope is rendered in Go with a marker for each value of the
-	// stored row ("pk", "after"), and the statement splices in the text of
-	// each value's JSON from the row (fusedsql.SplicePayload).
-	c.PK, c.After = shape.pk, shape.after
-	payload, err := spec.AppendEnvelope(nil, &c, nil)
-	if err != nil {
-		return "", nil, "", false
-	}
-	ev := fusedsql.Event{Writer: p.writer, RowKeyed: spec.RowKeyed(), Topic: topic, Payload: payload,
-		Marks: shape.marks, Key: k, GenCol: genPK, At: at, Headers: ctxhdr.JSON(st.Context)}
-
 	p.build(st, ret, false)
 	args = st.Vars
-	ph := func(v any) string {
-		args = append(args, v)
-		return "$" + strconv.Itoa(len(args))
+	h := ctxhdr.JSON(st.Context)
+	stmt := p.fusedStatement(st, fusedStmtKey{shape: shape, tk: fusedsql.TemplateKeyOf(k, h), genPK: genPK,
+		insert: st.SQL.String(), back: strings.Join(back, ",")}, len(args))
+	st.SQL.Reset()
+	// The envelope's end (its occurred_at) is all that differs between the
+	// payloads of two events of one shape.
+	tail, err := spec.AppendEnvelopeTail(make([]byte, 0, 48), &c, nil)
+	if err == nil {
+		args, err = stmt.t.Args(args, topic, tail, h, k, at)
 	}
-	var b strings.Builder
-	b.Grow(st.SQL.Len() + 400 + 80*len(shape.marks))
-	b.WriteString(`WITH ` + fusedsql.Row + ` AS (`)
-	b.WriteString(st.SQL.String())
-	b.WriteByte(')')
-	if err := ev.WriteCTE(&b, ph); err != nil {
-		st.SQL.Reset()
+	if err != nil {
 		st.Vars = nil
 		return "", nil, "", false
 	}
+	return stmt.sql, args, topic, true
+}
+
+// fusedStmtKey identifies a fused insert's statement: its shape, the
+// template its event needs, GORM's INSERT (with its RETURNING) and the
+// columns selected back.
+type fusedStmtKey struct {
+	shape  *fusedShape
+	tk     fusedsql.TemplateKey
+	genPK  string
+	insert string
+	back   string
+}
+
+// fusedStmt is a fused insert's statement and its event's template.
+type fusedStmt struct {
+	sql string
+	t   fusedsql.Template
+}
+
+// maxFusedStmts bounds the plugin's cache of fused statements: an insert
+// past it has its statement rendered each time (GORM writes a value's SQL
+// expression into the INSERT's text, so a program can write any number of
+// distinct statements).
+const maxFusedStmts = 4096
+
+// fusedStatement returns the fused insert's statement for key — GORM's
+// INSERT, the event's template (its placeholders numbered from nvars+1),
+// the SELECT of the columns back — rendered once and cached: an insert of
+// a known shape costs a map lookup and its template's arguments.
+func (p *Plugin) fusedStatement(st *gorm.Statement, key fusedStmtKey, nvars int) *fusedStmt {
+	if v, ok := p.fusedStmts.Load(key); ok {
+		return v.(*fusedStmt)
+	}
+	shape := key.shape
+	t := fusedsql.NewTemplate(p.writer, shape.spec.RowKeyed(), shape.head, shape.marks, key.genPK, key.tk, nvars+1)
+	var b strings.Builder
+	b.Grow(len(key.insert) + len(t.SQL) + 64)
+	b.WriteString(`WITH ` + fusedsql.Row + ` AS (`)
+	b.WriteString(key.insert)
+	b.WriteByte(')')
+	b.WriteString(t.SQL)
 	b.WriteString(` SELECT `)
-	b.WriteString(quotedColumns(st, back, false))
-	b.WriteString(` FROM "herald_row"`)
-	st.SQL.Reset()
-	return b.String(), args, topic, true
+	b.WriteString(quotedColumns(st, strings.Split(key.back, ","), false))
+	b.WriteString(` FROM ` + fusedsql.Row)
+	stmt := &fusedStmt{sql: b.String(), t: t}
+	if p.nFusedStmts.Add(1) <= maxFusedStmts {
+		v, _ := p.fusedStmts.LoadOrStore(key, stmt)
+		return v.(*fusedStmt)
+	}
+	return stmt
 }
 
 // fusedShape is what a fused insert's envelope holds in place of the
@@ -262,9 +301,11 @@ func (p *Plugin) fusedInsert(st *gorm.Statement, spec *capture.Spec, values clau
 // reuses it, read-only (a third of a fused insert's Go time was spent
 // rendering the same expressions again: BenchmarkCreate).
 type fusedShape struct {
+	spec  *capture.Spec
 	marks fusedsql.Marks
 	pk    any            // Change.PK: the key column's marker, or column → marker
 	after map[string]any // Change.After: column → marker; nil when not needed
+	head  []byte         // the envelope up to occurred_at's value (Spec.AppendEnvelopeHead)
 }
 
 type fusedShapeKey struct {
@@ -296,7 +337,7 @@ func (p *Plugin) fusedShapeOf(st *gorm.Statement, spec *capture.Spec, pk []strin
 		}
 		return renderJSON(f, dbType, `"herald_row".`+names.Quote(c), key, pgx)
 	}
-	shape := &fusedShape{marks: fusedsql.Marks{}}
+	shape := &fusedShape{spec: spec, marks: fusedsql.Marks{}}
 	pkMarks := make(map[string]any, len(pk))
 	for _, c := range pk {
 		e, ok := render(c, true)
@@ -319,6 +360,12 @@ func (p *Plugin) fusedShapeOf(st *gorm.Statement, spec *capture.Spec, pk []strin
 			shape.after[c] = shape.marks.Mark("after", c, e)
 		}
 	}
+	c := envelope.Change{Model: spec.Label, Table: st.Table, Operation: envelope.Inserted, PK: shape.pk, After: shape.after}
+	head, err := spec.AppendEnvelopeHead(nil, &c)
+	if err != nil {
+		return nil, false
+	}
+	shape.head = head
 	v, _ := p.shapes.LoadOrStore(key, shape)
 	return v.(*fusedShape), true
 }
@@ -429,11 +476,14 @@ func valueType(f *schema.Field) reflect.Type {
 	return t
 }
 
-// renderJSON returns a PostgreSQL expression giving, as jsonb, the JSON
+// renderJSON returns a PostgreSQL expression giving the text of the JSON
 // form jsonform gives the value of field f that herald's other paths read
 // from a column of dbType (scanned through database/sql into the field's
 // Go type); ok is false where no such expression is known, and the event
-// is then built in Go from the row read back. key: the column is a
+// is then built in Go from the row read back. The expression is NULL for
+// SQL NULL, and the cheapest of fusedsql's forms for the column's type: an
+// integer's or a boolean's own text, to_json for strings (BENCHMARKS.md,
+// "sixteenth pass"). key: the column is a
 // primary key, whose text must also equal envelope.KeyText of its value.
 // pgx: the driver is pgx's, which scans timestamptz in time.Local.
 func renderJSON(f *schema.Field, dbType, col string, key, pgx bool) (string, bool) {
@@ -443,7 +493,7 @@ func renderJSON(f *schema.Field, dbType, col string, key, pgx bool) (string, boo
 	t := valueType(f)
 	switch {
 	case t == reflect.TypeFor[uuid.UUID]():
-		return "to_jsonb(" + col + ")", dbType == "UUID"
+		return fusedsql.Quoted(col), dbType == "UUID"
 	case t == reflect.TypeFor[time.Time]():
 		// RFC 3339 with the fraction's trailing zeros cut, as
 		// time.RFC3339Nano: a timestamp scans as UTC, a timestamptz (pgx)
@@ -459,21 +509,21 @@ func renderJSON(f *schema.Field, dbType, col string, key, pgx bool) (string, boo
 		default:
 			return "", false
 		}
-		return `to_jsonb(rtrim(rtrim(to_char(` + at + `,'YYYY-MM-DD"T"HH24:MI:SS.US'),'0'),'.')||'Z')`, true
+		return fusedsql.Quoted(`rtrim(rtrim(to_char(` + at + `,'YYYY-MM-DD"T"HH24:MI:SS.US'),'0'),'.')||'Z'`), true
 	case isDecimal(t):
 		// shopspring's decimal (and the like) keeps the scale of the text
 		// it scans: the numeric's own text.
-		return "to_jsonb(" + col + "::text)", dbType == "NUMERIC" && !key
+		return fusedsql.Quoted(col), dbType == "NUMERIC" && !key
 	}
 	if t.Implements(reflect.TypeFor[driver.Valuer]()) || reflect.PointerTo(t).Implements(reflect.TypeFor[sql.Scanner]()) {
 		return "", false
 	}
 	switch t.Kind() {
 	case reflect.Bool:
-		return "to_jsonb(" + col + ")", dbType == "BOOL"
+		return fusedsql.Number(col), dbType == "BOOL"
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return "to_jsonb(" + col + ")", dbType == "INT2" || dbType == "INT4" || dbType == "INT8"
+		return fusedsql.Number(col), dbType == "INT2" || dbType == "INT4" || dbType == "INT8"
 	case reflect.Float32, reflect.Float64:
 		// jsonb prints 1e+20 as 100000000000000000000, jsonform as Go
 		// does: the same value, other bytes. Built in Go instead.
@@ -481,12 +531,14 @@ func renderJSON(f *schema.Field, dbType, col string, key, pgx bool) (string, boo
 	case reflect.String:
 		switch dbType {
 		case "TEXT", "VARCHAR":
-			return "to_jsonb(" + col + ")", true
+			return fusedsql.String(col), true
 		case "BPCHAR":
-			return "to_jsonb(" + col + ")", !key
-		case "NUMERIC", "UUID", "JSON", "JSONB":
+			return fusedsql.String(col), !key
+		case "NUMERIC", "UUID":
 			// Scanned into a string as the column's text output.
-			return "to_jsonb(" + col + "::text)", !key
+			return fusedsql.Quoted(col), !key
+		case "JSON", "JSONB":
+			return fusedsql.String(col + "::text"), !key
 		}
 	}
 	return "", false

@@ -346,6 +346,17 @@ func (s *Spec) extensions(ctx context.Context, cs []envelope.Change) ([]*envelop
 // operation, pk, changed, then before/after as the payload mode says, then
 // occurred_at, then the extension's keys (sorted).
 func (s *Spec) AppendEnvelope(dst []byte, c *envelope.Change, ext *envelope.Extension) ([]byte, error) {
+	dst, err := s.AppendEnvelopeHead(dst, c)
+	if err != nil {
+		return nil, err
+	}
+	return s.AppendEnvelopeTail(dst, c, ext)
+}
+
+// AppendEnvelopeHead appends the start of the change's envelope to dst, up
+// to occurred_at's value: what depends on the change's model, operation
+// and images, and not on its time. AppendEnvelopeTail appends the rest.
+func (s *Spec) AppendEnvelopeHead(dst []byte, c *envelope.Change) ([]byte, error) {
 	var err error
 	dst = append(dst, `{"model":`...)
 	dst = jsonform.AppendString(dst, s.Label)
@@ -400,7 +411,14 @@ func (s *Spec) AppendEnvelope(dst []byte, c *envelope.Change, ext *envelope.Exte
 			return nil, err
 		}
 	}
-	dst = append(dst, `,"occurred_at":`...)
+	return append(dst, `,"occurred_at":`...), nil
+}
+
+// AppendEnvelopeTail appends the end of the change's envelope to dst,
+// after AppendEnvelopeHead: occurred_at's value, the tenant, the
+// extension's keys.
+func (s *Spec) AppendEnvelopeTail(dst []byte, c *envelope.Change, ext *envelope.Extension) ([]byte, error) {
+	var err error
 	dst = jsonform.AppendString(dst, c.OccurredAt.UTC().Format(timeFormatJSON))
 	if s.Options.Tenant != "" {
 		dst = append(dst, `,"tenant":`...)

@@ -87,3 +87,17 @@ func BenchmarkSplice(b *testing.B) {
 		Splice(payload, marks, id, id)
 	}
 }
+
+func TestLiteral(t *testing.T) {
+	for in, want := range map[string]string{
+		``:                      `E''`,
+		`{"model":"Loan","pk":`: `E'{"model":"Loan","pk":'`,
+		`it's`:                  `E'it''s'`,
+		`a\"b\\c`:               `E'a\\"b\\\\c'`,
+		`$1 ? :x`:               `E'$1 ? :x'`,
+	} {
+		if got := Literal(in); got != want {
+			t.Errorf("Literal(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
