@@ -7,7 +7,8 @@
 #   integration/peerbench/pgbench/run.sh [rounds]   # from the repository's root
 #
 # DSN: $HERALD_POSTGRES_DSN, else the local test database. The figures are
-# in BENCHMARKS.md ("fifteenth pass", the producer taken apart).
+# in BENCHMARKS.md ("fifteenth pass", the producer taken apart; "sixteenth
+# pass", the fused statement before and after its renderings changed).
 set -euo pipefail
 export PGOPTIONS="-c client_min_messages=warning"
 dsn=${HERALD_POSTGRES_DSN:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable}
@@ -39,7 +40,7 @@ q -f "$dir/setup.sql"
 
 for r in $(seq "$rounds"); do
 	line="round $r:"
-	for s in plain watermill hx hxlease hxpk $(for i in $others; do echo "hx_no_$i"; done) fused fused_constpay; do
+	for s in plain watermill hx hxlease hxpk $(for i in $others; do echo "hx_no_$i"; done) fused fused_jsonb fused_constpay; do
 		f=$dir/$s.sql
 		[ -e "$f" ] || f=$tmp/$s.sql
 		ms=$(pgbench -n -M prepared -c1 -T 3 -r -f "$f" "$dsn" 2>/dev/null |
