@@ -228,7 +228,7 @@ func (p *Plugin) fusedInsert(st *gorm.Statement, spec *capture.Spec, values clau
 	args = st.Vars
 	h := ctxhdr.JSON(st.Context)
 	stmt := p.fusedStatement(st, fusedStmtKey{shape: shape, tk: fusedsql.TemplateKeyOf(k, h), genPK: genPK,
-		insert: st.SQL.String(), back: strings.Join(back, ",")}, len(args))
+		insert: st.SQL.String(), back: strings.Join(back, "\x00")}, len(args))
 	st.SQL.Reset()
 	// The envelope's end (its occurred_at) is all that differs between the
 	// payloads of two events of one shape.
@@ -245,7 +245,7 @@ func (p *Plugin) fusedInsert(st *gorm.Statement, spec *capture.Spec, values clau
 
 // fusedStmtKey identifies a fused insert's statement: its shape, the
 // template its event needs, GORM's INSERT (with its RETURNING) and the
-// columns selected back.
+// columns selected back (joined by NUL, which no column name holds).
 type fusedStmtKey struct {
 	shape  *fusedShape
 	tk     fusedsql.TemplateKey
@@ -283,7 +283,7 @@ func (p *Plugin) fusedStatement(st *gorm.Statement, key fusedStmtKey, nvars int)
 	b.WriteByte(')')
 	b.WriteString(t.SQL)
 	b.WriteString(` SELECT `)
-	b.WriteString(quotedColumns(st, strings.Split(key.back, ","), false))
+	b.WriteString(quotedColumns(st, strings.Split(key.back, "\x00"), false))
 	b.WriteString(` FROM ` + fusedsql.Row)
 	stmt := &fusedStmt{sql: b.String(), t: t}
 	if p.nFusedStmts.Add(1) <= maxFusedStmts {
