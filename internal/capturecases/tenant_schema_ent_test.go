@@ -118,6 +118,7 @@ func TestSchemaPerTenantEnt(t *testing.T) {
 		stop()
 		must(t, <-done)
 		mu.Lock()
+		got = inKeyOrder(got)
 		if len(got) != len(want[s]) {
 			t.Fatalf("%s: delivered %d events, want %d: %v", s, len(got), len(want[s]), got)
 		}
