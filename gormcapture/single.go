@@ -228,7 +228,7 @@ func (p *Plugin) fusedInsert(st *gorm.Statement, spec *capture.Spec, values clau
 	args = st.Vars
 	h := ctxhdr.JSON(st.Context)
 	stmt := p.fusedStatement(st, fusedStmtKey{shape: shape, tk: fusedsql.TemplateKeyOf(k, h), genPK: genPK,
-		insert: st.SQL.String(), back: strings.Join(back, "\x00")}, len(args))
+		insert: st.SQL.String(), back: strings.Join(back, "\x00")}, back, len(args))
 	st.SQL.Reset()
 	// The envelope's end (its occurred_at) is all that differs between the
 	// payloads of two events of one shape.
@@ -268,9 +268,10 @@ const maxFusedStmts = 4096
 
 // fusedStatement returns the fused insert's statement for key — GORM's
 // INSERT, the event's template (its placeholders numbered from nvars+1),
-// the SELECT of the columns back — rendered once and cached: an insert of
-// a known shape costs a map lookup and its template's arguments.
-func (p *Plugin) fusedStatement(st *gorm.Statement, key fusedStmtKey, nvars int) *fusedStmt {
+// the SELECT of the columns back (key.back, joined) — rendered once and
+// cached: an insert of a known shape costs a map lookup and its template's
+// arguments.
+func (p *Plugin) fusedStatement(st *gorm.Statement, key fusedStmtKey, back []string, nvars int) *fusedStmt {
 	if v, ok := p.fusedStmts.Load(key); ok {
 		return v.(*fusedStmt)
 	}
@@ -283,7 +284,7 @@ func (p *Plugin) fusedStatement(st *gorm.Statement, key fusedStmtKey, nvars int)
 	b.WriteByte(')')
 	b.WriteString(t.SQL)
 	b.WriteString(` SELECT `)
-	b.WriteString(quotedColumns(st, strings.Split(key.back, "\x00"), false))
+	b.WriteString(quotedColumns(st, back, false))
 	b.WriteString(` FROM ` + fusedsql.Row)
 	stmt := &fusedStmt{sql: b.String(), t: t}
 	if p.nFusedStmts.Add(1) <= maxFusedStmts {

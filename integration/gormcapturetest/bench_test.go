@@ -21,7 +21,7 @@ import (
 // without the plugin, alternating the two in one run so that both see the
 // same machine state; each reports both times and their ratio.
 //
-//	go test -run '^$' -bench . -benchtime 2000x ./gormcapture/
+//	go test -run '^$' -bench . -benchtime 2000x ./gormcapturetest/
 
 type BenchRow struct {
 	ID      int64
@@ -38,18 +38,26 @@ type pair struct {
 
 func benchPair(b *testing.B, d envelope.Dialect, mode envelope.PayloadMode) pair {
 	b.Helper()
-	plain, _ := openDB(b, d, nil)
-	must(b, plain.AutoMigrate(&BenchRow{}))
-	captured, _ := openDB(b, d, nil)
-	must(b, captured.AutoMigrate(&BenchRow{}))
-	p := gormcapture.New(gormcapture.Config{})
-	must(b, captured.Use(p))
+	plain, captured, p := pluginPair(b, d)
 	must(b, p.Capture(&BenchRow{}, envelope.Options{Payload: mode}))
 	trunc := func() { must(b, captured.Exec(`DELETE FROM herald_outbox`).Error) }
 	if d == envelope.Postgres {
 		trunc = func() { must(b, captured.Exec(`TRUNCATE herald_outbox`).Error) }
 	}
 	return pair{plain, captured, trunc}
+}
+
+// pluginPair opens two databases of dialect d with BenchRow's table: one
+// without the plugin, one with it installed (capturing nothing yet).
+func pluginPair(b *testing.B, d envelope.Dialect) (plain, withPlugin *gorm.DB, p *gormcapture.Plugin) {
+	b.Helper()
+	plain, _ = openDB(b, d, nil)
+	must(b, plain.AutoMigrate(&BenchRow{}))
+	withPlugin, _ = openDB(b, d, nil)
+	must(b, withPlugin.AutoMigrate(&BenchRow{}))
+	p = gormcapture.New(gormcapture.Config{})
+	must(b, withPlugin.Use(p))
+	return plain, withPlugin, p
 }
 
 // report records both sides' time per op and the ratio.
@@ -124,11 +132,7 @@ func BenchmarkCreate(b *testing.B) {
 func BenchmarkCreateUncaptured(b *testing.B) {
 	for _, d := range dialects {
 		b.Run(d.name, func(b *testing.B) {
-			plain, _ := openDB(b, d.dialect, nil)
-			must(b, plain.AutoMigrate(&BenchRow{}))
-			withPlugin, _ := openDB(b, d.dialect, nil)
-			must(b, withPlugin.AutoMigrate(&BenchRow{}))
-			must(b, withPlugin.Use(gormcapture.New(gormcapture.Config{})))
+			plain, withPlugin, _ := pluginPair(b, d.dialect)
 			create := func(db *gorm.DB, i int) {
 				must(b, db.Create(&BenchRow{Name: "n", Status: "new", Amount: i}).Error)
 			}
@@ -156,7 +160,7 @@ func BenchmarkCreateUncaptured(b *testing.B) {
 // Besides each side's time per op it reports herald÷floor, floor÷plain and
 // herald÷plain (ratio).
 //
-//	go test -run '^$' -bench 'BenchmarkUpdateWhere' -benchtime 10x ./gormcapture/
+//	go test -run '^$' -bench 'BenchmarkUpdateWhere' -benchtime 10x ./gormcapturetest/
 func BenchmarkUpdateWhere(b *testing.B) {
 	const rows = 10000
 	for _, d := range dialects {
@@ -309,7 +313,7 @@ FROM temp.herald_floor_before b JOIN bench_rows t ON t.id = b.pk ORDER BY b.pk`,
 // and into a copy of it without indexes ("bare-ratio"). No savepoint, no
 // RETURNING read of the row, no Go envelope.
 //
-//	go test -run '^$' -bench 'BenchmarkCreateFloor' -benchtime 2000x ./gormcapture/
+//	go test -run '^$' -bench 'BenchmarkCreateFloor' -benchtime 2000x ./gormcapturetest/
 func BenchmarkCreateFloor(b *testing.B) {
 	bp := benchPair(b, envelope.SQLite, envelope.After)
 	must(b, bp.captured.Create(&BenchRow{Name: "n", Status: "new", Amount: 1}).Error)

@@ -18,15 +18,11 @@ import (
 // with an ordering key, and the Create plus a hand-written INSERT into the
 // outbox table — alternated in one run; ratios are to plain.
 //
-//	go test -run '^$' -bench 'BenchmarkEnqueue$' -benchtime 2000x ./gormcapture/
+//	go test -run '^$' -bench 'BenchmarkEnqueue$' -benchtime 2000x ./gormcapturetest/
 func BenchmarkEnqueue(b *testing.B) {
 	for _, d := range dialects {
 		b.Run(d.name, func(b *testing.B) {
-			plain, _ := openDB(b, d.dialect, nil)
-			must(b, plain.AutoMigrate(&BenchRow{}))
-			db, _ := openDB(b, d.dialect, nil)
-			must(b, db.AutoMigrate(&BenchRow{}))
-			must(b, db.Use(gormcapture.New(gormcapture.Config{})))
+			plain, db, _ := pluginPair(b, d.dialect)
 			now := "now()"
 			if d.dialect == envelope.SQLite {
 				now = "strftime('%Y-%m-%dT%H:%M:%fZ')"
@@ -86,7 +82,7 @@ func BenchmarkEnqueue(b *testing.B) {
 // the median of the per-iteration ratios (robust to a load spike hitting
 // one side).
 //
-//	go test -run '^$' -bench 'BenchmarkEnqueueMany' -benchtime 100x ./gormcapture/
+//	go test -run '^$' -bench 'BenchmarkEnqueueMany' -benchtime 100x ./gormcapturetest/
 func BenchmarkEnqueueMany(b *testing.B) {
 	const n = 1000
 	db, sqlDB := openDB(b, envelope.Postgres, nil)

@@ -16,7 +16,7 @@ import (
 // transaction, captured on MariaDB/MySQL, alternated with a plain GORM
 // Create on another database of the same server.
 //
-//	go test -run '^$' -bench 'BenchmarkMySQL' -benchtime 300x ./gormcapture/
+//	go test -run '^$' -bench 'BenchmarkMySQL' -benchtime 300x ./gormcapturetest/
 func BenchmarkMySQLCreate(b *testing.B) {
 	bp := benchPair(b, envelope.MySQL, envelope.After)
 	create := func(db *gorm.DB, i int) {
@@ -44,7 +44,7 @@ func BenchmarkMySQLCreate(b *testing.B) {
 // INSERT), alternated with the same Updates on a database without the
 // plugin.
 //
-//	HERALD_BENCH_ROWS=10000 go test -run '^$' -bench 'BenchmarkMySQLUpdateWhere' -benchtime 5x ./gormcapture/
+//	HERALD_BENCH_ROWS=10000 go test -run '^$' -bench 'BenchmarkMySQLUpdateWhere' -benchtime 5x ./gormcapturetest/
 func BenchmarkMySQLUpdateWhere(b *testing.B) {
 	rows := 2000
 	if v, err := strconv.Atoi(os.Getenv("HERALD_BENCH_ROWS")); err == nil && v > 0 {

@@ -122,33 +122,45 @@ func (e *Event) WriteCTE(b *strings.Builder, ph func(any) string) error {
 	if err != nil {
 		return err
 	}
-	b.WriteString(`, "herald_event" AS (INSERT INTO `)
-	b.WriteString(e.Writer.Table().Quoted)
-	b.WriteString(` (id, topic, payload, headers, ordering_key, created_at) SELECT `)
-	b.WriteString(ph(id.String()))
-	b.WriteByte(',')
-	b.WriteString(ph(e.Topic))
-	b.WriteByte(',')
-	b.WriteString(SplicePayload(e.Payload, e.Marks, ph))
-	b.WriteString(`,` + HeadersSQL(e.Headers, ph, "::json") + `,`)
-	keySQL := "NULL"
-	switch {
-	case e.Key.hasPK:
-		keySQL = "(" + ph(e.Key.pre) + "::text||" + Row + "." + names.Quote(e.GenCol) + "::text||" + ph(e.Key.post) + "::text)"
-	case e.Key.text != "":
-		keySQL = ph(e.Key.text) + "::text"
+	bind := func(s string) string { return ph(s) }
+	idSQL, topicSQL := ph(id.String()), ph(e.Topic)
+	payloadSQL := SplicePayload(e.Payload, e.Marks, ph)
+	headersSQL := HeadersSQL(e.Headers, ph, "::json")
+	keySQL := keyExpr(e.Key.form(), e.GenCol, e.Key, bind)
+	writeEventCTE(b, e.Writer, e.RowKeyed, idSQL, topicSQL, payloadSQL, headersSQL, keySQL, ph(e.At.Truncate(time.Microsecond)))
+	return nil
+}
+
+// keyExpr is the SQL of an event's ordering key of form f: NULL, k's text,
+// or k's text around the generated key's column genCol; bind binds a part
+// of k and returns its placeholder.
+func keyExpr(f keyForm, genCol string, k Key, bind func(string) string) string {
+	switch f {
+	case keyPK:
+		return "(" + bind(k.pre) + "::text||" + Row + "." + names.Quote(genCol) + "::text||" + bind(k.post) + "::text)"
+	case keyText:
+		return bind(k.text) + "::text"
 	}
-	b.WriteString(keySQL)
-	b.WriteByte(',')
-	b.WriteString(ph(e.At.Truncate(time.Microsecond)))
+	return "NULL"
+}
+
+// writeEventCTE writes the event's CTE from the SQL of its columns; a key
+// other than NULL is locked in its WHERE clause, evaluated before the
+// event's sequence value is drawn (see outbox.KeyLockSQL).
+func writeEventCTE(b *strings.Builder, w *envelope.Writer, rowKeyed bool, id, topic, payload, headers, key, at string) {
+	b.WriteString(`, "herald_event" AS (INSERT INTO `)
+	b.WriteString(w.Table().Quoted)
+	b.WriteString(` (id, topic, payload, headers, ordering_key, created_at) SELECT `)
+	for _, c := range []string{id, topic, payload, headers, key} {
+		b.WriteString(c)
+		b.WriteByte(',')
+	}
+	b.WriteString(at)
 	b.WriteString(` FROM ` + Row)
-	if keySQL != "NULL" {
-		// The key's advisory lock, evaluated before the event's sequence
-		// value is drawn (see outbox.KeyLockSQL).
-		b.WriteString(` WHERE ` + outbox.KeyLockSQL(e.Writer, keySQL, e.RowKeyed))
+	if key != "NULL" {
+		b.WriteString(` WHERE ` + outbox.KeyLockSQL(w, key, rowKeyed))
 	}
 	b.WriteByte(')')
-	return nil
 }
 
 // Template is the event part of a fused single-row insert (WriteCTE's
@@ -205,43 +217,26 @@ func TemplateKeyOf(k Key, h string) TemplateKey {
 // TemplateKey, first the number of the template's first placeholder.
 func NewTemplate(w *envelope.Writer, rowKeyed bool, head []byte, marks Marks, genCol string, tk TemplateKey, first int) Template {
 	n := first - 1
-	ph := func() string {
+	ph := func(string) string {
 		n++
 		return "$" + strconv.Itoa(n)
 	}
-	var b strings.Builder
-	b.WriteString(`, "herald_event" AS (INSERT INTO `)
-	b.WriteString(w.Table().Quoted)
-	b.WriteString(` (id, topic, payload, headers, ordering_key, created_at) SELECT `)
-	b.WriteString(ph())
-	b.WriteByte(',')
-	b.WriteString(ph())
-	b.WriteString(",(")
+	// The placeholders are numbered in the order Args binds the values.
+	idSQL, topicSQL := ph(""), ph("")
+	var payload strings.Builder
+	payload.WriteByte('(')
 	for _, p := range Splice(head, marks, Literal, markSQL) {
-		b.WriteString(p)
-		b.WriteString("||")
+		payload.WriteString(p)
+		payload.WriteString("||")
 	}
-	b.WriteString(ph() + "::text)::json,")
+	payload.WriteString(ph("") + "::text)::json")
+	headersSQL := `'{}'`
 	if tk.headers {
-		b.WriteString(ph() + "::json,")
-	} else {
-		b.WriteString(`'{}',`)
+		headersSQL = ph("") + "::json"
 	}
-	keySQL := "NULL"
-	switch tk.key {
-	case keyPK:
-		keySQL = "(" + ph() + "::text||" + Row + "." + names.Quote(genCol) + "::text||" + ph() + "::text)"
-	case keyText:
-		keySQL = ph() + "::text"
-	}
-	b.WriteString(keySQL)
-	b.WriteByte(',')
-	b.WriteString(ph())
-	b.WriteString(` FROM ` + Row)
-	if keySQL != "NULL" {
-		b.WriteString(` WHERE ` + outbox.KeyLockSQL(w, keySQL, rowKeyed))
-	}
-	b.WriteByte(')')
+	keySQL := keyExpr(tk.key, genCol, Key{}, ph)
+	var b strings.Builder
+	writeEventCTE(&b, w, rowKeyed, idSQL, topicSQL, payload.String(), headersSQL, keySQL, ph(""))
 	return Template{SQL: b.String(), keyForm: tk.key, headers: tk.headers}
 }
 
